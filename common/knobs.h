@@ -1,0 +1,77 @@
+/* knobs.h — the one table of clshim's configuration knobs.
+ *
+ * Every knob clshim reads is a row here and nowhere else: common/config.c
+ * includes this table to declare the fields, to parse values, to print
+ * `clshim config`, and to generate docs/config.md (a test fails when the docs
+ * drift from this table).
+ *
+ * X(NAME, type, field, default, since, description)
+ *   NAME     the environment variable without the CLSHIM_ prefix
+ *   type     BOOL | LEVEL | SIZE | UINT | PATH | STRING
+ *   field    the member of struct clshim_config that holds the value
+ *   default  the default as text, parsed like any other value
+ *   since    the clshim version that introduced the knob
+ */
+#ifndef CLSHIM_KNOBS_H
+#define CLSHIM_KNOBS_H
+
+#define CLSHIM_KNOBS(X)                                                        \
+    X(DISABLE, BOOL, disable, "0", "0.1",                                      \
+      "1 makes the shim a pure pass-through: every call is forwarded "         \
+      "unchanged and nothing is read or written.")                             \
+    X(LOG, LEVEL, log_level, "warn", "0.1",                                    \
+      "Log level: error, warn, info or debug. info prints one line per build " \
+      "(hit, miss, stored, rejected) and a summary at exit.")                  \
+    X(LOG_FILE, PATH, log_file, "", "0.1",                                     \
+      "Append log lines to this file instead of standard error.")              \
+    X(STATS, BOOL, stats, "0", "0.1",                                          \
+      "1 prints the per-process cache summary at exit even below log level "   \
+      "info (`clshim run --stats` sets it).")                                  \
+    X(CACHE, BOOL, cache, "1", "0.1",                                          \
+      "0 turns program caching off; the rest of the shim stays active.")       \
+    X(CACHE_DIR, PATH, cache_dir, "", "0.1",                                   \
+      "Directory of the persistent cache. Empty means "                        \
+      "$XDG_CACHE_HOME/clshim, else ~/.cache/clshim. Created with mode 0700.") \
+    X(CACHE_MAX_SIZE, SIZE, cache_max_size, "1G", "0.1",                       \
+      "Size limit of the persistent cache (stored, compressed bytes); K/M/G "  \
+      "suffixes; 0 means no limit. Past it, least recently used entries are "  \
+      "evicted down to 90 % of the limit.")                                    \
+    X(CACHE_MAX_AGE, UINT, cache_max_age_days, "30", "0.1",                    \
+      "Entries unused for this many days are evicted (checked at most once a " \
+      "day); 0 turns age eviction off.")                                       \
+    X(CACHE_MIN_ENTRY, SIZE, cache_min_entry, "0", "0.1",                      \
+      "Binaries smaller than this many bytes are not stored.")                 \
+    X(CACHE_MAX_ENTRY, SIZE, cache_max_entry, "256M", "0.1",                   \
+      "Binaries larger than this many bytes are not stored.")                  \
+    X(CACHE_READONLY, BOOL, cache_readonly, "0", "0.1",                        \
+      "1 uses the cache but never writes it (shared CI caches).")              \
+    X(CACHE_ALLOW_SHARED, BOOL, cache_allow_shared, "0", "0.1",                \
+      "1 reads a cache directory owned by another user or writable by group "  \
+      "or others (an administrator's shared cache). Such a cache is only "     \
+      "read, never written. Whoever can write it can run code in your apps.")  \
+    X(CACHE_COMPRESS_LEVEL, UINT, cache_compress_level, "3", "0.1",            \
+      "zstd level for stored binaries (1-19); 0 stores them uncompressed.")    \
+    X(MEM_CACHE_MAX, SIZE, mem_cache_max, "256M", "0.1",                       \
+      "Bytes of binaries the in-process tier keeps; 0 means unbounded. "       \
+      "Entries in use are never dropped.")                                     \
+    X(BUILD_WAIT_MS, UINT, build_wait_ms, "120000", "0.1",                     \
+      "How long a process waits for another process that is compiling the "    \
+      "same program before it compiles itself (milliseconds).")                \
+    X(ADVERTISE_IL, BOOL, advertise_il, "0", "0.1",                            \
+      "1 makes devices that clshim can feed SPIR-V report "                    \
+      "CL_DEVICE_IL_VERSION and cl_khr_il_program.")                           \
+    X(SPIRV, BOOL, spirv, "1", "0.1",                                          \
+      "0 turns SPIR-V translation off: clCreateProgramWithIL is forwarded "    \
+      "unchanged.")                                                            \
+    X(FUSION_PLAN, PATH, fusion_plan, "", "0.1",                               \
+      "A fusion plan file naming kernel sequences to fuse (docs/fusion.md).")  \
+    X(FUSE, STRING, fuse, "", "0.1",                                           \
+      "Inline fusion plan: sequences like \"k1+k2+k3\" separated by ';'.")     \
+    X(CLANG, PATH, clang, "clang-15", "0.1",                                   \
+      "The clang that compiles OpenCL C to SPIR for fusion of source "         \
+      "programs.")                                                             \
+    X(LLVM_LIB, PATH, llvm_lib, "", "0.1",                                     \
+      "Path of libclshim-llvm.so (translation and fusion). Empty means the "   \
+      "directory libclshim.so was loaded from.")
+
+#endif

@@ -1,0 +1,100 @@
+/* llvm_api.h — the contract between clshim and libclshim-llvm.so.
+ *
+ * Everything that needs LLVM (SPIR-V translation, IR fusion) lives in a
+ * separate shared object, build/libclshim-llvm.so, which links libLLVM-15 and
+ * libLLVMSPIRVLib. libclshim.so never links LLVM: fusion/llvmload.c dlopens
+ * the module on first need and looks up one symbol,
+ *     const struct clshim_llvm_api *clshim_llvm_api(void);
+ * so programs that never use IL or fusion never load LLVM. A missing or
+ * broken module is reported once ("clshim: ...") and every caller falls back
+ * to the real driver path.
+ *
+ * Every function is thread-safe (each call uses its own LLVMContext) and
+ * returns 0 or a clshim_err (common/error.h); on failure `err` (when not
+ * NULL) receives a one-line reason. Buffers returned through out-parameters
+ * are malloc'd; free them with api->free().
+ */
+#ifndef CLSHIM_LLVM_API_H
+#define CLSHIM_LLVM_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CLSHIM_LLVM_API_VERSION 1
+
+/* A specialization constant: SpecId and its value's bytes (1, 2, 4 or 8). */
+struct llvm_spec_const {
+    uint32_t id;
+    uint32_t size;
+    uint64_t value; /* the low `size` bytes, little endian */
+};
+
+/* One kernel of a sequence to fuse. */
+struct fuse_kernel {
+    const void *module_bc;  /* SPIR bitcode (spir64) of the program holding the kernel */
+    size_t module_size;     /* kernels of one program pass the same pointer */
+    const char *name;       /* kernel function name */
+    uint32_t work_dim;      /* 1..3 */
+    size_t global_size[3];  /* unused dimensions are 1 */
+    size_t local_size[3];   /* all 0: the app passed no local size */
+    size_t global_offset[3];
+    const uint32_t *arg_class; /* per parameter: an id; parameters with equal
+                                  ids (across all kernels) receive identical
+                                  arguments (the same cl_mem, or the same scalar
+                                  bytes) and become one fused parameter.
+                                  Distinct ids never alias. */
+    uint32_t num_args;
+};
+
+struct fuse_request {
+    const struct fuse_kernel *kernels;
+    size_t num_kernels;     /* 2 or more, in enqueue order */
+    const char *fused_name; /* name of the fused kernel */
+    int force_barrier;      /* the plan forces fusion where a barrier is needed:
+                               a work-group barrier (global fence) is inserted
+                               between bodies; the plan author promises that
+                               every dependency stays inside a work-group */
+};
+
+struct fuse_result {
+    void *bitcode;          /* SPIR bitcode (spir64) with the kernel fused_name */
+    size_t bitcode_size;
+    uint32_t num_params;    /* parameters of the fused kernel */
+    uint32_t *param_kernel; /* [num_params]: which kernel supplies the value ... */
+    uint32_t *param_index;  /* ... and which of its parameters */
+    uint32_t work_dim;      /* the fused ND-range */
+    size_t global_size[3];
+    size_t local_size[3];   /* all 0 when none was given */
+    size_t global_offset[3];
+    int barrier_inserted;   /* 1 when force_barrier made a barrier necessary */
+    char reason[512];       /* why fusion was refused, or why a barrier was needed */
+};
+
+struct clshim_llvm_api {
+    uint32_t version; /* CLSHIM_LLVM_API_VERSION */
+
+    /* Checks a SPIR-V module (magic, version, the translator can read it) and
+     * translates it to SPIR 1.2 bitcode for spir64 with OpenCL 1.2 builtin
+     * names, applying the specialization constants. CLSHIM_EINVAL: not a
+     * module the translator accepts (reason in err). */
+    int (*spirv_to_spir)(const void *spirv, size_t size, const struct llvm_spec_const *consts,
+                         size_t num_consts, void **bitcode, size_t *bitcode_size, char *err,
+                         size_t err_len);
+
+    /* SPIR bitcode -> SPIR-V (for devices that take IL). */
+    int (*spir_to_spirv)(const void *bitcode, size_t size, void **spirv, size_t *spirv_size,
+                         char *err, size_t err_len);
+
+    /* Fuses the request's kernels into one. CLSHIM_EUNSUPPORTED when fusion
+     * is refused (needs a barrier and not forced, different local sizes or
+     * offsets, barriers in a guarded body, unsupported construct): the reason
+     * is in result->reason, and nothing must be freed. On success free
+     * result->bitcode, param_kernel and param_index with api->free(). */
+    int (*fuse)(const struct fuse_request *req, struct fuse_result *result);
+
+    void (*free)(void *p);
+};
+
+typedef const struct clshim_llvm_api *(*clshim_llvm_api_fn)(void);
+
+#endif

@@ -1,0 +1,30 @@
+#!/bin/sh
+# Installs the Debian packages clshim needs. Idempotent: a quick no-op when
+# everything is present. Needs root (or sudo) only when something is missing.
+set -eu
+
+PACKAGES="build-essential pkg-config clang-15 llvm-15-dev libllvmspirvlib-15-dev llvm-spirv-15
+ocl-icd-opencl-dev ocl-icd-libopencl1 opencl-c-headers pocl-opencl-icd clinfo
+liblmdb-dev lmdb-utils libcmocka-dev libxxhash-dev libzstd-dev zstd python3"
+
+missing=""
+for p in $PACKAGES; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+
+echo "clshim: installing missing packages:$missing"
+if [ "$(id -u)" -eq 0 ]; then
+    SUDO=""
+elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+    SUDO="sudo"
+else
+    echo "clshim: cannot install packages: not root and no password-less sudo." >&2
+    echo "clshim: run as root: apt-get install$missing" >&2
+    exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+# shellcheck disable=SC2086
+$SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
+echo "clshim: packages installed"
