@@ -1,0 +1,24 @@
+/* device.h — what identifies a device's code generation, asked once.
+ *
+ * device_info() returns, for a cl_device_id, the identity text that goes
+ * into every key (platform name and version, device name and version,
+ * driver version, vendor id, OpenCL C version, extensions, address bits,
+ * type) and the capabilities clshim routes on (native IL, SPIR). The answer
+ * is computed on first use per device and kept for the process; thread-safe.
+ */
+#ifndef CLSHIM_DEVICE_H
+#define CLSHIM_DEVICE_H
+
+#include "common/clapi.h"
+
+struct device_info {
+    char *identity;     /* "platform.name=...\n..." for the key */
+    char name[256];     /* device name, for log lines and `cache list` */
+    int has_native_il;  /* CL_DEVICE_IL_VERSION non-empty */
+    int has_spir;       /* cl_khr_spir */
+};
+
+/* NULL when the device cannot be queried (the caller then does not cache). */
+const struct device_info *device_info(const struct cl_api *real, cl_device_id dev);
+
+#endif

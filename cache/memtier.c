@@ -1,0 +1,252 @@
+/* memtier.c — in-process binary tier with single-flight fills.
+ *
+ * Invariants (tests/unit/test_memtier.c checks them through memtier_usage):
+ *  1. an entry is on the LRU list iff it is FILLED and unpinned;
+ *  2. held_bytes == the sum of sizes of FILLED entries;
+ *  3. a FILLING entry has exactly one filler and pins >= 1.
+ */
+#include "cache/memtier.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum slot_state { SLOT_EMPTY, SLOT_FILLING, SLOT_FILLED };
+
+struct memtier_entry {
+    struct cache_hash key;
+    enum slot_state state;
+    unsigned pins;
+    unsigned generation; /* bumped on abandon: waiters of that fill fail */
+    void *binary;
+    size_t size;
+    char *build_log;
+    uint64_t compile_ns;
+    struct memtier_entry *hnext;              /* hash chain */
+    struct memtier_entry *lru_prev, *lru_next; /* unpinned FILLED entries */
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t filled = PTHREAD_COND_INITIALIZER;
+static struct memtier_entry **table;
+static size_t table_size, entry_count;
+static struct memtier_entry lru = {.lru_prev = &lru, .lru_next = &lru};
+static uint64_t held_bytes, limit_bytes = 256u << 20;
+
+static size_t bucket(struct cache_hash k) { return (size_t)(k.lo ^ k.hi) & (table_size - 1); }
+
+static void lru_unlink(struct memtier_entry *e)
+{
+    if (!e->lru_next) return;
+    e->lru_prev->lru_next = e->lru_next;
+    e->lru_next->lru_prev = e->lru_prev;
+    e->lru_prev = e->lru_next = NULL;
+}
+
+static void lru_push(struct memtier_entry *e) /* most recently used at the tail */
+{
+    e->lru_prev = lru.lru_prev;
+    e->lru_next = &lru;
+    lru.lru_prev->lru_next = e;
+    lru.lru_prev = e;
+}
+
+static void remove_entry(struct memtier_entry *e)
+{
+    for (struct memtier_entry **p = &table[bucket(e->key)]; *p; p = &(*p)->hnext)
+        if (*p == e) { *p = e->hnext; break; }
+    lru_unlink(e);
+    if (e->state == SLOT_FILLED) held_bytes -= e->size;
+    entry_count--;
+    free(e->binary);
+    free(e->build_log);
+    free(e);
+}
+
+static void evict_to_limit(void)
+{
+    while (limit_bytes && held_bytes > limit_bytes && lru.lru_next != &lru) remove_entry(lru.lru_next);
+}
+
+static int grow_table(void)
+{
+    size_t ns = table_size ? table_size * 2 : 64;
+    struct memtier_entry **nt = calloc(ns, sizeof *nt);
+    if (!nt) return -1;
+    size_t old = table_size;
+    struct memtier_entry **ot = table;
+    table = nt;
+    table_size = ns;
+    for (size_t i = 0; i < old; i++)
+        for (struct memtier_entry *e = ot[i], *next; e; e = next) {
+            next = e->hnext;
+            e->hnext = table[bucket(e->key)];
+            table[bucket(e->key)] = e;
+        }
+    free(ot);
+    return 0;
+}
+
+static struct memtier_entry *find(struct cache_hash k)
+{
+    if (!table_size) return NULL;
+    for (struct memtier_entry *e = table[bucket(k)]; e; e = e->hnext)
+        if (e->key.lo == k.lo && e->key.hi == k.hi) return e;
+    return NULL;
+}
+
+enum memtier_result memtier_acquire(struct cache_hash key, int wait, memtier_entry **entry)
+{
+    *entry = NULL;
+    pthread_mutex_lock(&lock);
+    struct memtier_entry *e = find(key);
+    if (!e) {
+        if (entry_count >= table_size && grow_table() != 0 && !table_size) goto nomem;
+        e = calloc(1, sizeof *e);
+        if (!e) goto nomem;
+        e->key = key;
+        e->hnext = table[bucket(key)];
+        table[bucket(key)] = e;
+        entry_count++;
+    }
+    if (e->state == SLOT_FILLING) {
+        if (!wait) {
+            pthread_mutex_unlock(&lock);
+            return MEMTIER_BUSY;
+        }
+        unsigned gen = e->generation;
+        e->pins++; /* keeps e alive while we sleep */
+        while (e->state == SLOT_FILLING && e->generation == gen) pthread_cond_wait(&filled, &lock);
+        if (e->state != SLOT_FILLED) { /* the fill was abandoned */
+            e->pins--;
+            if (!e->pins && e->state == SLOT_EMPTY) remove_entry(e);
+            pthread_mutex_unlock(&lock);
+            return MEMTIER_FAILED;
+        }
+        *entry = e;
+        pthread_mutex_unlock(&lock);
+        return MEMTIER_HIT;
+    }
+    enum memtier_result r;
+    if (e->state == SLOT_FILLED) {
+        lru_unlink(e);
+        r = MEMTIER_HIT;
+    } else {
+        e->state = SLOT_FILLING;
+        r = MEMTIER_FILL;
+    }
+    e->pins++;
+    *entry = e;
+    pthread_mutex_unlock(&lock);
+    return r;
+nomem:
+    pthread_mutex_unlock(&lock);
+    return MEMTIER_NOMEM;
+}
+
+int memtier_fill(memtier_entry *e, const void *binary, size_t size, const char *build_log,
+                 uint64_t compile_ns)
+{
+    void *copy = malloc(size ? size : 1);
+    char *log = strdup(build_log ? build_log : "");
+    if (!copy || !log) {
+        free(copy);
+        free(log);
+        memtier_abandon(e);
+        return -1;
+    }
+    memcpy(copy, binary, size);
+    pthread_mutex_lock(&lock);
+    e->binary = copy;
+    e->size = size;
+    e->build_log = log;
+    e->compile_ns = compile_ns;
+    e->state = SLOT_FILLED;
+    held_bytes += size;
+    pthread_cond_broadcast(&filled);
+    pthread_mutex_unlock(&lock);
+    return 0;
+}
+
+int memtier_refill(memtier_entry *e, const void *binary, size_t size)
+{
+    void *copy = malloc(size ? size : 1);
+    if (!copy) return -1;
+    memcpy(copy, binary, size);
+    pthread_mutex_lock(&lock);
+    if (e->state != SLOT_FILLED) {
+        pthread_mutex_unlock(&lock);
+        free(copy);
+        return -1;
+    }
+    /* Other pinners may be reading the old binary: swap only when the
+     * caller holds the sole pin. */
+    if (e->pins != 1) {
+        pthread_mutex_unlock(&lock);
+        free(copy);
+        return -1;
+    }
+    held_bytes = held_bytes - e->size + size;
+    free(e->binary);
+    e->binary = copy;
+    e->size = size;
+    pthread_mutex_unlock(&lock);
+    return 0;
+}
+
+void memtier_abandon(memtier_entry *e)
+{
+    pthread_mutex_lock(&lock);
+    e->state = SLOT_EMPTY;
+    e->generation++;
+    pthread_cond_broadcast(&filled);
+    if (--e->pins == 0) remove_entry(e);
+    pthread_mutex_unlock(&lock);
+}
+
+void memtier_release(memtier_entry *e)
+{
+    if (!e) return;
+    pthread_mutex_lock(&lock);
+    if (--e->pins == 0) {
+        if (e->state == SLOT_FILLED) {
+            lru_push(e);
+            evict_to_limit();
+        } else if (e->state == SLOT_EMPTY) {
+            remove_entry(e);
+        }
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+const void *memtier_binary(const memtier_entry *e, size_t *size)
+{
+    *size = e->size;
+    return e->binary;
+}
+
+const char *memtier_build_log(const memtier_entry *e) { return e->build_log ? e->build_log : ""; }
+uint64_t memtier_compile_ns(const memtier_entry *e) { return e->compile_ns; }
+
+void memtier_set_limit(uint64_t bytes)
+{
+    pthread_mutex_lock(&lock);
+    limit_bytes = bytes;
+    evict_to_limit();
+    pthread_mutex_unlock(&lock);
+}
+
+void memtier_usage(uint64_t *bytes, uint64_t *entries)
+{
+    pthread_mutex_lock(&lock);
+    *bytes = held_bytes;
+    *entries = entry_count;
+    pthread_mutex_unlock(&lock);
+}
+
+void memtier_clear(void)
+{
+    pthread_mutex_lock(&lock);
+    while (lru.lru_next != &lru) remove_entry(lru.lru_next);
+    pthread_mutex_unlock(&lock);
+}

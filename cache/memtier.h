@@ -1,0 +1,57 @@
+/* memtier.h — the in-process tier: built binaries by key, single-flight fills.
+ *
+ * The slot-cache scheme of shared/design/slot-cache.md: a slot is EMPTY,
+ * FILLING (one thread is building it; others wait on it) or FILLED. The first
+ * thread to acquire an EMPTY key gets MEMTIER_FILL and must end with
+ * memtier_fill() or memtier_abandon(); threads that acquire the key while it
+ * fills wait, then get MEMTIER_HIT — or MEMTIER_FAILED when the filler
+ * abandoned (a failed build), so each of them builds itself and sees the
+ * driver's own error. Acquired entries are pinned until memtier_release();
+ * the tier keeps at most `limit` bytes of unpinned filled binaries, dropping
+ * the least recently used first. One process-wide instance; thread-safe.
+ */
+#ifndef CLSHIM_MEMTIER_H
+#define CLSHIM_MEMTIER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cache/store.h"
+
+typedef struct memtier_entry memtier_entry;
+
+enum memtier_result {
+    MEMTIER_HIT = 0,    /* filled; *entry pinned */
+    MEMTIER_FILL = 1,   /* caller fills; *entry pinned */
+    MEMTIER_BUSY = 2,   /* another thread fills and wait was 0; *entry NULL */
+    MEMTIER_FAILED = 3, /* the filler abandoned while we waited; *entry NULL */
+    MEMTIER_NOMEM = 4,  /* could not allocate; *entry NULL */
+};
+
+enum memtier_result memtier_acquire(struct cache_hash key, int wait, memtier_entry **entry);
+
+/* Stores a copy of the binary and build log; wakes waiters. Returns 0, or -1
+ * on out-of-memory (then the entry is abandoned). */
+int memtier_fill(memtier_entry *e, const void *binary, size_t size, const char *build_log,
+                 uint64_t compile_ns);
+void memtier_abandon(memtier_entry *e);
+void memtier_release(memtier_entry *e);
+
+/* The filled data; valid while the entry is pinned. */
+const void *memtier_binary(const memtier_entry *e, size_t *size);
+const char *memtier_build_log(const memtier_entry *e);
+uint64_t memtier_compile_ns(const memtier_entry *e);
+
+/* Replaces the binary of a filled, pinned entry (a better capture). */
+int memtier_refill(memtier_entry *e, const void *binary, size_t size);
+
+/* Byte limit of unpinned filled entries; 0 = unbounded. */
+void memtier_set_limit(uint64_t bytes);
+
+/* Bytes held and entries held (tests). */
+void memtier_usage(uint64_t *bytes, uint64_t *entries);
+
+/* Drops every unpinned entry (tests). */
+void memtier_clear(void);
+
+#endif

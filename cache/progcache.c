@@ -1,0 +1,1109 @@
+/* progcache.c — the program layer (see progcache.h for the design).
+ *
+ * Invariants:
+ *  1. rec->refs mirrors the handle's reference count as the app and our
+ *     substituted kernels hold it; the record dies with the handle.
+ *  2. rec->effective, when set, is a built program holding one reference
+ *     of ours; kernels created from it hold their own (driver) references.
+ *  3. A memtier entry acquired with MEMTIER_FILL is filled or abandoned, and
+ *     a cross-process claim released, before pc_build returns.
+ */
+#include "cache/progcache.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cache/device.h"
+#include "cache/key.h"
+#include "cache/memtier.h"
+#include "cache/spirv_scan.h"
+#include "cache/store.h"
+#include "common/config.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "common/objmap.h"
+#include "fusion/llvmload.h"
+
+struct pc_dev {
+    cl_device_id dev;
+    struct cache_hash hash;
+    char *key;              /* key material; NULL when the build is not cacheable */
+    size_t key_len;
+    char *log;              /* the original build's log when served from the cache */
+    size_t stored_size;     /* binary size last stored; capture compares */
+    uint64_t compile_ns;
+    int needs_capture;      /* built by the driver here: capture again at release */
+};
+
+struct spec_value {
+    cl_uint id;
+    size_t size;
+    unsigned char value[8];
+};
+
+struct pc_program {
+    cl_program handle;
+    cl_context context;
+    enum key_kind kind;     /* KEY_SOURCE or KEY_IL */
+    int translated;         /* IL for a device without IL: the handle is a placeholder */
+    char *input;            /* source (concatenated) or IL bytes */
+    size_t input_len;
+    struct spirv_scan *scan; /* translated IL: its spec ids */
+    pthread_mutex_t lock;   /* guards everything below */
+    unsigned refs;
+    struct spec_value *specs;
+    size_t nspecs;
+    cl_program effective;
+    char *options;
+    struct pc_dev *devs;
+    size_t ndevs;
+};
+
+static const struct cl_api *real;
+static objmap *programs; /* app handle -> struct pc_program */
+static objmap *kernels;  /* kernel from an effective program -> struct pc_kernel */
+
+/* Per-process statistics, flushed to the store at exit. */
+static struct store_stats proc_stats;
+static uint64_t stat_memory_hits, stat_uncacheable, stat_translations;
+#define STAT_ADD(field, n) __atomic_add_fetch(&(field), (n), __ATOMIC_RELAXED)
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- the persistent store, opened on first need -------------------------- */
+
+static store *the_store;
+static pthread_once_t store_once = PTHREAD_ONCE_INIT;
+
+static void open_store(void)
+{
+    const struct clshim_config *cfg = config_get();
+    if (!cfg->cache) return;
+    char dir[4096];
+    if (config_cache_dir(cfg, dir, sizeof dir) != 0) {
+        log_msg(LOG_WARN, "no cache directory (set CLSHIM_CACHE_DIR, XDG_CACHE_HOME or HOME); "
+                          "persistent cache off");
+        return;
+    }
+    struct store_options opt = {
+        .dir = dir,
+        .max_size = cfg->cache_max_size,
+        .max_age_days = cfg->cache_max_age_days,
+        .min_entry = cfg->cache_min_entry,
+        .max_entry = cfg->cache_max_entry,
+        .readonly = cfg->cache_readonly,
+        .allow_shared = cfg->cache_allow_shared,
+        .compress_level = (int)cfg->cache_compress_level,
+    };
+    int rc = store_open(&opt, &the_store);
+    if (rc != CLSHIM_OK) {
+        log_msg(LOG_WARN, "cannot open the cache in %s (%s); persistent cache off", dir, clshim_strerror(rc));
+        the_store = NULL;
+    }
+}
+
+static store *get_store(void)
+{
+    pthread_once(&store_once, open_store);
+    return the_store;
+}
+
+static void at_exit(void);
+
+void pc_init(const struct cl_api *real_api)
+{
+    real = real_api;
+    programs = objmap_new();
+    kernels = objmap_new();
+    memtier_set_limit(config_get()->mem_cache_max);
+    atexit(at_exit);
+}
+
+/* ---- records ------------------------------------------------------------- */
+
+static void free_devs(struct pc_program *rec)
+{
+    for (size_t i = 0; i < rec->ndevs; i++) {
+        free(rec->devs[i].key);
+        free(rec->devs[i].log);
+    }
+    free(rec->devs);
+    rec->devs = NULL;
+    rec->ndevs = 0;
+}
+
+static void free_record(struct pc_program *rec)
+{
+    free_devs(rec);
+    free(rec->input);
+    free(rec->scan);
+    free(rec->specs);
+    free(rec->options);
+    pthread_mutex_destroy(&rec->lock);
+    free(rec);
+}
+
+static struct pc_program *new_record(cl_program handle, cl_context ctx, enum key_kind kind, char *input,
+                                     size_t len)
+{
+    struct pc_program *rec = calloc(1, sizeof *rec);
+    if (!rec) return NULL;
+    rec->handle = handle;
+    rec->context = ctx;
+    rec->kind = kind;
+    rec->input = input;
+    rec->input_len = len;
+    rec->refs = 1;
+    pthread_mutex_init(&rec->lock, NULL);
+    if (objmap_put(programs, handle, rec) != 0) {
+        rec->input = NULL;
+        free_record(rec);
+        return NULL;
+    }
+    return rec;
+}
+
+cl_program pc_create_with_source(cl_context ctx, cl_uint count, const char **strings, const size_t *lengths,
+                                 cl_int *errcode_ret)
+{
+    cl_program prog = real->clCreateProgramWithSource(ctx, count, strings, lengths, errcode_ret);
+    if (!prog || !config_get()->cache) return prog;
+    size_t total = 0;
+    for (cl_uint i = 0; i < count; i++)
+        total += lengths && lengths[i] ? lengths[i] : strlen(strings[i]);
+    char *src = malloc(total + 1);
+    if (!src) return prog; /* untracked: builds go straight to the driver */
+    size_t off = 0;
+    for (cl_uint i = 0; i < count; i++) {
+        size_t n = lengths && lengths[i] ? lengths[i] : strlen(strings[i]);
+        memcpy(src + off, strings[i], n);
+        off += n;
+    }
+    src[total] = 0;
+    if (!new_record(prog, ctx, KEY_SOURCE, src, total)) free(src);
+    return prog;
+}
+
+static int context_devices(cl_context ctx, cl_device_id **devs, cl_uint *n)
+{
+    size_t size = 0;
+    if (real->clGetContextInfo(ctx, CL_CONTEXT_DEVICES, 0, NULL, &size) != CL_SUCCESS || !size) return -1;
+    *devs = malloc(size);
+    if (!*devs) return -1;
+    if (real->clGetContextInfo(ctx, CL_CONTEXT_DEVICES, size, *devs, NULL) != CL_SUCCESS) {
+        free(*devs);
+        return -1;
+    }
+    *n = (cl_uint)(size / sizeof(cl_device_id));
+    return 0;
+}
+
+cl_program pc_create_with_il(cl_context ctx, const void *il, size_t length, cl_int *errcode_ret)
+{
+    const struct clshim_config *cfg = config_get();
+    cl_device_id *devs = NULL;
+    cl_uint ndev = 0;
+    int translate = 0;
+    if (cfg->spirv && il && length && context_devices(ctx, &devs, &ndev) == 0) {
+        int all_native = 1, all_spir = 1;
+        for (cl_uint i = 0; i < ndev; i++) {
+            const struct device_info *d = device_info(real, devs[i]);
+            all_native &= d && d->has_native_il;
+            all_spir &= d && d->has_spir;
+        }
+        translate = !all_native && all_spir;
+        if (!all_native && !all_spir)
+            LOG_ONCE(LOG_INFO, "a device without IL or SPIR support: clCreateProgramWithIL is passed to the "
+                               "driver unchanged");
+    }
+    free(devs);
+    if (!translate) {
+        if (!real->clCreateProgramWithIL) {
+            LOG_ONCE(LOG_WARN, "the OpenCL loader has no clCreateProgramWithIL");
+            if (errcode_ret) *errcode_ret = CL_INVALID_OPERATION;
+            return NULL;
+        }
+        cl_program prog = real->clCreateProgramWithIL(ctx, il, length, errcode_ret);
+        if (prog && cfg->cache) {
+            char *copy = malloc(length);
+            if (copy) {
+                memcpy(copy, il, length);
+                if (!new_record(prog, ctx, KEY_IL, copy, length)) free(copy);
+            }
+        }
+        return prog;
+    }
+    struct spirv_scan *scan = malloc(sizeof *scan);
+    char *copy = malloc(length);
+    if (!scan || !copy) {
+        free(scan);
+        free(copy);
+        if (errcode_ret) *errcode_ret = CL_OUT_OF_HOST_MEMORY;
+        return NULL;
+    }
+    if (spirv_scan(il, length, scan) != 0) {
+        log_msg(LOG_WARN, "clCreateProgramWithIL: invalid SPIR-V module: %s", scan->reason);
+        free(scan);
+        free(copy);
+        if (errcode_ret) *errcode_ret = CL_INVALID_VALUE;
+        return NULL;
+    }
+    /* The handle: an empty source program, so every object query works and
+     * CL_PROGRAM_SOURCE is empty, as for any program made from IL. */
+    const char *empty = "";
+    cl_program prog = real->clCreateProgramWithSource(ctx, 1, &empty, NULL, errcode_ret);
+    if (!prog) {
+        free(scan);
+        free(copy);
+        return NULL;
+    }
+    memcpy(copy, il, length);
+    struct pc_program *rec = new_record(prog, ctx, KEY_IL, copy, length);
+    if (!rec) {
+        real->clReleaseProgram(prog);
+        free(scan);
+        free(copy);
+        if (errcode_ret) *errcode_ret = CL_OUT_OF_HOST_MEMORY;
+        return NULL;
+    }
+    rec->translated = 1;
+    rec->scan = scan;
+    log_msg(LOG_DEBUG, "IL program %p: SPIR-V %u.%u, translated at build", (void *)prog, scan->version >> 16,
+            (scan->version >> 8) & 0xff);
+    return prog;
+}
+
+cl_int pc_set_spec_constant(cl_program prog, cl_uint spec_id, size_t spec_size, const void *spec_value)
+{
+    struct pc_program *rec = objmap_get(programs, prog);
+    if (!rec || !rec->translated) {
+        if (!real->clSetProgramSpecializationConstant) return CL_INVALID_OPERATION;
+        return real->clSetProgramSpecializationConstant(prog, spec_id, spec_size, spec_value);
+    }
+    int known = 0;
+    for (uint32_t i = 0; i < rec->scan->num_spec_ids; i++) known |= rec->scan->spec_ids[i] == spec_id;
+    if (!known) return CL_INVALID_SPEC_ID;
+    if (!spec_value || !(spec_size == 1 || spec_size == 2 || spec_size == 4 || spec_size == 8))
+        return CL_INVALID_VALUE;
+    pthread_mutex_lock(&rec->lock);
+    size_t i;
+    for (i = 0; i < rec->nspecs && rec->specs[i].id != spec_id; i++) {}
+    if (i == rec->nspecs) {
+        struct spec_value *ns = realloc(rec->specs, (rec->nspecs + 1) * sizeof *ns);
+        if (!ns) {
+            pthread_mutex_unlock(&rec->lock);
+            return CL_OUT_OF_HOST_MEMORY;
+        }
+        rec->specs = ns;
+        rec->nspecs++;
+    }
+    rec->specs[i].id = spec_id;
+    rec->specs[i].size = spec_size;
+    memset(rec->specs[i].value, 0, 8);
+    memcpy(rec->specs[i].value, spec_value, spec_size);
+    pthread_mutex_unlock(&rec->lock);
+    return CL_SUCCESS;
+}
+
+/* ---- building ------------------------------------------------------------ */
+
+static int cmp_spec(const void *a, const void *b)
+{
+    const struct spec_value *x = a, *y = b;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Key material for one device; NULL key when the build must not be cached. */
+static void derive_key(struct pc_program *rec, const char *options, struct pc_dev *d)
+{
+    const struct device_info *info = device_info(real, d->dev);
+    if (!info) return;
+    struct key_buf k;
+    key_begin(&k, rec->kind, options);
+    key_add_text(&k, "device", info->identity);
+    if (rec->translated) key_add_text(&k, "route", "spirv->spir");
+    qsort(rec->specs, rec->nspecs, sizeof *rec->specs, cmp_spec);
+    for (size_t i = 0; i < rec->nspecs; i++) {
+        char name[32], value[24];
+        uint64_t v = 0;
+        memcpy(&v, rec->specs[i].value, 8);
+        snprintf(name, sizeof name, "spec.%u", rec->specs[i].id);
+        snprintf(value, sizeof value, "%zu:%016llx", rec->specs[i].size, (unsigned long long)v);
+        key_add_text(&k, name, value);
+    }
+    if (rec->kind == KEY_SOURCE) {
+        char why[256];
+        if (key_add_headers(&k, rec->input, rec->input_len, options, why, sizeof why) != 0) {
+            STAT_ADD(stat_uncacheable, 1);
+            log_msg(LOG_INFO, "not caching program %p: %s", (void *)rec->handle, why);
+            key_free(&k);
+            return;
+        }
+    }
+    key_add_blob(&k, "input", rec->input, rec->input_len);
+    if (k.oom) {
+        key_free(&k);
+        return;
+    }
+    d->key = k.data;
+    d->key_len = k.len;
+    d->hash = key_hash(k.data, k.len);
+}
+
+/* Reads the binaries of `prog` for the given devices (in its device order). */
+static int read_binaries(cl_program prog, size_t n, const struct pc_dev *want, void **bins, size_t *sizes)
+{
+    cl_uint ndev = 0;
+    if (real->clGetProgramInfo(prog, CL_PROGRAM_NUM_DEVICES, sizeof ndev, &ndev, NULL) != CL_SUCCESS || !ndev)
+        return -1;
+    cl_device_id *devs = calloc(ndev, sizeof *devs);
+    size_t *all_sizes = calloc(ndev, sizeof *all_sizes);
+    unsigned char **all = calloc(ndev, sizeof *all);
+    int rc = -1;
+    if (!devs || !all_sizes || !all) goto out;
+    if (real->clGetProgramInfo(prog, CL_PROGRAM_DEVICES, ndev * sizeof *devs, devs, NULL) != CL_SUCCESS ||
+        real->clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, ndev * sizeof *all_sizes, all_sizes, NULL) !=
+            CL_SUCCESS)
+        goto out;
+    for (cl_uint i = 0; i < ndev; i++) {
+        int wanted = 0;
+        for (size_t j = 0; j < n; j++) wanted |= want[j].dev == devs[i];
+        if (wanted && all_sizes[i] && !(all[i] = malloc(all_sizes[i]))) goto out;
+    }
+    if (real->clGetProgramInfo(prog, CL_PROGRAM_BINARIES, ndev * sizeof *all, all, NULL) != CL_SUCCESS) goto out;
+    rc = 0;
+    for (size_t j = 0; j < n; j++) {
+        bins[j] = NULL;
+        sizes[j] = 0;
+        for (cl_uint i = 0; i < ndev; i++)
+            if (devs[i] == want[j].dev && all[i]) {
+                bins[j] = all[i];
+                sizes[j] = all_sizes[i];
+                all[i] = NULL;
+            }
+        if (!bins[j]) rc = -1;
+    }
+out:
+    for (cl_uint i = 0; i < ndev && all; i++) free(all[i]);
+    free(all);
+    free(all_sizes);
+    free(devs);
+    return rc;
+}
+
+static char *read_build_log(cl_program prog, cl_device_id dev)
+{
+    size_t n = 0;
+    if (real->clGetProgramBuildInfo(prog, dev, CL_PROGRAM_BUILD_LOG, 0, NULL, &n) != CL_SUCCESS) return strdup("");
+    char *log = calloc(1, n + 1);
+    if (log && real->clGetProgramBuildInfo(prog, dev, CL_PROGRAM_BUILD_LOG, n, log, NULL) != CL_SUCCESS) log[0] = 0;
+    return log;
+}
+
+static void key_prefix(struct cache_hash h, char out[17])
+{
+    char hex[33];
+    key_hash_hex(h, hex);
+    memcpy(out, hex, 16);
+    out[16] = 0;
+}
+
+/* Waits for another process building the same key; 0 with the record when
+ * it appeared, -1 when we should build (claim taken, or waited too long). */
+static int wait_for_other_builder(store *st, const struct pc_dev *d, struct store_record *rec, void **arena,
+                                  int *claimed)
+{
+    uint64_t wait_ms = config_get()->build_wait_ms;
+    uint64_t deadline = now_ns() + wait_ms * 1000000u;
+    unsigned sleep_us = 5000;
+    for (;;) {
+        int rc = store_claim_build(st, d->hash, wait_ms ? wait_ms : 1);
+        if (rc == CLSHIM_OK) {
+            *claimed = 1;
+            /* The other builder may have stored and released just now. */
+            if (store_get(st, d->hash, d->key, d->key_len, rec, arena) == CLSHIM_OK) return 0;
+            return -1;
+        }
+        if (rc != CLSHIM_EBUSY) return -1;
+        if (now_ns() > deadline) {
+            log_msg(LOG_INFO, "waited %llu ms for another process compiling the same program; compiling here",
+                    (unsigned long long)wait_ms);
+            return -1;
+        }
+        usleep(sleep_us);
+        if (sleep_us < 50000) sleep_us *= 2;
+        if (store_get(st, d->hash, d->key, d->key_len, rec, arena) == CLSHIM_OK) return 0;
+    }
+}
+
+struct lookup {
+    memtier_entry *entry; /* pinned */
+    int filling;          /* we own the fill */
+    int claimed;          /* we hold the cross-process claim */
+    int from_disk;
+};
+
+/* Translates the IL of rec to SPIR and creates the program from it. */
+static cl_program translate_il(struct pc_program *rec, cl_uint ndev, const cl_device_id *devs, cl_int *err,
+                               char *why, size_t why_len)
+{
+    const struct clshim_llvm_api *api = llvm_api();
+    if (!api) {
+        snprintf(why, why_len, "libclshim-llvm.so cannot be loaded");
+        *err = CL_BUILD_PROGRAM_FAILURE;
+        return NULL;
+    }
+    struct llvm_spec_const consts[64];
+    size_t n = rec->nspecs < 64 ? rec->nspecs : 64;
+    for (size_t i = 0; i < n; i++) {
+        consts[i].id = rec->specs[i].id;
+        consts[i].size = (uint32_t)rec->specs[i].size;
+        memcpy(&consts[i].value, rec->specs[i].value, 8);
+    }
+    void *bc = NULL;
+    size_t bc_size = 0;
+    uint64_t t0 = now_ns();
+    int rc = api->spirv_to_spir(rec->input, rec->input_len, consts, n, &bc, &bc_size, why, why_len);
+    if (rc != 0) {
+        *err = CL_BUILD_PROGRAM_FAILURE;
+        return NULL;
+    }
+    STAT_ADD(stat_translations, 1);
+    log_msg(LOG_INFO, "translated SPIR-V program %p to SPIR (%zu bytes) in %.1f ms", (void *)rec->handle,
+            bc_size, (now_ns() - t0) / 1e6);
+    const unsigned char **bins = calloc(ndev, sizeof *bins);
+    size_t *sizes = calloc(ndev, sizeof *sizes);
+    cl_program p = NULL;
+    if (bins && sizes) {
+        for (cl_uint i = 0; i < ndev; i++) {
+            bins[i] = bc;
+            sizes[i] = bc_size;
+        }
+        p = real->clCreateProgramWithBinary(rec->context, ndev, devs, sizes, bins, NULL, err);
+    } else {
+        *err = CL_OUT_OF_HOST_MEMORY;
+    }
+    free(bins);
+    free(sizes);
+    api->free(bc);
+    if (!p) snprintf(why, why_len, "the driver refused the translated SPIR (error %d)", *err);
+    return p;
+}
+
+static void set_effective(struct pc_program *rec, cl_program p)
+{
+    if (rec->effective) real->clReleaseProgram(rec->effective);
+    rec->effective = p;
+}
+
+/* The driver's build: on the handle, or (translated IL) on a new program. */
+static cl_int driver_build(struct pc_program *rec, cl_uint ndev, const cl_device_id *devs, const char *options)
+{
+    if (!rec->translated) {
+        set_effective(rec, NULL);
+        return real->clBuildProgram(rec->handle, ndev, devs, options, NULL, NULL);
+    }
+    char why[512] = "";
+    cl_int err = CL_SUCCESS;
+    cl_program p = translate_il(rec, ndev, devs, &err, why, sizeof why);
+    if (!p) {
+        log_msg(LOG_WARN, "cannot build IL program %p: %s", (void *)rec->handle, why);
+        for (size_t i = 0; i < rec->ndevs; i++) {
+            free(rec->devs[i].log);
+            rec->devs[i].log = strdup(why);
+        }
+        return err;
+    }
+    cl_int rc = real->clBuildProgram(p, ndev, devs, options, NULL, NULL);
+    /* Even a failed build stands in for the handle: the app's build log and
+     * status queries are the driver's answers about it. */
+    set_effective(rec, p);
+    return rc;
+}
+
+static cl_int substitute(struct pc_program *rec, cl_uint ndev, const cl_device_id *devs, const char *options,
+                         struct lookup *lk)
+{
+    const unsigned char **bins = calloc(ndev, sizeof *bins);
+    size_t *sizes = calloc(ndev, sizeof *sizes);
+    cl_int err = CL_OUT_OF_HOST_MEMORY;
+    if (!bins || !sizes) goto out;
+    for (cl_uint i = 0; i < ndev; i++) bins[i] = memtier_binary(lk[i].entry, &sizes[i]);
+    cl_int *status = calloc(ndev, sizeof *status);
+    cl_program p = status ? real->clCreateProgramWithBinary(rec->context, ndev, devs, sizes, bins, status, &err)
+                          : NULL;
+    free(status);
+    if (!p) goto out;
+    err = real->clBuildProgram(p, ndev, devs, options, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        real->clReleaseProgram(p);
+        goto out;
+    }
+    set_effective(rec, p);
+    for (cl_uint i = 0; i < ndev; i++) {
+        free(rec->devs[i].log);
+        rec->devs[i].log = strdup(memtier_build_log(lk[i].entry));
+    }
+out:
+    free(bins);
+    free(sizes);
+    return err;
+}
+
+static void store_built(struct pc_program *rec, cl_program built, struct lookup *lk, uint64_t compile_ns)
+{
+    store *st = get_store();
+    size_t n = rec->ndevs;
+    void **bins = calloc(n, sizeof *bins);
+    size_t *sizes = calloc(n, sizeof *sizes);
+    if (!bins || !sizes || read_binaries(built, n, rec->devs, bins, sizes) != 0) {
+        for (size_t i = 0; i < n; i++)
+            if (lk[i].filling) memtier_abandon(lk[i].entry), lk[i].entry = NULL, lk[i].filling = 0;
+        log_msg(LOG_INFO, "cannot read the built binaries of program %p; not cached", (void *)rec->handle);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct pc_dev *d = &rec->devs[i];
+        if (!lk[i].filling) continue;
+        char *log = read_build_log(built, d->dev);
+        d->compile_ns = compile_ns / n;
+        memtier_fill(lk[i].entry, bins[i], sizes[i], log, d->compile_ns);
+        lk[i].filling = 0;
+        d->needs_capture = 1;
+        d->stored_size = sizes[i];
+        char prefix[17];
+        key_prefix(d->hash, prefix);
+        const struct device_info *info = device_info(real, d->dev);
+        if (st) {
+            struct store_record sr = {bins[i], sizes[i], log ? log : "", d->compile_ns, (uint32_t)rec->kind,
+                                      info ? info->name : ""};
+            int rc = store_put(st, d->hash, d->key, d->key_len, &sr);
+            if (rc == CLSHIM_OK) STAT_ADD(proc_stats.stores, 1);
+            else if (rc != CLSHIM_EREADONLY && rc != CLSHIM_ETOOBIG)
+                LOG_ONCE(LOG_WARN, "cannot store a built program (%s); the app goes on uncached",
+                         clshim_strerror(rc));
+            log_msg(LOG_INFO, "miss %s on '%s': compiled in %.1f ms, %s %zu bytes", prefix,
+                    info ? info->name : "?", d->compile_ns / 1e6, rc == CLSHIM_OK ? "stored" : "not stored",
+                    sizes[i]);
+        } else {
+            log_msg(LOG_INFO, "miss %s on '%s': compiled in %.1f ms", prefix, info ? info->name : "?",
+                    d->compile_ns / 1e6);
+        }
+        free(log);
+    }
+out:
+    for (size_t i = 0; bins && i < n; i++) free(bins[i]);
+    free(bins);
+    free(sizes);
+}
+
+/* Looks every device's key up; returns 1 when all hit. */
+static int lookup_all(struct pc_program *rec, struct lookup *lk)
+{
+    store *st = get_store();
+    int all_hit, own_fill = 0;
+    for (size_t i = 0; i < rec->ndevs; i++) {
+        struct pc_dev *d = &rec->devs[i];
+        if (!d->key) continue;
+        /* Never wait for another thread while owning a fill: two builders
+         * of overlapping device sets could otherwise wait on each other. */
+        enum memtier_result r = memtier_acquire(d->hash, !own_fill, &lk[i].entry);
+        if (r == MEMTIER_HIT) {
+            STAT_ADD(stat_memory_hits, 1);
+            continue;
+        }
+        if (r != MEMTIER_FILL) continue;
+        lk[i].filling = own_fill = 1;
+        if (!st) continue;
+        struct store_record sr;
+        void *arena = NULL;
+        int rc = store_get(st, d->hash, d->key, d->key_len, &sr, &arena);
+        if (rc == CLSHIM_ENOTFOUND) rc = wait_for_other_builder(st, d, &sr, &arena, &lk[i].claimed) == 0
+                                              ? CLSHIM_OK : CLSHIM_ENOTFOUND;
+        if (log_enabled(LOG_DEBUG)) {
+            char prefix[17];
+            key_prefix(d->hash, prefix);
+            log_msg(LOG_DEBUG, "lookup %s: %s", prefix, rc == CLSHIM_OK ? "found on disk" : clshim_strerror(rc));
+        }
+        if (rc == CLSHIM_OK) {
+            memtier_fill(lk[i].entry, sr.binary, sr.binary_size, sr.build_log, sr.compile_ns);
+            lk[i].filling = 0;
+            lk[i].from_disk = 1;
+            d->stored_size = sr.binary_size;
+            store_record_free(arena);
+            if (lk[i].claimed) store_release_build(st, d->hash), lk[i].claimed = 0;
+            continue;
+        }
+        if (rc == CLSHIM_ECORRUPT || rc == CLSHIM_ECOLLISION)
+            log_msg(LOG_WARN, "cache entry for program %p is %s; rebuilding it", (void *)rec->handle,
+                    clshim_strerror(rc));
+        if (!lk[i].claimed) store_claim_build(st, d->hash, config_get()->build_wait_ms), lk[i].claimed = 1;
+    }
+    all_hit = rec->ndevs > 0;
+    for (size_t i = 0; i < rec->ndevs; i++) all_hit &= lk[i].entry && !lk[i].filling;
+    return all_hit;
+}
+
+static void finish_lookups(struct pc_program *rec, struct lookup *lk)
+{
+    store *st = get_store();
+    for (size_t i = 0; i < rec->ndevs; i++) {
+        if (lk[i].filling) memtier_abandon(lk[i].entry);
+        else if (lk[i].entry) memtier_release(lk[i].entry);
+        if (lk[i].claimed && st) store_release_build(st, rec->devs[i].hash);
+    }
+}
+
+cl_int pc_build(cl_program prog, cl_uint num_devices, const cl_device_id *device_list, const char *options,
+                void(CL_CALLBACK *notify)(cl_program, void *), void *user_data)
+{
+    struct pc_program *rec = objmap_get(programs, prog);
+    if (!rec) return real->clBuildProgram(prog, num_devices, device_list, options, notify, user_data);
+    if ((num_devices == 0) != (device_list == NULL)) return CL_INVALID_VALUE;
+    if (!notify && user_data) return CL_INVALID_VALUE;
+
+    cl_device_id *owned = NULL;
+    cl_uint ndev = num_devices;
+    const cl_device_id *devs = device_list;
+    if (!devs) {
+        if (context_devices(rec->context, &owned, &ndev) != 0)
+            return real->clBuildProgram(prog, num_devices, device_list, options, notify, user_data);
+        devs = owned;
+    }
+
+    pthread_mutex_lock(&rec->lock);
+    free_devs(rec);
+    free(rec->options);
+    rec->options = strdup(options ? options : "");
+    rec->devs = calloc(ndev, sizeof *rec->devs);
+    struct lookup *lk = calloc(ndev, sizeof *lk);
+    cl_int err;
+    if (!rec->devs || !lk || !rec->options) {
+        free(lk);
+        free_devs(rec);
+        pthread_mutex_unlock(&rec->lock);
+        free(owned);
+        return rec->translated ? CL_OUT_OF_HOST_MEMORY
+                               : real->clBuildProgram(prog, num_devices, device_list, options, notify, user_data);
+    }
+    rec->ndevs = ndev;
+    for (cl_uint i = 0; i < ndev; i++) {
+        rec->devs[i].dev = devs[i];
+        if (config_get()->cache) derive_key(rec, options, &rec->devs[i]);
+    }
+
+    uint64_t t0 = now_ns();
+    int all_hit = lookup_all(rec, lk);
+    err = CL_BUILD_PROGRAM_FAILURE;
+    if (all_hit) {
+        err = substitute(rec, ndev, devs, options, lk);
+        if (err == CL_SUCCESS) {
+            double ms = (now_ns() - t0) / 1e6;
+            for (cl_uint i = 0; i < ndev; i++) {
+                char prefix[17];
+                key_prefix(rec->devs[i].hash, prefix);
+                uint64_t saved = memtier_compile_ns(lk[i].entry);
+                const struct device_info *info = device_info(real, devs[i]);
+                STAT_ADD(proc_stats.hits, 1);
+                STAT_ADD(proc_stats.compile_ns_saved, saved > (uint64_t)(ms * 1e6) ? saved - (uint64_t)(ms * 1e6) : 0);
+                log_msg(LOG_INFO, "hit %s on '%s' (%s): %.1f ms instead of %.1f ms", prefix, info ? info->name : "?",
+                        lk[i].from_disk ? "disk" : "memory", ms, saved / 1e6);
+            }
+        } else {
+            /* The driver refused a cached binary: rebuild and replace it. */
+            STAT_ADD(proc_stats.rejected, 1);
+            log_msg(LOG_WARN, "the driver rejected a cached binary of program %p (error %d); rebuilding",
+                    (void *)prog, err);
+            store *st = get_store();
+            for (cl_uint i = 0; i < ndev; i++) {
+                if (st) store_delete(st, rec->devs[i].hash);
+                memtier_release(lk[i].entry);
+                lk[i].entry = NULL;
+                /* Refill from the rebuild below, if nobody else pins it. */
+                if (memtier_acquire(rec->devs[i].hash, 0, &lk[i].entry) == MEMTIER_FILL) lk[i].filling = 1;
+            }
+            all_hit = 0;
+        }
+    }
+    if (!all_hit) {
+        for (cl_uint i = 0; i < ndev; i++)
+            if (lk[i].filling) STAT_ADD(proc_stats.misses, 1);
+        uint64_t b0 = now_ns();
+        err = driver_build(rec, ndev, devs, options);
+        uint64_t compile_ns = now_ns() - b0;
+        if (err == CL_SUCCESS) store_built(rec, rec->effective ? rec->effective : rec->handle, lk, compile_ns);
+    }
+    finish_lookups(rec, lk);
+    free(lk);
+    pthread_mutex_unlock(&rec->lock);
+    free(owned);
+    if (notify) notify(prog, user_data);
+    return err;
+}
+
+/* Stores the program's binary again when it changed since it was stored
+ * (PoCL adds work-group functions compiled at first enqueue). */
+static void capture(struct pc_program *rec)
+{
+    store *st = get_store();
+    int any = 0;
+    for (size_t i = 0; i < rec->ndevs; i++) any |= rec->devs[i].needs_capture && rec->devs[i].key;
+    if (!any || !st) return;
+    cl_program built = rec->effective ? rec->effective : rec->handle;
+    void **bins = calloc(rec->ndevs, sizeof *bins);
+    size_t *sizes = calloc(rec->ndevs, sizeof *sizes);
+    if (bins && sizes && read_binaries(built, rec->ndevs, rec->devs, bins, sizes) == 0) {
+        for (size_t i = 0; i < rec->ndevs; i++) {
+            struct pc_dev *d = &rec->devs[i];
+            log_msg(LOG_DEBUG, "capture of program %p: %zu bytes now, %zu stored", (void *)rec->handle,
+                    sizes[i], d->stored_size);
+            if (!d->needs_capture || !d->key || sizes[i] == d->stored_size) continue;
+            const struct device_info *info = device_info(real, d->dev);
+            char *log = read_build_log(built, d->dev);
+            struct store_record sr = {bins[i], sizes[i], log ? log : "", d->compile_ns, (uint32_t)rec->kind,
+                                      info ? info->name : ""};
+            if (store_put(st, d->hash, d->key, d->key_len, &sr) == CLSHIM_OK) {
+                char prefix[17];
+                key_prefix(d->hash, prefix);
+                log_msg(LOG_INFO, "captured %s again after first use: %zu bytes (was %zu)", prefix, sizes[i],
+                        d->stored_size);
+                d->stored_size = sizes[i];
+            }
+            free(log);
+            d->needs_capture = 0;
+        }
+    }
+    for (size_t i = 0; bins && i < rec->ndevs; i++) free(bins[i]);
+    free(bins);
+    free(sizes);
+}
+
+/* ---- compile and link: passed to the driver (cached by a later step) ---- */
+
+cl_int pc_compile(cl_program prog, cl_uint num_devices, const cl_device_id *devices, const char *options,
+                  cl_uint num_headers, const cl_program *headers, const char **header_names,
+                  void(CL_CALLBACK *notify)(cl_program, void *), void *user_data)
+{
+    return real->clCompileProgram(prog, num_devices, devices, options, num_headers, headers, header_names, notify,
+                                  user_data);
+}
+
+cl_program pc_link(cl_context ctx, cl_uint num_devices, const cl_device_id *devices, const char *options,
+                   cl_uint num_inputs, const cl_program *inputs, void(CL_CALLBACK *notify)(cl_program, void *),
+                   void *user_data, cl_int *errcode_ret)
+{
+    return real->clLinkProgram(ctx, num_devices, devices, options, num_inputs, inputs, notify, user_data,
+                               errcode_ret);
+}
+
+/* ---- queries ------------------------------------------------------------- */
+
+static cl_int answer(const void *data, size_t n, size_t size, void *value, size_t *size_ret)
+{
+    if (value) {
+        if (size < n) return CL_INVALID_VALUE;
+        memcpy(value, data, n);
+    }
+    if (size_ret) *size_ret = n;
+    return CL_SUCCESS;
+}
+
+/* The program that answers `param`, holding a reference the caller drops. */
+static cl_program program_for(struct pc_program *rec, int about_build)
+{
+    pthread_mutex_lock(&rec->lock);
+    cl_program p = about_build && rec->effective ? rec->effective : rec->handle;
+    real->clRetainProgram(p);
+    pthread_mutex_unlock(&rec->lock);
+    return p;
+}
+
+cl_int pc_get_program_info(cl_program prog, cl_program_info param, size_t size, void *value, size_t *size_ret)
+{
+    struct pc_program *rec = objmap_get(programs, prog);
+    if (!rec) return real->clGetProgramInfo(prog, param, size, value, size_ret);
+    if (param == CL_PROGRAM_IL && rec->translated) return answer(rec->input, rec->input_len, size, value, size_ret);
+    int about_build = param == CL_PROGRAM_BINARY_SIZES || param == CL_PROGRAM_BINARIES ||
+                      param == CL_PROGRAM_NUM_KERNELS || param == CL_PROGRAM_KERNEL_NAMES ||
+                      param == CL_PROGRAM_SCOPE_GLOBAL_CTORS_PRESENT ||
+                      param == CL_PROGRAM_SCOPE_GLOBAL_DTORS_PRESENT;
+    cl_program p = program_for(rec, about_build);
+    cl_int rc = real->clGetProgramInfo(p, param, size, value, size_ret);
+    real->clReleaseProgram(p);
+    return rc;
+}
+
+cl_int pc_get_build_info(cl_program prog, cl_device_id dev, cl_program_build_info param, size_t size, void *value,
+                         size_t *size_ret)
+{
+    struct pc_program *rec = objmap_get(programs, prog);
+    if (!rec) return real->clGetProgramBuildInfo(prog, dev, param, size, value, size_ret);
+    if (param == CL_PROGRAM_BUILD_OPTIONS || param == CL_PROGRAM_BUILD_LOG) {
+        pthread_mutex_lock(&rec->lock);
+        const char *text = NULL;
+        if (param == CL_PROGRAM_BUILD_OPTIONS && rec->effective) text = rec->options;
+        for (size_t i = 0; param == CL_PROGRAM_BUILD_LOG && i < rec->ndevs; i++)
+            if (rec->devs[i].dev == dev && rec->devs[i].log) text = rec->devs[i].log;
+        cl_int rc;
+        if (text) {
+            /* Validate the device as the driver would. */
+            rc = real->clGetProgramBuildInfo(rec->handle, dev, CL_PROGRAM_BUILD_STATUS, 0, NULL, NULL);
+            if (rc == CL_SUCCESS) rc = answer(text, strlen(text) + 1, size, value, size_ret);
+        }
+        pthread_mutex_unlock(&rec->lock);
+        if (text) return rc;
+    }
+    cl_program p = program_for(rec, 1);
+    cl_int rc = real->clGetProgramBuildInfo(p, dev, param, size, value, size_ret);
+    real->clReleaseProgram(p);
+    return rc;
+}
+
+cl_int pc_retain_program(cl_program prog)
+{
+    struct pc_program *rec = objmap_get(programs, prog);
+    cl_int rc = real->clRetainProgram(prog);
+    if (rec && rc == CL_SUCCESS) __atomic_add_fetch(&rec->refs, 1, __ATOMIC_RELAXED);
+    return rc;
+}
+
+/* Called before a release that may drop the handle's last reference: the
+ * built binary is captured while the program still exists. */
+static void before_last_reference(struct pc_program *rec)
+{
+    pthread_mutex_lock(&rec->lock);
+    if (rec->refs == 1) capture(rec);
+    pthread_mutex_unlock(&rec->lock);
+}
+
+static void drop_reference(struct pc_program *rec)
+{
+    if (__atomic_sub_fetch(&rec->refs, 1, __ATOMIC_ACQ_REL) != 0) return;
+    objmap_remove(programs, rec->handle);
+    set_effective(rec, NULL);
+    free_record(rec);
+}
+
+cl_int pc_release_program(cl_program prog)
+{
+    struct pc_program *rec = objmap_get(programs, prog);
+    if (!rec) return real->clReleaseProgram(prog);
+    before_last_reference(rec);
+    cl_int rc = real->clReleaseProgram(prog);
+    if (rc == CL_SUCCESS) drop_reference(rec);
+    return rc;
+}
+
+/* ---- kernels -------------------------------------------------------------
+ * Every kernel of a tracked program is tracked and counts in rec->refs, as
+ * the driver counts it in the program's reference count. A kernel created
+ * from the effective program ("substituted") also holds a real reference on
+ * the handle, which the driver's kernel would hold on its own program. */
+
+struct pc_kernel_rec {
+    struct pc_program *prog;
+    unsigned refs;
+    int substituted;
+    char name[];
+};
+
+static void track_kernel(struct pc_program *rec, cl_kernel k, const char *name, int substituted)
+{
+    size_t n = strlen(name);
+    struct pc_kernel_rec *kr = malloc(sizeof *kr + n + 1);
+    if (!kr) return;
+    kr->prog = rec;
+    kr->refs = 1;
+    kr->substituted = substituted;
+    memcpy(kr->name, name, n + 1);
+    if (substituted && real->clRetainProgram(rec->handle) != CL_SUCCESS) {
+        free(kr);
+        return;
+    }
+    if (objmap_put(kernels, k, kr) != 0) {
+        if (substituted) real->clReleaseProgram(rec->handle);
+        free(kr);
+        return;
+    }
+    __atomic_add_fetch(&rec->refs, 1, __ATOMIC_RELAXED);
+}
+
+cl_kernel pc_create_kernel(cl_program prog, const char *name, cl_int *errcode_ret)
+{
+    struct pc_program *rec = objmap_get(programs, prog);
+    if (!rec) return real->clCreateKernel(prog, name, errcode_ret);
+    cl_program p = program_for(rec, 1);
+    cl_kernel k = real->clCreateKernel(p, name, errcode_ret);
+    if (k) track_kernel(rec, k, name, p != prog);
+    real->clReleaseProgram(p);
+    return k;
+}
+
+cl_int pc_create_kernels(cl_program prog, cl_uint num, cl_kernel *out, cl_uint *num_ret)
+{
+    struct pc_program *rec = objmap_get(programs, prog);
+    if (!rec) return real->clCreateKernelsInProgram(prog, num, out, num_ret);
+    cl_program p = program_for(rec, 1);
+    cl_uint made = 0;
+    cl_int rc = real->clCreateKernelsInProgram(p, num, out, &made);
+    if (num_ret) *num_ret = made;
+    if (rc == CL_SUCCESS && out)
+        for (cl_uint i = 0; i < made; i++) {
+            char name[1024] = "";
+            real->clGetKernelInfo(out[i], CL_KERNEL_FUNCTION_NAME, sizeof name, name, NULL);
+            track_kernel(rec, out[i], name, p != prog);
+        }
+    real->clReleaseProgram(p);
+    return rc;
+}
+
+cl_kernel pc_clone_kernel(cl_kernel source, cl_int *errcode_ret)
+{
+    if (!real->clCloneKernel) {
+        LOG_ONCE(LOG_WARN, "the OpenCL loader has no clCloneKernel");
+        if (errcode_ret) *errcode_ret = CL_INVALID_OPERATION;
+        return NULL;
+    }
+    cl_kernel k = real->clCloneKernel(source, errcode_ret);
+    struct pc_kernel_rec *kr = k ? objmap_get(kernels, source) : NULL;
+    if (kr) track_kernel(kr->prog, k, kr->name, kr->substituted);
+    return k;
+}
+
+cl_int pc_get_kernel_info(cl_kernel k, cl_kernel_info param, size_t size, void *value, size_t *size_ret)
+{
+    struct pc_kernel_rec *kr = param == CL_KERNEL_PROGRAM ? objmap_get(kernels, k) : NULL;
+    if (kr && kr->substituted) {
+        /* Validate the kernel first, as the driver would. */
+        cl_int rc = real->clGetKernelInfo(k, CL_KERNEL_PROGRAM, 0, NULL, NULL);
+        if (rc != CL_SUCCESS) return rc;
+        return answer(&kr->prog->handle, sizeof(cl_program), size, value, size_ret);
+    }
+    return real->clGetKernelInfo(k, param, size, value, size_ret);
+}
+
+cl_int pc_retain_kernel(cl_kernel k)
+{
+    cl_int rc = real->clRetainKernel(k);
+    struct pc_kernel_rec *kr = rc == CL_SUCCESS ? objmap_get(kernels, k) : NULL;
+    if (kr) __atomic_add_fetch(&kr->refs, 1, __ATOMIC_RELAXED);
+    return rc;
+}
+
+cl_int pc_release_kernel(cl_kernel k)
+{
+    struct pc_kernel_rec *kr = objmap_get(kernels, k);
+    if (!kr) return real->clReleaseKernel(k);
+    struct pc_program *rec = kr->prog;
+    int last_kernel_ref = __atomic_load_n(&kr->refs, __ATOMIC_ACQUIRE) == 1;
+    if (last_kernel_ref) before_last_reference(rec);
+    cl_int rc = real->clReleaseKernel(k);
+    if (rc != CL_SUCCESS || __atomic_sub_fetch(&kr->refs, 1, __ATOMIC_ACQ_REL) != 0) return rc;
+    objmap_remove(kernels, k);
+    if (kr->substituted) real->clReleaseProgram(rec->handle);
+    free(kr);
+    drop_reference(rec);
+    return rc;
+}
+
+int pc_kernel_origin(cl_kernel k, int *kind, const void **input, size_t *input_len, const char **options,
+                     const char **name)
+{
+    struct pc_kernel_rec *kr = objmap_get(kernels, k);
+    if (!kr) return -1;
+    *kind = kr->prog->kind;
+    *input = kr->prog->input;
+    *input_len = kr->prog->input_len;
+    *options = kr->prog->options ? kr->prog->options : "";
+    *name = kr->name;
+    return 0;
+}
+
+/* ---- devices ------------------------------------------------------------- */
+
+#define ADVERTISED_IL "SPIR-V_1.0 SPIR-V_1.1 SPIR-V_1.2 SPIR-V_1.3 SPIR-V_1.4"
+
+cl_int pc_get_device_info(cl_device_id dev, cl_device_info param, size_t size, void *value, size_t *size_ret)
+{
+    const struct clshim_config *cfg = config_get();
+    if (!cfg->advertise_il || !cfg->spirv ||
+        (param != CL_DEVICE_IL_VERSION && param != CL_DEVICE_EXTENSIONS && param != CL_DEVICE_ILS_WITH_VERSION))
+        return real->clGetDeviceInfo(dev, param, size, value, size_ret);
+    const struct device_info *info = device_info(real, dev);
+    if (!info || info->has_native_il || !info->has_spir)
+        return real->clGetDeviceInfo(dev, param, size, value, size_ret);
+    if (param == CL_DEVICE_IL_VERSION) return answer(ADVERTISED_IL, sizeof ADVERTISED_IL, size, value, size_ret);
+    if (param == CL_DEVICE_ILS_WITH_VERSION) {
+        cl_name_version v[5];
+        memset(v, 0, sizeof v);
+        for (int i = 0; i < 5; i++) {
+            v[i].version = CL_MAKE_VERSION(1, i, 0);
+            snprintf(v[i].name, sizeof v[i].name, "SPIR-V");
+        }
+        return answer(v, sizeof v, size, value, size_ret);
+    }
+    size_t n = 0;
+    cl_int rc = real->clGetDeviceInfo(dev, CL_DEVICE_EXTENSIONS, 0, NULL, &n);
+    if (rc != CL_SUCCESS) return rc;
+    char *ext = calloc(1, n + 32);
+    if (!ext) return CL_OUT_OF_HOST_MEMORY;
+    rc = real->clGetDeviceInfo(dev, CL_DEVICE_EXTENSIONS, n, ext, NULL);
+    if (rc == CL_SUCCESS) {
+        size_t len = strlen(ext);
+        snprintf(ext + len, 32, "%scl_khr_il_program", len && ext[len - 1] != ' ' ? " " : "");
+        rc = answer(ext, strlen(ext) + 1, size, value, size_ret);
+    }
+    free(ext);
+    return rc;
+}
+
+/* ---- exit ---------------------------------------------------------------- */
+
+static void capture_live(const void *key, void *value, void *ctx)
+{
+    (void)key;
+    (void)ctx;
+    struct pc_program *rec = value;
+    pthread_mutex_lock(&rec->lock);
+    capture(rec);
+    pthread_mutex_unlock(&rec->lock);
+}
+
+void pc_print_summary(void)
+{
+    struct store_stats s = proc_stats;
+    double saved = s.compile_ns_saved / 1e6;
+    log_msg(LOG_WARN,
+            "summary: %llu hits (%llu from memory), %llu misses, %llu stored, %llu rejected, %llu uncacheable, "
+            "%llu IL translations; compile time saved %.1f ms",
+            (unsigned long long)s.hits, (unsigned long long)stat_memory_hits, (unsigned long long)s.misses,
+            (unsigned long long)s.stores, (unsigned long long)s.rejected, (unsigned long long)stat_uncacheable,
+            (unsigned long long)stat_translations, saved);
+}
+
+static void at_exit(void)
+{
+    if (programs) objmap_foreach(programs, capture_live, NULL);
+    store *st = the_store;
+    if (st) {
+        store_stats_add(st, &proc_stats);
+        store_close(st);
+        the_store = NULL;
+    }
+    const struct clshim_config *cfg = config_get();
+    if (cfg->stats || log_enabled(LOG_INFO)) {
+        if (!log_enabled(LOG_WARN)) log_set_level(LOG_WARN);
+        pc_print_summary();
+    }
+}

@@ -1,0 +1,64 @@
+/* common.h — helpers for the integration programs: plain OpenCL host code
+ * that knows nothing of clshim. Each program prints deterministic lines
+ * (results, error codes) so runs with and without the shim can be diffed. */
+#ifndef PROGS_COMMON_H
+#define PROGS_COMMON_H
+
+#define CL_TARGET_OPENCL_VERSION 300
+#include <CL/cl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define CHECK(expr)                                                                       \
+    do {                                                                                  \
+        cl_int check_rc_ = (expr);                                                        \
+        if (check_rc_ != CL_SUCCESS) {                                                    \
+            fprintf(stderr, "%s:%d: %s failed: %d\n", __FILE__, __LINE__, #expr, check_rc_); \
+            exit(2);                                                                      \
+        }                                                                                 \
+    } while (0)
+
+static inline double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static inline cl_device_id first_device(cl_platform_id *platform_out)
+{
+    cl_platform_id platform;
+    cl_device_id dev;
+    CHECK(clGetPlatformIDs(1, &platform, NULL));
+    CHECK(clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, 1, &dev, NULL));
+    if (platform_out) *platform_out = platform;
+    return dev;
+}
+
+static inline char *build_log(cl_program prog, cl_device_id dev)
+{
+    size_t n = 0;
+    clGetProgramBuildInfo(prog, dev, CL_PROGRAM_BUILD_LOG, 0, NULL, &n);
+    char *log = calloc(1, n + 1);
+    clGetProgramBuildInfo(prog, dev, CL_PROGRAM_BUILD_LOG, n, log, NULL);
+    return log;
+}
+
+static inline char *read_text_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    if (fread(buf, 1, (size_t)n, f) != (size_t)n) { free(buf); fclose(f); return NULL; }
+    buf[n] = 0;
+    fclose(f);
+    if (len) *len = (size_t)n;
+    return buf;
+}
+
+#endif
