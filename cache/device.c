@@ -64,6 +64,7 @@ static struct device_info *make_info(const struct cl_api *real, cl_device_id dev
         snprintf(info->name, sizeof info->name, "%s", dname);
         info->has_native_il = il[0] != 0;
         info->has_spir = has_word(ext, "cl_khr_spir");
+        info->lazy_codegen = strstr(pname, "Portable Computing Language") != NULL;
     }
     free(pname); free(pver); free(dname); free(dver); free(drv); free(clc); free(ext); free(il);
     if (info && !info->identity) {

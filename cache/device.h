@@ -16,6 +16,8 @@ struct device_info {
     char name[256];     /* device name, for log lines and `cache list` */
     int has_native_il;  /* CL_DEVICE_IL_VERSION non-empty */
     int has_spir;       /* cl_khr_spir */
+    int lazy_codegen;   /* PoCL: compiles work-group functions at first
+                           enqueue and freezes its binary at the first read */
 };
 
 /* NULL when the device cannot be queried (the caller then does not cache). */

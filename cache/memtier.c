@@ -2,7 +2,7 @@
  *
  * Invariants (tests/unit/test_memtier.c checks them through memtier_usage):
  *  1. an entry is on the LRU list iff it is FILLED and unpinned;
- *  2. held_bytes == the sum of sizes of FILLED entries;
+ *  2. held_bytes == the sum of entry_cost() of FILLED entries;
  *  3. a FILLING entry has exactly one filler and pins >= 1.
  */
 #include "cache/memtier.h"
@@ -22,6 +22,9 @@ struct memtier_entry {
     size_t size;
     char *build_log;
     uint64_t compile_ns;
+    void *object;             /* attached built program, or NULL */
+    const void *object_tag;
+    void (*object_release)(void *);
     struct memtier_entry *hnext;              /* hash chain */
     struct memtier_entry *lru_prev, *lru_next; /* unpinned FILLED entries */
 };
@@ -51,13 +54,17 @@ static void lru_push(struct memtier_entry *e) /* most recently used at the tail 
     lru.lru_prev = e;
 }
 
+static size_t entry_cost(const struct memtier_entry *e) { return e->size + (e->object ? MEMTIER_OBJECT_COST : 0); }
+
 static void remove_entry(struct memtier_entry *e)
 {
     for (struct memtier_entry **p = &table[bucket(e->key)]; *p; p = &(*p)->hnext)
         if (*p == e) { *p = e->hnext; break; }
     lru_unlink(e);
-    if (e->state == SLOT_FILLED) held_bytes -= e->size;
+    if (e->state == SLOT_FILLED) held_bytes -= entry_cost(e);
     entry_count--;
+    /* Called with the lock held: the release callback must not re-enter. */
+    if (e->object && e->object_release) e->object_release(e->object);
     free(e->binary);
     free(e->build_log);
     free(e);
@@ -147,22 +154,23 @@ nomem:
 int memtier_fill(memtier_entry *e, const void *binary, size_t size, const char *build_log,
                  uint64_t compile_ns)
 {
-    void *copy = malloc(size ? size : 1);
+    void *copy = binary ? malloc(size ? size : 1) : NULL;
     char *log = strdup(build_log ? build_log : "");
-    if (!copy || !log) {
+    if ((binary && !copy) || !log) {
         free(copy);
         free(log);
         memtier_abandon(e);
         return -1;
     }
-    memcpy(copy, binary, size);
+    if (binary) memcpy(copy, binary, size);
+    else size = 0;
     pthread_mutex_lock(&lock);
     e->binary = copy;
     e->size = size;
     e->build_log = log;
     e->compile_ns = compile_ns;
     e->state = SLOT_FILLED;
-    held_bytes += size;
+    held_bytes += entry_cost(e);
     pthread_cond_broadcast(&filled);
     pthread_mutex_unlock(&lock);
     return 0;
@@ -181,7 +189,7 @@ int memtier_refill(memtier_entry *e, const void *binary, size_t size)
     }
     /* Other pinners may be reading the old binary: swap only when the
      * caller holds the sole pin. */
-    if (e->pins != 1) {
+    if (e->pins != 1 && e->binary) {
         pthread_mutex_unlock(&lock);
         free(copy);
         return -1;
@@ -194,9 +202,32 @@ int memtier_refill(memtier_entry *e, const void *binary, size_t size)
     return 0;
 }
 
+void memtier_attach(memtier_entry *e, void *object, const void *tag, void (*release)(void *object))
+{
+    pthread_mutex_lock(&lock);
+    if (e->state != SLOT_EMPTY && !e->object) {
+        e->object = object;
+        e->object_tag = tag;
+        e->object_release = release;
+        if (e->state == SLOT_FILLED) held_bytes += MEMTIER_OBJECT_COST;
+        object = NULL;
+    }
+    pthread_mutex_unlock(&lock);
+    if (object && release) release(object); /* already had one */
+}
+
+void *memtier_object(const memtier_entry *e, const void *tag)
+{
+    return e->object && e->object_tag == tag ? e->object : NULL;
+}
+
+void *memtier_any_object(const memtier_entry *e) { return e->object; }
+
 void memtier_abandon(memtier_entry *e)
 {
     pthread_mutex_lock(&lock);
+    if (e->object && e->object_release) e->object_release(e->object);
+    e->object = NULL;
     e->state = SLOT_EMPTY;
     e->generation++;
     pthread_cond_broadcast(&filled);

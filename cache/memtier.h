@@ -30,20 +30,38 @@ enum memtier_result {
 
 enum memtier_result memtier_acquire(struct cache_hash key, int wait, memtier_entry **entry);
 
-/* Stores a copy of the binary and build log; wakes waiters. Returns 0, or -1
- * on out-of-memory (then the entry is abandoned). */
+/* Stores a copy of the binary (may be NULL: an object is attached next) and
+ * build log; wakes waiters. Returns 0, or -1 on out-of-memory (then the entry
+ * is abandoned). */
 int memtier_fill(memtier_entry *e, const void *binary, size_t size, const char *build_log,
                  uint64_t compile_ns);
 void memtier_abandon(memtier_entry *e);
 void memtier_release(memtier_entry *e);
 
-/* The filled data; valid while the entry is pinned. */
+/* The filled data; valid while the entry is pinned. The binary is NULL
+ * when only an object is attached. */
 const void *memtier_binary(const memtier_entry *e, size_t *size);
 const char *memtier_build_log(const memtier_entry *e);
 uint64_t memtier_compile_ns(const memtier_entry *e);
 
-/* Replaces the binary of a filled, pinned entry (a better capture). */
+/* Replaces the binary of a filled, pinned entry (a better capture, or the
+ * first binary of an entry filled with an object only). */
 int memtier_refill(memtier_entry *e, const void *binary, size_t size);
+
+/* Attaches an object to a pinned entry — by its filler before memtier_fill,
+ * so waiters wake to it, or to a filled entry — the built program itself,
+ * tagged with its context, so later builds in that context share it instead
+ * of loading bytes (and PoCL is not made to serialise its binary early).
+ * `release` is called on it when the entry is dropped. An attached object
+ * counts OBJECT_COST bytes toward the limit, so idle ones age out. */
+#define MEMTIER_OBJECT_COST (1u << 20)
+void memtier_attach(memtier_entry *e, void *object, const void *tag, void (*release)(void *object));
+
+/* The attached object when its tag matches, else NULL; valid while pinned. */
+void *memtier_object(const memtier_entry *e, const void *tag);
+
+/* Any attached object (to read a binary from), else NULL. */
+void *memtier_any_object(const memtier_entry *e);
 
 /* Byte limit of unpinned filled entries; 0 = unbounded. */
 void memtier_set_limit(uint64_t bytes);

@@ -38,7 +38,8 @@ struct pc_dev {
     char *log;              /* the original build's log when served from the cache */
     size_t stored_size;     /* binary size last stored; capture compares */
     uint64_t compile_ns;
-    int needs_capture;      /* built by the driver here: capture again at release */
+    int needs_capture;      /* built by the driver here: store (again) at release */
+    int claimed;            /* holds the cross-process build claim until stored */
 };
 
 struct spec_value {
@@ -132,9 +133,12 @@ void pc_init(const struct cl_api *real_api)
 
 /* ---- records ------------------------------------------------------------- */
 
+static store *get_store(void);
+
 static void free_devs(struct pc_program *rec)
 {
     for (size_t i = 0; i < rec->ndevs; i++) {
+        if (rec->devs[i].claimed) store_release_build(get_store(), rec->devs[i].hash);
         free(rec->devs[i].key);
         free(rec->devs[i].log);
     }
@@ -452,6 +456,7 @@ struct lookup {
     int filling;          /* we own the fill */
     int claimed;          /* we hold the cross-process claim */
     int from_disk;
+    int shared;           /* the effective program is shared from memory */
 };
 
 /* Translates the IL of rec to SPIR and creates the program from it. */
@@ -532,33 +537,101 @@ static cl_int driver_build(struct pc_program *rec, cl_uint ndev, const cl_device
     return rc;
 }
 
+static void release_program_object(void *program) { real->clReleaseProgram((cl_program)program); }
+
+/* The binary of a hit entry; read from the attached program of another
+ * context when only that is there. NULL when none can be had. */
+static const unsigned char *entry_binary(memtier_entry *e, const struct pc_dev *d, size_t *size)
+{
+    const unsigned char *bin = memtier_binary(e, size);
+    cl_program other = memtier_any_object(e);
+    if (bin || !other) return bin;
+    void *b = NULL;
+    size_t n = 0;
+    if (read_binaries(other, 1, d, &b, &n) == 0) memtier_refill(e, b, n);
+    free(b);
+    return memtier_binary(e, size);
+}
+
 static cl_int substitute(struct pc_program *rec, cl_uint ndev, const cl_device_id *devs, const char *options,
                          struct lookup *lk)
 {
-    const unsigned char **bins = calloc(ndev, sizeof *bins);
-    size_t *sizes = calloc(ndev, sizeof *sizes);
-    cl_int err = CL_OUT_OF_HOST_MEMORY;
-    if (!bins || !sizes) goto out;
-    for (cl_uint i = 0; i < ndev; i++) bins[i] = memtier_binary(lk[i].entry, &sizes[i]);
-    cl_int *status = calloc(ndev, sizeof *status);
-    cl_program p = status ? real->clCreateProgramWithBinary(rec->context, ndev, devs, sizes, bins, status, &err)
-                          : NULL;
-    free(status);
-    if (!p) goto out;
-    err = real->clBuildProgram(p, ndev, devs, options, NULL, NULL);
-    if (err != CL_SUCCESS) {
-        real->clReleaseProgram(p);
-        goto out;
+    cl_program shared = ndev == 1 ? memtier_object(lk[0].entry, rec->context) : NULL;
+    if (shared) {
+        /* Built in this process and context: share the program itself. */
+        real->clRetainProgram(shared);
+        set_effective(rec, shared);
+        lk[0].shared = 1;
+    } else {
+        const unsigned char **bins = calloc(ndev, sizeof *bins);
+        size_t *sizes = calloc(ndev, sizeof *sizes);
+        cl_int *status = calloc(ndev, sizeof *status);
+        cl_int err = CL_OUT_OF_HOST_MEMORY;
+        cl_program p = NULL;
+        int complete = bins && sizes && status;
+        for (cl_uint i = 0; complete && i < ndev; i++)
+            complete = (bins[i] = entry_binary(lk[i].entry, &rec->devs[i], &sizes[i])) != NULL;
+        if (complete) p = real->clCreateProgramWithBinary(rec->context, ndev, devs, sizes, bins, status, &err);
+        else if (bins && sizes && status) err = CL_INVALID_BINARY;
+        free(bins);
+        free(sizes);
+        free(status);
+        if (!p) return err;
+        err = real->clBuildProgram(p, ndev, devs, options, NULL, NULL);
+        if (err != CL_SUCCESS) {
+            real->clReleaseProgram(p);
+            return err;
+        }
+        set_effective(rec, p);
     }
-    set_effective(rec, p);
     for (cl_uint i = 0; i < ndev; i++) {
         free(rec->devs[i].log);
         rec->devs[i].log = strdup(memtier_build_log(lk[i].entry));
     }
-out:
-    free(bins);
-    free(sizes);
-    return err;
+    return CL_SUCCESS;
+}
+
+/* Whether this build's binary is stored later (see CLSHIM_CAPTURE). */
+static int capture_late(const struct pc_program *rec)
+{
+    const char *policy = config_get()->capture;
+    if (!strcmp(policy, "build")) return 0;
+    if (!strcmp(policy, "release")) return 1;
+    if (strcmp(policy, "auto"))
+        LOG_ONCE(LOG_WARN, "CLSHIM_CAPTURE=%s is not valid (accepts auto, build or release); using auto", policy);
+    int lazy = rec->ndevs > 0;
+    for (size_t i = 0; i < rec->ndevs; i++) {
+        const struct device_info *info = device_info(real, rec->devs[i].dev);
+        lazy &= info && info->lazy_codegen;
+    }
+    return lazy;
+}
+
+/* A late capture: the in-memory tier gets the built program itself now;
+ * the binary is read and stored when the program is released. */
+static void keep_built(struct pc_program *rec, cl_program built, struct lookup *lk, uint64_t compile_ns)
+{
+    for (size_t i = 0; i < rec->ndevs; i++) {
+        struct pc_dev *d = &rec->devs[i];
+        if (!lk[i].filling) continue;
+        char *log = read_build_log(built, d->dev);
+        d->compile_ns = compile_ns / rec->ndevs;
+        /* Attach before filling: waiters wake to the program. */
+        real->clRetainProgram(built);
+        memtier_attach(lk[i].entry, built, rec->context, release_program_object);
+        memtier_fill(lk[i].entry, NULL, 0, log, d->compile_ns);
+        lk[i].filling = 0;
+        d->needs_capture = 1;
+        d->stored_size = 0;
+        d->claimed = lk[i].claimed; /* held until the binary is stored */
+        lk[i].claimed = 0;
+        char prefix[17];
+        key_prefix(d->hash, prefix);
+        const struct device_info *info = device_info(real, d->dev);
+        log_msg(LOG_INFO, "miss %s on '%s': compiled in %.1f ms, stored when released", prefix,
+                info ? info->name : "?", d->compile_ns / 1e6);
+        free(log);
+    }
 }
 
 static void store_built(struct pc_program *rec, cl_program built, struct lookup *lk, uint64_t compile_ns)
@@ -718,7 +791,8 @@ cl_int pc_build(cl_program prog, cl_uint num_devices, const cl_device_id *device
                 STAT_ADD(proc_stats.hits, 1);
                 STAT_ADD(proc_stats.compile_ns_saved, saved > (uint64_t)(ms * 1e6) ? saved - (uint64_t)(ms * 1e6) : 0);
                 log_msg(LOG_INFO, "hit %s on '%s' (%s): %.1f ms instead of %.1f ms", prefix, info ? info->name : "?",
-                        lk[i].from_disk ? "disk" : "memory", ms, saved / 1e6);
+                        lk[i].from_disk ? "disk" : lk[i].shared ? "memory, shared program" : "memory", ms,
+                        saved / 1e6);
             }
         } else {
             /* The driver refused a cached binary: rebuild and replace it. */
@@ -742,7 +816,9 @@ cl_int pc_build(cl_program prog, cl_uint num_devices, const cl_device_id *device
         uint64_t b0 = now_ns();
         err = driver_build(rec, ndev, devs, options);
         uint64_t compile_ns = now_ns() - b0;
-        if (err == CL_SUCCESS) store_built(rec, rec->effective ? rec->effective : rec->handle, lk, compile_ns);
+        cl_program built = rec->effective ? rec->effective : rec->handle;
+        if (err == CL_SUCCESS && capture_late(rec)) keep_built(rec, built, lk, compile_ns);
+        else if (err == CL_SUCCESS) store_built(rec, built, lk, compile_ns);
     }
     finish_lookups(rec, lk);
     free(lk);
@@ -758,7 +834,8 @@ static void capture(struct pc_program *rec)
 {
     store *st = get_store();
     int any = 0;
-    for (size_t i = 0; i < rec->ndevs; i++) any |= rec->devs[i].needs_capture && rec->devs[i].key;
+    for (size_t i = 0; i < rec->ndevs; i++) any |= (rec->devs[i].needs_capture && rec->devs[i].key) ||
+                                                   rec->devs[i].claimed;
     if (!any || !st) return;
     cl_program built = rec->effective ? rec->effective : rec->handle;
     void **bins = calloc(rec->ndevs, sizeof *bins);
@@ -766,24 +843,32 @@ static void capture(struct pc_program *rec)
     if (bins && sizes && read_binaries(built, rec->ndevs, rec->devs, bins, sizes) == 0) {
         for (size_t i = 0; i < rec->ndevs; i++) {
             struct pc_dev *d = &rec->devs[i];
-            log_msg(LOG_DEBUG, "capture of program %p: %zu bytes now, %zu stored", (void *)rec->handle,
-                    sizes[i], d->stored_size);
             if (!d->needs_capture || !d->key || sizes[i] == d->stored_size) continue;
             const struct device_info *info = device_info(real, d->dev);
             char *log = read_build_log(built, d->dev);
             struct store_record sr = {bins[i], sizes[i], log ? log : "", d->compile_ns, (uint32_t)rec->kind,
                                       info ? info->name : ""};
-            if (store_put(st, d->hash, d->key, d->key_len, &sr) == CLSHIM_OK) {
-                char prefix[17];
-                key_prefix(d->hash, prefix);
-                log_msg(LOG_INFO, "captured %s again after first use: %zu bytes (was %zu)", prefix, sizes[i],
-                        d->stored_size);
+            int rc = store_put(st, d->hash, d->key, d->key_len, &sr);
+            char prefix[17];
+            key_prefix(d->hash, prefix);
+            if (rc == CLSHIM_OK) {
+                STAT_ADD(proc_stats.stores, d->stored_size == 0);
+                log_msg(LOG_INFO, "stored %s: %zu bytes, captured after use%s", prefix, sizes[i],
+                        d->stored_size ? " (replaces the one captured at build)" : "");
                 d->stored_size = sizes[i];
+            } else if (rc != CLSHIM_EREADONLY && rc != CLSHIM_ETOOBIG) {
+                LOG_ONCE(LOG_WARN, "cannot store a built program (%s); the app goes on uncached",
+                         clshim_strerror(rc));
             }
             free(log);
             d->needs_capture = 0;
         }
     }
+    for (size_t i = 0; i < rec->ndevs; i++)
+        if (rec->devs[i].claimed) {
+            store_release_build(st, rec->devs[i].hash);
+            rec->devs[i].claimed = 0;
+        }
     for (size_t i = 0; bins && i < rec->ndevs; i++) free(bins[i]);
     free(bins);
     free(sizes);

@@ -10,12 +10,48 @@
  *              the time of the last age sweep, the format version
  *   "building" 16-byte hash -> {pid, start time, host boot id}: a process
  *              compiling that key right now (single-flight across processes)
+ *   "access"   16-byte hash -> {last access, hits, uncompressed size}: the
+ *              live, mutable part of an entry, kept apart so that a hit
+ *              rewrites 24 bytes rather than the whole binary (LMDB copies
+ *              a value on any change)
+ * Hash keys are the canonical XXH128 bytes (hi then lo, big-endian), so the
+ * hex of a key is the hash as key_hash_hex() prints it. Times are seconds.
+ *
+ * Eviction. When a store takes the total past max_size, the least recently
+ * used entries are deleted, oldest first along "atime", down to
+ * STORE_LOW_WATER_PCT % of max_size, in the same write transaction (cost:
+ * O(evicted * log n), never a scan). Entries unused for max_age_days are
+ * deleted by the age sweep, which runs at most once per STORE_SWEEP_INTERVAL_S
+ * (its time is kept in "meta"), at open or at a store.
+ *
+ * Access times. A hit queues (hash, now, +1 hit) in memory; store_flush()
+ * or store_close() writes the queue in one transaction, moving an entry in
+ * "atime" at most once per STORE_ATIME_GRANULARITY_S. The queue flushes
+ * itself when it holds STORE_QUEUE_MAX hashes.
+ *
+ * Statistics. The store counts what only it sees: evictions_size and
+ * evictions_age (in the transaction that does them), collisions and corrupt
+ * (found by store_get, queued and written by store_flush). Callers count
+ * hits, misses, stores, rejected and compile_ns_saved and add them with
+ * store_stats_add(); they must not add the store's own counters again.
+ *
+ * Files and safety. The directory must be ours and not writable by group or
+ * others; data.mdb and lock.mdb must be regular files we own, never symlinks
+ * (store_open). Every open handle holds a shared flock on "compact.lock";
+ * store_compact() needs it exclusive (see there). The map starts at
+ * max(256 MiB, 2 * max_size + 64 MiB), at most 64 GiB (the file is sparse),
+ * and doubles when LMDB reports it full.
+ *
+ * Read-only (opt->readonly, or a shared directory): nothing is created or
+ * written except the reader slot in lock.mdb; when lock.mdb cannot be
+ * written the environment is opened without locking (MDB_NOLOCK).
  * Size accounting lives in "meta" and changes in the same write transaction
  * as the entries, so it never drifts. Readers never block writers (LMDB MVCC);
  * write transactions are short (one store, one batch of access times).
  *
  * Invariants (checked by store_check_invariants() in tests and `verify`):
- *  1. every entry has exactly one atime-index record and vice versa;
+ *  1. every entry has exactly one atime-index record and vice versa (and
+ *     exactly one "access" record, whose time is the atime record's);
  *  2. meta's total bytes == sum of the stored value sizes, meta's count ==
  *     the number of entries;
  *  3. after a store with a size limit, total bytes <= the limit.
@@ -31,6 +67,15 @@
 #include <stdio.h>
 
 typedef struct store store;
+
+/* Eviction for size stops at this percentage of max_size. */
+#define STORE_LOW_WATER_PCT 90
+/* The age sweep runs at most this often (seconds). */
+#define STORE_SWEEP_INTERVAL_S 86400
+/* An entry moves in the LRU index at most this often (seconds). */
+#define STORE_ATIME_GRANULARITY_S 60
+/* Queued access updates that trigger a flush from store_get(). */
+#define STORE_QUEUE_MAX 1024
 
 /* A 128-bit key hash (XXH3-128 of the key material). */
 struct cache_hash {
@@ -55,6 +100,15 @@ struct store_options {
  * (data.mdb.corrupt-<time>) and recreated, with one warning. Runs the age
  * sweep when the last one is more than a day old. */
 int store_open(const struct store_options *opt, store **out);
+/* More errors of store_open: CLSHIM_ENOTFOUND when read-only and no cache
+ * exists; CLSHIM_EBUSY when a compaction holds the cache for more than a few
+ * seconds; CLSHIM_ECORRUPT when read-only and data.mdb is not valid;
+ * CLSHIM_EUNSUPPORTED for a cache written by a newer format; CLSHIM_EIO,
+ * CLSHIM_ENOMEM. A writable open of a directory we may not write falls back
+ * to read-only with one warning. */
+
+/* 1 when the handle is read-only (asked for, or fallen back to). */
+int store_is_readonly(const store *s);
 
 /* Flushes pending access times and statistics, then closes. NULL is a no-op. */
 void store_close(store *s);
@@ -127,7 +181,10 @@ struct store_entry_info {
     const char *device_name;
     const void *key; size_t key_len; /* the full key material */
 };
-/* Calls fn for every entry (read transaction); stops when fn returns nonzero. */
+/* Calls fn for every entry (read transaction); stops when fn returns nonzero.
+ * The info and what it points to are valid during the call only; fn must
+ * not call other store functions. Entries that fail to decode are skipped
+ * (store_verify reports them). */
 int store_foreach(store *s, int (*fn)(const struct store_entry_info *, void *), void *ctx);
 
 /* Evicts entries unused for `older_than_days` (0: skip) and then least
@@ -137,19 +194,53 @@ int store_evict(store *s, uint64_t older_than_days, uint64_t to_size, uint64_t *
 int store_clear(store *s);
 
 /* Checks every entry (decode, key hash, checksum) and the invariants;
- * with fix, deletes bad entries. *bad receives how many were bad. */
+ * with fix, deletes bad entries and rebuilds the indexes and totals.
+ * *bad receives how many entries and index records were bad. */
 int store_verify(store *s, int fix, uint64_t *checked, uint64_t *bad);
 
 /* Rewrites the environment compacted (mdb_env_copy2 with MDB_CP_COMPACT to a
- * temp file, then rename), safe while other processes use the cache. */
+ * temp file, then rename), safe while other processes use the cache.
+ *
+ * Safety. Renaming a new data.mdb under a process that has the old one
+ * mapped is not safe for it (LMDB keeps writing the old inode and the lock
+ * file's state no longer matches the file). So compaction runs only when no
+ * other handle exists: every store_open holds a shared flock on
+ * compact.lock for the life of the handle, and compaction converts this
+ * handle's lock to exclusive without waiting. Another open handle (any
+ * process) makes it fail with CLSHIM_EBUSY. Holding the exclusive lock, it
+ * copies to data.mdb.compact-<pid> (0600), fsyncs it, closes this handle's
+ * environment, renames the copy over data.mdb, fsyncs the directory,
+ * reopens and drops back to shared. A process opening meanwhile waits for
+ * the shared lock (a few seconds at most, else CLSHIM_EBUSY), so it only
+ * ever maps the finished file. A crash leaves either the old or the new
+ * file, plus at worst a stray temp file that the next compaction replaces.
+ * CLSHIM_EREADONLY on a read-only handle. */
 int store_compact(store *s);
 
 /* Writes every entry to `out` in a portable, versioned format; import reads
- * it, verifies every entry (key hash and checksum) and stores the good ones. */
+ * it, verifies every entry (key hash and checksum) and stores the good ones.
+ * Stream: the 8 bytes "CLSHIMX1", then per entry a u64 little-endian length
+ * and the entry value (entry.h, with its current last access and hits),
+ * then a u64 zero and the u64 entry count. Import keeps created, last
+ * access and hits, applies the size limits and eviction like store_put,
+ * counts in *rejected the records that fail verification or the limits,
+ * and returns CLSHIM_EINVAL for a stream that is not one (bad magic,
+ * truncated: what came before it is kept). */
 int store_export(store *s, FILE *out, uint64_t *count);
 int store_import(store *s, FILE *in, uint64_t *count, uint64_t *rejected);
 
 /* 1 when invariants 1-2 hold (for assert() in tests), else 0. */
 int store_check_invariants(store *s);
+
+/* Tests only. The clock the store reads (seconds since the epoch); NULL
+ * restores time(). Process-wide; set it before opening. */
+void store_set_clock_for_test(uint64_t (*now_s)(void));
+/* Tests only. The map size of the next store_open (0: the default), to
+ * force MDB_MAP_FULL early. */
+void store_set_mapsize_for_test(uint64_t bytes);
+/* Tests and benchmarks only. Nonzero: the next store_open commits without
+ * fsync (MDB_NOSYNC), to fill a large cache quickly; a machine crash may then
+ * lose or damage it. Normal opens sync once per commit (MDB_NOMETASYNC). */
+void store_set_nosync_for_test(int on);
 
 #endif

@@ -261,17 +261,22 @@ static void hold_report(const char *message)
 static struct clshim_config process_config;
 static pthread_once_t process_config_once = PTHREAD_ONCE_INIT;
 
+static int reports_logged;
+
 static void load_process_config(void)
 {
     char path[4096];
     config_load(&process_config, environ, config_file_path(path, sizeof path), hold_report);
     log_set_level((enum log_level)process_config.log_level);
-    for (int i = 0; i < pending_count; i++) log_msg(LOG_WARN, "%s", pending_reports[i]);
 }
 
 const struct clshim_config *config_get(void)
 {
     pthread_once(&process_config_once, load_process_config);
+    /* Report invalid values outside the once: logging reads the
+     * configuration (the log file knob) and would wait on it forever. */
+    if (pending_count && !__atomic_exchange_n(&reports_logged, 1, __ATOMIC_ACQ_REL))
+        for (int i = 0; i < pending_count; i++) log_msg(LOG_WARN, "%s", pending_reports[i]);
     return &process_config;
 }
 

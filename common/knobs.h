@@ -51,6 +51,11 @@
       "read, never written. Whoever can write it can run code in your apps.")  \
     X(CACHE_COMPRESS_LEVEL, UINT, cache_compress_level, "3", "0.1",            \
       "zstd level for stored binaries (1-19); 0 stores them uncompressed.")    \
+    X(CAPTURE, STRING, capture, "auto", "0.1",                                 \
+      "When a built binary is stored: build (right after clBuildProgram), "   \
+      "release (when the program is released or the process exits, so it "   \
+      "holds what the driver compiled at first enqueue) or auto (release on " \
+      "PoCL, build elsewhere).")                                              \
     X(MEM_CACHE_MAX, SIZE, mem_cache_max, "256M", "0.1",                       \
       "Bytes of binaries the in-process tier keeps; 0 means unbounded. "       \
       "Entries in use are never dropped.")                                     \

@@ -28,7 +28,7 @@ run_one() { # name command...
     local start=$SECONDS
     if env CLSHIM_CACHE_DIR="$t/cache" POCL_CACHE_DIR="$t/pocl" XDG_CACHE_HOME="$t/xdg-cache" \
            XDG_CONFIG_HOME="$t/xdg-config" HOME="$t/home" TEST_TMP="$t" \
-           timeout 900 "$@" >"$t/log" 2>&1; then
+           timeout -k 10 600 "$@" >"$t/log" 2>&1; then
         passed=$((passed + 1)); echo "PASS $name ($((SECONDS - start)) s)"
         rm -rf "$t"
     else

@@ -1,0 +1,128 @@
+/* entry.h — the entry value codec: the bytes "entries" stores for one key.
+ *
+ * Design. An entry value is a fixed little-endian header followed by four
+ * variable parts, in this order, with no padding:
+ *
+ *   offset size  field
+ *        0    8  magic "CLSHIME1"
+ *        8    2  format version (ENTRY_VERSION)
+ *       10    2  flags (ENTRY_F_ZSTD: the payload is one zstd frame)
+ *       12    4  origin (enum entry_origin)
+ *       16   16  key hash: lo, hi (XXH3-128 of the key material)
+ *       32    8  binary size (uncompressed)
+ *       40    8  payload size (bytes of the binary as stored)
+ *       48    8  XXH3-64 of the uncompressed binary
+ *       56    8  XXH3-64 of the whole record, this field read as zero
+ *       64    8  created (seconds since the epoch)
+ *       72    8  last access (seconds; as of encoding, see below)
+ *       80    8  hits (as of encoding)
+ *       88    8  compile_ns
+ *       96    4  key material length
+ *      100    4  device name length (no NUL)
+ *      104    4  build log length (no NUL)
+ *      108    4  reserved, zero
+ *      112       key material, device name, build log, payload
+ *
+ * The record checksum covers every byte, so one flipped bit anywhere is
+ * caught before anything is trusted; the binary checksum then catches a bad
+ * decompression. Last access and hits here are what they were when the record
+ * was encoded (store.c keeps the live values in a small side record so a hit
+ * never rewrites a binary; export refreshes them).
+ *
+ * Decoding trusts nothing: every length is checked against the record size
+ * before use, the sizes must add up exactly, and the uncompressed size is
+ * bounded (ENTRY_MAX_BINARY, and what a zstd frame of that payload size can
+ * expand to) before anything is allocated.
+ */
+#ifndef CLSHIM_ENTRY_H
+#define CLSHIM_ENTRY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cache/store.h"
+
+#define ENTRY_VERSION 1
+#define ENTRY_HEADER_SIZE 112
+#define ENTRY_F_ZSTD 0x1u
+/* Largest binary a record may claim (decoding refuses more). */
+#define ENTRY_MAX_BINARY ((uint64_t)1 << 31)
+/* Largest whole record the codec accepts. */
+#define ENTRY_MAX_RECORD (ENTRY_MAX_BINARY + ((uint64_t)64 << 20))
+
+/* What built the program: store_record.origin. */
+enum entry_origin {
+    ENTRY_ORIGIN_SOURCE = 1,
+    ENTRY_ORIGIN_IL = 2,
+    ENTRY_ORIGIN_BINARY = 3,
+    ENTRY_ORIGIN_LINK = 4,
+    ENTRY_ORIGIN_FUSION = 5,
+};
+/* "source", "il", "binary", "link", "fusion", or "unknown"; never NULL. */
+const char *entry_origin_name(uint32_t origin);
+
+/* A parsed record: every pointer points into the buffer given to
+ * entry_parse() and stays valid as long as it does. Strings are not
+ * NUL-terminated. */
+struct entry_view {
+    struct cache_hash hash;
+    uint32_t flags, origin;
+    uint64_t binary_size, payload_size, binary_xxh3;
+    uint64_t created, last_access, hits, compile_ns;
+    const void *key;
+    size_t key_len;
+    const char *device;
+    size_t device_len;
+    const char *log;
+    size_t log_len;
+    const void *payload;
+};
+
+/* Checks and parses a record of `len` bytes. CLSHIM_ECORRUPT when anything
+ * is wrong (magic, version, unknown flags, sizes, record checksum);
+ * CLSHIM_EUNSUPPORTED for a newer format version. Does not decompress. */
+int entry_parse(const void *buf, size_t len, struct entry_view *v);
+
+/* Writes the binary of a parsed record into dst (v->binary_size bytes),
+ * decompressing as needed, and checks its checksum. CLSHIM_ECORRUPT on a
+ * bad frame or checksum. Thread-safe (one decompression context per thread). */
+int entry_unpack_binary(const struct entry_view *v, void *dst);
+
+/* The fields of a record to encode. `payload` is the binary as stored:
+ * compressed when flags has ENTRY_F_ZSTD. */
+struct entry_fields {
+    struct cache_hash hash;
+    uint32_t flags, origin;
+    uint64_t binary_size, binary_xxh3;
+    uint64_t created, last_access, hits, compile_ns;
+    const void *key;
+    size_t key_len;
+    const char *device;
+    size_t device_len;
+    const char *log;
+    size_t log_len;
+    const void *payload;
+    size_t payload_size;
+};
+
+/* Bytes entry_write() will write; 0 when a part is too large for the format. */
+size_t entry_encoded_size(const struct entry_fields *f);
+/* Writes the record into dst (entry_encoded_size() bytes), checksum included. */
+void entry_write(void *dst, const struct entry_fields *f);
+
+/* Rewrites last access and hits of an encoded record in place and refreshes
+ * its record checksum (export uses it). The record must have parsed. */
+void entry_set_access(void *buf, size_t len, uint64_t last_access, uint64_t hits);
+
+/* Compresses `binary` at zstd `level` into a malloc'd buffer. Returns
+ * CLSHIM_OK with *flags = ENTRY_F_ZSTD, or with *flags = 0 and *out = NULL
+ * when level is 0 or compression would not shrink it (store it raw);
+ * CLSHIM_ENOMEM. */
+int entry_compress(const void *binary, size_t size, int level, void **out, size_t *out_size,
+                   uint32_t *flags);
+
+/* XXH3-64 / XXH3-128 as the codec and the store use them. */
+uint64_t entry_xxh3_64(const void *p, size_t n);
+struct cache_hash entry_xxh3_128(const void *p, size_t n);
+
+#endif

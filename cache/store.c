@@ -1,0 +1,759 @@
+/* store.c — the persistent cache on LMDB: open and its safety checks,
+ * transactions, lookups, stores, eviction, hit batching, claims, statistics.
+ * store_admin.c has the whole-cache operations (verify, compact, export).
+ *
+ * Invariants (store.h lists them; store_check_invariants() checks them):
+ * every function that adds or removes an entry does it through
+ * store_put_encoded() / store_del_entry(), which change the entry, its
+ * "access" and "atime" records and the totals in one write transaction.
+ */
+#include "cache/store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cache/entry.h"
+#include "cache/store_int.h"
+#include "common/error.h"
+#include "common/log.h"
+
+#define WRITE_ATTEMPTS 64
+
+static uint64_t (*test_clock)(void);
+
+void store_set_clock_for_test(uint64_t (*now_s)(void)) { test_clock = now_s; }
+
+uint64_t store_now(void) { return test_clock ? test_clock() : (uint64_t)time(NULL); }
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+uint64_t store_get64(const void *p)
+{
+    const unsigned char *b = p;
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = v << 8 | b[i];
+    return v;
+}
+
+void store_put64(void *p, uint64_t v)
+{
+    unsigned char *b = p;
+    for (int i = 0; i < 8; i++) b[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void put_be64(unsigned char *b, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) b[i] = (unsigned char)(v >> (56 - 8 * i));
+}
+static uint64_t get_be64(const unsigned char *b)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v = v << 8 | b[i];
+    return v;
+}
+
+void store_hash_key(struct cache_hash h, unsigned char key[STORE_KEY_LEN])
+{
+    put_be64(key, h.hi);
+    put_be64(key + 8, h.lo);
+}
+
+struct cache_hash store_key_hash(const unsigned char key[STORE_KEY_LEN])
+{
+    return (struct cache_hash){get_be64(key + 8), get_be64(key)};
+}
+
+int store_map_err(int rc)
+{
+    switch (rc) {
+    case 0: return CLSHIM_OK;
+    case MDB_NOTFOUND: return CLSHIM_ENOTFOUND;
+    case MDB_MAP_FULL: case ENOSPC: case EDQUOT: return CLSHIM_EFULL;
+    case MDB_CORRUPTED: case MDB_PAGE_NOTFOUND: case MDB_INVALID: case MDB_VERSION_MISMATCH:
+        return CLSHIM_ECORRUPT;
+    case ENOMEM: return CLSHIM_ENOMEM;
+    case EACCES: case EPERM: return CLSHIM_EPERM;
+    case EROFS: return CLSHIM_EREADONLY;
+    case MDB_READERS_FULL: case EBUSY: case EAGAIN: return CLSHIM_EBUSY;
+    }
+    if (rc <= CLSHIM_ENOTFOUND && rc >= CLSHIM_EDISABLED) return rc; /* already ours */
+    return CLSHIM_EIO;
+}
+
+/* ---- transactions and the map ---- */
+
+static void adopt_mapsize(store *s)
+{
+    pthread_rwlock_wrlock(&s->maplock);
+    mdb_env_set_mapsize(s->env, 0); /* take the size another process set */
+    pthread_rwlock_unlock(&s->maplock);
+}
+
+/* Doubles the map; CLSHIM_EFULL at the cap. */
+static int grow_map(store *s)
+{
+    int rc = CLSHIM_EFULL;
+    pthread_rwlock_wrlock(&s->maplock);
+    MDB_envinfo info;
+    if (mdb_env_info(s->env, &info) == 0 && (uint64_t)info.me_mapsize < STORE_MAP_CAP) {
+        uint64_t n = (uint64_t)info.me_mapsize * 2;
+        if (n > STORE_MAP_CAP) n = STORE_MAP_CAP;
+        if (mdb_env_set_mapsize(s->env, (size_t)n) == 0) {
+            rc = CLSHIM_OK;
+            log_msg(LOG_DEBUG, "cache map grown to %llu MiB", (unsigned long long)(n >> 20));
+        }
+    }
+    pthread_rwlock_unlock(&s->maplock);
+    return rc;
+}
+
+int store_read_begin(store *s, MDB_txn **txn)
+{
+    for (int i = 0; i < 4; i++) {
+        pthread_rwlock_rdlock(&s->maplock);
+        int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, txn);
+        if (rc == 0) return CLSHIM_OK;
+        pthread_rwlock_unlock(&s->maplock);
+        if (rc != MDB_MAP_RESIZED) return store_map_err(rc);
+        adopt_mapsize(s);
+    }
+    return CLSHIM_EBUSY;
+}
+
+void store_read_end(store *s, MDB_txn *txn)
+{
+    mdb_txn_abort(txn);
+    pthread_rwlock_unlock(&s->maplock);
+}
+
+static int evict_fn(store *s, MDB_txn *txn, void *ctx);
+
+int store_write(store *s, int (*fn)(store *, MDB_txn *, void *), void *ctx)
+{
+    if (s->readonly) return CLSHIM_EREADONLY;
+    int evicted_at_cap = 0;
+    for (int attempt = 0; attempt < WRITE_ATTEMPTS; attempt++) {
+        MDB_txn *txn;
+        pthread_rwlock_rdlock(&s->maplock);
+        int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+        if (rc == 0) {
+            rc = fn(s, txn, ctx);
+            if (rc == 0) rc = mdb_txn_commit(txn);
+            else mdb_txn_abort(txn);
+        }
+        pthread_rwlock_unlock(&s->maplock);
+        if (rc == MDB_MAP_RESIZED) {
+            adopt_mapsize(s);
+            continue;
+        }
+        if (rc != MDB_MAP_FULL) return store_map_err(rc);
+        if (grow_map(s) == CLSHIM_OK) continue;
+        /* At the cap: free a tenth by LRU once, then give up. */
+        if (evicted_at_cap++ || fn == evict_fn) break;
+        struct store_stats st;
+        if (store_stats_get(s, &st) != CLSHIM_OK) break;
+        uint64_t target[3] = {0, st.stored_bytes / 10 * 9, 0};
+        if (store_write(s, evict_fn, target) != CLSHIM_OK) break;
+    }
+    LOG_ONCE(LOG_WARN, "cache %s is full (the map cannot grow); entries are not stored", s->dir);
+    return CLSHIM_EFULL;
+}
+
+/* ---- meta ---- */
+
+static int meta_get(store *s, MDB_txn *txn, const char *name, void *buf, size_t len)
+{
+    MDB_val k = {strlen(name), (void *)name}, v;
+    memset(buf, 0, len);
+    int rc = mdb_get(txn, s->db_meta, &k, &v);
+    if (rc == 0) memcpy(buf, v.mv_data, v.mv_size < len ? v.mv_size : len);
+    return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
+static int meta_put(store *s, MDB_txn *txn, const char *name, const void *buf, size_t len)
+{
+    MDB_val k = {strlen(name), (void *)name}, v = {len, (void *)buf};
+    return mdb_put(txn, s->db_meta, &k, &v, 0);
+}
+
+int store_meta_get(store *s, MDB_txn *txn, const char *name, uint64_t *out, int n)
+{
+    unsigned char buf[8 * ST_COUNT];
+    int rc = meta_get(s, txn, name, buf, 8 * (size_t)n);
+    for (int i = 0; i < n; i++) out[i] = store_get64(buf + 8 * i);
+    return rc;
+}
+
+int store_meta_put(store *s, MDB_txn *txn, const char *name, const uint64_t *in, int n)
+{
+    unsigned char buf[8 * ST_COUNT];
+    for (int i = 0; i < n; i++) store_put64(buf + 8 * i, in[i]);
+    return meta_put(s, txn, name, buf, 8 * (size_t)n);
+}
+
+int store_acct_load(store *s, MDB_txn *txn, struct store_acct *a)
+{
+    uint64_t t[3];
+    int rc = store_meta_get(s, txn, "totals", t, 3);
+    if (rc == 0) rc = store_meta_get(s, txn, "stats", a->stat, ST_COUNT);
+    a->count = t[0], a->bytes = t[1], a->ubytes = t[2];
+    return rc;
+}
+
+int store_acct_save(store *s, MDB_txn *txn, const struct store_acct *a)
+{
+    uint64_t t[3] = {a->count, a->bytes, a->ubytes};
+    int rc = store_meta_put(s, txn, "totals", t, 3);
+    return rc ? rc : store_meta_put(s, txn, "stats", a->stat, ST_COUNT);
+}
+
+/* ---- entries and their index records ---- */
+
+static int index_put(store *s, MDB_txn *txn, const unsigned char *key, uint64_t atime, uint64_t hits,
+                     uint64_t ubytes)
+{
+    unsigned char acc[STORE_ACCESS_LEN], ak[STORE_ATIME_KEY_LEN];
+    store_put64(acc, atime);
+    store_put64(acc + 8, hits);
+    store_put64(acc + 16, ubytes);
+    put_be64(ak, atime);
+    memcpy(ak + 8, key, STORE_KEY_LEN);
+    MDB_val k = {STORE_KEY_LEN, (void *)key}, v = {sizeof acc, acc};
+    int rc = mdb_put(txn, s->db_access, &k, &v, 0);
+    if (rc) return rc;
+    MDB_val k2 = {sizeof ak, ak}, v2 = {0, NULL};
+    return mdb_put(txn, s->db_atime, &k2, &v2, 0);
+}
+
+int store_del_entry(store *s, MDB_txn *txn, const unsigned char *key, struct store_acct *a)
+{
+    MDB_val k = {STORE_KEY_LEN, (void *)key}, v, acc;
+    int rc = mdb_get(txn, s->db_entries, &k, &v);
+    if (rc) return rc;
+    uint64_t size = v.mv_size, ubytes = 0;
+    rc = mdb_get(txn, s->db_access, &k, &acc);
+    if (rc == 0 && acc.mv_size == STORE_ACCESS_LEN) {
+        unsigned char ak[STORE_ATIME_KEY_LEN];
+        put_be64(ak, store_get64(acc.mv_data));
+        memcpy(ak + 8, key, STORE_KEY_LEN);
+        ubytes = store_get64((const char *)acc.mv_data + 16);
+        MDB_val k2 = {sizeof ak, ak};
+        rc = mdb_del(txn, s->db_atime, &k2, NULL);
+        if (rc && rc != MDB_NOTFOUND) return rc;
+    }
+    if (rc == 0 || rc == MDB_NOTFOUND) rc = mdb_del(txn, s->db_access, &k, NULL);
+    if (rc && rc != MDB_NOTFOUND) return rc;
+    if ((rc = mdb_del(txn, s->db_entries, &k, NULL)) != 0) return rc;
+    a->count = a->count ? a->count - 1 : 0;
+    a->bytes = a->bytes >= size ? a->bytes - size : 0;
+    a->ubytes = a->ubytes >= ubytes ? a->ubytes - ubytes : 0;
+    return 0;
+}
+
+/* Deletes entries along "atime", oldest first, while `more` says so.
+ * `cutoff`: only entries last used before it (0: any); `target`: stop at
+ * this many bytes (UINT64_MAX: no size goal); `skip`: never this key. */
+static int evict_walk(store *s, MDB_txn *txn, struct store_acct *a, uint64_t cutoff, uint64_t target,
+                      const unsigned char *skip, uint64_t *n)
+{
+    MDB_cursor *c;
+    int rc = mdb_cursor_open(txn, s->db_atime, &c);
+    if (rc) return rc;
+    unsigned char from[STORE_ATIME_KEY_LEN];
+    MDB_val k, v;
+    MDB_cursor_op op = MDB_FIRST;
+    while (target == UINT64_MAX || a->bytes > target) {
+        rc = mdb_cursor_get(c, &k, &v, op);
+        if (rc) break;
+        if (k.mv_size != STORE_ATIME_KEY_LEN) { rc = MDB_CORRUPTED; break; }
+        memcpy(from, k.mv_data, sizeof from);
+        if (cutoff && get_be64(from) >= cutoff) break;
+        if (skip && memcmp(from + 8, skip, STORE_KEY_LEN) == 0) {
+            op = MDB_NEXT;
+            continue;
+        }
+        rc = store_del_entry(s, txn, from + 8, a);
+        if (rc == MDB_NOTFOUND) rc = mdb_del(txn, s->db_atime, &k, NULL); /* orphan: drop it */
+        if (rc) break;
+        ++*n;
+        k.mv_size = sizeof from, k.mv_data = from;
+        op = MDB_SET_RANGE; /* the next record after the deleted one */
+    }
+    mdb_cursor_close(c);
+    return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
+static int sweep_age(store *s, MDB_txn *txn, struct store_acct *a, uint64_t now)
+{
+    uint64_t n = 0, age = s->opt.max_age_days * 86400;
+    int rc = 0;
+    if (s->opt.max_age_days && now > age) rc = evict_walk(s, txn, a, now - age, UINT64_MAX, NULL, &n);
+    a->stat[ST_EVICT_AGE] += n;
+    if (rc == 0) {
+        uint64_t t = now;
+        rc = store_meta_put(s, txn, "sweep", &t, 1);
+    }
+    if (rc == 0 && n) log_msg(LOG_INFO, "cache: %llu entries unused for %llu days evicted",
+                              (unsigned long long)n, (unsigned long long)s->opt.max_age_days);
+    return rc;
+}
+
+static int sweep_due(store *s, uint64_t now)
+{
+    return s->opt.max_age_days && now >= __atomic_load_n(&s->next_sweep, __ATOMIC_RELAXED);
+}
+
+static void sweep_done(store *s, uint64_t now)
+{
+    __atomic_store_n(&s->next_sweep, now + STORE_SWEEP_INTERVAL_S, __ATOMIC_RELAXED);
+}
+
+static int sweep_fn(store *s, MDB_txn *txn, void *arg)
+{
+    (void)arg;
+    struct store_acct a;
+    int rc = store_acct_load(s, txn, &a);
+    if (rc == 0) rc = sweep_age(s, txn, &a, store_now());
+    return rc ? rc : store_acct_save(s, txn, &a);
+}
+
+struct put_ctx {
+    const unsigned char *key;
+    const void *rec;
+    size_t len;
+    uint64_t ubytes, atime, hits;
+    int swept;
+};
+
+static int put_fn(store *s, MDB_txn *txn, void *arg)
+{
+    struct put_ctx *c = arg;
+    struct store_acct a;
+    uint64_t now = store_now();
+    int rc = store_acct_load(s, txn, &a);
+    c->swept = 0;
+    if (rc == 0 && sweep_due(s, now)) {
+        rc = sweep_age(s, txn, &a, now);
+        c->swept = 1;
+    }
+    if (rc == 0) rc = store_del_entry(s, txn, c->key, &a);
+    if (rc == MDB_NOTFOUND) rc = 0;
+    if (rc) return rc;
+    MDB_val k = {STORE_KEY_LEN, (void *)c->key}, v = {c->len, NULL};
+    if ((rc = mdb_put(txn, s->db_entries, &k, &v, MDB_RESERVE)) != 0) return rc;
+    memcpy(v.mv_data, c->rec, c->len);
+    if ((rc = index_put(s, txn, c->key, c->atime, c->hits, c->ubytes)) != 0) return rc;
+    a.count++, a.bytes += c->len, a.ubytes += c->ubytes;
+    if (s->opt.max_size && a.bytes > s->opt.max_size) {
+        uint64_t n = 0, target = s->opt.max_size / 100 * STORE_LOW_WATER_PCT;
+        rc = evict_walk(s, txn, &a, 0, target, c->key, &n);
+        a.stat[ST_EVICT_SIZE] += n;
+        if (rc) return rc;
+    }
+    return store_acct_save(s, txn, &a);
+}
+
+int store_put_encoded(store *s, struct cache_hash hash, const void *rec, size_t len, uint64_t ubytes,
+                      uint64_t atime, uint64_t hits)
+{
+    if (s->opt.max_size && len > s->opt.max_size) return CLSHIM_ETOOBIG;
+    unsigned char key[STORE_KEY_LEN];
+    store_hash_key(hash, key);
+    struct put_ctx c = {key, rec, len, ubytes, atime, hits, 0};
+    int rc = store_write(s, put_fn, &c);
+    if (rc == CLSHIM_OK && c.swept) sweep_done(s, store_now());
+    return rc;
+}
+
+int store_put(store *s, struct cache_hash hash, const void *key, size_t key_len,
+              const struct store_record *rec)
+{
+    if (!s || !rec || (!key && key_len) || (!rec->binary && rec->binary_size)) return CLSHIM_EINVAL;
+    if (s->readonly) return CLSHIM_EREADONLY;
+    if (rec->binary_size < s->opt.min_entry || (s->opt.max_entry && rec->binary_size > s->opt.max_entry) ||
+        rec->binary_size > ENTRY_MAX_BINARY)
+        return CLSHIM_ETOOBIG;
+    void *z;
+    size_t zsize;
+    uint32_t flags;
+    int rc = entry_compress(rec->binary, rec->binary_size, s->opt.compress_level, &z, &zsize, &flags);
+    if (rc) return rc;
+    uint64_t now = store_now();
+    const char *dev = rec->device_name ? rec->device_name : "";
+    const char *log = rec->build_log ? rec->build_log : "";
+    struct entry_fields f = {
+        .hash = hash, .flags = flags, .origin = rec->origin, .binary_size = rec->binary_size,
+        .binary_xxh3 = entry_xxh3_64(rec->binary, rec->binary_size), .created = now,
+        .last_access = now, .hits = 0, .compile_ns = rec->compile_ns, .key = key, .key_len = key_len,
+        .device = dev, .device_len = strlen(dev), .log = log, .log_len = strlen(log),
+        .payload = z ? z : rec->binary, .payload_size = z ? zsize : rec->binary_size,
+    };
+    size_t len = entry_encoded_size(&f);
+    void *buf = len ? malloc(len) : NULL;
+    if (!buf) {
+        free(z);
+        return len ? CLSHIM_ENOMEM : CLSHIM_ETOOBIG;
+    }
+    entry_write(buf, &f);
+    free(z);
+    rc = store_put_encoded(s, hash, buf, len, rec->binary_size, now, 0);
+    free(buf);
+    return rc;
+}
+
+/* ---- lookups and the hit queue ---- */
+
+static size_t slot_of(struct cache_hash h) { return (size_t)(h.lo ^ (h.hi >> 7)) & (2 * STORE_QUEUE_MAX - 1); }
+
+/* Queues a hit; returns 1 when the queue is due for a flush. */
+static int queue_hit(store *s, struct cache_hash h, uint64_t now)
+{
+    pthread_mutex_lock(&s->qlock);
+    int full = 0;
+    if (s->queue) {
+        size_t i = slot_of(h);
+        while (s->queue[i].used && (s->queue[i].hash.lo != h.lo || s->queue[i].hash.hi != h.hi))
+            i = (i + 1) & (2 * STORE_QUEUE_MAX - 1);
+        if (!s->queue[i].used) {
+            s->queue[i] = (struct store_hit){h, now, 0, 1};
+            s->qcount++;
+        }
+        s->queue[i].atime = now;
+        s->queue[i].hits++;
+        full = s->qcount >= STORE_QUEUE_MAX;
+    }
+    pthread_mutex_unlock(&s->qlock);
+    return full;
+}
+
+static void count_bad(store *s, int rc)
+{
+    if (s->readonly) return;
+    pthread_mutex_lock(&s->qlock);
+    if (rc == CLSHIM_ECOLLISION) s->q_collisions++;
+    else s->q_corrupt++;
+    pthread_mutex_unlock(&s->qlock);
+}
+
+int store_get(store *s, struct cache_hash hash, const void *key, size_t key_len,
+              struct store_record *out, void **arena)
+{
+    if (arena) *arena = NULL;
+    if (!s || !out || !arena || (!key && key_len)) return CLSHIM_EINVAL;
+    memset(out, 0, sizeof *out);
+    if (!s->have_dbs) return CLSHIM_ENOTFOUND;
+    MDB_txn *txn;
+    int rc = store_read_begin(s, &txn);
+    if (rc) return rc;
+    unsigned char k16[STORE_KEY_LEN];
+    store_hash_key(hash, k16);
+    MDB_val k = {sizeof k16, k16}, v;
+    struct entry_view e;
+    rc = mdb_get(txn, s->db_entries, &k, &v);
+    if (rc) {
+        store_read_end(s, txn);
+        return store_map_err(rc);
+    }
+    rc = entry_parse(v.mv_data, v.mv_size, &e);
+    if (rc == CLSHIM_OK && (e.hash.lo != hash.lo || e.hash.hi != hash.hi)) rc = CLSHIM_ECORRUPT;
+    if (rc == CLSHIM_OK && (e.key_len != key_len || (key_len && memcmp(e.key, key, key_len) != 0)))
+        rc = CLSHIM_ECOLLISION;
+    unsigned char *mem = NULL;
+    if (rc == CLSHIM_OK) {
+        mem = malloc((size_t)e.binary_size + e.log_len + e.device_len + 2);
+        if (!mem) rc = CLSHIM_ENOMEM;
+    }
+    if (rc == CLSHIM_OK) {
+        unsigned char *bin = mem;
+        char *log = (char *)bin + e.binary_size, *dev = log + e.log_len + 1;
+        rc = entry_unpack_binary(&e, bin);
+        memcpy(log, e.log, e.log_len);
+        log[e.log_len] = 0;
+        memcpy(dev, e.device, e.device_len);
+        dev[e.device_len] = 0;
+        *out = (struct store_record){bin, (size_t)e.binary_size, log, e.compile_ns, e.origin, dev};
+    }
+    store_read_end(s, txn);
+    if (rc == CLSHIM_EUNSUPPORTED) rc = CLSHIM_ECORRUPT; /* a newer clshim's entry: not ours to serve */
+    if (rc != CLSHIM_OK) {
+        free(mem);
+        memset(out, 0, sizeof *out);
+        if (rc == CLSHIM_ECOLLISION || rc == CLSHIM_ECORRUPT) {
+            count_bad(s, rc);
+            log_msg(LOG_INFO, "cache: entry %016llx: %s", (unsigned long long)hash.hi, clshim_strerror(rc));
+        }
+        return rc;
+    }
+    *arena = mem;
+    if (!s->readonly && queue_hit(s, hash, store_now())) store_flush(s);
+    return CLSHIM_OK;
+}
+
+void store_record_free(void *arena) { free(arena); }
+
+struct flush_ctx {
+    struct store_hit *hits;
+    size_t n;
+    uint64_t collisions, corrupt;
+};
+
+static int flush_fn(store *s, MDB_txn *txn, void *arg)
+{
+    struct flush_ctx *c = arg;
+    struct store_acct a;
+    int rc = store_acct_load(s, txn, &a);
+    for (size_t i = 0; rc == 0 && i < c->n; i++) {
+        unsigned char key[STORE_KEY_LEN];
+        store_hash_key(c->hits[i].hash, key);
+        MDB_val k = {STORE_KEY_LEN, key}, acc;
+        if (mdb_get(txn, s->db_access, &k, &acc) != 0 || acc.mv_size != STORE_ACCESS_LEN) continue;
+        uint64_t old = store_get64(acc.mv_data), hits = store_get64((char *)acc.mv_data + 8);
+        uint64_t ub = store_get64((char *)acc.mv_data + 16), t = old;
+        if (c->hits[i].atime >= old + STORE_ATIME_GRANULARITY_S) {
+            unsigned char ak[STORE_ATIME_KEY_LEN];
+            put_be64(ak, old);
+            memcpy(ak + 8, key, STORE_KEY_LEN);
+            MDB_val k2 = {sizeof ak, ak};
+            rc = mdb_del(txn, s->db_atime, &k2, NULL);
+            if (rc == MDB_NOTFOUND) rc = 0;
+            t = c->hits[i].atime;
+        }
+        if (rc == 0) rc = index_put(s, txn, key, t, hits + c->hits[i].hits, ub);
+    }
+    a.stat[ST_COLLISIONS] += c->collisions;
+    a.stat[ST_CORRUPT] += c->corrupt;
+    return rc ? rc : store_acct_save(s, txn, &a);
+}
+
+int store_flush(store *s)
+{
+    if (!s || s->readonly) return CLSHIM_OK;
+    struct flush_ctx c = {0};
+    pthread_mutex_lock(&s->qlock);
+    if (s->qcount) {
+        c.hits = malloc(s->qcount * sizeof *c.hits);
+        for (size_t i = 0; c.hits && i < 2 * STORE_QUEUE_MAX; i++)
+            if (s->queue[i].used) c.hits[c.n++] = s->queue[i];
+        memset(s->queue, 0, 2 * STORE_QUEUE_MAX * sizeof *s->queue);
+        s->qcount = 0;
+    }
+    c.collisions = s->q_collisions, c.corrupt = s->q_corrupt;
+    s->q_collisions = s->q_corrupt = 0;
+    pthread_mutex_unlock(&s->qlock);
+    int rc = CLSHIM_OK;
+    if (c.n || c.collisions || c.corrupt) rc = store_write(s, flush_fn, &c);
+    free(c.hits);
+    return rc; /* access times are advisory: a failed batch is dropped */
+}
+
+/* ---- delete, evict, clear ---- */
+
+static int delete_fn(store *s, MDB_txn *txn, void *arg)
+{
+    struct store_acct a;
+    int rc = store_acct_load(s, txn, &a);
+    if (rc == 0) rc = store_del_entry(s, txn, arg, &a);
+    return rc ? rc : store_acct_save(s, txn, &a);
+}
+
+int store_delete(store *s, struct cache_hash hash)
+{
+    if (!s) return CLSHIM_EINVAL;
+    if (s->readonly) return CLSHIM_EREADONLY;
+    unsigned char key[STORE_KEY_LEN];
+    store_hash_key(hash, key);
+    return store_write(s, delete_fn, key);
+}
+
+/* ctx: {older_than_days, to_size, out: evicted} */
+static int evict_fn(store *s, MDB_txn *txn, void *ctx)
+{
+    uint64_t *arg = ctx, now = store_now(), n = 0;
+    struct store_acct a;
+    int rc = store_acct_load(s, txn, &a);
+    if (rc == 0 && arg[0] && now > arg[0] * 86400) {
+        rc = evict_walk(s, txn, &a, now - arg[0] * 86400, UINT64_MAX, NULL, &n);
+        a.stat[ST_EVICT_AGE] += n;
+        arg[2] = n;
+    }
+    if (rc == 0 && arg[1] != UINT64_MAX) {
+        n = 0;
+        rc = evict_walk(s, txn, &a, 0, arg[1], NULL, &n);
+        a.stat[ST_EVICT_SIZE] += n;
+        arg[2] += n;
+    }
+    return rc ? rc : store_acct_save(s, txn, &a);
+}
+
+int store_evict(store *s, uint64_t older_than_days, uint64_t to_size, uint64_t *evicted)
+{
+    if (evicted) *evicted = 0;
+    if (!s) return CLSHIM_EINVAL;
+    if (s->readonly) return CLSHIM_EREADONLY;
+    uint64_t arg[3] = {older_than_days, to_size, 0};
+    int rc = store_write(s, evict_fn, arg);
+    if (rc == CLSHIM_OK && evicted) *evicted = arg[2];
+    return rc;
+}
+
+static int clear_fn(store *s, MDB_txn *txn, void *ctx)
+{
+    (void)ctx;
+    struct store_acct a;
+    int rc = store_acct_load(s, txn, &a);
+    if (rc == 0) rc = mdb_drop(txn, s->db_entries, 0);
+    if (rc == 0) rc = mdb_drop(txn, s->db_access, 0);
+    if (rc == 0) rc = mdb_drop(txn, s->db_atime, 0);
+    a.count = a.bytes = a.ubytes = 0;
+    return rc ? rc : store_acct_save(s, txn, &a);
+}
+
+int store_clear(store *s)
+{
+    if (!s) return CLSHIM_EINVAL;
+    if (s->readonly) return CLSHIM_EREADONLY;
+    pthread_mutex_lock(&s->qlock); /* queued hits are for entries now gone */
+    if (s->queue) memset(s->queue, 0, 2 * STORE_QUEUE_MAX * sizeof *s->queue);
+    s->qcount = 0;
+    pthread_mutex_unlock(&s->qlock);
+    return store_write(s, clear_fn, NULL);
+}
+
+/* ---- statistics ---- */
+
+static int stats_add_fn(store *s, MDB_txn *txn, void *arg)
+{
+    const struct store_stats *d = arg;
+    struct store_acct a;
+    int rc = store_acct_load(s, txn, &a);
+    const uint64_t add[ST_COUNT] = {d->hits, d->misses, d->stores, d->evictions_size, d->evictions_age,
+                                    d->rejected, d->collisions, d->corrupt, d->compile_ns_saved};
+    for (int i = 0; i < ST_COUNT; i++) a.stat[i] += add[i];
+    return rc ? rc : store_acct_save(s, txn, &a);
+}
+
+int store_stats_add(store *s, const struct store_stats *delta)
+{
+    if (!s || !delta) return CLSHIM_EINVAL;
+    if (s->readonly) return CLSHIM_EREADONLY;
+    return store_write(s, stats_add_fn, (void *)delta);
+}
+
+static int stats_zero_fn(store *s, MDB_txn *txn, void *arg)
+{
+    (void)arg;
+    struct store_acct a;
+    int rc = store_acct_load(s, txn, &a);
+    memset(a.stat, 0, sizeof a.stat);
+    return rc ? rc : store_acct_save(s, txn, &a);
+}
+
+int store_stats_zero(store *s)
+{
+    if (!s) return CLSHIM_EINVAL;
+    if (s->readonly) return CLSHIM_EREADONLY;
+    pthread_mutex_lock(&s->qlock);
+    s->q_collisions = s->q_corrupt = 0;
+    pthread_mutex_unlock(&s->qlock);
+    return store_write(s, stats_zero_fn, NULL);
+}
+
+int store_stats_get(store *s, struct store_stats *out)
+{
+    if (!s || !out) return CLSHIM_EINVAL;
+    memset(out, 0, sizeof *out);
+    out->max_size = s->opt.max_size;
+    if (!s->have_dbs) return CLSHIM_OK;
+    MDB_txn *txn;
+    int rc = store_read_begin(s, &txn);
+    if (rc) return rc;
+    struct store_acct a;
+    rc = store_acct_load(s, txn, &a);
+    store_read_end(s, txn);
+    if (rc) return store_map_err(rc);
+    *out = (struct store_stats){a.stat[ST_HITS], a.stat[ST_MISSES], a.stat[ST_STORES],
+                                a.stat[ST_EVICT_SIZE], a.stat[ST_EVICT_AGE], a.stat[ST_REJECTED],
+                                a.stat[ST_COLLISIONS], a.stat[ST_CORRUPT], a.stat[ST_SAVED],
+                                a.count, a.bytes, a.ubytes, s->opt.max_size};
+    return CLSHIM_OK;
+}
+
+/* ---- build claims ---- */
+
+#define CLAIM_LEN (8 + 8 + 36) /* pid, start ms, boot id */
+
+static int claim_live(store *s, const MDB_val *v, uint64_t stale_ms)
+{
+    if (v->mv_size != CLAIM_LEN) return 0;
+    const unsigned char *p = v->mv_data;
+    uint64_t pid = store_get64(p), start = store_get64(p + 8), now = now_ms();
+    if (memcmp(p + 16, s->boot_id, 36) != 0) return 0; /* rebooted since: pids mean nothing */
+    if (pid == 0 || pid > INT32_MAX || (pid_t)pid == getpid()) return 0;
+    if (now >= start && now - start >= stale_ms) return 0;
+    return kill((pid_t)pid, 0) == 0 || errno == EPERM;
+}
+
+struct claim_ctx {
+    const unsigned char *key;
+    uint64_t stale_ms;
+    int release;
+};
+
+static int claim_fn(store *s, MDB_txn *txn, void *arg)
+{
+    struct claim_ctx *c = arg;
+    MDB_val k = {STORE_KEY_LEN, (void *)c->key}, v;
+    int rc = mdb_get(txn, s->db_building, &k, &v);
+    if (rc && rc != MDB_NOTFOUND) return rc;
+    if (c->release) {
+        if (rc == 0 && v.mv_size == CLAIM_LEN && store_get64(v.mv_data) == (uint64_t)getpid())
+            return mdb_del(txn, s->db_building, &k, NULL);
+        return 0;
+    }
+    if (rc == 0 && claim_live(s, &v, c->stale_ms)) return CLSHIM_EBUSY;
+    unsigned char buf[CLAIM_LEN];
+    store_put64(buf, (uint64_t)getpid());
+    store_put64(buf + 8, now_ms());
+    memcpy(buf + 16, s->boot_id, 36);
+    MDB_val nv = {sizeof buf, buf};
+    return mdb_put(txn, s->db_building, &k, &nv, 0);
+}
+
+int store_claim_build(store *s, struct cache_hash hash, uint64_t stale_ms)
+{
+    if (!s) return CLSHIM_EINVAL;
+    if (s->readonly) return CLSHIM_OK;
+    unsigned char key[STORE_KEY_LEN];
+    store_hash_key(hash, key);
+    struct claim_ctx c = {key, stale_ms, 0};
+    return store_write(s, claim_fn, &c);
+}
+
+int store_release_build(store *s, struct cache_hash hash)
+{
+    if (!s) return CLSHIM_EINVAL;
+    if (s->readonly) return CLSHIM_OK;
+    unsigned char key[STORE_KEY_LEN];
+    store_hash_key(hash, key);
+    struct claim_ctx c = {key, 0, 1};
+    return store_write(s, claim_fn, &c);
+}
+
+/* The age sweep store_open runs when the last one is a day old. */
+void store_sweep_if_due(store *s)
+{
+    uint64_t now = store_now();
+    if (!s->readonly && sweep_due(s, now) && store_write(s, sweep_fn, NULL) == CLSHIM_OK) sweep_done(s, now);
+}

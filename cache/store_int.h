@@ -1,0 +1,93 @@
+/* store_int.h — what store.c and store_admin.c share. Not a public
+ * interface: other modules use store.h only. */
+#ifndef CLSHIM_STORE_INT_H
+#define CLSHIM_STORE_INT_H
+
+#include <lmdb.h>
+#include <pthread.h>
+
+#include "cache/store.h"
+
+#define STORE_FORMAT_VERSION 1
+#define STORE_KEY_LEN 16
+#define STORE_ATIME_KEY_LEN (8 + STORE_KEY_LEN)
+#define STORE_ACCESS_LEN 24 /* last access, hits, uncompressed size */
+#define STORE_MAP_CAP ((uint64_t)64 << 30)
+
+/* One queued hit: store_get() fills, store_flush() writes. */
+struct store_hit {
+    struct cache_hash hash;
+    uint64_t atime, hits;
+    int used;
+};
+
+struct store {
+    MDB_env *env;
+    MDB_dbi db_entries, db_atime, db_meta, db_building, db_access;
+    int have_dbs;  /* 0: a read-only open of an environment we never wrote */
+    int readonly;
+    int nolock;    /* opened with MDB_NOLOCK (read-only, lock.mdb unwritable) */
+    struct store_options opt;
+    char *dir;
+    int lock_fd;   /* compact.lock, shared flock held; -1 when none */
+    /* Every transaction holds maplock shared; resizing or replacing the map
+     * (mdb_env_set_mapsize, compaction) needs it exclusive, because LMDB
+     * forbids both while this process has a transaction open. */
+    pthread_rwlock_t maplock;
+    pthread_mutex_t qlock; /* guards the hit queue and the queued counters */
+    struct store_hit *queue; /* 2 * STORE_QUEUE_MAX slots, open addressing */
+    size_t qcount;
+    uint64_t q_collisions, q_corrupt;
+    uint64_t next_sweep; /* no age sweep before this time (seconds) */
+    char boot_id[36];
+};
+
+/* Totals and counters of "meta", loaded into a write transaction, changed,
+ * and saved in it, so they move with the entries. */
+enum { ST_HITS, ST_MISSES, ST_STORES, ST_EVICT_SIZE, ST_EVICT_AGE, ST_REJECTED, ST_COLLISIONS,
+       ST_CORRUPT, ST_SAVED, ST_COUNT };
+struct store_acct {
+    uint64_t count, bytes, ubytes;
+    uint64_t stat[ST_COUNT];
+};
+
+uint64_t store_now(void);
+void store_hash_key(struct cache_hash h, unsigned char key[STORE_KEY_LEN]);
+struct cache_hash store_key_hash(const unsigned char key[STORE_KEY_LEN]);
+uint64_t store_get64(const void *p);
+void store_put64(void *p, uint64_t v);
+
+/* Maps an LMDB or errno code to a clshim_err; clshim codes pass through. */
+int store_map_err(int rc);
+
+/* A read transaction with maplock held shared; store_read_end releases both. */
+int store_read_begin(store *s, MDB_txn **txn);
+void store_read_end(store *s, MDB_txn *txn);
+/* Runs fn in a write transaction and commits when it returns 0; retries on
+ * MDB_MAP_RESIZED, grows the map (or evicts at the cap) on MDB_MAP_FULL.
+ * Returns a clshim_err. */
+int store_write(store *s, int (*fn)(store *, MDB_txn *, void *), void *ctx);
+
+/* n little-endian u64s of a "meta" record (missing: zeros). */
+int store_meta_get(store *s, MDB_txn *txn, const char *name, uint64_t *out, int n);
+int store_meta_put(store *s, MDB_txn *txn, const char *name, const uint64_t *in, int n);
+void store_sweep_if_due(store *s);
+
+int store_acct_load(store *s, MDB_txn *txn, struct store_acct *a);
+int store_acct_save(store *s, MDB_txn *txn, const struct store_acct *a);
+
+/* Deletes the entry under key with its index records and accounting.
+ * MDB_NOTFOUND when absent. */
+int store_del_entry(store *s, MDB_txn *txn, const unsigned char *key, struct store_acct *a);
+
+/* Stores an encoded record (already verified or just built) with its
+ * access state, evicting for size. */
+int store_put_encoded(store *s, struct cache_hash hash, const void *rec, size_t len, uint64_t ubytes,
+                      uint64_t atime, uint64_t hits);
+
+/* Opens the environment and its databases into s (used again after
+ * compaction). */
+int store_env_open(store *s);
+void store_env_close(store *s);
+
+#endif

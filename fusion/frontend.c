@@ -1,0 +1,332 @@
+/* frontend.c — runs clang to turn OpenCL C into SPIR bitcode (frontend.h).
+ *
+ * Invariants:
+ *   1. clang is started with posix_spawnp and an argv built here; no shell,
+ *      and nothing in the argv comes from the cache's files (only the
+ *      configured clang name and the application's own build options).
+ *   2. All three pipes are serviced by one poll loop, so neither side can
+ *      block the other however much clang prints.
+ *   3. The child is always reaped, killed first when it overruns.
+ */
+#include "fusion/frontend.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/config.h"
+#include "common/error.h"
+
+extern char **environ;
+
+#define FRONTEND_TIMEOUT_MS 120000
+#define FRONTEND_MAX_ARGS 512
+
+struct argv_list {
+    char *arg[FRONTEND_MAX_ARGS + 1];
+    int count;
+};
+
+struct byte_buf {
+    char *data;
+    size_t len, cap;
+};
+
+static int set_err(char *err, size_t err_len, int code, const char *fmt, const char *detail)
+{
+    if (err && err_len) snprintf(err, err_len, fmt, detail ? detail : "");
+    return code;
+}
+
+static int argv_add(struct argv_list *av, const char *arg)
+{
+    if (av->count >= FRONTEND_MAX_ARGS) return CLSHIM_EINVAL;
+    char *copy = strdup(arg);
+    if (!copy) return CLSHIM_ENOMEM;
+    av->arg[av->count++] = copy;
+    av->arg[av->count] = NULL;
+    return 0;
+}
+
+static void argv_free(struct argv_list *av)
+{
+    for (int i = 0; i < av->count; i++) free(av->arg[i]);
+    av->count = 0;
+}
+
+static int buf_append(struct byte_buf *b, const char *p, size_t n)
+{
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 65536;
+        while (cap < b->len + n + 1) cap *= 2;
+        char *d = realloc(b->data, cap);
+        if (!d) return CLSHIM_ENOMEM;
+        b->data = d;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+    return 0;
+}
+
+/* Splits options into tokens (white space separates; "..." groups; \x is x). */
+static int tokenize(const char *options, struct argv_list *out)
+{
+    size_t n = options ? strlen(options) : 0;
+    char *tok = malloc(n + 1);
+    if (!tok) return CLSHIM_ENOMEM;
+    const char *p = options;
+    int rc = 0;
+    while (p && *p && rc == 0) {
+        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+        if (!*p) break;
+        size_t len = 0;
+        int quoted = 0;
+        while (*p && (quoted || !(*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))) {
+            if (*p == '"') {
+                quoted = !quoted;
+                p++;
+            } else if (*p == '\\' && p[1]) {
+                tok[len++] = p[1];
+                p += 2;
+            } else {
+                tok[len++] = *p++;
+            }
+        }
+        tok[len] = '\0';
+        rc = quoted ? CLSHIM_EINVAL : argv_add(out, tok);
+    }
+    free(tok);
+    return rc;
+}
+
+/* -cl-* options clang 15 implements and that may change the IR. */
+static int known_cl_option(const char *opt)
+{
+    static const char *const known[] = {
+        "-cl-single-precision-constant", "-cl-denorms-are-zero",
+        "-cl-fp32-correctly-rounded-divide-sqrt", "-cl-opt-disable", "-cl-mad-enable",
+        "-cl-no-signed-zeros", "-cl-unsafe-math-optimizations", "-cl-finite-math-only",
+        "-cl-fast-relaxed-math", "-cl-kernel-arg-info", "-cl-uniform-work-group-size",
+    };
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (strcmp(opt, known[i]) == 0) return 1;
+    return strncmp(opt, "-cl-std=", 8) == 0 || strncmp(opt, "-cl-ext=", 8) == 0;
+}
+
+/* Appends the application options clang should see; sets *has_std. */
+static int add_app_options(const char *options, struct argv_list *av, int *has_std, char *err,
+                           size_t err_len)
+{
+    struct argv_list toks = {.count = 0};
+    int rc = tokenize(options, &toks);
+    if (rc == CLSHIM_EINVAL) set_err(err, err_len, rc, "build options: %s", "unclosed quote");
+    for (int i = 0; rc == 0 && i < toks.count; i++) {
+        const char *t = toks.arg[i];
+        if (strcmp(t, "-D") == 0 || strcmp(t, "-U") == 0 || strcmp(t, "-I") == 0) {
+            if (i + 1 >= toks.count) {
+                rc = set_err(err, err_len, CLSHIM_EINVAL, "build options: %s needs a value", t);
+                break;
+            }
+            rc = argv_add(av, t);
+            if (rc == 0) rc = argv_add(av, toks.arg[++i]);
+        } else if (strncmp(t, "-D", 2) == 0 || strncmp(t, "-U", 2) == 0 ||
+                   strncmp(t, "-I", 2) == 0 || strcmp(t, "-w") == 0 ||
+                   strcmp(t, "-Werror") == 0 || known_cl_option(t)) {
+            if (strncmp(t, "-cl-std=", 8) == 0) *has_std = 1;
+            rc = argv_add(av, t);
+        }
+    }
+    argv_free(&toks);
+    if (rc == CLSHIM_ENOMEM) set_err(err, err_len, rc, "out of memory%s", "");
+    else if (rc == CLSHIM_EINVAL && err && err_len && !err[0])
+        set_err(err, err_len, rc, "build options: %s", "too many options");
+    return rc;
+}
+
+static long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Feeds stdin, drains stdout and stderr until both close. -1 on timeout or error. */
+static int pump(int in_fd, const char *src, size_t len, int out_fd, int err_fd,
+                struct byte_buf *out, struct byte_buf *errs)
+{
+    size_t sent = 0;
+    long deadline = now_ms() + FRONTEND_TIMEOUT_MS;
+    struct pollfd fds[3] = {{in_fd, POLLOUT, 0}, {out_fd, POLLIN, 0}, {err_fd, POLLIN, 0}};
+    if (len == 0) {
+        close(in_fd);
+        fds[0].fd = -1;
+    }
+    char buf[65536];
+    while (fds[1].fd >= 0 || fds[2].fd >= 0) {
+        long left = deadline - now_ms();
+        if (left <= 0) return -1;
+        int n = poll(fds, 3, (int)left);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return -1;
+        if (fds[0].fd >= 0 && fds[0].revents) {
+            ssize_t w = write(fds[0].fd, src + sent, len - sent);
+            if (w > 0) sent += (size_t)w;
+            if ((w < 0 && errno != EINTR && errno != EAGAIN) || sent == len) {
+                close(fds[0].fd); /* EPIPE: clang is gone; its exit status tells */
+                fds[0].fd = -1;
+            }
+        }
+        for (int i = 1; i < 3; i++) {
+            if (fds[i].fd < 0 || !fds[i].revents) continue;
+            ssize_t r = read(fds[i].fd, buf, sizeof buf);
+            if (r < 0 && errno == EINTR) continue;
+            if (r <= 0) {
+                fds[i].fd = -1;
+                continue;
+            }
+            struct byte_buf *dst = i == 1 ? out : errs;
+            if (i == 2 && errs->len > 65536) continue; /* enough diagnostics */
+            if (buf_append(dst, buf, (size_t)r) != 0) return -1;
+        }
+    }
+    if (fds[0].fd >= 0) close(fds[0].fd);
+    return 0;
+}
+
+/* The first line of clang's stderr that says "error", else its first line. */
+static void first_error(const struct byte_buf *errs, char *err, size_t err_len)
+{
+    const char *text = errs->data ? errs->data : "";
+    const char *line = strstr(text, "error:");
+    if (line) {
+        while (line > text && line[-1] != '\n') line--;
+    } else {
+        line = text;
+    }
+    size_t n = strcspn(line, "\n");
+    if (n == 0) snprintf(err, err_len, "clang failed to compile the source");
+    else snprintf(err, err_len, "clang: %.*s", (int)n, line);
+}
+
+static int run_clang(struct argv_list *av, const char *source, size_t len, struct byte_buf *out,
+                     char *err, size_t err_len)
+{
+    int pin[2], pout[2], perr[2];
+    if (pipe2(pin, O_CLOEXEC)) return set_err(err, err_len, CLSHIM_EIO, "pipe: %s", strerror(errno));
+    if (pipe2(pout, O_CLOEXEC)) {
+        close(pin[0]), close(pin[1]);
+        return set_err(err, err_len, CLSHIM_EIO, "pipe: %s", strerror(errno));
+    }
+    if (pipe2(perr, O_CLOEXEC)) {
+        close(pin[0]), close(pin[1]), close(pout[0]), close(pout[1]);
+        return set_err(err, err_len, CLSHIM_EIO, "pipe: %s", strerror(errno));
+    }
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t attr;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, pin[0], 0);
+    posix_spawn_file_actions_adddup2(&fa, pout[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, perr[1], 2);
+    posix_spawnattr_init(&attr);
+    sigset_t none, def;
+    sigemptyset(&none);
+    sigemptyset(&def);
+    sigaddset(&def, SIGPIPE);
+    posix_spawnattr_setsigmask(&attr, &none);
+    posix_spawnattr_setsigdefault(&attr, &def);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    pid_t pid;
+    int sp = posix_spawnp(&pid, av->arg[0], &fa, &attr, av->arg, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
+    close(pin[0]), close(pout[1]), close(perr[1]);
+    if (sp != 0) {
+        close(pin[1]), close(pout[0]), close(perr[0]);
+        if (err && err_len) snprintf(err, err_len, "cannot run %s: %s", av->arg[0], strerror(sp));
+        return CLSHIM_EIO;
+    }
+
+    /* Non-blocking, so a write never waits past what poll() promised. */
+    fcntl(pin[1], F_SETFL, fcntl(pin[1], F_GETFL) | O_NONBLOCK);
+    /* A clang that exits before reading all of stdin must not SIGPIPE the app. */
+    sigset_t pipe_set, old;
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+    struct byte_buf errs = {0};
+    int pumped = pump(pin[1], source, len, pout[0], perr[0], out, &errs);
+    if (!sigismember(&old, SIGPIPE)) {
+        struct timespec zero = {0, 0};
+        while (sigtimedwait(&pipe_set, NULL, &zero) > 0) {
+        }
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    close(pout[0]), close(perr[0]);
+    if (pumped != 0) kill(pid, SIGKILL);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    int rc = 0;
+    if (pumped != 0) {
+        rc = set_err(err, err_len, CLSHIM_EIO, "%s ran too long or its output failed; killed",
+                     av->arg[0]);
+    } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        if (err && err_len) first_error(&errs, err, err_len);
+        rc = CLSHIM_EINVAL;
+    } else if (out->len < 4 || memcmp(out->data, "BC\xc0\xde", 4) != 0) {
+        rc = set_err(err, err_len, CLSHIM_EINVAL, "%s wrote no bitcode", av->arg[0]);
+    }
+    free(errs.data);
+    return rc;
+}
+
+int frontend_compile_source(const char *source, size_t len, const char *options, void **bitcode,
+                            size_t *size, char *err, size_t err_len)
+{
+    if (err && err_len) err[0] = '\0';
+    if (!bitcode || !size || (!source && len))
+        return set_err(err, err_len, CLSHIM_EINVAL, "frontend: missing argument%s", "");
+    *bitcode = NULL;
+    *size = 0;
+    const char *clang = config_get()->clang;
+    if (!clang || !*clang) clang = "clang-15";
+
+    static const char *const fixed[] = {"-x", "cl", "-target", "spir64", "-emit-llvm", "-c",
+                                        "-O2", "-cl-kernel-arg-info", "-Xclang",
+                                        "-no-opaque-pointers"};
+    struct argv_list av = {.count = 0};
+    int rc = argv_add(&av, clang);
+    for (size_t i = 0; rc == 0 && i < sizeof fixed / sizeof fixed[0]; i++) rc = argv_add(&av, fixed[i]);
+    int has_std = 0;
+    if (rc == 0) rc = add_app_options(options, &av, &has_std, err, err_len);
+    if (rc == 0 && !has_std) rc = argv_add(&av, "-cl-std=CL1.2");
+    if (rc == 0) rc = argv_add(&av, "-o");
+    if (rc == 0) rc = argv_add(&av, "-");
+    if (rc == 0) rc = argv_add(&av, "-");
+    if (rc != 0) {
+        argv_free(&av);
+        if (err && err_len && !err[0]) set_err(err, err_len, rc, "frontend: %s", clshim_strerror(rc));
+        return rc;
+    }
+    struct byte_buf out = {0};
+    rc = run_clang(&av, source, len, &out, err, err_len);
+    argv_free(&av);
+    if (rc != 0) {
+        free(out.data);
+        return rc;
+    }
+    *bitcode = out.data;
+    *size = out.len;
+    return 0;
+}

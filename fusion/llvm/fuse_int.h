@@ -1,0 +1,80 @@
+/* fuse_int.h — state shared by the fuser's files (private to libclshim-llvm.so).
+ *
+ * fuse.c drives a fusion: it loads and links the modules, flattens the
+ * kernels, asks fuse_scan.c whether the sequence needs a barrier and
+ * whether each body may run under a range guard, then builds the fused
+ * kernel. See fuse.c's header comment for the whole pipeline and
+ * docs/fusion-analysis.md for the analysis.
+ */
+#ifndef CLSHIM_FUSE_INT_H
+#define CLSHIM_FUSE_INT_H
+
+#include <llvm-c/Core.h>
+#include <llvm-c/Target.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fusion/llvm_api.h"
+
+#define FUSE_MAX_KERNELS 64
+#define FUSE_MAX_PARAMS 256
+
+/* SPIR address spaces (the same numbers appear in kernel_arg_addr_space). */
+enum { AS_PRIVATE = 0, AS_GLOBAL = 1, AS_CONSTANT = 2, AS_LOCAL = 3, AS_GENERIC = 4 };
+
+/* How one kernel uses one of its global/constant pointer parameters. */
+struct param_use {
+    int reads, writes;  /* some load / some store through it */
+    int unknown;        /* some use that could not be classified (counts as both) */
+    int nonpointwise;   /* an access not at the kernel's get_global_id element */
+    char sig[128];      /* pointwise accesses: the index, e.g. "g0.t32.s64" */
+    unsigned dim;       /* ... its get_global_id dimension */
+    unsigned trunc_bits;/* ... the narrowest trunc on the way (0: none) */
+    uint64_t elem_size; /* ... the element size */
+    char why[200];      /* the first unknown or non-pointwise use, in words */
+};
+
+/* Work-item functions and synchronization a kernel calls. */
+struct kernel_calls {
+    int barrier;        /* barrier(), work_group_ and sub_group_ functions, async copies */
+    int local_query;    /* get_local_id/size, get_group_id, get_enqueued_local_size,
+                           get_local_linear_id */
+    int num_groups;     /* get_num_groups */
+    int global_size;    /* get_global_size */
+    int linear_id;      /* get_global_linear_id */
+    char unknown[200];  /* a memory access the analysis cannot attribute; "" if none */
+};
+
+/* One kernel of the sequence. */
+struct fuse_occ {
+    const struct fuse_kernel *k;
+    LLVMValueRef fn;            /* the kernel in the linked module */
+    char name[256];             /* its name in the linked module */
+    unsigned nparams;
+    char **param_name;          /* [nparams] for messages: kernel_arg_name, else #j */
+    struct param_use *use;      /* [nparams] */
+    struct kernel_calls calls;
+    int guarded;                /* its global size is smaller in some dimension */
+};
+
+/* Scans a flattened kernel (no calls to defined functions left): fills
+ * occ->use and occ->calls. Returns 0, or CLSHIM_EUNSUPPORTED with `reason`
+ * for a construct fusion never handles (indirect calls, calls left after
+ * inlining). */
+int fuse_scan_kernel(struct fuse_occ *occ, char *reason, size_t reason_len);
+
+/* Decides whether the sequence needs a barrier between bodies: for every
+ * arg class written by one kernel and accessed by another, every access
+ * must be pointwise at the same get_global_id index, injective over the
+ * fused range. Returns 1 and a "needs a barrier: ..." reason, or 0. */
+int fuse_needs_barrier(const struct fuse_occ *occ, size_t n, const size_t fused_gs[3],
+                       const size_t offset[3], char *reason, size_t reason_len);
+
+/* The base name of an Itanium-mangled OpenCL builtin ("_Z13get_global_idj"
+ * -> "get_global_id", length in *len); a plain name is returned whole. */
+const char *fuse_builtin_name(const char *mangled, size_t *len);
+
+/* Nonzero when name (len bytes) equals word. */
+int fuse_name_is(const char *name, size_t len, const char *word);
+
+#endif

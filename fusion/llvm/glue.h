@@ -1,0 +1,48 @@
+/* glue.h — what the LLVM-side C files share: the SPIR-V translator wrapper
+ * (spirv_glue.cpp, the only C++ file) and the fuser (fuse.c).
+ *
+ * Private to libclshim-llvm.so; the rest of clshim sees only
+ * fusion/llvm_api.h. Every function returns 0 or a clshim_err and writes a
+ * one-line reason into err (when not NULL) on failure; out buffers are
+ * malloc'd and owned by the caller.
+ */
+#ifndef CLSHIM_LLVM_GLUE_H
+#define CLSHIM_LLVM_GLUE_H
+
+#include <stddef.h>
+
+#include <llvm-c/Types.h>
+
+#include "fusion/llvm_api.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* SPIR-V bytes -> SPIR 1.2 bitcode (spir64, OpenCL 1.2 builtin names, the
+ * translator's `llvm-spirv -r` defaults, plus kernel_arg_name metadata).
+ * The header and the instruction stream are checked before the translator
+ * sees the bytes. CLSHIM_EINVAL: malformed or rejected module; CLSHIM_ENOMEM. */
+int glue_spirv_to_bitcode(const void *spirv, size_t size, const struct llvm_spec_const *consts,
+                          size_t num_consts, void **bitcode, size_t *bitcode_size, char *err,
+                          size_t err_len);
+
+/* SPIR bitcode -> SPIR-V. CLSHIM_EINVAL: unreadable bitcode, or the
+ * translator rejects the module; CLSHIM_ENOMEM. */
+int glue_bitcode_to_spirv(const void *bitcode, size_t size, void **spirv, size_t *spirv_size,
+                          char *err, size_t err_len);
+
+/* Makes a fresh context use typed pointers (LLVM 15 defaults to opaque ones,
+ * and would upgrade typed bitcode on reading; the translator's writer and
+ * PoCL 3.1's passes want typed pointers). Call before anything else uses
+ * the context. The LLVM 15 C API has no such call. */
+void glue_context_typed_pointers(LLVMContextRef ctx);
+
+/* The fuser (fuse.c); see llvm_api.h. */
+int fuse_kernels(const struct fuse_request *req, struct fuse_result *result);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

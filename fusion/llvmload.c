@@ -1,0 +1,84 @@
+/* llvmload.c — loads libclshim-llvm.so on first need (see llvmload.h).
+ *
+ * The path is CLSHIM_LLVM_LIB when set, else libclshim-llvm.so in the
+ * directory of the object this file is linked into (libclshim.so, or the
+ * tool or test executable that links the core archive), found with dladdr.
+ * The module is opened RTLD_NOW | RTLD_LOCAL, so its LLVM symbols never
+ * reach the application's scope, and is never closed. One attempt per
+ * process (pthread_once); a failure is logged once and remembered.
+ */
+#include "fusion/llvmload.h"
+
+#include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/config.h"
+#include "common/log.h"
+
+static pthread_once_t llvm_once = PTHREAD_ONCE_INIT;
+static const struct clshim_llvm_api *llvm_table;
+static int llvm_loaded;
+
+/* The default path: libclshim-llvm.so beside the object holding this code. */
+static int default_path(char *buf, size_t len)
+{
+    Dl_info info;
+    if (!dladdr((void *)default_path, &info) || !info.dli_fname) return -1;
+    const char *slash = strrchr(info.dli_fname, '/');
+    int n;
+    if (slash)
+        n = snprintf(buf, len, "%.*s/libclshim-llvm.so", (int)(slash - info.dli_fname),
+                     info.dli_fname);
+    else
+        n = snprintf(buf, len, "./libclshim-llvm.so"); /* a program run by bare name */
+    return n > 0 && (size_t)n < len ? 0 : -1;
+}
+
+static void llvm_load(void)
+{
+    char path[PATH_MAX];
+    const char *lib = config_get()->llvm_lib;
+    if (lib && *lib) {
+        snprintf(path, sizeof path, "%s", lib);
+    } else if (default_path(path, sizeof path) != 0) {
+        LOG_ONCE(LOG_WARN, "cannot load libclshim-llvm.so (cannot find the directory of "
+                           "libclshim.so); SPIR-V translation and fusion are off");
+        return;
+    }
+    void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!handle) {
+        const char *why = dlerror();
+        LOG_ONCE(LOG_WARN, "cannot load %s (%s); SPIR-V translation and fusion are off", path,
+                 why ? why : "unknown error");
+        return;
+    }
+    clshim_llvm_api_fn get = (clshim_llvm_api_fn)dlsym(handle, "clshim_llvm_api");
+    const struct clshim_llvm_api *api = get ? get() : NULL;
+    if (!api) {
+        LOG_ONCE(LOG_WARN, "cannot load %s (no clshim_llvm_api); SPIR-V translation and fusion "
+                           "are off", path);
+    } else if (api->version != CLSHIM_LLVM_API_VERSION) {
+        LOG_ONCE(LOG_WARN, "cannot load %s (API version %u, clshim needs %u); SPIR-V "
+                           "translation and fusion are off", path, (unsigned)api->version,
+                 (unsigned)CLSHIM_LLVM_API_VERSION);
+    } else {
+        __atomic_store_n(&llvm_table, api, __ATOMIC_RELEASE);
+        __atomic_store_n(&llvm_loaded, 1, __ATOMIC_RELEASE);
+        return;
+    }
+    dlclose(handle);
+}
+
+const struct clshim_llvm_api *llvm_api(void)
+{
+    pthread_once(&llvm_once, llvm_load);
+    return __atomic_load_n(&llvm_table, __ATOMIC_ACQUIRE);
+}
+
+int llvm_api_loaded(void)
+{
+    return __atomic_load_n(&llvm_loaded, __ATOMIC_ACQUIRE);
+}

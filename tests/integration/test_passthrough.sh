@@ -1,0 +1,42 @@
+#!/bin/bash
+# Unmodified programs behave exactly as without clshim: same output, same
+# error codes, same exit status — with the shim enabled, disabled, and with
+# bad configuration values.
+source "$(dirname "$0")/lib.sh"
+
+for args in "" "--error" "--threads 4" "--contexts 2 --threads 2" "--scale 5 --iterations 2"; do
+    fresh_pocl; run_plain plain "$PROGS/multikernel" $args
+    fresh_pocl; run_shim shim "$PROGS/multikernel" $args
+    same_output plain shim "multikernel $args: plain vs shim (cold)"
+    fresh_pocl; run_shim shim2 "$PROGS/multikernel" $args
+    same_output plain shim2 "multikernel $args: plain vs shim (warm)"
+    CLSHIM_DISABLE=1 run_shim off "$PROGS/multikernel" $args
+    same_output plain off "multikernel $args: plain vs CLSHIM_DISABLE=1"
+done
+
+run_plain plain "$PROGS/badcalls"
+run_shim shim "$PROGS/badcalls"
+same_output plain shim "invalid objects and arguments: same error codes"
+run_shim shim2 "$PROGS/badcalls"
+same_output plain shim2 "invalid objects and arguments, warm cache: same error codes"
+
+# Bad configuration: reported once, naming the knob; the default is used.
+CLSHIM_LOG=loud CLSHIM_CACHE_MAX_SIZE=12Q run_shim badcfg "$PROGS/multikernel"
+run_plain plain "$PROGS/multikernel"
+same_output plain badcfg "bad configuration values: app unaffected"
+[ "$(count 'CLSHIM_LOG=loud is not valid' "$TMP/badcfg.err")" = 1 ] || fail "bad CLSHIM_LOG not reported once"
+[ "$(count 'CLSHIM_CACHE_MAX_SIZE=12Q is not valid' "$TMP/badcfg.err")" = 1 ] || fail "bad size not reported once"
+ok "bad values reported once each, with the knob's name"
+
+# Loading the shim into a process that never calls OpenCL does nothing.
+LD_PRELOAD=$SHIM CLSHIM_LOG=debug /bin/true 2>"$TMP/true.err"
+[ ! -s "$TMP/true.err" ] || fail "the shim printed something in a process without OpenCL"
+ok "silent in processes that never call OpenCL"
+
+# clinfo: identical output.
+if command -v clinfo >/dev/null; then
+    run_plain plain clinfo
+    run_shim shim clinfo
+    same_output plain shim "clinfo: identical output"
+fi
+finish

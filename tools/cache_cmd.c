@@ -1,0 +1,663 @@
+/* cache_cmd.c — `clshim cache ...`: statistics, listing and maintenance of
+ * the persistent cache (docs/cache.md shows every subcommand).
+ *
+ * Commands that only read open the cache read-only, so looking never
+ * creates a cache, runs the age sweep or records a hit. Exit status: 0 done,
+ * 1 failed (or bad entries remain), 2 usage. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "cache/entry.h"
+#include "cache/store.h"
+#include "common/config.h"
+#include "common/error.h"
+#include "tools/commands.h"
+
+#define CMD_USAGE                                                                                  \
+    "usage: clshim cache [--dir DIR] COMMAND [ARGS]\n"                                             \
+    "  stats [--json]          hits, misses, sizes, evictions, compile time saved\n"              \
+    "  zero                    reset the statistics (entries stay)\n"                             \
+    "  list [--sort=size|age|hits|last-use] [--json]\n"                                            \
+    "                          one line per entry\n"                                               \
+    "  show KEYPREFIX          one entry in full: its key material, build log, checks\n"          \
+    "  evict [--older-than DAYS] [--to-size SIZE]\n"                                               \
+    "                          evict unused or least recently used entries\n"                     \
+    "  clear                   remove every entry\n"                                              \
+    "  verify [--fix]          check every entry; --fix removes bad ones (exit 1: bad remain)\n"   \
+    "  compact                 rewrite the database file without free space\n"                    \
+    "  export FILE             write every entry to FILE ('-': standard output)\n"                \
+    "  import FILE             add the verified entries of an export\n"                           \
+    "  help                    this text\n"                                                        \
+    "The cache directory is CLSHIM_CACHE_DIR (else $XDG_CACHE_HOME/clshim, else\n"                \
+    "~/.cache/clshim); --dir overrides it. Limits come from CLSHIM_CACHE_* knobs.\n"
+
+static int usage_error(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "clshim cache: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n%s", CMD_USAGE);
+    return 2;
+}
+
+static void human_size(uint64_t n, char *buf, size_t len)
+{
+    static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)n;
+    int u = 0;
+    while (v >= 1024 && u < 4) v /= 1024, u++;
+    if (u == 0) snprintf(buf, len, "%llu B", (unsigned long long)n);
+    else snprintf(buf, len, "%.1f %s", v, unit[u]);
+}
+
+static void human_age(uint64_t secs, char *buf, size_t len)
+{
+    if (secs < 120) snprintf(buf, len, "%llus", (unsigned long long)secs);
+    else if (secs < 7200) snprintf(buf, len, "%llum", (unsigned long long)(secs / 60));
+    else if (secs < 2 * 86400) snprintf(buf, len, "%lluh", (unsigned long long)(secs / 3600));
+    else snprintf(buf, len, "%llud", (unsigned long long)(secs / 86400));
+}
+
+static void hash_hex(struct cache_hash h, char out[33])
+{
+    snprintf(out, 33, "%016llx%016llx", (unsigned long long)h.hi, (unsigned long long)h.lo);
+}
+
+static void json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
+        else if (*p < 0x20 || *p >= 0x7f) fprintf(f, "\\u%04x", *p);
+        else fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+static uint64_t age_of(uint64_t now, uint64_t t) { return now > t ? now - t : 0; }
+
+/* ---- opening ---- */
+
+struct cmd_ctx {
+    char dir[4096];
+    store *s;
+};
+
+static int open_cache(struct cmd_ctx *c, int writable)
+{
+    const struct clshim_config *cfg = config_get();
+    struct store_options o = {
+        .dir = c->dir, .max_size = cfg->cache_max_size, .max_age_days = cfg->cache_max_age_days,
+        .min_entry = cfg->cache_min_entry, .max_entry = cfg->cache_max_entry,
+        .readonly = !writable || cfg->cache_readonly, .allow_shared = cfg->cache_allow_shared,
+        .compress_level = (int)cfg->cache_compress_level,
+    };
+    int rc = store_open(&o, &c->s);
+    if (rc == CLSHIM_ENOTFOUND) return rc; /* the caller says what that means for it */
+    if (rc) {
+        fprintf(stderr, "clshim cache: cannot open the cache in %s: %s\n", c->dir, clshim_strerror(rc));
+        return rc;
+    }
+    if (writable && store_is_readonly(c->s)) {
+        fprintf(stderr, "clshim cache: the cache in %s is read-only here%s; nothing changed\n", c->dir,
+                cfg->cache_readonly ? " (CLSHIM_CACHE_READONLY=1)" : "");
+        store_close(c->s);
+        c->s = NULL;
+        return CLSHIM_EREADONLY;
+    }
+    return CLSHIM_OK;
+}
+
+/* ---- stats, zero ---- */
+
+static int cmd_stats(struct cmd_ctx *c, int argc, char **argv)
+{
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json")) json = 1;
+        else return usage_error("stats: unknown option '%s'", argv[i]);
+    }
+    struct store_stats st = {0};
+    int rc = open_cache(c, 0);
+    if (rc && rc != CLSHIM_ENOTFOUND) return 1;
+    if (rc == CLSHIM_OK) {
+        rc = store_stats_get(c->s, &st);
+        if (rc) {
+            fprintf(stderr, "clshim cache: cannot read statistics: %s\n", clshim_strerror(rc));
+            return 1;
+        }
+    } else {
+        st.max_size = config_get()->cache_max_size;
+    }
+    uint64_t lookups = st.hits + st.misses;
+    double rate = lookups ? 100.0 * (double)st.hits / (double)lookups : 0;
+    double ratio = st.stored_bytes ? (double)st.uncompressed_bytes / (double)st.stored_bytes : 0;
+    if (json) {
+        printf("{\"dir\": ");
+        json_string(stdout, c->dir);
+        printf(", \"exists\": %s, \"hits\": %llu, \"misses\": %llu, \"hit_rate\": %.4f, \"stores\": %llu, "
+               "\"evictions_size\": %llu, \"evictions_age\": %llu, \"rejected\": %llu, \"collisions\": %llu, "
+               "\"corrupt\": %llu, \"entries\": %llu, \"stored_bytes\": %llu, \"uncompressed_bytes\": %llu, "
+               "\"compression_ratio\": %.3f, \"max_size\": %llu, \"compile_ns_saved\": %llu}\n",
+               c->s ? "true" : "false", (unsigned long long)st.hits, (unsigned long long)st.misses,
+               rate / 100, (unsigned long long)st.stores, (unsigned long long)st.evictions_size,
+               (unsigned long long)st.evictions_age, (unsigned long long)st.rejected,
+               (unsigned long long)st.collisions, (unsigned long long)st.corrupt, (unsigned long long)st.entries,
+               (unsigned long long)st.stored_bytes, (unsigned long long)st.uncompressed_bytes, ratio,
+               (unsigned long long)st.max_size, (unsigned long long)st.compile_ns_saved);
+        return 0;
+    }
+    char a[32], b[32], lim[32];
+    human_size(st.stored_bytes, a, sizeof a);
+    human_size(st.uncompressed_bytes, b, sizeof b);
+    printf("Cache directory          %s%s\n", c->dir, c->s ? "" : " (no cache yet)");
+    printf("Hits                     %llu", (unsigned long long)st.hits);
+    if (lookups) printf(" (%.1f %%)", rate);
+    printf("\nMisses                   %llu\n", (unsigned long long)st.misses);
+    printf("Stores                   %llu\n", (unsigned long long)st.stores);
+    printf("Evictions (size)         %llu\n", (unsigned long long)st.evictions_size);
+    printf("Evictions (age)          %llu\n", (unsigned long long)st.evictions_age);
+    printf("Rejected by the driver   %llu\n", (unsigned long long)st.rejected);
+    printf("Collisions               %llu\n", (unsigned long long)st.collisions);
+    printf("Corrupt entries          %llu\n", (unsigned long long)st.corrupt);
+    printf("Entries                  %llu\n", (unsigned long long)st.entries);
+    printf("Stored size              %s", a);
+    if (st.stored_bytes) printf(" (%s uncompressed, ratio %.2f)", b, ratio);
+    if (st.max_size) {
+        human_size(st.max_size, lim, sizeof lim);
+        printf("\nSize limit               %s (%.1f %% used)\n", lim,
+               100.0 * (double)st.stored_bytes / (double)st.max_size);
+    } else {
+        printf("\nSize limit               none\n");
+    }
+    printf("Compile time saved       %.2f s\n", (double)st.compile_ns_saved / 1e9);
+    return 0;
+}
+
+static int cmd_zero(struct cmd_ctx *c, int argc, char **argv)
+{
+    if (argc > 1) return usage_error("zero: unexpected argument '%s'", argv[1]);
+    int rc = open_cache(c, 1);
+    if (rc == CLSHIM_ENOTFOUND) rc = CLSHIM_OK;
+    if (rc) return 1;
+    rc = store_stats_zero(c->s);
+    if (rc) {
+        fprintf(stderr, "clshim cache: cannot zero the statistics: %s\n", clshim_strerror(rc));
+        return 1;
+    }
+    printf("Statistics zeroed.\n");
+    return 0;
+}
+
+/* ---- list, show ---- */
+
+struct item {
+    struct cache_hash hash;
+    uint64_t stored, binary, created, last_access, hits;
+    uint32_t origin;
+    char device[96];
+};
+
+struct item_list {
+    struct item *v;
+    size_t n, cap;
+    int oom;
+};
+
+static int collect_fn(const struct store_entry_info *e, void *ctx)
+{
+    struct item_list *l = ctx;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 256;
+        struct item *p = realloc(l->v, cap * sizeof *p);
+        if (!p) { l->oom = 1; return 1; }
+        l->v = p, l->cap = cap;
+    }
+    struct item *it = &l->v[l->n++];
+    *it = (struct item){e->hash, e->stored_size, e->binary_size, e->created, e->last_access, e->hits,
+                        e->origin, ""};
+    snprintf(it->device, sizeof it->device, "%s", e->device_name ? e->device_name : "");
+    return 0;
+}
+
+static int by_key(const void *a, const void *b)
+{
+    const struct item *x = a, *y = b;
+    if (x->hash.hi != y->hash.hi) return x->hash.hi < y->hash.hi ? -1 : 1;
+    return x->hash.lo < y->hash.lo ? -1 : x->hash.lo > y->hash.lo;
+}
+#define CMP_DESC(field) (x->field != y->field ? (x->field > y->field ? -1 : 1) : by_key(a, b))
+#define CMP_ASC(field) (x->field != y->field ? (x->field < y->field ? -1 : 1) : by_key(a, b))
+static int by_size(const void *a, const void *b) { const struct item *x = a, *y = b; return CMP_DESC(stored); }
+static int by_age(const void *a, const void *b) { const struct item *x = a, *y = b; return CMP_ASC(created); }
+static int by_hits(const void *a, const void *b) { const struct item *x = a, *y = b; return CMP_DESC(hits); }
+static int by_use(const void *a, const void *b) { const struct item *x = a, *y = b; return CMP_ASC(last_access); }
+
+static int cmd_list(struct cmd_ctx *c, int argc, char **argv)
+{
+    int json = 0;
+    int (*cmp)(const void *, const void *) = by_key;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "--sort=size")) cmp = by_size;
+        else if (!strcmp(argv[i], "--sort=age")) cmp = by_age;
+        else if (!strcmp(argv[i], "--sort=hits")) cmp = by_hits;
+        else if (!strcmp(argv[i], "--sort=last-use")) cmp = by_use;
+        else return usage_error("list: unknown option '%s'", argv[i]);
+    }
+    int rc = open_cache(c, 0);
+    if (rc && rc != CLSHIM_ENOTFOUND) return 1;
+    struct item_list l = {0};
+    if (rc == CLSHIM_OK && (rc = store_foreach(c->s, collect_fn, &l)) == CLSHIM_OK && l.oom) rc = CLSHIM_ENOMEM;
+    if (rc && rc != CLSHIM_ENOTFOUND) {
+        fprintf(stderr, "clshim cache: cannot list the entries: %s\n", clshim_strerror(rc));
+        free(l.v);
+        return 1;
+    }
+    if (l.n) qsort(l.v, l.n, sizeof *l.v, cmp);
+    uint64_t now = (uint64_t)time(NULL);
+    char hex[33];
+    if (json) {
+        printf("[");
+        for (size_t i = 0; i < l.n; i++) {
+            struct item *it = &l.v[i];
+            hash_hex(it->hash, hex);
+            printf("%s\n  {\"key\": \"%s\", \"device\": ", i ? "," : "", hex);
+            json_string(stdout, it->device);
+            printf(", \"stored_size\": %llu, \"binary_size\": %llu, \"created\": %llu, \"last_access\": %llu, "
+                   "\"hits\": %llu, \"origin\": \"%s\"}",
+                   (unsigned long long)it->stored, (unsigned long long)it->binary, (unsigned long long)it->created,
+                   (unsigned long long)it->last_access, (unsigned long long)it->hits, entry_origin_name(it->origin));
+        }
+        printf("%s]\n", l.n ? "\n" : "");
+    } else {
+        printf("%-16s  %-28s  %10s  %10s  %5s  %8s  %6s  %s\n", "KEY", "DEVICE", "STORED", "BINARY", "AGE",
+               "LAST USE", "HITS", "ORIGIN");
+        for (size_t i = 0; i < l.n; i++) {
+            struct item *it = &l.v[i];
+            char st[32], bin[32], age[16], use[16];
+            hash_hex(it->hash, hex);
+            hex[16] = 0;
+            human_size(it->stored, st, sizeof st);
+            human_size(it->binary, bin, sizeof bin);
+            human_age(age_of(now, it->created), age, sizeof age);
+            human_age(age_of(now, it->last_access), use, sizeof use);
+            printf("%-16s  %-28.28s  %10s  %10s  %5s  %8s  %6llu  %s\n", hex, it->device, st, bin, age, use,
+                   (unsigned long long)it->hits, entry_origin_name(it->origin));
+        }
+        printf("%zu entr%s\n", l.n, l.n == 1 ? "y" : "ies");
+    }
+    free(l.v);
+    return 0;
+}
+
+struct find_ctx {
+    const char *prefix; /* lower-case hex */
+    size_t matches;
+    struct store_entry_info info;
+    void *key; /* a copy of the first match's key material */
+    char device[256];
+};
+
+static int find_fn(const struct store_entry_info *e, void *ctx)
+{
+    struct find_ctx *f = ctx;
+    char hex[33];
+    hash_hex(e->hash, hex);
+    if (strncmp(hex, f->prefix, strlen(f->prefix)) != 0) return 0;
+    if (f->matches++ == 0) {
+        f->info = *e;
+        f->key = malloc(e->key_len ? e->key_len : 1);
+        if (f->key) memcpy(f->key, e->key, e->key_len);
+        snprintf(f->device, sizeof f->device, "%s", e->device_name ? e->device_name : "");
+        f->info.key = f->key, f->info.device_name = f->device;
+    } else {
+        fprintf(stderr, "  %s %s\n", hex, e->device_name);
+    }
+    return 0;
+}
+
+static void hex_dump(const unsigned char *p, size_t n, size_t limit)
+{
+    size_t shown = n < limit ? n : limit;
+    for (size_t off = 0; off < shown; off += 16) {
+        printf("    %06zx ", off);
+        for (size_t i = 0; i < 16; i++) {
+            if (off + i < shown) printf(" %02x", p[off + i]);
+            else printf("   ");
+        }
+        printf("  |");
+        for (size_t i = 0; i < 16 && off + i < shown; i++) putchar(isprint(p[off + i]) ? p[off + i] : '.');
+        printf("|\n");
+    }
+    if (shown < n) printf("    ... %zu more bytes\n", n - shown);
+}
+
+/* Key material is mostly "name=value" lines: print text lines as they are
+ * and hex-dump the stretches that are not text (IL, binaries). */
+static void print_material(const unsigned char *p, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        size_t end = i;
+        while (end < n && p[end] != '\n') end++;
+        int text = 1;
+        for (size_t j = i; j < end && text; j++) text = isprint(p[j]) || p[j] == '\t';
+        if (text) {
+            printf("    %.*s\n", (int)(end - i), (const char *)p + i);
+            i = end < n ? end + 1 : end;
+            continue;
+        }
+        /* A binary stretch: up to the next line that reads as text. */
+        size_t j = i;
+        while (j < n) {
+            size_t e = j;
+            while (e < n && p[e] != '\n') e++;
+            int t = e > j;
+            for (size_t k = j; k < e && t; k++) t = isprint(p[k]) && p[k] != '\t';
+            if (t && j > i && e - j >= 8) break;
+            j = e < n ? e + 1 : e;
+        }
+        printf("    [%zu bytes, not text]\n", j - i);
+        hex_dump(p + i, j - i, 4096);
+        i = j;
+    }
+}
+
+static int cmd_show(struct cmd_ctx *c, int argc, char **argv)
+{
+    if (argc != 2) return usage_error("show: %s", argc < 2 ? "which entry? give a key prefix" : "one key prefix only");
+    char prefix[33];
+    size_t n = strlen(argv[1]);
+    if (n == 0 || n > 32) return usage_error("show: '%s' is not a key prefix (1-32 hex digits)", argv[1]);
+    for (size_t i = 0; i <= n; i++) {
+        if (i < n && !isxdigit((unsigned char)argv[1][i]))
+            return usage_error("show: '%s' is not a key prefix (1-32 hex digits)", argv[1]);
+        prefix[i] = (char)tolower((unsigned char)argv[1][i]);
+    }
+    int rc = open_cache(c, 0);
+    if (rc == CLSHIM_ENOTFOUND) {
+        fprintf(stderr, "clshim cache: no cache in %s\n", c->dir);
+        return 1;
+    }
+    if (rc) return 1;
+    struct find_ctx f = {.prefix = prefix};
+    rc = store_foreach(c->s, find_fn, &f);
+    if (rc) {
+        fprintf(stderr, "clshim cache: cannot read the entries: %s\n", clshim_strerror(rc));
+        free(f.key);
+        return 1;
+    }
+    if (f.matches != 1) {
+        if (f.matches == 0) fprintf(stderr, "clshim cache: no entry has a key starting with %s\n", prefix);
+        else fprintf(stderr, "clshim cache: %zu entries match %s; give more digits\n", f.matches, prefix);
+        free(f.key);
+        return 1;
+    }
+    if (!f.key) {
+        fprintf(stderr, "clshim cache: out of memory\n");
+        return 1;
+    }
+    struct store_entry_info *e = &f.info;
+    char hex[33], sz[32], bsz[32], when[64];
+    uint64_t now = (uint64_t)time(NULL);
+    hash_hex(e->hash, hex);
+    printf("Key                %s\n", hex);
+    printf("Device             %s\n", e->device_name);
+    printf("Origin             %s\n", entry_origin_name(e->origin));
+    human_size(e->stored_size, sz, sizeof sz);
+    human_size(e->binary_size, bsz, sizeof bsz);
+    printf("Stored size        %s (binary %s)\n", sz, bsz);
+    time_t t = (time_t)e->created;
+    strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", localtime(&t));
+    human_age(age_of(now, e->created), sz, sizeof sz);
+    printf("Created            %s (%s ago)\n", when, sz);
+    t = (time_t)e->last_access;
+    strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", localtime(&t));
+    human_age(age_of(now, e->last_access), sz, sizeof sz);
+    printf("Last use           %s (%s ago)\n", when, sz);
+    printf("Hits               %llu\n", (unsigned long long)e->hits);
+    struct store_record r;
+    void *arena = NULL;
+    rc = store_get(c->s, e->hash, e->key, e->key_len, &r, &arena);
+    printf("Check              %s\n", rc == CLSHIM_OK ? "ok" : clshim_strerror(rc));
+    if (rc == CLSHIM_OK) printf("Compile time       %.3f s\n", (double)r.compile_ns / 1e9);
+    printf("Key material       %zu bytes:\n", e->key_len);
+    struct cache_hash h = entry_xxh3_128(e->key, e->key_len);
+    print_material(e->key, e->key_len);
+    if (h.lo != e->hash.lo || h.hi != e->hash.hi) printf("    (the material does not hash to this key)\n");
+    if (rc == CLSHIM_OK) {
+        printf("Build log%s\n", *r.build_log ? ":" : "          (empty)");
+        if (*r.build_log) printf("%s%s", r.build_log, r.build_log[strlen(r.build_log) - 1] == '\n' ? "" : "\n");
+    }
+    store_record_free(arena);
+    free(f.key);
+    return rc == CLSHIM_OK ? 0 : 1;
+}
+
+/* ---- evict, clear, verify, compact ---- */
+
+static int cmd_evict(struct cmd_ctx *c, int argc, char **argv)
+{
+    uint64_t days = 0, to_size = UINT64_MAX;
+    int any = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *val = NULL;
+        int is_days = !strncmp(argv[i], "--older-than", 12), is_size = !strncmp(argv[i], "--to-size", 9);
+        if (!is_days && !is_size) return usage_error("evict: unknown option '%s'", argv[i]);
+        const char *eq = strchr(argv[i], '=');
+        if (eq) val = eq + 1;
+        else if (i + 1 < argc) val = argv[++i];
+        else return usage_error("evict: %s needs a value", argv[i]);
+        uint64_t v;
+        if (config_parse(is_days ? CONFIG_UINT : CONFIG_SIZE, val, &v) != 0)
+            return usage_error(is_days ? "evict: '%s' is not a number of days"
+                                       : "evict: '%s' is not a size (like 500M or 2G)", val);
+        if (is_days) {
+            if (v == 0) return usage_error("evict: --older-than needs at least %s day", "1");
+            days = v;
+        } else {
+            to_size = v;
+        }
+        any = 1;
+    }
+    if (!any) return usage_error("evict: say what to evict: %s", "--older-than DAYS and/or --to-size SIZE");
+    int rc = open_cache(c, 1);
+    if (rc == CLSHIM_ENOTFOUND) rc = CLSHIM_OK;
+    if (rc) return 1;
+    uint64_t n = 0;
+    if ((rc = store_evict(c->s, days, to_size, &n)) != CLSHIM_OK) {
+        fprintf(stderr, "clshim cache: eviction failed: %s\n", clshim_strerror(rc));
+        return 1;
+    }
+    struct store_stats st;
+    store_stats_get(c->s, &st);
+    char sz[32];
+    human_size(st.stored_bytes, sz, sizeof sz);
+    printf("Evicted %llu entr%s; %llu left (%s).\n", (unsigned long long)n, n == 1 ? "y" : "ies",
+           (unsigned long long)st.entries, sz);
+    return 0;
+}
+
+static int cmd_clear(struct cmd_ctx *c, int argc, char **argv)
+{
+    if (argc > 1) return usage_error("clear: unexpected argument '%s'", argv[1]);
+    int rc = open_cache(c, 1);
+    if (rc == CLSHIM_ENOTFOUND) rc = CLSHIM_OK;
+    if (rc) return 1;
+    struct store_stats st;
+    store_stats_get(c->s, &st);
+    if ((rc = store_clear(c->s)) != CLSHIM_OK) {
+        fprintf(stderr, "clshim cache: clear failed: %s\n", clshim_strerror(rc));
+        return 1;
+    }
+    printf("Removed %llu entr%s.\n", (unsigned long long)st.entries, st.entries == 1 ? "y" : "ies");
+    return 0;
+}
+
+static int cmd_verify(struct cmd_ctx *c, int argc, char **argv)
+{
+    int fix = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--fix")) fix = 1;
+        else return usage_error("verify: unknown option '%s'", argv[i]);
+    }
+    int rc = open_cache(c, fix);
+    if (rc == CLSHIM_ENOTFOUND) {
+        printf("No cache in %s: nothing to verify.\n", c->dir);
+        return 0;
+    }
+    if (rc) return 1;
+    uint64_t checked = 0, bad = 0;
+    if ((rc = store_verify(c->s, fix, &checked, &bad)) != CLSHIM_OK) {
+        fprintf(stderr, "clshim cache: verify failed: %s\n", clshim_strerror(rc));
+        return 1;
+    }
+    printf("Checked %llu entr%s: %llu bad", (unsigned long long)checked, checked == 1 ? "y" : "ies",
+           (unsigned long long)bad);
+    if (bad && fix) printf(", removed or repaired");
+    else if (bad) printf(" (run `clshim cache verify --fix` to remove them)");
+    printf(".\n");
+    return bad && !fix ? 1 : 0;
+}
+
+static int cmd_compact(struct cmd_ctx *c, int argc, char **argv)
+{
+    if (argc > 1) return usage_error("compact: unexpected argument '%s'", argv[1]);
+    int rc = open_cache(c, 1);
+    if (rc == CLSHIM_ENOTFOUND) rc = CLSHIM_OK;
+    if (rc) return 1;
+    char path[4200];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/data.mdb", c->dir);
+    uint64_t before = stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
+    if ((rc = store_compact(c->s)) != CLSHIM_OK) {
+        if (rc == CLSHIM_EBUSY)
+            fprintf(stderr, "clshim cache: the cache is in use by another process; close the applications "
+                            "using it and run `clshim cache compact` again\n");
+        else
+            fprintf(stderr, "clshim cache: compaction failed: %s\n", clshim_strerror(rc));
+        return 1;
+    }
+    uint64_t after = stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
+    char a[32], b[32];
+    human_size(before, a, sizeof a);
+    human_size(after, b, sizeof b);
+    printf("Compacted %s: %s -> %s.\n", path, a, b);
+    return 0;
+}
+
+/* ---- export, import ---- */
+
+static int cmd_export(struct cmd_ctx *c, int argc, char **argv)
+{
+    if (argc != 2) return usage_error("export: %s", "give one FILE ('-' for standard output)");
+    int to_stdout = !strcmp(argv[1], "-");
+    int rc = open_cache(c, 0);
+    if (rc && rc != CLSHIM_ENOTFOUND) return 1;
+    if (rc == CLSHIM_ENOTFOUND) {
+        fprintf(stderr, "clshim cache: no cache in %s\n", c->dir);
+        return 1;
+    }
+    FILE *f = to_stdout ? stdout : fopen(argv[1], "wbx");
+    if (!f) {
+        fprintf(stderr, "clshim cache: cannot create %s: %s%s\n", argv[1], strerror(errno),
+                errno == EEXIST ? " (it is not overwritten)" : "");
+        return 1;
+    }
+    uint64_t n = 0;
+    rc = store_export(c->s, f, &n);
+    if (!to_stdout && fclose(f) != 0 && rc == CLSHIM_OK) rc = CLSHIM_EIO;
+    if (rc) {
+        fprintf(stderr, "clshim cache: export failed: %s\n", clshim_strerror(rc));
+        return 1;
+    }
+    fprintf(to_stdout ? stderr : stdout, "Exported %llu entr%s to %s.\n", (unsigned long long)n,
+            n == 1 ? "y" : "ies", to_stdout ? "standard output" : argv[1]);
+    return 0;
+}
+
+static int cmd_import(struct cmd_ctx *c, int argc, char **argv)
+{
+    if (argc != 2) return usage_error("import: %s", "give one FILE ('-' for standard input)");
+    FILE *f = strcmp(argv[1], "-") ? fopen(argv[1], "rb") : stdin;
+    if (!f) {
+        fprintf(stderr, "clshim cache: cannot read %s: %s\n", argv[1], strerror(errno));
+        return 1;
+    }
+    int rc = open_cache(c, 1);
+    if (rc) {
+        if (f != stdin) fclose(f);
+        return 1;
+    }
+    uint64_t n = 0, rejected = 0;
+    rc = store_import(c->s, f, &n, &rejected);
+    if (f != stdin) fclose(f);
+    printf("Imported %llu entr%s; %llu rejected.\n", (unsigned long long)n, n == 1 ? "y" : "ies",
+           (unsigned long long)rejected);
+    if (rc == CLSHIM_EINVAL)
+        fprintf(stderr, "clshim cache: %s is not a complete clshim cache export (entries before the damage "
+                        "were imported)\n", argv[1]);
+    else if (rc)
+        fprintf(stderr, "clshim cache: import failed: %s\n", clshim_strerror(rc));
+    else if (rejected)
+        fprintf(stderr, "clshim cache: %llu entr%s failed verification or the size limits and were skipped\n",
+                (unsigned long long)rejected, rejected == 1 ? "y" : "ies");
+    return rc || rejected ? 1 : 0;
+}
+
+/* ---- dispatch ---- */
+
+int cache_cmd_main(int argc, char **argv)
+{
+    struct cmd_ctx c = {{0}, NULL};
+    const char *dir = NULL;
+    /* --dir may come before or after the subcommand. */
+    char **args = calloc((size_t)argc + 1, sizeof *args);
+    int n = 0;
+    if (!args) return 1;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--dir")) {
+            if (i + 1 >= argc) { free(args); return usage_error("%s needs a directory", "--dir"); }
+            dir = argv[++i];
+        } else if (!strncmp(argv[i], "--dir=", 6)) {
+            dir = argv[i] + 6;
+        } else {
+            args[n++] = argv[i];
+        }
+    }
+    int rc;
+    if (dir && (!*dir || strlen(dir) >= sizeof c.dir)) {
+        rc = usage_error("--dir '%s' is not a usable directory name", dir);
+    } else if (!dir && config_cache_dir(config_get(), c.dir, sizeof c.dir) != 0) {
+        fprintf(stderr, "clshim cache: no cache directory: set CLSHIM_CACHE_DIR or HOME, or use --dir\n");
+        rc = 1;
+    } else {
+        if (dir) snprintf(c.dir, sizeof c.dir, "%s", dir);
+        const char *cmd = n ? args[0] : "help";
+        if (!strcmp(cmd, "stats")) rc = cmd_stats(&c, n, args);
+        else if (!strcmp(cmd, "zero")) rc = cmd_zero(&c, n, args);
+        else if (!strcmp(cmd, "list")) rc = cmd_list(&c, n, args);
+        else if (!strcmp(cmd, "show")) rc = cmd_show(&c, n, args);
+        else if (!strcmp(cmd, "evict")) rc = cmd_evict(&c, n, args);
+        else if (!strcmp(cmd, "clear")) rc = cmd_clear(&c, n, args);
+        else if (!strcmp(cmd, "verify")) rc = cmd_verify(&c, n, args);
+        else if (!strcmp(cmd, "compact")) rc = cmd_compact(&c, n, args);
+        else if (!strcmp(cmd, "export")) rc = cmd_export(&c, n, args);
+        else if (!strcmp(cmd, "import")) rc = cmd_import(&c, n, args);
+        else if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+            fputs(CMD_USAGE, n ? stdout : stderr);
+            rc = n ? 0 : 2; /* bare `clshim cache` is a usage error */
+        } else {
+            rc = usage_error("unknown command '%s'", cmd);
+        }
+    }
+    store_close(c.s);
+    free(args);
+    return rc;
+}

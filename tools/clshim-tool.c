@@ -1,0 +1,33 @@
+/* clshim-tool — the C side of the `clshim` command: `config` and `cache`.
+ * The wrapper script (scripts/clshim) runs it; it never loads the shim. */
+#include <stdio.h>
+#include <string.h>
+
+#include "common/config.h"
+#include "tools/commands.h"
+
+int config_cmd_main(int argc, char **argv)
+{
+    if (argc > 1 && !strcmp(argv[1], "--docs")) {
+        config_print_docs(stdout);
+        return 0;
+    }
+    if (argc > 1) {
+        fprintf(stderr, "usage: clshim config [--docs]\n");
+        return 2;
+    }
+    config_print(stdout, config_get());
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: clshim-tool config|cache ...\n");
+        return 2;
+    }
+    if (!strcmp(argv[1], "config")) return config_cmd_main(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "cache")) return cache_cmd_main(argc - 1, argv + 1);
+    fprintf(stderr, "clshim: unknown command '%s'\n", argv[1]);
+    return 2;
+}
