@@ -216,12 +216,33 @@ void memtier_attach(memtier_entry *e, void *object, const void *tag, void (*rele
     if (object && release) release(object); /* already had one */
 }
 
-void *memtier_object(const memtier_entry *e, const void *tag)
+void *memtier_object_retain(memtier_entry *e, const void *tag, void (*retain)(void *object))
 {
-    return e->object && e->object_tag == tag ? e->object : NULL;
+    pthread_mutex_lock(&lock);
+    void *o = e->object && (!tag || e->object_tag == tag) ? e->object : NULL;
+    if (o) retain(o);
+    pthread_mutex_unlock(&lock);
+    return o;
 }
 
-void *memtier_any_object(const memtier_entry *e) { return e->object; }
+void *memtier_any_object_retain(memtier_entry *e, void (*retain)(void *object))
+{
+    return memtier_object_retain(e, NULL, retain);
+}
+
+void memtier_detach(struct cache_hash key, void *object)
+{
+    pthread_mutex_lock(&lock);
+    struct memtier_entry *e = find(key);
+    if (e && e->object == object) {
+        if (e->object_release) e->object_release(object);
+        e->object = NULL;
+        if (e->state == SLOT_FILLED) held_bytes -= MEMTIER_OBJECT_COST;
+        /* Filled without bytes and now without an object: nothing to serve. */
+        if (!e->binary && e->state == SLOT_FILLED && !e->pins) remove_entry(e);
+    }
+    pthread_mutex_unlock(&lock);
+}
 
 void memtier_abandon(memtier_entry *e)
 {

@@ -52,16 +52,22 @@ int memtier_refill(memtier_entry *e, const void *binary, size_t size);
  * so waiters wake to it, or to a filled entry — the built program itself,
  * tagged with its context, so later builds in that context share it instead
  * of loading bytes (and PoCL is not made to serialise its binary early).
- * `release` is called on it when the entry is dropped. An attached object
- * counts OBJECT_COST bytes toward the limit, so idle ones age out. */
+ * `release` is called on it when the entry is dropped or it is detached.
+ * An attached object counts OBJECT_COST bytes toward the limit. */
 #define MEMTIER_OBJECT_COST (1u << 20)
 void memtier_attach(memtier_entry *e, void *object, const void *tag, void (*release)(void *object));
 
-/* The attached object when its tag matches, else NULL; valid while pinned. */
-void *memtier_object(const memtier_entry *e, const void *tag);
+/* The attached object when its tag matches (retained through `retain`
+ * under the tier's lock, so a concurrent detach cannot free it first), else
+ * NULL. The caller owns the reference it gets. */
+void *memtier_object_retain(memtier_entry *e, const void *tag, void (*retain)(void *object));
+void *memtier_any_object_retain(memtier_entry *e, void (*retain)(void *object));
 
-/* Any attached object (to read a binary from), else NULL. */
-void *memtier_any_object(const memtier_entry *e);
+/* Detaches `object` from the entry of `key`, if still attached, and
+ * releases it. The owner of the object calls this before its own lifetime
+ * ends: the tier never keeps a driver object (and its context) alive longer
+ * than the application does. */
+void memtier_detach(struct cache_hash key, void *object);
 
 /* Byte limit of unpinned filled entries; 0 = unbounded. */
 void memtier_set_limit(uint64_t bytes);

@@ -40,6 +40,7 @@ struct pc_dev {
     uint64_t compile_ns;
     int needs_capture;      /* built by the driver here: store (again) at release */
     int claimed;            /* holds the cross-process build claim until stored */
+    cl_program attached;    /* the built program lent to the in-memory tier */
 };
 
 struct spec_value {
@@ -139,6 +140,7 @@ static void free_devs(struct pc_program *rec)
 {
     for (size_t i = 0; i < rec->ndevs; i++) {
         if (rec->devs[i].claimed) store_release_build(get_store(), rec->devs[i].hash);
+        if (rec->devs[i].attached) memtier_detach(rec->devs[i].hash, rec->devs[i].attached);
         free(rec->devs[i].key);
         free(rec->devs[i].log);
     }
@@ -541,14 +543,18 @@ static void release_program_object(void *program) { real->clReleaseProgram((cl_p
 
 /* The binary of a hit entry; read from the attached program of another
  * context when only that is there. NULL when none can be had. */
+static void retain_program_object(void *program) { real->clRetainProgram((cl_program)program); }
+
 static const unsigned char *entry_binary(memtier_entry *e, const struct pc_dev *d, size_t *size)
 {
     const unsigned char *bin = memtier_binary(e, size);
-    cl_program other = memtier_any_object(e);
-    if (bin || !other) return bin;
+    if (bin) return bin;
+    cl_program other = memtier_any_object_retain(e, retain_program_object);
+    if (!other) return NULL;
     void *b = NULL;
     size_t n = 0;
     if (read_binaries(other, 1, d, &b, &n) == 0) memtier_refill(e, b, n);
+    real->clReleaseProgram(other);
     free(b);
     return memtier_binary(e, size);
 }
@@ -556,10 +562,10 @@ static const unsigned char *entry_binary(memtier_entry *e, const struct pc_dev *
 static cl_int substitute(struct pc_program *rec, cl_uint ndev, const cl_device_id *devs, const char *options,
                          struct lookup *lk)
 {
-    cl_program shared = ndev == 1 ? memtier_object(lk[0].entry, rec->context) : NULL;
+    cl_program shared =
+        ndev == 1 ? memtier_object_retain(lk[0].entry, rec->context, retain_program_object) : NULL;
     if (shared) {
         /* Built in this process and context: share the program itself. */
-        real->clRetainProgram(shared);
         set_effective(rec, shared);
         lk[0].shared = 1;
     } else {
@@ -619,6 +625,7 @@ static void keep_built(struct pc_program *rec, cl_program built, struct lookup *
         /* Attach before filling: waiters wake to the program. */
         real->clRetainProgram(built);
         memtier_attach(lk[i].entry, built, rec->context, release_program_object);
+        d->attached = built;
         memtier_fill(lk[i].entry, NULL, 0, log, d->compile_ns);
         lk[i].filling = 0;
         d->needs_capture = 1;
@@ -1153,6 +1160,164 @@ cl_int pc_get_device_info(cl_device_id dev, cl_device_info param, size_t size, v
     return rc;
 }
 
+/* ---- derived programs ------------------------------------------------------ */
+
+/* Derived programs built here whose binary is stored at exit (late capture). */
+struct derived_pending {
+    cl_program program;
+    cl_device_id dev;
+    struct cache_hash hash;
+    char *key;
+    size_t key_len;
+    void *meta;
+    size_t meta_size;
+    uint64_t compile_ns;
+    struct derived_pending *next;
+};
+static struct derived_pending *derived_list;
+static pthread_mutex_t derived_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void store_derived(struct derived_pending *d)
+{
+    store *st = get_store();
+    struct pc_dev want = {.dev = d->dev};
+    void *bin = NULL;
+    size_t size = 0;
+    if (!st || read_binaries(d->program, 1, &want, &bin, &size) != 0) return;
+    size_t total = 8 + d->meta_size + size;
+    unsigned char *value = malloc(total);
+    if (value) {
+        uint64_t m = d->meta_size;
+        memcpy(value, &m, 8);
+        memcpy(value + 8, d->meta, d->meta_size);
+        memcpy(value + 8 + d->meta_size, bin, size);
+        const struct device_info *info = device_info(real, d->dev);
+        struct store_record sr = {value, total, "", d->compile_ns, KEY_FUSION, info ? info->name : ""};
+        if (store_put(st, d->hash, d->key, d->key_len, &sr) == CLSHIM_OK) {
+            STAT_ADD(proc_stats.stores, 1);
+            char prefix[17];
+            key_prefix(d->hash, prefix);
+            log_msg(LOG_INFO, "stored derived program %s: %zu bytes", prefix, size);
+        }
+        free(value);
+    }
+    free(bin);
+}
+
+static void free_derived(struct derived_pending *d)
+{
+    real->clReleaseProgram(d->program);
+    free(d->key);
+    free(d->meta);
+    free(d);
+}
+
+cl_program pc_build_derived(cl_context ctx, cl_device_id dev, const char *options, const void *key, size_t key_len,
+                            pc_make_fn make, void *arg, void **meta, size_t *meta_size, cl_int *errcode_ret)
+{
+    cl_int err = CL_OUT_OF_HOST_MEMORY;
+    *meta = NULL;
+    *meta_size = 0;
+    const struct device_info *info = device_info(real, dev);
+    struct key_buf k;
+    key_begin(&k, KEY_FUSION, options);
+    key_add_text(&k, "device", info ? info->identity : "");
+    key_add_blob(&k, "derived", key, key_len);
+    if (k.oom || !info) {
+        key_free(&k);
+        if (errcode_ret) *errcode_ret = info ? CL_OUT_OF_HOST_MEMORY : CL_INVALID_DEVICE;
+        return NULL;
+    }
+    struct cache_hash hash = key_hash(k.data, k.len);
+    char prefix[17];
+    key_prefix(hash, prefix);
+    store *st = config_get()->cache ? get_store() : NULL;
+    cl_program p = NULL;
+    if (st) {
+        struct store_record sr;
+        void *arena = NULL;
+        if (store_get(st, hash, k.data, k.len, &sr, &arena) == CLSHIM_OK) {
+            uint64_t m = 0;
+            if (sr.binary_size >= 8) memcpy(&m, sr.binary, 8);
+            if (m <= sr.binary_size - 8 && (*meta = malloc(m ? m : 1))) {
+                const unsigned char *bin = (const unsigned char *)sr.binary + 8 + m;
+                size_t bin_size = sr.binary_size - 8 - m;
+                memcpy(*meta, (const unsigned char *)sr.binary + 8, m);
+                *meta_size = m;
+                p = real->clCreateProgramWithBinary(ctx, 1, &dev, &bin_size, &bin, NULL, &err);
+                if (p && (err = real->clBuildProgram(p, 1, &dev, options, NULL, NULL)) != CL_SUCCESS) {
+                    real->clReleaseProgram(p);
+                    p = NULL;
+                }
+                if (p) {
+                    STAT_ADD(proc_stats.hits, 1);
+                    log_msg(LOG_INFO, "hit derived program %s (disk)", prefix);
+                } else {
+                    STAT_ADD(proc_stats.rejected, 1);
+                    free(*meta);
+                    *meta = NULL;
+                    *meta_size = 0;
+                }
+            }
+            store_record_free(arena);
+        }
+    }
+    if (p) {
+        key_free(&k);
+        return p;
+    }
+    /* Miss: make the bitcode, build it, keep it for the store. */
+    void *bc = NULL, *m = NULL;
+    size_t bc_size = 0, m_size = 0;
+    uint64_t t0 = now_ns();
+    if (make(arg, &bc, &bc_size, &m, &m_size) != 0) {
+        key_free(&k);
+        if (errcode_ret) *errcode_ret = CL_BUILD_PROGRAM_FAILURE;
+        return NULL;
+    }
+    const unsigned char *bin = bc;
+    p = real->clCreateProgramWithBinary(ctx, 1, &dev, &bc_size, &bin, NULL, &err);
+    free(bc);
+    if (p && (err = real->clBuildProgram(p, 1, &dev, options, NULL, NULL)) != CL_SUCCESS) {
+        real->clReleaseProgram(p);
+        p = NULL;
+    }
+    if (!p) {
+        free(m);
+        key_free(&k);
+        if (errcode_ret) *errcode_ret = err;
+        return NULL;
+    }
+    STAT_ADD(proc_stats.misses, 1);
+    log_msg(LOG_INFO, "miss derived program %s: made and built in %.1f ms", prefix, (now_ns() - t0) / 1e6);
+    *meta = malloc(m_size ? m_size : 1);
+    struct derived_pending *d = calloc(1, sizeof *d);
+    if (!*meta || !d) {
+        free(*meta);
+        free(d);
+        free(m);
+        key_free(&k);
+        real->clReleaseProgram(p);
+        if (errcode_ret) *errcode_ret = CL_OUT_OF_HOST_MEMORY;
+        return NULL;
+    }
+    memcpy(*meta, m, m_size);
+    *meta_size = m_size;
+    real->clRetainProgram(p);
+    *d = (struct derived_pending){p, dev, hash, k.data, k.len, m, m_size, now_ns() - t0, NULL};
+    if (st && info->lazy_codegen && strcmp(config_get()->capture, "build")) {
+        pthread_mutex_lock(&derived_lock);
+        d->next = derived_list;
+        derived_list = d;
+        pthread_mutex_unlock(&derived_lock);
+    } else {
+        if (st) store_derived(d);
+        free_derived(d);
+    }
+    if (errcode_ret) *errcode_ret = CL_SUCCESS;
+    return p;
+}
+
 /* ---- exit ---------------------------------------------------------------- */
 
 static void capture_live(const void *key, void *value, void *ctx)
@@ -1180,6 +1345,14 @@ void pc_print_summary(void)
 static void at_exit(void)
 {
     if (programs) objmap_foreach(programs, capture_live, NULL);
+    pthread_mutex_lock(&derived_lock);
+    for (struct derived_pending *d = derived_list, *next; d; d = next) {
+        next = d->next;
+        store_derived(d);
+        free_derived(d);
+    }
+    derived_list = NULL;
+    pthread_mutex_unlock(&derived_lock);
     store *st = the_store;
     if (st) {
         store_stats_add(st, &proc_stats);

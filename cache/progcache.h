@@ -69,6 +69,20 @@ cl_int pc_get_device_info(cl_device_id dev, cl_device_info param, size_t size, v
 int pc_kernel_origin(cl_kernel k, int *kind, const void **input, size_t *input_len, const char **options,
                      const char **name);
 
+/* A program clshim derives itself (a fused kernel), built through the cache.
+ * `key` is the caller's key material: everything that determines the
+ * program (its inputs' keys, kernel names, ranges, argument classes, plan
+ * options). The cached value is the caller's metadata plus the device
+ * binary. On a hit nothing is made: *meta receives the stored metadata. On a
+ * miss make() returns SPIR bitcode and metadata (malloc'd; freed here), the
+ * program is created from the bitcode and built, and its device binary is
+ * stored (on PoCL at exit, after first use). Returns the built program (the
+ * caller owns one reference) and *meta (malloc'd, caller frees), or NULL
+ * with *errcode_ret set and nothing to free. Thread-safe. */
+typedef int (*pc_make_fn)(void *arg, void **bitcode, size_t *bitcode_size, void **meta, size_t *meta_size);
+cl_program pc_build_derived(cl_context ctx, cl_device_id dev, const char *options, const void *key, size_t key_len,
+                            pc_make_fn make, void *arg, void **meta, size_t *meta_size, cl_int *errcode_ret);
+
 /* Per-process statistics and the exit summary. */
 void pc_print_summary(void);
 
