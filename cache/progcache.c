@@ -62,6 +62,7 @@ struct pc_program {
     struct spec_value *specs;
     size_t nspecs;
     cl_program effective;
+    int answers_options;    /* a link served from the cache: options are ours to answer */
     char *options;
     struct pc_dev *devs;
     size_t ndevs;
@@ -881,22 +882,298 @@ static void capture(struct pc_program *rec)
     free(sizes);
 }
 
-/* ---- compile and link: passed to the driver (cached by a later step) ---- */
+/* ---- compile and link ------------------------------------------------------
+ * clCompileProgram is keyed like a build (plus the embedded headers' sources)
+ * and a hit substitutes a program created from the compiled object. A link
+ * is keyed by its options, the device and every input's compile key; a hit
+ * returns a program created from the stored executable. The app's callback,
+ * if any, is called after the (then synchronous) operation. */
 
-cl_int pc_compile(cl_program prog, cl_uint num_devices, const cl_device_id *devices, const char *options,
+static int device_list(struct pc_program *rec, cl_context ctx, cl_uint n, const cl_device_id *list,
+                       cl_device_id **owned, cl_uint *ndev, const cl_device_id **devs)
+{
+    (void)rec;
+    *owned = NULL;
+    *ndev = n;
+    *devs = list;
+    if (list) return 0;
+    if (context_devices(ctx, owned, ndev) != 0) return -1;
+    *devs = *owned;
+    return 0;
+}
+
+/* Looks up every device's key on disk; fills bins/sizes/logs when all hit. */
+static int lookup_disk_all(struct pc_program *rec, const unsigned char **bins, size_t *sizes, void **arenas)
+{
+    store *st = get_store();
+    if (!st) return 0;
+    for (size_t i = 0; i < rec->ndevs; i++) {
+        struct pc_dev *d = &rec->devs[i];
+        struct store_record sr;
+        if (!d->key || store_get(st, d->hash, d->key, d->key_len, &sr, &arenas[i]) != CLSHIM_OK) return 0;
+        bins[i] = sr.binary;
+        sizes[i] = sr.binary_size;
+        free(d->log);
+        d->log = strdup(sr.build_log);
+        d->compile_ns = sr.compile_ns;
+        d->stored_size = sr.binary_size;
+    }
+    return rec->ndevs > 0;
+}
+
+static void log_hits(struct pc_program *rec, const char *what, double ms)
+{
+    for (size_t i = 0; i < rec->ndevs; i++) {
+        char prefix[17];
+        key_prefix(rec->devs[i].hash, prefix);
+        const struct device_info *info = device_info(real, rec->devs[i].dev);
+        STAT_ADD(proc_stats.hits, 1);
+        uint64_t used = (uint64_t)(ms * 1e6);
+        STAT_ADD(proc_stats.compile_ns_saved, rec->devs[i].compile_ns > used ? rec->devs[i].compile_ns - used : 0);
+        log_msg(LOG_INFO, "hit %s on '%s' (disk, %s): %.1f ms instead of %.1f ms", prefix, info ? info->name : "?",
+                what, ms, rec->devs[i].compile_ns / 1e6);
+    }
+}
+
+cl_int pc_compile(cl_program prog, cl_uint num_devices, const cl_device_id *device_list_in, const char *options,
                   cl_uint num_headers, const cl_program *headers, const char **header_names,
                   void(CL_CALLBACK *notify)(cl_program, void *), void *user_data)
 {
-    return real->clCompileProgram(prog, num_devices, devices, options, num_headers, headers, header_names, notify,
-                                  user_data);
+    struct pc_program *rec = objmap_get(programs, prog);
+    int cacheable = rec && !rec->translated && rec->kind == KEY_SOURCE && config_get()->cache &&
+                    (num_devices == 0) == (device_list_in == NULL) && (notify || !user_data) &&
+                    (num_headers == 0) == (headers == NULL) && (num_headers == 0) == (header_names == NULL);
+    const struct pc_program **hrecs = num_headers ? calloc(num_headers, sizeof *hrecs) : NULL;
+    for (cl_uint i = 0; cacheable && i < num_headers; i++) {
+        hrecs[i] = objmap_get(programs, headers[i]);
+        cacheable = hrecs[i] && hrecs[i]->kind == KEY_SOURCE && header_names[i];
+    }
+    cl_device_id *owned = NULL;
+    cl_uint ndev = 0;
+    const cl_device_id *devs = NULL;
+    if (!cacheable || (num_headers && !hrecs) ||
+        device_list(rec, rec->context, num_devices, device_list_in, &owned, &ndev, &devs) != 0) {
+        free(hrecs);
+        return real->clCompileProgram(prog, num_devices, device_list_in, options, num_headers, headers, header_names,
+                                      notify, user_data);
+    }
+    pthread_mutex_lock(&rec->lock);
+    free_devs(rec);
+    free(rec->options);
+    rec->options = strdup(options ? options : "");
+    rec->devs = calloc(ndev, sizeof *rec->devs);
+    rec->ndevs = rec->devs ? ndev : 0;
+    for (cl_uint i = 0; i < rec->ndevs; i++) {
+        struct pc_dev *d = &rec->devs[i];
+        d->dev = devs[i];
+        const struct device_info *info = device_info(real, d->dev);
+        if (!info) continue;
+        struct key_buf k;
+        key_begin(&k, KEY_COMPILE, options);
+        key_add_text(&k, "device", info->identity);
+        for (cl_uint h = 0; h < num_headers; h++) {
+            char name[1100];
+            snprintf(name, sizeof name, "embedded-header %s", header_names[h]);
+            key_add_blob(&k, name, hrecs[h]->input, hrecs[h]->input_len);
+        }
+        char why[256];
+        if (key_add_headers(&k, rec->input, rec->input_len, options, why, sizeof why) != 0 || k.oom) {
+            log_msg(LOG_INFO, "not caching the compile of program %p: %s", (void *)prog, k.oom ? "out of memory" : why);
+            key_free(&k);
+            continue;
+        }
+        key_add_blob(&k, "input", rec->input, rec->input_len);
+        d->key = k.data;
+        d->key_len = k.len;
+        d->hash = key_hash(k.data, k.len);
+    }
+    free(hrecs);
+    const unsigned char **bins = calloc(ndev, sizeof *bins);
+    size_t *sizes = calloc(ndev, sizeof *sizes);
+    void **arenas = calloc(ndev, sizeof *arenas);
+    cl_int err = CL_OUT_OF_HOST_MEMORY;
+    uint64_t t0 = now_ns();
+    if (bins && sizes && arenas && lookup_disk_all(rec, bins, sizes, arenas)) {
+        cl_program p = real->clCreateProgramWithBinary(rec->context, ndev, devs, sizes, bins, NULL, &err);
+        if (p) {
+            set_effective(rec, p);
+            log_hits(rec, "compiled object", (now_ns() - t0) / 1e6);
+        } else {
+            STAT_ADD(proc_stats.rejected, 1);
+        }
+    }
+    for (cl_uint i = 0; arenas && i < ndev; i++) store_record_free(arenas[i]);
+    free(arenas);
+    if (!rec->effective) {
+        for (size_t i = 0; i < rec->ndevs; i++) {
+            free(rec->devs[i].log);
+            rec->devs[i].log = NULL;
+        }
+        uint64_t c0 = now_ns();
+        err = real->clCompileProgram(prog, ndev, devs, options, num_headers, headers, header_names, NULL, NULL);
+        uint64_t compile_ns = now_ns() - c0;
+        store *st = get_store();
+        void **got = calloc(ndev, sizeof *got);
+        if (err == CL_SUCCESS && st && got && read_binaries(prog, rec->ndevs, rec->devs, got, sizes) == 0) {
+            for (size_t i = 0; i < rec->ndevs; i++) {
+                struct pc_dev *d = &rec->devs[i];
+                if (!d->key) continue;
+                char *log = read_build_log(prog, d->dev);
+                const struct device_info *info = device_info(real, d->dev);
+                d->compile_ns = compile_ns / rec->ndevs;
+                struct store_record sr = {got[i], sizes[i], log ? log : "", d->compile_ns, KEY_COMPILE,
+                                          info ? info->name : ""};
+                int rc = store_put(st, d->hash, d->key, d->key_len, &sr);
+                STAT_ADD(proc_stats.misses, 1);
+                if (rc == CLSHIM_OK) STAT_ADD(proc_stats.stores, 1);
+                char prefix[17];
+                key_prefix(d->hash, prefix);
+                log_msg(LOG_INFO, "miss %s on '%s': compiled object in %.1f ms, %s %zu bytes", prefix,
+                        info ? info->name : "?", d->compile_ns / 1e6, rc == CLSHIM_OK ? "stored" : "not stored",
+                        sizes[i]);
+                free(log);
+            }
+        }
+        for (size_t i = 0; got && i < rec->ndevs; i++) free(got[i]);
+        free(got);
+    }
+    free(bins);
+    free(sizes);
+    pthread_mutex_unlock(&rec->lock);
+    free(owned);
+    if (notify) notify(prog, user_data);
+    return err;
 }
 
-cl_program pc_link(cl_context ctx, cl_uint num_devices, const cl_device_id *devices, const char *options,
+cl_program pc_link(cl_context ctx, cl_uint num_devices, const cl_device_id *device_list_in, const char *options,
                    cl_uint num_inputs, const cl_program *inputs, void(CL_CALLBACK *notify)(cl_program, void *),
                    void *user_data, cl_int *errcode_ret)
 {
-    return real->clLinkProgram(ctx, num_devices, devices, options, num_inputs, inputs, notify, user_data,
-                               errcode_ret);
+    cl_program *mapped = num_inputs && inputs ? calloc(num_inputs, sizeof *mapped) : NULL;
+    if (!mapped || (num_devices == 0) != (device_list_in == NULL) || (!notify && user_data)) {
+        free(mapped);
+        return real->clLinkProgram(ctx, num_devices, device_list_in, options, num_inputs, inputs, notify, user_data,
+                                   errcode_ret);
+    }
+    cl_device_id *owned = NULL;
+    cl_uint ndev = 0;
+    const cl_device_id *devs = NULL;
+    int cacheable = config_get()->cache && device_list(NULL, ctx, num_devices, device_list_in, &owned, &ndev, &devs) == 0;
+    struct pc_program *out = calloc(1, sizeof *out);
+    struct pc_dev *dv = cacheable ? calloc(ndev, sizeof *dv) : NULL;
+    cacheable = cacheable && out && dv;
+    /* Inputs: the program standing in for each (a hit's compiled object). */
+    for (cl_uint i = 0; i < num_inputs; i++) {
+        struct pc_program *in = objmap_get(programs, inputs[i]);
+        if (in) pthread_mutex_lock(&in->lock);
+        mapped[i] = in && in->effective ? in->effective : inputs[i];
+        if (mapped[i] != inputs[i]) real->clRetainProgram(mapped[i]);
+        for (cl_uint d = 0; cacheable && d < ndev; d++) {
+            const struct pc_dev *found = NULL;
+            for (size_t j = 0; in && j < in->ndevs; j++)
+                if (in->devs[j].dev == devs[d] && in->devs[j].key) found = &in->devs[j];
+            if (!found) {
+                cacheable = 0;
+                break;
+            }
+            if (i == 0) {
+                const struct device_info *info = device_info(real, devs[d]);
+                struct key_buf k;
+                key_begin(&k, KEY_LINK, options);
+                key_add_text(&k, "device", info ? info->identity : "");
+                dv[d].key = k.data;
+                dv[d].key_len = k.len;
+                cacheable = info && !k.oom;
+            }
+            char hex[33];
+            key_hash_hex(found->hash, hex);
+            struct key_buf k = {dv[d].key, dv[d].key_len, dv[d].key_len, 0};
+            key_add_text(&k, "input-key", hex);
+            dv[d].key = k.data;
+            dv[d].key_len = k.len;
+            cacheable = cacheable && !k.oom;
+        }
+        if (in) pthread_mutex_unlock(&in->lock);
+    }
+    cl_program result = NULL;
+    cl_int err = CL_SUCCESS;
+    if (cacheable) {
+        out->context = ctx;
+        out->kind = KEY_LINK;
+        out->refs = 1;
+        out->devs = dv;
+        out->ndevs = ndev;
+        out->options = strdup(options ? options : "");
+        pthread_mutex_init(&out->lock, NULL);
+        for (cl_uint d = 0; d < ndev; d++) {
+            dv[d].dev = devs[d];
+            dv[d].hash = key_hash(dv[d].key, dv[d].key_len);
+        }
+        const unsigned char **bins = calloc(ndev, sizeof *bins);
+        size_t *sizes = calloc(ndev, sizeof *sizes);
+        void **arenas = calloc(ndev, sizeof *arenas);
+        uint64_t t0 = now_ns();
+        if (bins && sizes && arenas && lookup_disk_all(out, bins, sizes, arenas)) {
+            result = real->clCreateProgramWithBinary(ctx, ndev, devs, sizes, bins, NULL, &err);
+            if (result && real->clBuildProgram(result, ndev, devs, options, NULL, NULL) != CL_SUCCESS) {
+                real->clReleaseProgram(result);
+                result = NULL;
+            }
+            if (result) {
+                out->answers_options = 1;
+                log_hits(out, "linked program", (now_ns() - t0) / 1e6);
+            } else {
+                STAT_ADD(proc_stats.rejected, 1);
+            }
+        }
+        for (cl_uint d = 0; arenas && d < ndev; d++) store_record_free(arenas[d]);
+        free(arenas);
+        free(bins);
+        free(sizes);
+    }
+    if (!result) {
+        if (out && out->devs)
+            for (cl_uint d = 0; d < ndev; d++) {
+                free(dv[d].log);
+                dv[d].log = NULL;
+            }
+        uint64_t t0 = now_ns();
+        result = real->clLinkProgram(ctx, num_devices, device_list_in, options, num_inputs, mapped, NULL, NULL, &err);
+        uint64_t link_ns = now_ns() - t0;
+        if (result && cacheable) {
+            out->handle = result;
+            for (cl_uint d = 0; d < ndev; d++) {
+                dv[d].compile_ns = link_ns / ndev;
+                dv[d].needs_capture = 1;
+                STAT_ADD(proc_stats.misses, 1);
+                char prefix[17];
+                key_prefix(dv[d].hash, prefix);
+                log_msg(LOG_INFO, "miss %s: linked in %.1f ms, stored when released", prefix, link_ns / 1e6);
+            }
+            if (!capture_late(out)) capture(out);
+        }
+    }
+    if (result && cacheable) {
+        out->handle = result;
+        if (objmap_put(programs, result, out) != 0) cacheable = 0;
+    }
+    if (!(result && cacheable)) {
+        if (out) {
+            out->devs = dv;
+            out->ndevs = dv ? ndev : 0;
+            free_devs(out);
+            free(out->options);
+            if (out->refs) pthread_mutex_destroy(&out->lock);
+            free(out);
+        }
+    }
+    for (cl_uint i = 0; i < num_inputs; i++)
+        if (mapped[i] != inputs[i]) real->clReleaseProgram(mapped[i]);
+    free(mapped);
+    free(owned);
+    if (errcode_ret) *errcode_ret = err;
+    if (notify && result) notify(result, user_data);
+    return result;
 }
 
 /* ---- queries ------------------------------------------------------------- */
@@ -944,7 +1221,7 @@ cl_int pc_get_build_info(cl_program prog, cl_device_id dev, cl_program_build_inf
     if (param == CL_PROGRAM_BUILD_OPTIONS || param == CL_PROGRAM_BUILD_LOG) {
         pthread_mutex_lock(&rec->lock);
         const char *text = NULL;
-        if (param == CL_PROGRAM_BUILD_OPTIONS && rec->effective) text = rec->options;
+        if (param == CL_PROGRAM_BUILD_OPTIONS && (rec->effective || rec->answers_options)) text = rec->options;
         for (size_t i = 0; param == CL_PROGRAM_BUILD_LOG && i < rec->ndevs; i++)
             if (rec->devs[i].dev == dev && rec->devs[i].log) text = rec->devs[i].log;
         cl_int rc;

@@ -101,6 +101,24 @@ done
 [ "$compiles" = 1 ] || fail "4 processes: expected one compile, got $compiles"
 ok "4 processes started together on an empty cache: one compile"
 
+# clCompileProgram (with an embedded header) + clLinkProgram.
+CL=$PROGS/compilelink
+fresh_pocl; run_plain clref "$CL"
+fresh_pocl; run_shim clcold "$CL"
+same_output clref clcold "compile+link, cold: same results"
+[ "$(count 'miss ' "$TMP/clcold.err")" = 3 ] || fail "compile+link cold: expected 2 compile misses and 1 link miss"
+fresh_pocl; run_shim clwarm "$CL"
+same_output clref clwarm "compile+link, warm: same results"
+[ "$(count 'hit .*compiled object' "$TMP/clwarm.err")" = 2 ] || fail "compile+link warm: compiled objects not hits"
+[ "$(count 'hit .*linked program' "$TMP/clwarm.err")" = 1 ] || fail "compile+link warm: link not a hit"
+[ "$(count 'miss ' "$TMP/clwarm.err")" = 0 ] || fail "compile+link warm: unexpected miss"
+ok "compile+link: second run compiles and links nothing"
+fresh_pocl; run_plain clref3 "$CL" 3.0f
+fresh_pocl; run_shim cl3 "$CL" 3.0f
+same_output clref3 cl3 "compile+link, one input changed: its results"
+[ "$(count 'miss ' "$TMP/cl3.err")" = 2 ] || fail "compile+link: a changed input must miss its compile and the link"
+ok "compile+link: a changed input misses its compile and the link only"
+
 # CLSHIM_CACHE=0: caching off, app unaffected.
 CLSHIM_CACHE=0 run_shim off "$MK"
 same_output ref off "CLSHIM_CACHE=0: same results"
