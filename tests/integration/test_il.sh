@@ -1,0 +1,71 @@
+#!/bin/bash
+# SPIR-V on PoCL (no native IL): an unmodified program's clCreateProgramWithIL
+# works under clshim, gives the OpenCL C version's results, caches, applies
+# specialisation constants and refuses invalid modules with CL_INVALID_VALUE.
+source "$(dirname "$0")/lib.sh"
+export CLSHIM_LOG=info
+IL=$PROGS/ilprog
+DATA=$CLSHIM_ROOT/tests/integration/data
+for f in features spec; do
+    clang-15 -x cl -target spir64 -cl-std=CL1.2 -emit-llvm -c -Xclang -no-opaque-pointers \
+        "$DATA/$f.cl" -o "$TMP/$f.bc"
+    llvm-spirv-15 "$TMP/$f.bc" -o "$TMP/$f.spv"
+done
+ok "SPIR-V made with clang-15 + llvm-spirv-15"
+
+# Without clshim PoCL refuses IL; with it the program runs.
+run_plain plainil "$IL" --il "$TMP/features.spv"
+[ "$(cat "$TMP/plainil.rc")" != 0 ] || fail "PoCL took IL without clshim: the test premise is wrong"
+run_plain src "$IL" --source "$DATA/features.cl"
+fresh_pocl; run_shim cold "$IL" --il "$TMP/features.spv"
+grep -v '^CL_PROGRAM_IL' "$TMP/cold.out" >"$TMP/cold.cmp.out"; cp "$TMP/cold.rc" "$TMP/cold.cmp.rc"
+same_output src cold.cmp "IL program: same results as the OpenCL C version (local memory, float4, struct, double)"
+grep -q "CL_PROGRAM_IL returns the module: yes" "$TMP/cold.out" || fail "CL_PROGRAM_IL does not return the original IL"
+[ "$(count 'translated SPIR-V' "$TMP/cold.err")" = 1 ] || fail "cold IL run: expected one translation"
+ok "CL_PROGRAM_IL returns the original module; one translation"
+
+fresh_pocl; run_shim warm "$IL" --il "$TMP/features.spv"
+same_output cold warm "IL program, warm: same results"
+[ "$(count 'translated SPIR-V' "$TMP/warm.err")" = 0 ] || fail "warm IL run translated again"
+[ "$(count 'hit ' "$TMP/warm.err")" = 1 ] || fail "warm IL run: expected a hit"
+grep -q "llvm loaded: no" "$TMP/warm.err" || fail "warm IL run loaded LLVM"
+ok "IL program, second run: a cache hit, no translation, LLVM not loaded"
+
+# clCreateProgramWithILKHR through clGetExtensionFunctionAddressForPlatform.
+fresh_pocl; run_shim khr "$IL" --il "$TMP/features.spv" --khr
+same_output cold khr "clCreateProgramWithILKHR: same results"
+
+# Specialisation constants: default, set, and part of the key.
+fresh_pocl; run_shim spec0 "$IL" --spec "$TMP/spec.spv"
+grep -q "spec values 42 43 44 45" "$TMP/spec0.out" || fail "spec constant default not applied"
+fresh_pocl; run_shim spec5 "$IL" --spec "$TMP/spec.spv" 5
+grep -q "spec values 5 6 7 8" "$TMP/spec5.out" || fail "spec constant 5 not applied"
+grep -q "unknown spec id: -71" "$TMP/spec5.out" || fail "unknown spec id not refused with CL_INVALID_SPEC_ID"
+[ "$(count 'miss ' "$TMP/spec5.err")" = 1 ] || fail "a new spec value must miss"
+fresh_pocl; run_shim spec5b "$IL" --spec "$TMP/spec.spv" 5
+grep -q "spec values 5 6 7 8" "$TMP/spec5b.out" || fail "spec constant 5 not applied on a hit"
+[ "$(count 'hit ' "$TMP/spec5b.err")" = 1 ] || fail "the same spec value must hit"
+ok "specialisation constants change results and are part of the key"
+
+# Invalid modules: CL_INVALID_VALUE (-30), one log line each, the app goes on.
+fresh_pocl; run_shim invalid "$IL" --invalid "$TMP/features.spv"
+grep -q "random bytes: -30 null" "$TMP/invalid.out" || fail "random bytes not refused"
+grep -q "truncated module: -30 null" "$TMP/invalid.out" || fail "truncated module not refused"
+grep -q "wrong magic: -30 null" "$TMP/invalid.out" || fail "wrong magic not refused"
+[ "$(count 'invalid SPIR-V module' "$TMP/invalid.err")" = 3 ] || fail "expected one log line per invalid module"
+grep -q "double" "$TMP/invalid.out" || fail "the app did not continue after invalid modules"
+ok "invalid IL: CL_INVALID_VALUE, one log line each, the app continues"
+
+# CLSHIM_ADVERTISE_IL=1: the device reports IL support.
+CLSHIM_ADVERTISE_IL=1 run_shim adv clinfo
+grep -q "IL version.*SPIR-V_1.0" "$TMP/adv.out" || fail "CLSHIM_ADVERTISE_IL=1 does not report CL_DEVICE_IL_VERSION"
+grep -q "cl_khr_il_program" "$TMP/adv.out" || fail "CLSHIM_ADVERTISE_IL=1 does not report cl_khr_il_program"
+run_shim noadv clinfo
+grep -q "cl_khr_il_program" "$TMP/noadv.out" && fail "IL advertised without CLSHIM_ADVERTISE_IL"
+ok "CLSHIM_ADVERTISE_IL=1 reports IL version and cl_khr_il_program; off by default"
+
+# CLSHIM_SPIRV=0: IL passed to the driver unchanged (PoCL refuses it).
+CLSHIM_SPIRV=0 run_shim off "$IL" --il "$TMP/features.spv"
+cmp -s "$TMP/plainil.rc" "$TMP/off.rc" || fail "CLSHIM_SPIRV=0 changed the outcome"
+ok "CLSHIM_SPIRV=0: IL goes to the driver unchanged"
+finish
