@@ -17,7 +17,7 @@ endif
 
 WARN     := -Wall -Wextra -Werror
 CFLAGS_C := -std=c11 $(OPT) -g $(WARN) -fPIC -fvisibility=hidden -D_GNU_SOURCE \
-            -DCLSHIM_VERSION='"$(VERSION)"' -I. $(EXTRA_CFLAGS)
+            -DCLSHIM_VERSION='"$(VERSION)"' -I. -Iinclude $(EXTRA_CFLAGS)
 LDFLAGS_C := $(EXTRA_LDFLAGS)
 ifneq ($(SAN),)
 CFLAGS_C  += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=undefined
@@ -35,6 +35,8 @@ UNIT_SRC   := $(sort $(wildcard tests/unit/test_*.c))
 PROG_SRC   := $(sort $(wildcard tests/integration/progs/*.c))
 BENCH_SRC  := $(sort $(wildcard bench/*.c))
 EX_SRC     := $(sort $(wildcard examples/*.c))
+REL_SRC    := $(sort $(wildcard tests/reliability/progs/*.c))
+FUZZ_SRC   := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 CORE_OBJ := $(call obj,$(CORE_SRC))
@@ -51,9 +53,21 @@ UNITS    := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
 PROGS    := $(patsubst tests/integration/progs/%.c,$(BUILD)/tests/progs/%,$(PROG_SRC))
 BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(EX_SRC))
+# Loader mode's libOpenCL.so.1 and the real ICD loader it forwards to.
+LOADER_DIR  := $(BUILD)/loader
+LOADER_LIB  := $(LOADER_DIR)/libOpenCL.so.1
+REAL_OPENCL ?= $(shell /sbin/ldconfig -p 2>/dev/null | awk '$$1 == "libOpenCL.so.1" && /x86-64/ { print $$NF; exit }')
+RELPROGS := $(patsubst tests/reliability/progs/%.c,$(BUILD)/tests/rel/%,$(REL_SRC))
+# libFuzzer targets live in their own build ($(FUZZ_BUILD)): every object is
+# compiled with clang-15 and -fsanitize=fuzzer-no-link,address,undefined.
+# clang-15's libFuzzer runtime comes with libclang-common-15-dev (a clang-15
+# dependency).
+FUZZ_BUILD ?= $(BUILD)-fuzz
+FUZZ_CC    ?= clang-15
+FUZZERS  := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRC))
 
-.PHONY: all deps check check-sanitize check-long compat bench demo install clean docs
-all: $(LIB) $(LLVMLIB) $(TOOL) $(WRAPPER) $(UNITS) $(PROGS) $(BENCHES) $(EXAMPLES)
+.PHONY: all deps check check-sanitize check-long compat bench demo install clean docs fuzz fuzz-targets
+all: $(LIB) $(LLVMLIB) $(TOOL) $(WRAPPER) $(UNITS) $(PROGS) $(BENCHES) $(EXAMPLES) $(RELPROGS) $(LOADER_LIB)
 
 deps:
 	@scripts/install-deps.sh
@@ -83,6 +97,31 @@ $(LIB): $(SHIM_OBJ) $(CORE_OBJ) interpose/exports.map
 	$(CC) -shared -o $@ $(SHIM_OBJ) $(CORE_OBJ) $(LDFLAGS_C) -Wl,--version-script=interpose/exports.map \
 	  -Wl,-z,now -Wl,--no-as-needed -lOpenCL -Wl,--as-needed $(CORE_LIBS)
 
+# Loader mode (docs/modes.md): the same objects as libclshim.so plus generated
+# forwarders for every other function of the real ICD loader, as a
+# libOpenCL.so.1 that `clshim run --mode=loader` puts first on
+# LD_LIBRARY_PATH. No DT_NEEDED on libOpenCL: it dlopens the real loader by
+# the absolute path found here (REAL_OPENCL, from ld.so.cache).
+# (LOADER_DIR, LOADER_LIB, REAL_OPENCL are set with the other outputs above.)
+
+$(LOADER_DIR)/forward.c: scripts/gen-loader-forwarders.sh $(SHIM_OBJ)
+	scripts/gen-loader-forwarders.sh "$(REAL_OPENCL)" $(LOADER_DIR) /usr/include $(SHIM_OBJ)
+$(LOADER_DIR)/libOpenCL.map: $(LOADER_DIR)/forward.c
+$(LOADER_DIR)/forward.o: $(LOADER_DIR)/forward.c interpose/real.h
+	$(CC) $(CFLAGS_C) -c $< -o $@
+
+$(LOADER_LIB): $(SHIM_OBJ) $(CORE_OBJ) $(LOADER_DIR)/forward.o $(LOADER_DIR)/libOpenCL.map $(LLVMLIB)
+	$(CC) -shared -o $@ -Wl,-soname,libOpenCL.so.1 $(SHIM_OBJ) $(CORE_OBJ) $(LOADER_DIR)/forward.o \
+	  $(LDFLAGS_C) -Wl,--version-script=$(LOADER_DIR)/libOpenCL.map -Wl,-z,now $(CORE_LIBS)
+	ln -sf libOpenCL.so.1 $(LOADER_DIR)/libOpenCL.so
+	ln -sf ../libclshim-llvm.so $(LOADER_DIR)/libclshim-llvm.so
+
+# The dlopen-only test program must not link libOpenCL (it would let
+# LD_PRELOAD reach it, which is what it exists to rule out).
+$(BUILD)/tests/progs/dlopen_app: tests/integration/progs/dlopen_app.c tests/integration/progs/common.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_C) -o $@ $< $(LDFLAGS_C) -ldl
+
 $(LLVMLIB): $(LLVM_OBJ) fusion/llvm/exports.map
 	$(CXX) -shared -o $@ $(LLVM_OBJ) $(LDFLAGS_C) -Wl,--version-script=fusion/llvm/exports.map \
 	  -L$$($(LLVM_CONFIG) --libdir) -lLLVMSPIRVLib -lLLVM-15 -lpthread
@@ -106,12 +145,25 @@ $(BUILD)/bench/%: bench/%.c $(CORE_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_C) -o $@ $< $(CORE_A) $(LDFLAGS_C) -lOpenCL $(CORE_LIBS) -lm
 
+# Reliability helpers (crash-test writers, entry forgers) link the core archive.
+$(BUILD)/tests/rel/%: tests/reliability/progs/%.c $(CORE_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_C) -o $@ $< $(CORE_A) $(LDFLAGS_C) -lOpenCL $(CORE_LIBS)
+
+fuzz:
+	$(MAKE) BUILD=$(FUZZ_BUILD) CC=$(FUZZ_CC) SAN=address,undefined OPT=-O1 \
+	  EXTRA_CFLAGS=-fsanitize=fuzzer-no-link fuzz-targets
+fuzz-targets: $(FUZZERS)
+$(BUILD)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz.h $(CORE_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_C) -fsanitize=fuzzer -o $@ $< $(CORE_A) $(LDFLAGS_C) -lOpenCL $(CORE_LIBS)
+
 $(BUILD)/examples/%: examples/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_C) -o $@ $< $(LDFLAGS_C) -lOpenCL
 
 check: deps
-	$(MAKE) all
+	$(MAKE) all fuzz
 	tests/run-all.sh $(BUILD)
 
 check-sanitize: deps
@@ -121,7 +173,7 @@ check-sanitize: deps
 	CLSHIM_SANITIZED=thread tests/run-all.sh build-tsan --threaded
 
 check-long: deps
-	$(MAKE) all
+	$(MAKE) all fuzz
 	CLSHIM_LONG=1 tests/run-all.sh $(BUILD)
 
 compat: deps

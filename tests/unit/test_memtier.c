@@ -1,0 +1,149 @@
+/* test_memtier.c — the in-process tier: single flight, failures, limits. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "cache/memtier.h"
+
+static struct cache_hash H(uint64_t n) { return (struct cache_hash){n, ~n}; }
+
+static int fills, hits, failures;
+static pthread_mutex_t count_lock = PTHREAD_MUTEX_INITIALIZER;
+static int fail_fill;
+
+static void *builder(void *arg)
+{
+    struct cache_hash key = *(struct cache_hash *)arg;
+    memtier_entry *e;
+    enum memtier_result r = memtier_acquire(key, 1, &e);
+    pthread_mutex_lock(&count_lock);
+    if (r == MEMTIER_FILL) fills++;
+    else if (r == MEMTIER_HIT) hits++;
+    else if (r == MEMTIER_FAILED) failures++;
+    pthread_mutex_unlock(&count_lock);
+    if (r == MEMTIER_FILL) {
+        usleep(50000); /* a slow build: everyone else arrives meanwhile */
+        if (fail_fill) memtier_abandon(e);
+        else {
+            memtier_fill(e, "binary", 6, "log", 1000);
+            memtier_release(e);
+        }
+    } else if (r == MEMTIER_HIT) {
+        size_t n;
+        const char *b = memtier_binary(e, &n);
+        assert_int_equal(n, 6);
+        assert_memory_equal(b, "binary", 6);
+        assert_string_equal(memtier_build_log(e), "log");
+        memtier_release(e);
+    }
+    return NULL;
+}
+
+static void run_threads(struct cache_hash key, int n)
+{
+    pthread_t t[16];
+    fills = hits = failures = 0;
+    for (int i = 0; i < n; i++) pthread_create(&t[i], NULL, builder, &key);
+    for (int i = 0; i < n; i++) pthread_join(t[i], NULL);
+}
+
+/* 8 threads acquiring one key: one fills, seven get its result */
+static void single_flight(void **state)
+{
+    fail_fill = 0;
+    run_threads(H(1), 8);
+    assert_int_equal(fills, 1);
+    assert_int_equal(hits, 7);
+}
+
+/* a failed fill wakes the waiters with MEMTIER_FAILED; the next try fills afresh */
+static void failure_reaches_waiters(void **state)
+{
+    fail_fill = 1;
+    run_threads(H(2), 8);
+    assert_int_equal(fills, 1);
+    assert_int_equal(failures, 7);
+    memtier_entry *e;
+    assert_int_equal(memtier_acquire(H(2), 1, &e), MEMTIER_FILL);
+    memtier_abandon(e);
+}
+
+/* without waiting, a key being filled is reported busy */
+static void busy_without_wait(void **state)
+{
+    memtier_entry *a, *b;
+    assert_int_equal(memtier_acquire(H(3), 1, &a), MEMTIER_FILL);
+    assert_int_equal(memtier_acquire(H(3), 0, &b), MEMTIER_BUSY);
+    assert_null(b);
+    memtier_abandon(a);
+}
+
+/* over the limit, least recently used unpinned entries go; pinned ones stay */
+static void lru_limit_spares_pinned(void **state)
+{
+    memtier_clear();
+    memtier_set_limit(3000);
+    char blob[1000] = {0};
+    memtier_entry *pinned;
+    assert_int_equal(memtier_acquire(H(100), 1, &pinned), MEMTIER_FILL);
+    memtier_fill(pinned, blob, sizeof blob, "", 0); /* stays pinned */
+    for (uint64_t i = 101; i < 106; i++) {
+        memtier_entry *e;
+        assert_int_equal(memtier_acquire(H(i), 1, &e), MEMTIER_FILL);
+        memtier_fill(e, blob, sizeof blob, "", 0);
+        memtier_release(e);
+    }
+    uint64_t bytes, entries;
+    memtier_usage(&bytes, &entries);
+    assert_true(bytes <= 3000);
+    memtier_entry *e;
+    assert_int_equal(memtier_acquire(H(100), 1, &e), MEMTIER_HIT); /* pinned survived */
+    memtier_release(e);
+    memtier_release(pinned);
+    assert_int_equal(memtier_acquire(H(101), 1, &e), MEMTIER_FILL); /* oldest went */
+    memtier_abandon(e);
+    assert_int_equal(memtier_acquire(H(105), 1, &e), MEMTIER_HIT); /* newest stayed */
+    memtier_release(e);
+    memtier_set_limit(0);
+}
+
+static int released;
+static void release_obj(void *o) { (void)o; released++; }
+static void retain_obj(void *o) { (void)o; }
+
+/* an attached object is served to its tag only, and detached by its owner */
+static void attached_objects(void **state)
+{
+    memtier_entry *e, *w;
+    int obj, ctx_a, ctx_b;
+    released = 0;
+    assert_int_equal(memtier_acquire(H(200), 1, &e), MEMTIER_FILL);
+    memtier_attach(e, &obj, &ctx_a, release_obj);
+    memtier_fill(e, NULL, 0, "log", 5);
+    memtier_release(e);
+    assert_int_equal(memtier_acquire(H(200), 1, &w), MEMTIER_HIT);
+    assert_ptr_equal(memtier_object_retain(w, &ctx_a, retain_obj), &obj);
+    assert_null(memtier_object_retain(w, &ctx_b, retain_obj));
+    memtier_release(w);
+    memtier_detach(H(200), &obj);
+    assert_int_equal(released, 1);
+    /* nothing left to serve: the next acquirer fills */
+    assert_int_equal(memtier_acquire(H(200), 1, &w), MEMTIER_FILL);
+    memtier_abandon(w);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(single_flight),           cmocka_unit_test(failure_reaches_waiters),
+        cmocka_unit_test(busy_without_wait),       cmocka_unit_test(lru_limit_spares_pinned),
+        cmocka_unit_test(attached_objects),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
