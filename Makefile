@@ -141,7 +141,7 @@ $(BUILD)/tests/progs/%: tests/integration/progs/%.c tests/integration/progs/comm
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_C) -o $@ $< $(LDFLAGS_C) -lOpenCL -lpthread -ldl
 
-$(BUILD)/bench/%: bench/%.c $(CORE_A)
+$(BUILD)/bench/%: bench/%.c $(wildcard bench/*.h) $(CORE_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_C) -o $@ $< $(CORE_A) $(LDFLAGS_C) -lOpenCL $(CORE_LIBS) -lm
 

@@ -25,6 +25,7 @@ struct memtier_entry {
     void *object;             /* attached built program, or NULL */
     const void *object_tag;
     void (*object_release)(void *);
+    int discarded;            /* out of the table; freed at the last release */
     struct memtier_entry *hnext;              /* hash chain */
     struct memtier_entry *lru_prev, *lru_next; /* unpinned FILLED entries */
 };
@@ -56,13 +57,19 @@ static void lru_push(struct memtier_entry *e) /* most recently used at the tail 
 
 static size_t entry_cost(const struct memtier_entry *e) { return e->size + (e->object ? MEMTIER_OBJECT_COST : 0); }
 
-static void remove_entry(struct memtier_entry *e)
+static void unlink_entry(struct memtier_entry *e)
 {
     for (struct memtier_entry **p = &table[bucket(e->key)]; *p; p = &(*p)->hnext)
         if (*p == e) { *p = e->hnext; break; }
     lru_unlink(e);
     if (e->state == SLOT_FILLED) held_bytes -= entry_cost(e);
     entry_count--;
+    e->discarded = 1;
+}
+
+static void remove_entry(struct memtier_entry *e)
+{
+    if (!e->discarded) unlink_entry(e);
     /* Called with the lock held: the release callback must not re-enter. */
     if (e->object && e->object_release) e->object_release(e->object);
     free(e->binary);
@@ -170,7 +177,7 @@ int memtier_fill(memtier_entry *e, const void *binary, size_t size, const char *
     e->build_log = log;
     e->compile_ns = compile_ns;
     e->state = SLOT_FILLED;
-    held_bytes += entry_cost(e);
+    if (!e->discarded) held_bytes += entry_cost(e);
     pthread_cond_broadcast(&filled);
     pthread_mutex_unlock(&lock);
     return 0;
@@ -194,7 +201,7 @@ int memtier_refill(memtier_entry *e, const void *binary, size_t size)
         free(copy);
         return -1;
     }
-    held_bytes = held_bytes - e->size + size;
+    if (!e->discarded) held_bytes = held_bytes - e->size + size;
     free(e->binary);
     e->binary = copy;
     e->size = size;
@@ -209,7 +216,7 @@ void memtier_attach(memtier_entry *e, void *object, const void *tag, void (*rele
         e->object = object;
         e->object_tag = tag;
         e->object_release = release;
-        if (e->state == SLOT_FILLED) held_bytes += MEMTIER_OBJECT_COST;
+        if (e->state == SLOT_FILLED && !e->discarded) held_bytes += MEMTIER_OBJECT_COST;
         object = NULL;
     }
     pthread_mutex_unlock(&lock);
@@ -239,7 +246,10 @@ void memtier_detach(struct cache_hash key, void *object)
         e->object = NULL;
         if (e->state == SLOT_FILLED) held_bytes -= MEMTIER_OBJECT_COST;
         /* Filled without bytes and now without an object: nothing to serve. */
-        if (!e->binary && e->state == SLOT_FILLED && !e->pins) remove_entry(e);
+        if (!e->binary && e->state == SLOT_FILLED) {
+            if (e->pins) unlink_entry(e);
+            else remove_entry(e);
+        }
     }
     pthread_mutex_unlock(&lock);
 }
@@ -249,6 +259,10 @@ void memtier_abandon(memtier_entry *e)
     pthread_mutex_lock(&lock);
     if (e->object && e->object_release) e->object_release(e->object);
     e->object = NULL;
+    if (e->state == SLOT_FILLED && !e->discarded) held_bytes -= entry_cost(e);
+    free(e->binary);
+    e->binary = NULL;
+    e->size = 0;
     e->state = SLOT_EMPTY;
     e->generation++;
     pthread_cond_broadcast(&filled);
@@ -256,12 +270,29 @@ void memtier_abandon(memtier_entry *e)
     pthread_mutex_unlock(&lock);
 }
 
+void memtier_discard(memtier_entry *e)
+{
+    pthread_mutex_lock(&lock);
+    if (!e->discarded) unlink_entry(e);
+    pthread_mutex_unlock(&lock);
+}
+
+int memtier_servable(const memtier_entry *e)
+{
+    pthread_mutex_lock(&lock);
+    int ok = e->state == SLOT_FILLED && (e->binary || e->object);
+    pthread_mutex_unlock(&lock);
+    return ok;
+}
+
 void memtier_release(memtier_entry *e)
 {
     if (!e) return;
     pthread_mutex_lock(&lock);
     if (--e->pins == 0) {
-        if (e->state == SLOT_FILLED) {
+        if (e->discarded) {
+            remove_entry(e);
+        } else if (e->state == SLOT_FILLED) {
             lru_push(e);
             evict_to_limit();
         } else if (e->state == SLOT_EMPTY) {

@@ -69,6 +69,15 @@ void *memtier_any_object_retain(memtier_entry *e, void (*retain)(void *object));
  * than the application does. */
 void memtier_detach(struct cache_hash key, void *object);
 
+/* Drops a pinned entry from the tier (a binary the driver refused, or an
+ * entry left with nothing to serve): the next acquire of its key fills
+ * afresh. The caller's pin stays valid until memtier_release(). */
+void memtier_discard(memtier_entry *e);
+
+/* Nonzero when a filled entry can serve a build: it has bytes, or an
+ * attached program to read them from. */
+int memtier_servable(const memtier_entry *e);
+
 /* Byte limit of unpinned filled entries; 0 = unbounded. */
 void memtier_set_limit(uint64_t bytes);
 

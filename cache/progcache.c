@@ -111,7 +111,10 @@ static void open_store(void)
     };
     int rc = store_open(&opt, &the_store);
     if (rc != CLSHIM_OK) {
-        log_msg(LOG_WARN, "cannot open the cache in %s (%s); persistent cache off", dir, clshim_strerror(rc));
+        /* The store has said why (one warning); this line only at info,
+         * except for a read-only cache that does not exist yet. */
+        log_msg(rc == CLSHIM_ENOTFOUND ? LOG_WARN : LOG_INFO, "cannot open the cache in %s (%s); persistent cache off",
+                dir, clshim_strerror(rc));
         the_store = NULL;
     }
 }
@@ -340,7 +343,7 @@ static void derive_key(struct pc_program *rec, const char *options, struct pc_de
     key_begin(&k, rec->kind, options);
     key_add_text(&k, "device", info->identity);
     if (rec->translated) key_add_text(&k, "route", "spirv->spir");
-    qsort(rec->specs, rec->nspecs, sizeof *rec->specs, cmp_spec);
+    if (rec->nspecs) qsort(rec->specs, rec->nspecs, sizeof *rec->specs, cmp_spec);
     for (size_t i = 0; i < rec->nspecs; i++) {
         char name[32], value[24];
         uint64_t v = 0;
@@ -700,6 +703,12 @@ static int lookup_all(struct pc_program *rec, struct lookup *lk)
         /* Never wait for another thread while owning a fill: two builders
          * of overlapping device sets could otherwise wait on each other. */
         enum memtier_result r = memtier_acquire(d->hash, !own_fill, &lk[i].entry);
+        if (r == MEMTIER_HIT && !memtier_servable(lk[i].entry)) {
+            /* Its builder's program is gone and no bytes were kept. */
+            memtier_discard(lk[i].entry);
+            memtier_release(lk[i].entry);
+            r = memtier_acquire(d->hash, !own_fill, &lk[i].entry);
+        }
         if (r == MEMTIER_HIT) {
             STAT_ADD(stat_memory_hits, 1);
             continue;
@@ -805,11 +814,13 @@ cl_int pc_build(cl_program prog, cl_uint num_devices, const cl_device_id *device
         } else {
             /* The driver refused a cached binary: rebuild and replace it. */
             STAT_ADD(proc_stats.rejected, 1);
-            log_msg(LOG_WARN, "the driver rejected a cached binary of program %p (error %d); rebuilding",
+            LOG_ONCE(LOG_WARN, "the driver rejected a cached binary (error %d); rebuilding and replacing it", err);
+            log_msg(LOG_INFO, "the driver rejected the cached binary of program %p (error %d); rebuilding",
                     (void *)prog, err);
             store *st = get_store();
             for (cl_uint i = 0; i < ndev; i++) {
                 if (st) store_delete(st, rec->devs[i].hash);
+                memtier_discard(lk[i].entry);
                 memtier_release(lk[i].entry);
                 lk[i].entry = NULL;
                 /* Refill from the rebuild below, if nobody else pins it. */
@@ -838,20 +849,35 @@ cl_int pc_build(cl_program prog, cl_uint num_devices, const cl_device_id *device
 
 /* Stores the program's binary again when it changed since it was stored
  * (PoCL adds work-group functions compiled at first enqueue). */
+/* Gives the in-memory tier the bytes of a program it was lent, before the
+ * program goes, so later builds in this process still hit. */
+static void keep_bytes_in_memory(struct cache_hash hash, const void *bin, size_t size)
+{
+    memtier_entry *e;
+    if (memtier_acquire(hash, 0, &e) != MEMTIER_HIT) {
+        if (e) memtier_abandon(e);
+        return;
+    }
+    size_t have;
+    if (!memtier_binary(e, &have)) memtier_refill(e, bin, size);
+    memtier_release(e);
+}
+
 static void capture(struct pc_program *rec)
 {
     store *st = get_store();
     int any = 0;
-    for (size_t i = 0; i < rec->ndevs; i++) any |= (rec->devs[i].needs_capture && rec->devs[i].key) ||
-                                                   rec->devs[i].claimed;
-    if (!any || !st) return;
+    for (size_t i = 0; i < rec->ndevs; i++)
+        any |= (rec->devs[i].needs_capture && rec->devs[i].key) || rec->devs[i].claimed || rec->devs[i].attached;
+    if (!any) return;
     cl_program built = rec->effective ? rec->effective : rec->handle;
     void **bins = calloc(rec->ndevs, sizeof *bins);
     size_t *sizes = calloc(rec->ndevs, sizeof *sizes);
     if (bins && sizes && read_binaries(built, rec->ndevs, rec->devs, bins, sizes) == 0) {
         for (size_t i = 0; i < rec->ndevs; i++) {
             struct pc_dev *d = &rec->devs[i];
-            if (!d->needs_capture || !d->key || sizes[i] == d->stored_size) continue;
+            if (d->attached) keep_bytes_in_memory(d->hash, bins[i], sizes[i]);
+            if (!st || !d->needs_capture || !d->key || sizes[i] == d->stored_size) continue;
             const struct device_info *info = device_info(real, d->dev);
             char *log = read_build_log(built, d->dev);
             struct store_record sr = {bins[i], sizes[i], log ? log : "", d->compile_ns, (uint32_t)rec->kind,
@@ -872,7 +898,7 @@ static void capture(struct pc_program *rec)
             d->needs_capture = 0;
         }
     }
-    for (size_t i = 0; i < rec->ndevs; i++)
+    for (size_t i = 0; st && i < rec->ndevs; i++)
         if (rec->devs[i].claimed) {
             store_release_build(st, rec->devs[i].hash);
             rec->devs[i].claimed = 0;

@@ -208,7 +208,7 @@ int store_verify(store *s, int fix, uint64_t *checked, uint64_t *bad);
  * compact.lock for the life of the handle, and compaction converts this
  * handle's lock to exclusive without waiting. Another open handle (any
  * process) makes it fail with CLSHIM_EBUSY. Holding the exclusive lock, it
- * copies to data.mdb.compact-<pid> (0600), fsyncs it, closes this handle's
+ * copies to data.mdb.compact (0600), fsyncs it, closes this handle's
  * environment, renames the copy over data.mdb, fsyncs the directory,
  * reopens and drops back to shared. A process opening meanwhile waits for
  * the shared lock (a few seconds at most, else CLSHIM_EBUSY), so it only

@@ -297,7 +297,7 @@ int store_compact(store *s)
         return errno == EWOULDBLOCK ? CLSHIM_EBUSY : CLSHIM_EIO;
     }
     char tmp[4200], data[4200];
-    snprintf(tmp, sizeof tmp, "%s/data.mdb.compact-%ld", s->dir, (long)getpid());
+    snprintf(tmp, sizeof tmp, "%s/data.mdb.compact", s->dir); /* one name: a crash leaves one stray */
     snprintf(data, sizeof data, "%s/data.mdb", s->dir);
     unlink(tmp);
     int rc = CLSHIM_EIO;

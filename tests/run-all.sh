@@ -19,6 +19,14 @@ done
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$(cd "$ROOT" && cd "$BUILD" && pwd)
 export CLSHIM_BUILD=$BUILD CLSHIM_ROOT=$ROOT
+# Sanitized builds (make check-sanitize): PoCL and the ICD loader leak by
+# design (LeakSanitizer off; the preloaded shim precedes the ASan runtime in
+# the initial library list, which is safe here: link-order check off), and TSan reports races inside PoCL's own
+# threads; tests/tsan.supp silences libpocl/libOpenCL frames only.
+case "${CLSHIM_SANITIZED:-}" in
+    address) export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=1:verify_asan_link_order=0} ;;
+    thread) export TSAN_OPTIONS=${TSAN_OPTIONS:-suppressions=$ROOT/tests/tsan.supp:halt_on_error=1} ;;
+esac
 passed=0; failed=0; failures=""
 
 run_one() { # name command...

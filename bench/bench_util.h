@@ -1,0 +1,325 @@
+/* bench_util.h — helpers shared by the benchmarks that run themselves in
+ * fresh processes (bench_passthrough, bench_ttfr, bench_il).
+ *
+ * Caches in clshim and PoCL are per process, and LD_PRELOAD only takes
+ * effect at exec, so these benchmarks are one binary that spawns itself
+ * with `--child MODE` under a controlled environment: the parent builds the
+ * child's environment from its own minus LD_PRELOAD, POCL_CACHE_DIR and
+ * every CLSHIM_* variable, then adds exactly what the mode needs. A child
+ * prints one line `result key=value ...` on stdout; the parent parses it.
+ * Everything here is static: each benchmark is one translation unit.
+ */
+#ifndef BENCH_UTIL_H
+#define BENCH_UTIL_H
+
+#define CL_TARGET_OPENCL_VERSION 300
+#include <CL/cl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <libgen.h>
+#include <spawn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define BCHECK(expr)                                                                         \
+    do {                                                                                     \
+        cl_int bcheck_rc_ = (expr);                                                          \
+        if (bcheck_rc_ != CL_SUCCESS) {                                                      \
+            fprintf(stderr, "%s:%d: %s failed: %d\n", __FILE__, __LINE__, #expr, bcheck_rc_); \
+            exit(2);                                                                         \
+        }                                                                                    \
+    } while (0)
+
+static inline double bu_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static inline int bu_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The q-quantile (0..1) of v[0..n), without reordering v. */
+static inline double bu_quantile(const double *v, size_t n, double q)
+{
+    if (!n) return 0;
+    double *c = malloc(n * sizeof *c);
+    if (!c) exit(3);
+    memcpy(c, v, n * sizeof *c);
+    qsort(c, n, sizeof *c, bu_cmp_double);
+    double pos = q * (double)(n - 1);
+    size_t i = (size_t)pos;
+    double r = i + 1 < n ? c[i] + (c[i + 1] - c[i]) * (pos - (double)i) : c[i];
+    free(c);
+    return r;
+}
+static inline double bu_median(const double *v, size_t n) { return bu_quantile(v, n, 0.5); }
+static inline double bu_min(const double *v, size_t n) { return bu_quantile(v, n, 0.0); }
+
+/* The path of the running binary (for spawning itself). */
+static inline const char *bu_self(void)
+{
+    static char path[4096];
+    if (!path[0]) {
+        ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+        if (n <= 0) {
+            fprintf(stderr, "bench: cannot read /proc/self/exe\n");
+            exit(3);
+        }
+        path[n] = 0;
+    }
+    return path;
+}
+
+/* $BUILD/libclshim.so, from $BUILD/bench/<this binary>, unless given. */
+static inline const char *bu_default_shim(void)
+{
+    static char path[4096];
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s", bu_self());
+    char *d = dirname(dirname(tmp));
+    snprintf(path, sizeof path, "%s/libclshim.so", d);
+    return path;
+}
+
+static inline int bu_rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    (void)remove(p);
+    return 0;
+}
+/* rm -rf `path` (our own temp dirs only). */
+static inline void bu_rm_rf(const char *path) { nftw(path, bu_rm_one, 16, FTW_DEPTH | FTW_PHYS); }
+
+/* A fresh, empty directory `root/name`; removes what was there. */
+static inline const char *bu_fresh_dir(const char *root, const char *name, char *buf, size_t size)
+{
+    snprintf(buf, size, "%s/%s", root, name);
+    bu_rm_rf(buf);
+    if (mkdir(buf, 0700) != 0) {
+        fprintf(stderr, "bench: cannot create %s: %s\n", buf, strerror(errno));
+        exit(3);
+    }
+    return buf;
+}
+
+/* A private temp root under $TMPDIR (or /tmp). */
+static inline const char *bu_temp_root(const char *tag, char *buf, size_t size)
+{
+    const char *tmp = getenv("TMPDIR");
+    snprintf(buf, size, "%s/%s.XXXXXX", tmp && *tmp ? tmp : "/tmp", tag);
+    if (!mkdtemp(buf)) {
+        fprintf(stderr, "bench: mkdtemp %s: %s\n", buf, strerror(errno));
+        exit(3);
+    }
+    return buf;
+}
+
+/* ---- child environments --------------------------------------------------- */
+
+#define BU_ENV_MAX 1024
+struct bu_env {
+    char *v[BU_ENV_MAX + 1];
+    int n;
+};
+
+/* This process's environment minus the variables the benchmarks control. */
+static inline void bu_env_base(struct bu_env *e)
+{
+    e->n = 0;
+    for (char **p = environ; *p && e->n < BU_ENV_MAX - 16; p++) {
+        if (!strncmp(*p, "LD_PRELOAD=", 11) || !strncmp(*p, "POCL_CACHE_DIR=", 15) ||
+            !strncmp(*p, "CLSHIM_", 7))
+            continue;
+        e->v[e->n++] = strdup(*p);
+    }
+    e->v[e->n] = NULL;
+}
+
+static inline void bu_env_set(struct bu_env *e, const char *name, const char *value)
+{
+    size_t len = strlen(name) + strlen(value) + 2;
+    char *s = malloc(len);
+    if (!s || e->n >= BU_ENV_MAX) exit(3);
+    snprintf(s, len, "%s=%s", name, value);
+    e->v[e->n++] = s;
+    e->v[e->n] = NULL;
+}
+
+static inline void bu_env_free(struct bu_env *e)
+{
+    for (int i = 0; i < e->n; i++) free(e->v[i]);
+    e->n = 0;
+}
+
+/* Runs argv[0] with `envp`; its stdout goes to `out` (NUL-terminated,
+ * truncated to size), its stderr to `err_path` (or inherited when NULL).
+ * *wall_ns (optional) is spawn-to-reap time. Returns the exit status
+ * (or 128+signal; -1 when it could not be started). */
+static inline int bu_run(char *const argv[], char *const envp[], const char *err_path, char *out, size_t size,
+                  double *wall_ns)
+{
+    int fd[2] = {-1, -1};
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    if (out) {
+        if (pipe(fd) != 0) return -1;
+        posix_spawn_file_actions_adddup2(&fa, fd[1], 1);
+        posix_spawn_file_actions_addclose(&fa, fd[0]);
+        posix_spawn_file_actions_addclose(&fa, fd[1]);
+    } else {
+        posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    }
+    if (err_path) posix_spawn_file_actions_addopen(&fa, 2, err_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
+    pid_t pid;
+    double t0 = bu_now_ns();
+    int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, envp);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) {
+        fprintf(stderr, "bench: cannot run %s: %s\n", argv[0], strerror(rc));
+        if (out) close(fd[0]), close(fd[1]);
+        return -1;
+    }
+    size_t got = 0;
+    if (out) {
+        close(fd[1]);
+        ssize_t n;
+        char sink[4096];
+        while ((n = read(fd[0], got + 1 < size ? out + got : sink,
+                         got + 1 < size ? size - 1 - got : sizeof sink)) > 0)
+            if (got + 1 < size) got += (size_t)n;
+        close(fd[0]);
+        out[got] = 0;
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+    if (wall_ns) *wall_ns = bu_now_ns() - t0;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* The value of `key=` in a child's `result ...` line, or `dflt`. */
+static inline double bu_field(const char *out, const char *key, double dflt)
+{
+    const char *line = strstr(out, "result ");
+    if (!line) return dflt;
+    size_t kl = strlen(key);
+    for (const char *p = line; (p = strstr(p, key)); p += kl)
+        if ((p == line || p[-1] == ' ') && p[kl] == '=') return strtod(p + kl + 1, NULL);
+    return dflt;
+}
+
+/* The hexadecimal value of `key=` in a child's `result ...` line, or 0. */
+static inline uint64_t bu_field_hex(const char *out, const char *key)
+{
+    const char *line = strstr(out, "result ");
+    if (!line) return 0;
+    size_t kl = strlen(key);
+    for (const char *p = line; (p = strstr(p, key)); p += kl)
+        if ((p == line || p[-1] == ' ') && p[kl] == '=') return strtoull(p + kl + 1, NULL, 16);
+    return 0;
+}
+
+/* Whether the file at `path` contains `needle`. */
+static inline int bu_file_contains(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char line[4096];
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f)) found = strstr(line, needle) != NULL;
+    fclose(f);
+    return found;
+}
+
+/* Counts lines of `path` containing `needle`. */
+static inline int bu_file_count(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char line[4096];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) n += strstr(line, needle) != NULL;
+    fclose(f);
+    return n;
+}
+
+/* clshim's exit summary in a child's log (CLSHIM_STATS=1): hits, misses
+ * and IL translations. Returns 0, or -1 when there is no summary line. */
+struct bu_summary {
+    unsigned long long hits, mem_hits, misses, stored, rejected, uncacheable, translations;
+};
+static inline int bu_log_summary(const char *path, struct bu_summary *s)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char line[4096];
+    int found = -1;
+    memset(s, 0, sizeof *s);
+    while (fgets(line, sizeof line, f)) {
+        const char *p = strstr(line, "summary: ");
+        if (p && sscanf(p, "summary: %llu hits (%llu from memory), %llu misses, %llu stored, %llu rejected, "
+                           "%llu uncacheable, %llu IL translations",
+                        &s->hits, &s->mem_hits, &s->misses, &s->stored, &s->rejected, &s->uncacheable,
+                        &s->translations) == 7)
+            found = 0;
+    }
+    fclose(f);
+    return found;
+}
+
+/* Whether a mapping of this process names `needle` (e.g. a library). */
+static inline int bu_mapped(const char *needle)
+{
+    return bu_file_contains("/proc/self/maps", needle);
+}
+
+static inline void *bu_read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc(n > 0 ? (size_t)n + 1 : 1);
+    if (!buf || n < 0 || fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        fclose(f);
+        return NULL;
+    }
+    fclose(f);
+    buf[n] = 0;
+    *len = (size_t)n;
+    return buf;
+}
+
+static inline int bu_write_file(const char *path, const void *data, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    int ok = fwrite(data, 1, len, f) == len;
+    return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+static inline void bu_first_device(cl_platform_id *plat, cl_device_id *dev)
+{
+    BCHECK(clGetPlatformIDs(1, plat, NULL));
+    BCHECK(clGetDeviceIDs(*plat, CL_DEVICE_TYPE_ALL, 1, dev, NULL));
+}
+
+/* "met"/"missed" for a target line. */
+static inline const char *bu_verdict(int met) { return met ? "target met" : "target MISSED"; }
+
+#endif

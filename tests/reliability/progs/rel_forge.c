@@ -1,0 +1,245 @@
+/* rel_forge — injects damage into a real cache directory, below the store
+ * (raw LMDB edits) or through it, for the corruption and driver-fault tests.
+ *
+ *   rel_forge corrupt DIR MODE    damage every value in "entries":
+ *       flip      one bit flipped at a pseudo-random offset
+ *       truncate  the value cut to half its length
+ *       extend    64 garbage bytes appended
+ *       sizes     the binary-size field set to 2^40 and the record checksum
+ *                 recomputed, so only the decoder's size checks can catch it
+ *       keylen    the key-length field made larger than the record, checksum
+ *                 recomputed
+ *   rel_forge garble DIR          through the store API: every entry's binary
+ *                                 replaced by garbage of the same size (the
+ *                                 checksums are valid: only the driver can
+ *                                 refuse it)
+ *   rel_forge stale-reader DIR    a child opens a read transaction and is
+ *                                 SIGKILLed, leaving its reader slot in lock.mdb
+ *   rel_forge stale-writer DIR    the same holding the write lock (a writer
+ *                                 killed mid-transaction)
+ *   rel_forge hold DIR            keeps the environment open until killed (so
+ *                                 the next opener does not reset lock.mdb)
+ *   rel_forge seed FILE           writes one valid encoded entry (fuzz seed)
+ * Prints how many values it changed; exit 1 when none. */
+#include <lmdb.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cache/entry.h"
+#include "cache/store.h"
+#include "common/error.h"
+
+static void put64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static void put32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* Recomputes the record checksum (offset 56, computed with the field zero). */
+static void reseal(unsigned char *rec, size_t len)
+{
+    put64(rec + 56, 0);
+    put64(rec + 56, entry_xxh3_64(rec, len));
+}
+
+static int env_open(const char *dir, MDB_env **env, MDB_txn **txn, MDB_dbi *dbi)
+{
+    int rc = mdb_env_create(env);
+    if (!rc) rc = mdb_env_set_maxdbs(*env, 8);
+    if (!rc) rc = mdb_env_set_mapsize(*env, (size_t)1 << 30);
+    if (!rc) rc = mdb_env_open(*env, dir, MDB_NOTLS, 0600);
+    if (!rc) rc = mdb_txn_begin(*env, NULL, 0, txn);
+    if (!rc) rc = mdb_dbi_open(*txn, "entries", 0, dbi);
+    if (rc) fprintf(stderr, "rel_forge: %s: %s\n", dir, mdb_strerror(rc));
+    return rc;
+}
+
+static int corrupt(const char *dir, const char *mode)
+{
+    MDB_env *env;
+    MDB_txn *txn;
+    MDB_dbi dbi;
+    if (env_open(dir, &env, &txn, &dbi)) return 1;
+    /* Collect first: values are rewritten after the scan. */
+    size_t n = 0, cap = 64;
+    MDB_val *keys = malloc(cap * sizeof *keys), *vals = malloc(cap * sizeof *vals);
+    MDB_cursor *c;
+    mdb_cursor_open(txn, dbi, &c);
+    MDB_val k, v;
+    for (int op = MDB_FIRST; mdb_cursor_get(c, &k, &v, op) == 0; op = MDB_NEXT) {
+        if (n == cap) {
+            cap *= 2;
+            keys = realloc(keys, cap * sizeof *keys);
+            vals = realloc(vals, cap * sizeof *vals);
+        }
+        keys[n].mv_size = k.mv_size;
+        keys[n].mv_data = malloc(k.mv_size);
+        memcpy(keys[n].mv_data, k.mv_data, k.mv_size);
+        vals[n].mv_size = v.mv_size;
+        vals[n].mv_data = malloc(v.mv_size + 64);
+        memcpy(vals[n].mv_data, v.mv_data, v.mv_size);
+        n++;
+    }
+    mdb_cursor_close(c);
+    int changed = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char *rec = vals[i].mv_data;
+        size_t len = vals[i].mv_size;
+        if (!strcmp(mode, "flip")) {
+            size_t off = (len * 7919u + i * 104729u) % len;
+            rec[off] ^= (unsigned char)(1u << (off % 8));
+        } else if (!strcmp(mode, "truncate")) {
+            vals[i].mv_size = len / 2;
+        } else if (!strcmp(mode, "extend")) {
+            for (int j = 0; j < 64; j++) rec[len + j] = (unsigned char)(j * 37 + 11);
+            vals[i].mv_size = len + 64;
+        } else if (!strcmp(mode, "sizes")) {
+            put64(rec + 32, (uint64_t)1 << 40);
+            reseal(rec, len);
+        } else if (!strcmp(mode, "keylen")) {
+            put32(rec + 96, (uint32_t)len);
+            reseal(rec, len);
+        } else {
+            fprintf(stderr, "rel_forge: unknown mode %s\n", mode);
+            return 2;
+        }
+        int rc = mdb_put(txn, dbi, &keys[i], &vals[i], 0);
+        if (rc) {
+            fprintf(stderr, "rel_forge: put: %s\n", mdb_strerror(rc));
+            return 1;
+        }
+        changed++;
+    }
+    int rc = mdb_txn_commit(txn);
+    mdb_env_close(env);
+    if (rc) {
+        fprintf(stderr, "rel_forge: commit: %s\n", mdb_strerror(rc));
+        return 1;
+    }
+    printf("corrupted %d entries (%s)\n", changed, mode);
+    return changed ? 0 : 1;
+}
+
+struct garble_list {
+    size_t n;
+    struct cache_hash hash[64];
+    void *key[64];
+    size_t key_len[64];
+    uint64_t size[64];
+};
+
+static int collect(const struct store_entry_info *e, void *ctx)
+{
+    struct garble_list *l = ctx;
+    if (l->n == 64) return 1;
+    l->hash[l->n] = e->hash;
+    l->key[l->n] = malloc(e->key_len);
+    memcpy(l->key[l->n], e->key, e->key_len);
+    l->key_len[l->n] = e->key_len;
+    l->size[l->n] = e->binary_size;
+    l->n++;
+    return 0;
+}
+
+static int garble(const char *dir)
+{
+    struct store_options o = {.dir = dir, .compress_level = 3};
+    store *s;
+    int rc = store_open(&o, &s);
+    if (rc) {
+        fprintf(stderr, "rel_forge: open: %s\n", clshim_strerror(rc));
+        return 1;
+    }
+    static struct garble_list l;
+    store_foreach(s, collect, &l);
+    int changed = 0;
+    for (size_t i = 0; i < l.n; i++) {
+        unsigned char *bin = malloc(l.size[i]);
+        for (uint64_t j = 0; j < l.size[i]; j++) bin[j] = (unsigned char)((j * 2654435761u) >> 13);
+        struct store_record r = {bin, l.size[i], "", 1000000, ENTRY_ORIGIN_SOURCE, "forged"};
+        if (store_put(s, l.hash[i], l.key[i], l.key_len[i], &r) == CLSHIM_OK) changed++;
+        free(bin);
+    }
+    store_close(s);
+    printf("garbled %d entries\n", changed);
+    return changed ? 0 : 1;
+}
+
+/* A child opens a transaction (read-only, or the write lock) and dies
+ * holding it. */
+static int stale_txn(const char *dir, unsigned flags)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        MDB_env *env;
+        MDB_txn *txn;
+        if (mdb_env_create(&env) || mdb_env_set_maxdbs(env, 8) || mdb_env_open(env, dir, MDB_NOTLS, 0600) ||
+            mdb_txn_begin(env, NULL, flags, &txn))
+            _exit(3);
+        printf("pid %d dies holding a %s transaction\n", (int)getpid(), flags ? "read" : "write");
+        fflush(stdout);
+        kill(getpid(), SIGKILL);
+        _exit(4);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    return WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL ? 0 : 1;
+}
+
+/* Keeps the environment open (so lock.mdb is not reset by the next opener)
+ * until killed. */
+static int hold(const char *dir)
+{
+    MDB_env *env;
+    if (mdb_env_create(&env) || mdb_env_set_maxdbs(env, 8) || mdb_env_open(env, dir, MDB_NOTLS, 0600)) return 1;
+    printf("holding\n");
+    fflush(stdout);
+    for (;;) pause();
+}
+
+static int seed(const char *file)
+{
+    const char key[] = "clshim-key 1\nkind=source\noptions=-O2\ninput=12 bytes\nkernel k(){}";
+    unsigned char bin[300];
+    for (size_t i = 0; i < sizeof bin; i++) bin[i] = (unsigned char)(i % 7 == 0 ? i : 'a');
+    void *z = NULL;
+    size_t zn = 0;
+    uint32_t flags = 0;
+    if (entry_compress(bin, sizeof bin, 3, &z, &zn, &flags)) return 1;
+    struct entry_fields f = {
+        .hash = entry_xxh3_128(key, sizeof key - 1), .flags = flags, .origin = ENTRY_ORIGIN_SOURCE,
+        .binary_size = sizeof bin, .binary_xxh3 = entry_xxh3_64(bin, sizeof bin), .created = 1700000000,
+        .last_access = 1700000100, .hits = 3, .compile_ns = 123456, .key = key, .key_len = sizeof key - 1,
+        .device = "pthread", .device_len = 7, .log = "ok", .log_len = 2,
+        .payload = z ? z : (void *)bin, .payload_size = z ? zn : sizeof bin,
+    };
+    size_t n = entry_encoded_size(&f);
+    unsigned char *rec = malloc(n);
+    entry_write(rec, &f);
+    FILE *out = fopen(file, "wb");
+    if (!out || fwrite(rec, 1, n, out) != n) return 1;
+    fclose(out);
+    free(rec);
+    free(z);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 4 && !strcmp(argv[1], "corrupt")) return corrupt(argv[2], argv[3]);
+    if (argc == 3 && !strcmp(argv[1], "garble")) return garble(argv[2]);
+    if (argc == 3 && !strcmp(argv[1], "stale-reader")) return stale_txn(argv[2], MDB_RDONLY);
+    if (argc == 3 && !strcmp(argv[1], "stale-writer")) return stale_txn(argv[2], 0);
+    if (argc == 3 && !strcmp(argv[1], "seed")) return seed(argv[2]);
+    if (argc == 3 && !strcmp(argv[1], "hold")) return hold(argv[2]);
+    fprintf(stderr, "usage: rel_forge corrupt DIR flip|truncate|extend|sizes|keylen | garble DIR | "
+                    "stale-reader DIR | stale-writer DIR | hold DIR | seed FILE\n");
+    return 2;
+}
