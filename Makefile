@@ -195,6 +195,10 @@ install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/clshim $(DESTDIR)$(PREFIX)/include/CL \
 	  $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/share/man/man1
 	install -m 755 $(LIB) $(LLVMLIB) $(TOOL) $(DESTDIR)$(PREFIX)/lib/clshim/
+	install -d $(DESTDIR)$(PREFIX)/lib/clshim/loader
+	install -m 755 $(LOADER_LIB) $(DESTDIR)$(PREFIX)/lib/clshim/loader/
+	ln -sf libOpenCL.so.1 $(DESTDIR)$(PREFIX)/lib/clshim/loader/libOpenCL.so
+	ln -sf ../libclshim-llvm.so $(DESTDIR)$(PREFIX)/lib/clshim/loader/libclshim-llvm.so
 	sed 's|@VERSION@|$(VERSION)|; s|^CLSHIM_LIBDIR_DEFAULT=.*|CLSHIM_LIBDIR_DEFAULT="$(PREFIX)/lib/clshim"|' \
 	  scripts/clshim > $(DESTDIR)$(PREFIX)/bin/clshim && chmod 755 $(DESTDIR)$(PREFIX)/bin/clshim
 	install -m 644 include/CL/clshim_ext.h $(DESTDIR)$(PREFIX)/include/CL/

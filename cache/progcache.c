@@ -50,6 +50,8 @@ struct spec_value {
 };
 
 struct pc_program {
+    int ran;                /* a kernel of it was enqueued (late capture) */
+    int pending;            /* on the pending-capture list */
     cl_program handle;
     cl_context context;
     enum key_kind kind;     /* KEY_SOURCE or KEY_IL */
@@ -89,10 +91,13 @@ static uint64_t now_ns(void)
 static store *the_store;
 static pthread_once_t store_once = PTHREAD_ONCE_INIT;
 
+static void need_exit_handler(void);
+
 static void open_store(void)
 {
     const struct clshim_config *cfg = config_get();
     if (!cfg->cache) return;
+    need_exit_handler(); /* opened during a build: the driver is loaded */
     char dir[4096];
     if (config_cache_dir(cfg, dir, sizeof dir) != 0) {
         log_msg(LOG_WARN, "no cache directory (set CLSHIM_CACHE_DIR, XDG_CACHE_HOME or HOME); "
@@ -126,6 +131,14 @@ static store *get_store(void)
 }
 
 static void at_exit(void);
+static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
+static void register_exit(void) { atexit(at_exit); }
+
+/* The exit handler stores late captures, which can make PoCL compile. exit()
+ * runs handlers in reverse order of registration, and libLLVM (loaded with
+ * PoCL) registers its static destructors when it loads: registering ours
+ * only once a program has been built puts it before LLVM's teardown. */
+static void need_exit_handler(void) { pthread_once(&exit_once, register_exit); }
 
 void pc_init(const struct cl_api *real_api)
 {
@@ -133,12 +146,89 @@ void pc_init(const struct cl_api *real_api)
     programs = objmap_new();
     kernels = objmap_new();
     memtier_set_limit(config_get()->mem_cache_max);
-    atexit(at_exit);
 }
 
 /* ---- records ------------------------------------------------------------- */
 
 static store *get_store(void);
+
+/* ---- pending late captures (see progcache.h) ------------------------------ */
+
+int pc_pending_captures;
+static struct pc_program **pending;
+static size_t npending, pending_cap;
+static pthread_mutex_t pending_lock = PTHREAD_MUTEX_INITIALIZER;
+static void capture(struct pc_program *rec);
+
+/* Called without rec->lock held (sync points take pending_lock, then it). */
+static void add_pending(struct pc_program *rec)
+{
+    pthread_mutex_lock(&pending_lock);
+    if (!rec->pending) {
+        if (npending == pending_cap) {
+            size_t cap = pending_cap ? pending_cap * 2 : 16;
+            struct pc_program **np = realloc(pending, cap * sizeof *np);
+            if (np) {
+                pending = np;
+                pending_cap = cap;
+            }
+        }
+        if (npending < pending_cap) {
+            pending[npending++] = rec;
+            rec->pending = 1;
+        }
+    }
+    __atomic_store_n(&pc_pending_captures, npending > 0, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&pending_lock);
+}
+
+static void remove_pending_locked(struct pc_program *rec)
+{
+    for (size_t i = 0; i < npending; i++)
+        if (pending[i] == rec) {
+            pending[i] = pending[--npending];
+            break;
+        }
+    rec->pending = 0;
+    __atomic_store_n(&pc_pending_captures, npending > 0, __ATOMIC_RELAXED);
+}
+
+static void remove_pending(struct pc_program *rec)
+{
+    if (!__atomic_load_n(&rec->pending, __ATOMIC_RELAXED)) return;
+    pthread_mutex_lock(&pending_lock);
+    remove_pending_locked(rec);
+    pthread_mutex_unlock(&pending_lock);
+}
+
+struct pc_kernel_rec;
+static struct pc_kernel_rec *kernel_record(cl_kernel k);
+static struct pc_program *kernel_program(struct pc_kernel_rec *kr);
+
+void pc_note_enqueue(cl_kernel kernel)
+{
+    struct pc_kernel_rec *kr = kernel_record(kernel);
+    if (kr) __atomic_store_n(&kernel_program(kr)->ran, 1, __ATOMIC_RELAXED);
+}
+
+void pc_sync_point(void)
+{
+    /* Capture under pending_lock: a record cannot be freed meanwhile (its
+     * last release removes it from this list first, under the same lock). */
+    pthread_mutex_lock(&pending_lock);
+    for (size_t i = 0; i < npending;) {
+        struct pc_program *rec = pending[i];
+        if (!__atomic_load_n(&rec->ran, __ATOMIC_RELAXED)) {
+            i++;
+            continue;
+        }
+        remove_pending_locked(rec);
+        pthread_mutex_lock(&rec->lock);
+        capture(rec);
+        pthread_mutex_unlock(&rec->lock);
+    }
+    pthread_mutex_unlock(&pending_lock);
+}
 
 static void free_devs(struct pc_program *rec)
 {
@@ -155,6 +245,7 @@ static void free_devs(struct pc_program *rec)
 
 static void free_record(struct pc_program *rec)
 {
+    remove_pending(rec);
     free_devs(rec);
     free(rec->input);
     free(rec->scan);
@@ -639,7 +730,7 @@ static void keep_built(struct pc_program *rec, cl_program built, struct lookup *
         char prefix[17];
         key_prefix(d->hash, prefix);
         const struct device_info *info = device_info(real, d->dev);
-        log_msg(LOG_INFO, "miss %s on '%s': compiled in %.1f ms, stored when released", prefix,
+        log_msg(LOG_INFO, "miss %s on '%s': compiled in %.1f ms, stored after first use", prefix,
                 info ? info->name : "?", d->compile_ns / 1e6);
         free(log);
     }
@@ -795,6 +886,7 @@ cl_int pc_build(cl_program prog, cl_uint num_devices, const cl_device_id *device
 
     uint64_t t0 = now_ns();
     int all_hit = lookup_all(rec, lk);
+    need_exit_handler(); /* the driver is loaded by now */
     err = CL_BUILD_PROGRAM_FAILURE;
     if (all_hit) {
         err = substitute(rec, ndev, devs, options, lk);
@@ -841,7 +933,11 @@ cl_int pc_build(cl_program prog, cl_uint num_devices, const cl_device_id *device
     }
     finish_lookups(rec, lk);
     free(lk);
+    int late = 0;
+    for (size_t i = 0; i < rec->ndevs; i++) late |= rec->devs[i].needs_capture;
+    rec->ran = 0;
     pthread_mutex_unlock(&rec->lock);
+    if (late) add_pending(rec);
     free(owned);
     if (notify) notify(prog, user_data);
     return err;
@@ -1004,6 +1100,7 @@ cl_int pc_compile(cl_program prog, cl_uint num_devices, const cl_device_id *devi
         }
         char why[256];
         if (key_add_headers(&k, rec->input, rec->input_len, options, why, sizeof why) != 0 || k.oom) {
+            STAT_ADD(stat_uncacheable, 1);
             log_msg(LOG_INFO, "not caching the compile of program %p: %s", (void *)prog, k.oom ? "out of memory" : why);
             key_free(&k);
             continue;
@@ -1019,6 +1116,7 @@ cl_int pc_compile(cl_program prog, cl_uint num_devices, const cl_device_id *devi
     void **arenas = calloc(ndev, sizeof *arenas);
     cl_int err = CL_OUT_OF_HOST_MEMORY;
     uint64_t t0 = now_ns();
+    need_exit_handler();
     if (bins && sizes && arenas && lookup_disk_all(rec, bins, sizes, arenas)) {
         cl_program p = real->clCreateProgramWithBinary(rec->context, ndev, devs, sizes, bins, NULL, &err);
         if (p) {
@@ -1164,6 +1262,7 @@ cl_program pc_link(cl_context ctx, cl_uint num_devices, const cl_device_id *devi
                 dv[d].log = NULL;
             }
         uint64_t t0 = now_ns();
+        need_exit_handler();
         result = real->clLinkProgram(ctx, num_devices, device_list_in, options, num_inputs, mapped, NULL, NULL, &err);
         uint64_t link_ns = now_ns() - t0;
         if (result && cacheable) {
@@ -1174,7 +1273,7 @@ cl_program pc_link(cl_context ctx, cl_uint num_devices, const cl_device_id *devi
                 STAT_ADD(proc_stats.misses, 1);
                 char prefix[17];
                 key_prefix(dv[d].hash, prefix);
-                log_msg(LOG_INFO, "miss %s: linked in %.1f ms, stored when released", prefix, link_ns / 1e6);
+                log_msg(LOG_INFO, "miss %s: linked in %.1f ms, stored after first use", prefix, link_ns / 1e6);
             }
             if (!capture_late(out)) capture(out);
         }
@@ -1182,6 +1281,7 @@ cl_program pc_link(cl_context ctx, cl_uint num_devices, const cl_device_id *devi
     if (result && cacheable) {
         out->handle = result;
         if (objmap_put(programs, result, out) != 0) cacheable = 0;
+        else if (dv[0].needs_capture) add_pending(out);
     }
     if (!(result && cacheable)) {
         if (out) {
@@ -1312,6 +1412,9 @@ struct pc_kernel_rec {
     int substituted;
     char name[];
 };
+
+static struct pc_kernel_rec *kernel_record(cl_kernel k) { return objmap_get(kernels, k); }
+static struct pc_program *kernel_program(struct pc_kernel_rec *kr) { return kr->prog; }
 
 static void track_kernel(struct pc_program *rec, cl_kernel k, const char *name, int substituted)
 {
@@ -1465,7 +1568,7 @@ cl_int pc_get_device_info(cl_device_id dev, cl_device_info param, size_t size, v
 
 /* ---- derived programs ------------------------------------------------------ */
 
-/* Derived programs built here whose binary is stored at exit (late capture). */
+/* A derived program just built, to be stored. */
 struct derived_pending {
     cl_program program;
     cl_device_id dev;
@@ -1475,10 +1578,7 @@ struct derived_pending {
     void *meta;
     size_t meta_size;
     uint64_t compile_ns;
-    struct derived_pending *next;
 };
-static struct derived_pending *derived_list;
-static pthread_mutex_t derived_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void store_derived(struct derived_pending *d)
 {
@@ -1569,6 +1669,7 @@ cl_program pc_build_derived(cl_context ctx, cl_device_id dev, const char *option
         key_free(&k);
         return p;
     }
+    need_exit_handler();
     /* Miss: make the bitcode, build it, keep it for the store. */
     void *bc = NULL, *m = NULL;
     size_t bc_size = 0, m_size = 0;
@@ -1607,31 +1708,17 @@ cl_program pc_build_derived(cl_context ctx, cl_device_id dev, const char *option
     memcpy(*meta, m, m_size);
     *meta_size = m_size;
     real->clRetainProgram(p);
-    *d = (struct derived_pending){p, dev, hash, k.data, k.len, m, m_size, now_ns() - t0, NULL};
-    if (st && info->lazy_codegen && strcmp(config_get()->capture, "build")) {
-        pthread_mutex_lock(&derived_lock);
-        d->next = derived_list;
-        derived_list = d;
-        pthread_mutex_unlock(&derived_lock);
-    } else {
-        if (st) store_derived(d);
-        free_derived(d);
-    }
+    /* Stored now: a late capture would have to wait for a release the fusion
+     * layer only makes at exit, when reading a PoCL binary is not safe. */
+    *d = (struct derived_pending){p, dev, hash, k.data, k.len, m, m_size, now_ns() - t0};
+    if (st) store_derived(d);
+    free_derived(d);
     if (errcode_ret) *errcode_ret = CL_SUCCESS;
     return p;
 }
 
 /* ---- exit ---------------------------------------------------------------- */
 
-static void capture_live(const void *key, void *value, void *ctx)
-{
-    (void)key;
-    (void)ctx;
-    struct pc_program *rec = value;
-    pthread_mutex_lock(&rec->lock);
-    capture(rec);
-    pthread_mutex_unlock(&rec->lock);
-}
 
 void pc_print_summary(void)
 {
@@ -1647,15 +1734,8 @@ void pc_print_summary(void)
 
 static void at_exit(void)
 {
-    if (programs) objmap_foreach(programs, capture_live, NULL);
-    pthread_mutex_lock(&derived_lock);
-    for (struct derived_pending *d = derived_list, *next; d; d = next) {
-        next = d->next;
-        store_derived(d);
-        free_derived(d);
-    }
-    derived_list = NULL;
-    pthread_mutex_unlock(&derived_lock);
+    /* No captures here (see progcache.h): only what is already known is
+     * written — statistics and access times. */
     store *st = the_store;
     if (st) {
         store_stats_add(st, &proc_stats);

@@ -83,6 +83,22 @@ typedef int (*pc_make_fn)(void *arg, void **bitcode, size_t *bitcode_size, void 
 cl_program pc_build_derived(cl_context ctx, cl_device_id dev, const char *options, const void *key, size_t key_len,
                             pc_make_fn make, void *arg, void **meta, size_t *meta_size, cl_int *errcode_ret);
 
+/* Late capture (PoCL). A program built here whose binary is stored after
+ * use is "pending" until its handle is released or the first
+ * synchronisation after one of its kernels ran (clFinish, clWaitForEvents,
+ * a blocking read or map): then the binary, with the work-group functions
+ * PoCL compiled at the first enqueue, is read and stored. Never at exit:
+ * reading a PoCL binary may compile, and LLVM is being torn down then.
+ * The enqueue and sync wrappers call these only while pc_capture_pending()
+ * (one relaxed load). */
+extern int pc_pending_captures;
+static inline int pc_capture_pending(void)
+{
+    return __atomic_load_n(&pc_pending_captures, __ATOMIC_RELAXED) != 0;
+}
+void pc_note_enqueue(cl_kernel kernel);
+void pc_sync_point(void);
+
 /* Per-process statistics and the exit summary. */
 void pc_print_summary(void);
 

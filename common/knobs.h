@@ -77,6 +77,14 @@
       "programs.")                                                             \
     X(LLVM_LIB, PATH, llvm_lib, "", "0.1",                                     \
       "Path of libclshim-llvm.so (translation and fusion). Empty means the "   \
-      "directory libclshim.so was loaded from.")
+      "directory libclshim.so was loaded from.")                               \
+    X(REAL_LOADER, PATH, real_loader, "", "0.1",                               \
+      "Loader mode only (docs/modes.md): absolute path of the real ICD "       \
+      "loader that clshim's libOpenCL.so.1 forwards to. Empty means the path " \
+      "found when clshim was built, then the usual library directories.")     \
+    X(DOCTOR, BOOL, doctor, "0", "0.1",                                        \
+      "1 prints one line at exit naming the entry mode that delivered the "    \
+      "process's OpenCL calls to clshim (preload, loader or layer) and "       \
+      "whether this copy intercepted or forwarded them (`clshim doctor`).")
 
 #endif

@@ -11,6 +11,7 @@
 #include "cache/progcache.h"
 #include "common/config.h"
 #include "common/log.h"
+#include "fusion/batch.h"
 #include "interpose/entry.h"
 
 int entry_initialized;
@@ -21,7 +22,9 @@ static void init_modules(void)
 {
     real_resolve();
     const struct clshim_config *cfg = config_get();
-    if (!cfg->disable) {
+    /* real_defers(): another clshim copy closer to the driver intercepts
+     * (modes combined, docs/modes.md); this one only forwards. */
+    if (!cfg->disable && !real_defers()) {
         pc_init(&real_table);
         entry_enabled = 1;
     }
@@ -217,6 +220,7 @@ SHIM_EXPORT cl_int clReleaseKernel(cl_kernel kernel)
 {
     const struct cl_api *r = entry_real();
     NEED_INT(clReleaseKernel);
+    if (kernel && fusion_hot() && fusion_init(r, entry_enabled) > 0) fusion_release_kernel(kernel);
     if (!entry_enabled || !kernel) return r->clReleaseKernel(kernel);
     return pc_release_kernel(kernel);
 }
@@ -238,6 +242,7 @@ static void *own_extension(const char *name)
 {
     if (!entry_enabled || !name) return NULL;
     if (!strcmp(name, "clCreateProgramWithILKHR") && config_get()->spirv) return (void *)create_program_with_il_khr;
+    if (strstr(name, "FusionCLSHIM") && fusion_init(&real_table, entry_enabled) >= 0) return fusion_extension(name);
     return NULL;
 }
 

@@ -11,7 +11,7 @@ fresh_pocl; run_plain ref "$MK"
 fresh_pocl; run_shim cold "$MK"
 same_output ref cold "cold run: same results as without clshim"
 [ "$(count 'miss ' "$TMP/cold.err")" = 1 ] || fail "cold run: expected one miss"
-[ "$(count 'stored [0-9a-f]' "$TMP/cold.err")" = 1 ] || fail "cold run: expected the binary to be stored"
+[ "$(count 'stored [0-9a-f]\{16\}:' "$TMP/cold.err")" = 1 ] || fail "cold run: expected the binary to be stored"
 ok "cold run: one miss, stored"
 
 fresh_pocl; run_shim warm "$MK"
@@ -118,6 +118,18 @@ fresh_pocl; run_shim cl3 "$CL" 3.0f
 same_output clref3 cl3 "compile+link, one input changed: its results"
 [ "$(count 'miss ' "$TMP/cl3.err")" = 2 ] || fail "compile+link: a changed input must miss its compile and the link"
 ok "compile+link: a changed input misses its compile and the link only"
+
+# A program that never releases anything: stored at its first sync point
+# after a kernel ran (never at exit), and the exit is clean.
+NR=$PROGS/norelease
+fresh_pocl; run_plain nrref "$NR"
+fresh_pocl; run_shim nr1 "$NR"
+same_output nrref nr1 "no releases, cold: same results, clean exit"
+[ "$(count 'stored [0-9a-f]\{16\}:' "$TMP/nr1.err")" = 1 ] || fail "no releases: the binary was not stored at the sync point"
+fresh_pocl; run_shim nr2 "$NR"
+same_output nrref nr2 "no releases, warm: same results"
+[ "$(count 'hit ' "$TMP/nr2.err")" = 1 ] || fail "no releases: expected a hit"
+ok "a program that never releases: stored after its first use, clean exit, then a hit"
 
 # CLSHIM_CACHE=0: caching off, app unaffected.
 CLSHIM_CACHE=0 run_shim off "$MK"

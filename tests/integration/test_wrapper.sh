@@ -42,7 +42,10 @@ set -e
 ok "--version, --help, usage errors"
 
 # make install into a private prefix, then use the installed wrapper.
-make -s -C "$CLSHIM_ROOT" BUILD="$CLSHIM_BUILD" install PREFIX="$TMP/prefix" >/dev/null
+# Under check-sanitize the build's objects carry the sanitizer: link alike.
+san=""
+case "${CLSHIM_SANITIZED:-}" in address) san="SAN=address,undefined OPT=-O1" ;; thread) san="SAN=thread OPT=-O1" ;; esac
+make -s -C "$CLSHIM_ROOT" BUILD="$CLSHIM_BUILD" $san install PREFIX="$TMP/prefix" >/dev/null
 for f in bin/clshim lib/clshim/libclshim.so lib/clshim/libclshim-llvm.so lib/clshim/clshim-tool \
          include/CL/clshim_ext.h lib/pkgconfig/clshim.pc share/man/man1/clshim.1; do
     [ -e "$TMP/prefix/$f" ] || fail "make install did not install $f"

@@ -1,0 +1,659 @@
+/* batch.c — the per-queue state machine (see batch.h for the design).
+ *
+ * Invariants of a queue record (checked by fq_invariants() in debug builds):
+ *   1. nheld > 0 only on an in-order, live queue;
+ *   2. held entries are in enqueue order, each with a complete snapshot
+ *      (rec->nargs arguments), a retained kernel and retained wait events;
+ *   3. every held entry's event, if any, has ev->held == 1 and ev->q == q;
+ *      once submitted, ev->held == 0 and ev->real is set (or its user event
+ *      was failed), and it is never held again;
+ *   4. in plan mode (ext == 0), the held kernels' names are a prefix
+ *      of every candidate sequence in cand[0..ncand), and ncand > 0;
+ *   5. fb_held_total is the sum of nheld over all queues.
+ * State changes happen under q->lock; application-visible side effects
+ * (completing user events) run after it is dropped (struct fb_pending).
+ */
+#include "fusion/batch.h"
+
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "CL/clshim_ext.h"
+#include "common/config.h"
+#include "common/log.h"
+#include "common/objmap.h"
+#include "fusion/batch_int.h"
+
+const struct cl_api *fb_real;
+struct fusion_plan *fb_plan;
+int *fb_seq_failed;
+int fb_held_total;
+int fb_mem_gen;
+uint64_t fb_stat_fused, fb_stat_replaced, fb_stat_unfused, fb_stat_refused;
+int fusion_armed = -1;
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static int init_enabled;
+static objmap *queues;
+static struct fq *all_queues; /* every record ever made, pushed lock-free, never freed */
+static pthread_mutex_t create_lock = PTHREAD_MUTEX_INITIALIZER;
+
+#define STAT_ADD(v, n) __atomic_add_fetch(&(v), (n), __ATOMIC_RELAXED)
+
+#ifndef NDEBUG
+static int fq_invariants(const struct fq *q)
+{
+    if (q->nheld) assert(q->in_order && !q->dead);
+    for (uint32_t i = 0; i < q->nheld; i++) {
+        const struct held *h = &q->held[i];
+        assert(h->k && h->rec && h->args && h->nargs == h->rec->nargs);
+        if (h->ev) assert(h->ev->held == 1 && h->ev->q == q);
+    }
+    if (!q->ext && q->nheld) {
+        assert(q->ncand > 0);
+        for (uint32_t c = 0; c < q->ncand; c++) {
+            const struct plan_seq *s = &fb_plan->seqs[q->cand[c]];
+            assert(s->n >= q->nheld);
+            for (uint32_t i = 0; i < q->nheld; i++) assert(!strcmp(s->names[i], q->held[i].rec->name));
+        }
+    }
+    return 1;
+}
+#endif
+
+/* ---- start-up and exit ------------------------------------------------------ */
+
+static void at_exit(void)
+{
+    for (struct fq *q = __atomic_load_n(&all_queues, __ATOMIC_ACQUIRE); q; q = q->next_all)
+        if (__atomic_load_n(&q->nheld, __ATOMIC_ACQUIRE)) {
+            fb_cancel(q, "process exit");
+            fb_real->clFlush(q->q);
+        }
+    const struct clshim_config *cfg = config_get();
+    if (__atomic_load_n(&fusion_armed, __ATOMIC_RELAXED) <= 0) return; /* no plan, no extension use */
+    if (!cfg->stats && !log_enabled(LOG_INFO)) return;
+    if (!log_enabled(LOG_WARN)) log_set_level(LOG_WARN);
+    log_msg(LOG_WARN,
+            "fusion summary: %llu fused launches replaced %llu kernel launches; %llu held kernels submitted "
+            "unfused; %llu fusions refused",
+            (unsigned long long)fb_stat_fused, (unsigned long long)fb_stat_replaced,
+            (unsigned long long)fb_stat_unfused, (unsigned long long)fb_stat_refused);
+}
+
+static void do_init(void)
+{
+    int armed = 0;
+    if (init_enabled && (queues = objmap_new())) {
+        const struct clshim_config *cfg = config_get();
+        char err[1024];
+        struct fusion_plan *plan = NULL;
+        int rc = plan_load(cfg->fusion_plan, cfg->fuse, &plan, err, sizeof err);
+        if (rc) {
+            log_msg(LOG_WARN, "invalid fusion plan: %s; fusion is off", err);
+        } else if (plan && plan->nseqs) {
+            if (!cfg->cache) {
+                log_msg(LOG_WARN, "fusion plan ignored: fusion needs the program cache (CLSHIM_CACHE=1) to "
+                                  "know the kernels' source or IL");
+                plan_free(plan);
+            } else if (!(fb_seq_failed = calloc(plan->nseqs, sizeof *fb_seq_failed))) {
+                plan_free(plan);
+            } else {
+                fb_plan = plan;
+                armed = FUSION_ARMED_PLAN;
+                log_msg(LOG_INFO, "fusion plan: %u sequence%s", (unsigned)plan->nseqs, plan->nseqs == 1 ? "" : "s");
+            }
+        } else {
+            plan_free(plan);
+        }
+        atexit(at_exit);
+    }
+    __atomic_store_n(&fb_arm_gen, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&fusion_armed, armed, __ATOMIC_RELEASE);
+}
+
+int fusion_init(const struct cl_api *real, int enabled)
+{
+    if (__atomic_load_n(&fusion_armed, __ATOMIC_ACQUIRE) < 0) {
+        pthread_mutex_lock(&create_lock);
+        if (!fb_real) {
+            fb_real = real;
+            init_enabled = enabled;
+        }
+        pthread_mutex_unlock(&create_lock);
+        pthread_once(&init_once, do_init);
+    }
+    return __atomic_load_n(&fusion_armed, __ATOMIC_ACQUIRE);
+}
+
+/* ---- queue records ------------------------------------------------------------ */
+
+static struct fq *fq_get(cl_command_queue q, int create)
+{
+    if (!queues || !q) return NULL;
+    struct fq *r = objmap_get(queues, q);
+    if (r || !create) return r;
+    cl_command_queue_properties props = 0;
+    cl_context ctx = NULL;
+    cl_device_id dev = NULL;
+    if (fb_real->clGetCommandQueueInfo(q, CL_QUEUE_PROPERTIES, sizeof props, &props, NULL) != CL_SUCCESS ||
+        fb_real->clGetCommandQueueInfo(q, CL_QUEUE_CONTEXT, sizeof ctx, &ctx, NULL) != CL_SUCCESS ||
+        fb_real->clGetCommandQueueInfo(q, CL_QUEUE_DEVICE, sizeof dev, &dev, NULL) != CL_SUCCESS)
+        return NULL;
+    pthread_mutex_lock(&create_lock);
+    r = objmap_get(queues, q);
+    if (!r && (r = calloc(1, sizeof *r))) {
+        pthread_mutex_init(&r->lock, NULL);
+        r->q = q;
+        r->ctx = ctx;
+        r->dev = dev;
+        r->in_order = !(props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE);
+        if (objmap_put(queues, q, r) != 0) {
+            pthread_mutex_destroy(&r->lock);
+            free(r);
+            r = NULL;
+        } else {
+            r->next_all = all_queues;
+            __atomic_store_n(&all_queues, r, __ATOMIC_RELEASE);
+        }
+    }
+    pthread_mutex_unlock(&create_lock);
+    if (r && !r->in_order) LOG_ONCE(LOG_INFO, "fusion: out-of-order queues are never fused");
+    return r;
+}
+
+void fusion_queue_created(cl_command_queue q) { fq_get(q, 1); }
+
+void fusion_release_queue(cl_command_queue q)
+{
+    struct fq *r = fq_get(q, 0);
+    if (!r) return;
+    struct fb_pending p = {0};
+    cl_uint refs = 0;
+    pthread_mutex_lock(&r->lock);
+    if (r->nheld) fb_submit_held(r, &p);
+    r->ext = 0;
+    if (fb_real->clGetCommandQueueInfo(q, CL_QUEUE_REFERENCE_COUNT, sizeof refs, &refs, NULL) == CL_SUCCESS &&
+        refs == 1) {
+        objmap_remove(queues, q);
+        r->dead = 1;
+    }
+    pthread_mutex_unlock(&r->lock);
+    fb_pending_run(&p);
+}
+
+/* ---- submitting held kernels ---------------------------------------------------- */
+
+void fb_held_clear(struct held *h)
+{
+    for (cl_uint i = 0; i < h->nwaits; i++) fb_real->clReleaseEvent(h->waits[i]);
+    free(h->waits);
+    fk_free_args(h->args, h->nargs);
+    if (h->k) fb_real->clReleaseKernel(h->k);
+    memset(h, 0, sizeof *h);
+}
+
+/* A wait list with our user events replaced by the real events behind them. */
+static cl_event *subst_waits(cl_uint n, const cl_event *wl, cl_event *buf, size_t buf_len)
+{
+    if (!n) return NULL;
+    cl_event *out = n <= buf_len ? buf : malloc(n * sizeof *out);
+    if (!out) return (cl_event *)wl;
+    for (cl_uint i = 0; i < n; i++) {
+        struct fev *ev = fev_find(wl[i]);
+        cl_event real = ev ? __atomic_load_n(&ev->real, __ATOMIC_ACQUIRE) : NULL;
+        out[i] = real ? real : wl[i];
+    }
+    return out;
+}
+
+void fb_submit_held(struct fq *q, struct fb_pending *p)
+{
+    assert(fq_invariants(q));
+    uint32_t n = q->nheld;
+    for (uint32_t i = 0; i < n; i++) {
+        struct held *h = &q->held[i];
+        cl_event buf[16], rev = NULL;
+        cl_event *waits = subst_waits(h->nwaits, h->waits, buf, 16);
+        pthread_mutex_lock(&h->rec->lock);
+        cl_int rc = fk_apply(h->rec, h->args, 0);
+        if (rc == CL_SUCCESS)
+            rc = fb_real->clEnqueueNDRangeKernel(q->q, h->k, h->dim, h->has_off ? h->off : NULL, h->gws,
+                                                 h->has_lws ? h->lws : NULL, h->nwaits, waits,
+                                                 h->ev ? &rev : NULL);
+        fk_apply(h->rec, h->args, 1);
+        pthread_mutex_unlock(&h->rec->lock);
+        if (waits != buf && waits != h->waits) free(waits);
+        if (rc != CL_SUCCESS)
+            log_msg(LOG_WARN, "fusion: held kernel '%s' failed when submitted (error %d); its event reports it",
+                    h->rec->name, rc);
+        if (h->ev) {
+            if (rc == CL_SUCCESS) __atomic_store_n(&h->ev->real, rev, __ATOMIC_RELEASE);
+            h->ev->held = 0;
+            fb_pending_add(p, h->ev, rc == CL_SUCCESS ? rev : NULL, rc);
+        }
+        fb_held_clear(h);
+    }
+    q->nheld = 0;
+    q->ncand = 0;
+    __atomic_sub_fetch(&fb_held_total, (int)n, __ATOMIC_RELEASE);
+    STAT_ADD(fb_stat_unfused, n);
+}
+
+static void names_of(const struct fq *q, char *out, size_t len)
+{
+    size_t o = 0;
+    out[0] = 0;
+    for (uint32_t i = 0; i < q->nheld && o + 1 < len; i++) {
+        int m = snprintf(out + o, len - o, "%s%s", i ? "+" : "", q->held[i].rec->name);
+        if (m < 0) break;
+        o += (size_t)m;
+    }
+}
+
+void fb_cancel(struct fq *q, const char *why)
+{
+    struct fb_pending p = {0};
+    pthread_mutex_lock(&q->lock);
+    if (q->nheld) {
+        if (log_enabled(LOG_INFO)) {
+            char names[512];
+            names_of(q, names, sizeof names);
+            log_msg(LOG_INFO, "fusion: held %s submitted unfused: %s", names, why);
+        }
+        fb_submit_held(q, &p);
+    }
+    if (q->ext) log_msg(LOG_INFO, "fusion: fusion mode cancelled on a queue: %s", why);
+    q->ext = 0;
+    pthread_mutex_unlock(&q->lock);
+    fb_pending_run(&p);
+}
+
+/* ---- holding ---------------------------------------------------------------------- */
+
+/* Whether a kernel enqueue can be held; why not in *why. Caller holds q->lock. */
+static int can_hold(struct fq *q, struct fk_kernel *r, cl_uint dim, const size_t *gws, const size_t *lws,
+                    cl_uint nw, const cl_event *wl, const char **why)
+{
+    if (!q->in_order || q->dead) return *why = "out-of-order queue", 0;
+    if (!r) return *why = "unknown kernel", 0;
+    if (!r->origin_ok)
+        return *why = "its program was not created from source or IL while caching was on", 0;
+    if (r->ctx != q->ctx) return *why = "kernel and queue contexts differ", 0;
+    if (dim < 1 || dim > 3 || !gws) return *why = "invalid ND-range", 0;
+    size_t wg = 1;
+    for (cl_uint d = 0; d < dim; d++) {
+        if (!gws[d] || (lws && (!lws[d] || gws[d] % lws[d]))) return *why = "non-uniform or empty ND-range", 0;
+        if (lws) wg *= lws[d];
+    }
+    if ((nw > 0) != (wl != NULL)) return *why = "invalid wait list", 0;
+    for (cl_uint i = 0; i < nw; i++)
+        if (!wl[i]) return *why = "invalid wait list", 0;
+    if (lws) {
+        size_t max = fk_wg_max(r, q->dev);
+        if (!max || wg > max) return *why = "work-group size above the kernel's limit", 0;
+    }
+    if (!fk_complete(r)) return *why = r->svm ? "SVM arguments" : "arguments set before fusion was armed", 0;
+    return 1;
+}
+
+/* Appends a held entry; caller holds q->lock and r->lock. 0 or -1. */
+static int hold(struct fq *q, struct fk_kernel *r, cl_kernel k, cl_uint dim, const size_t *off, const size_t *gws,
+                const size_t *lws, cl_uint nw, const cl_event *wl, cl_event *ev)
+{
+    if (q->nheld == q->cap) {
+        uint32_t cap = q->cap ? q->cap * 2 : 8;
+        struct held *nh = realloc(q->held, cap * sizeof *nh);
+        if (!nh) return -1;
+        q->held = nh;
+        q->cap = cap;
+    }
+    struct held *h = &q->held[q->nheld];
+    memset(h, 0, sizeof *h);
+    h->args = fk_snapshot(r);
+    h->waits = nw ? malloc(nw * sizeof *h->waits) : NULL;
+    h->ev = ev ? fev_new(q, CL_COMMAND_NDRANGE_KERNEL) : NULL;
+    if (!h->args || (nw && !h->waits) || (ev && !h->ev)) {
+        fk_free_args(h->args, r->nargs);
+        free(h->waits);
+        if (h->ev) { /* nobody has seen it: complete and drop it */
+            struct fev *e = h->ev;
+            cl_event ue = e->ue;
+            e->held = 0;
+            fb_real->clSetUserEventStatus(ue, CL_COMPLETE);
+            fev_unref(e);
+            fev_unref(e);
+            fb_real->clReleaseEvent(ue);
+            fb_real->clReleaseEvent(ue);
+        }
+        memset(h, 0, sizeof *h);
+        return -1;
+    }
+    h->nargs = r->nargs;
+    h->k = k;
+    h->rec = r;
+    h->dim = dim;
+    for (cl_uint d = 0; d < 3; d++) {
+        h->gws[d] = d < dim ? gws[d] : 1;
+        h->lws[d] = lws && d < dim ? lws[d] : 0;
+        h->off[d] = off && d < dim ? off[d] : 0;
+    }
+    h->has_lws = lws != NULL;
+    h->has_off = off != NULL;
+    for (cl_uint i = 0; i < nw; i++) {
+        h->waits[i] = wl[i];
+        fb_real->clRetainEvent(wl[i]);
+    }
+    h->nwaits = nw;
+    fb_real->clRetainKernel(k);
+    if (ev) *ev = h->ev->ue;
+    __atomic_store_n(&q->nheld, q->nheld + 1, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&fb_held_total, 1, __ATOMIC_RELEASE);
+    return 0;
+}
+
+/* ---- plan matching ------------------------------------------------------------------ */
+
+static int plan_start(struct fq *q, const char *name)
+{
+    if (!q->cand && !(q->cand = malloc(fb_plan->nseqs * sizeof *q->cand))) return 0;
+    q->ncand = 0;
+    for (uint32_t s = 0; s < fb_plan->nseqs; s++)
+        if (!__atomic_load_n(&fb_seq_failed[s], __ATOMIC_RELAXED) && !strcmp(fb_plan->seqs[s].names[0], name))
+            q->cand[q->ncand++] = s;
+    return q->ncand > 0;
+}
+
+/* Keeps the candidates whose next kernel is `name`; returns how many. */
+static uint32_t plan_filter(struct fq *q, const char *name)
+{
+    uint32_t m = 0;
+    for (uint32_t c = 0; c < q->ncand; c++) {
+        const struct plan_seq *s = &fb_plan->seqs[q->cand[c]];
+        if (s->n > q->nheld && !strcmp(s->names[q->nheld], name) &&
+            !__atomic_load_n(&fb_seq_failed[q->cand[c]], __ATOMIC_RELAXED))
+            q->cand[m++] = q->cand[c];
+    }
+    return q->ncand = m;
+}
+
+/* The candidate completed by the held kernels, or -1. */
+static int plan_done(const struct fq *q)
+{
+    for (uint32_t c = 0; c < q->ncand; c++)
+        if (fb_plan->seqs[q->cand[c]].n == q->nheld) return (int)q->cand[c];
+    return -1;
+}
+
+/* Fuses the held kernels or, failing that, submits them; caller holds q->lock. */
+static void fuse_or_submit(struct fq *q, int force, int seq, struct fb_pending *p, cl_event *out)
+{
+    char why[600], names[512];
+    names_of(q, names, sizeof names);
+    uint32_t n = q->nheld, nargs = 0;
+    for (uint32_t i = 0; i < n; i++) nargs += q->held[i].nargs;
+    uint32_t nparams = 0;
+    if (fb_fuse_held(q, force, seq, p, out, &nparams, why, sizeof why) == 0) {
+        STAT_ADD(fb_stat_fused, 1);
+        STAT_ADD(fb_stat_replaced, n);
+        log_msg(LOG_INFO, "fused %s into one launch (%u parameters for %u arguments)", names, (unsigned)nparams,
+                (unsigned)nargs);
+        return;
+    }
+    STAT_ADD(fb_stat_refused, 1);
+    if (seq >= 0) {
+        __atomic_store_n(&fb_seq_failed[seq], 1, __ATOMIC_RELAXED);
+        log_msg(LOG_INFO, "fusion of %s (plan %s) refused: %s; submitted unfused, not tried again", names,
+                fb_plan->seqs[seq].where, why);
+    } else {
+        log_msg(LOG_INFO, "fusion of %s refused: %s; submitted unfused", names, why);
+    }
+    fb_submit_held(q, p);
+}
+
+/* ---- the kernel enqueue ---------------------------------------------------------------- */
+
+static cl_int forward(struct fq *q, struct fk_kernel *r, cl_kernel k, cl_uint dim, const size_t *off,
+                      const size_t *gws, const size_t *lws, cl_uint nw, const cl_event *wl, cl_event *ev, int task)
+{
+    cl_event buf[16];
+    cl_event *waits = wl && fb_tracked_events ? subst_waits(nw, wl, buf, 16) : (cl_event *)wl;
+    int locked = r && r->track;
+    if (locked) pthread_mutex_lock(&r->lock);
+    cl_int rc = task ? fb_real->clEnqueueTask(q ? q->q : NULL, k, nw, waits, ev)
+                     : fb_real->clEnqueueNDRangeKernel(q ? q->q : NULL, k, dim, off, gws, lws, nw, waits, ev);
+    if (locked) pthread_mutex_unlock(&r->lock);
+    if (waits != buf && waits != wl) free(waits);
+    return rc;
+}
+
+/* Submits events of other queues' held commands in the wait list (no lock held). */
+static void unhold_foreign(struct fq *own, cl_uint nw, const cl_event *wl)
+{
+    if (!wl || !__atomic_load_n(&fb_tracked_events, __ATOMIC_ACQUIRE)) return;
+    for (cl_uint i = 0; i < nw; i++) {
+        struct fev *ev = fev_find(wl[i]);
+        if (ev && ev->q != own) fb_subst(own, wl[i]);
+    }
+}
+
+cl_int fusion_enqueue_kernel(cl_command_queue queue, cl_kernel k, cl_uint dim, const size_t *off, const size_t *gws,
+                             const size_t *lws, cl_uint nw, const cl_event *wl, cl_event *ev, int task)
+{
+    struct fk_kernel *r = fk_get(k);
+    struct fq *q = fq_get(queue, 1);
+    if (!q) return forward(NULL, r, k, dim, off, gws, lws, nw, wl, ev, task);
+    unhold_foreign(q, nw, wl);
+    struct fb_pending p = {0};
+    cl_int rc = CL_SUCCESS;
+    const char *why = NULL;
+    pthread_mutex_lock(&q->lock);
+    int want = !task && r && (q->ext || (fb_plan && r->in_plan && q->in_order));
+    if (want && !q->ext) {
+        /* Plan mode: does it continue (or start) a sequence? */
+        if (q->nheld && !plan_filter(q, r->name)) {
+            char names[512];
+            names_of(q, names, sizeof names);
+            log_msg(LOG_INFO, "fusion: held %s submitted unfused: '%s' breaks the sequence", names, r->name);
+            fb_submit_held(q, &p);
+        }
+        if (!q->nheld && !plan_start(q, r->name)) want = 0;
+    }
+    int held = 0;
+    if (want) {
+        pthread_mutex_lock(&r->lock);
+        if (can_hold(q, r, dim, gws, lws, nw, wl, &why) && hold(q, r, k, dim, off, gws, lws, nw, wl, ev) == 0)
+            held = 1;
+        pthread_mutex_unlock(&r->lock);
+        if (!held && !why) why = "out of memory";
+    }
+    if (held) {
+        int done = q->ext ? -1 : plan_done(q);
+        if (done >= 0) fuse_or_submit(q, fb_plan->seqs[done].force_barrier, done, &p, NULL);
+        else if (q->ext && q->nheld >= PLAN_MAX_SEQ) {
+            log_msg(LOG_INFO, "fusion: more than %d kernels held; fusion mode ends", PLAN_MAX_SEQ - 1);
+            fb_submit_held(q, &p);
+            q->ext = 0;
+        }
+    } else {
+        if (q->nheld) {
+            char names[512];
+            names_of(q, names, sizeof names);
+            log_msg(LOG_INFO, "fusion: held %s submitted unfused: '%s' cannot be held (%s)", names,
+                    r && r->name ? r->name : "?", why ? why : task ? "clEnqueueTask" : "not in the sequence");
+            fb_submit_held(q, &p);
+        }
+        if (q->ext) {
+            log_msg(LOG_INFO, "fusion: fusion mode cancelled: kernel '%s' cannot be held (%s)",
+                    r && r->name ? r->name : "?", why ? why : "clEnqueueTask");
+            q->ext = 0;
+        }
+        rc = forward(q, r, k, dim, off, gws, lws, nw, wl, ev, task);
+    }
+    pthread_mutex_unlock(&q->lock);
+    fb_pending_run(&p);
+    return rc;
+}
+
+/* ---- arguments ---------------------------------------------------------------------------- */
+
+cl_int fusion_set_arg(cl_kernel k, cl_uint index, size_t size, const void *value)
+{
+    struct fk_kernel *r = fk_get(k);
+    if (!r || !r->track) return fb_real->clSetKernelArg(k, index, size, value);
+    return fk_set_arg(r, index, size, value);
+}
+
+cl_int fusion_set_arg_svm(cl_kernel k, cl_uint index, const void *value)
+{
+    struct fk_kernel *r = fk_get(k);
+    if (!r) return fb_real->clSetKernelArgSVMPointer(k, index, value);
+    pthread_mutex_lock(&r->lock);
+    cl_int rc = fb_real->clSetKernelArgSVMPointer(k, index, value);
+    if (rc == CL_SUCCESS) r->svm = 1;
+    pthread_mutex_unlock(&r->lock);
+    return rc;
+}
+
+/* ---- other commands, releases -------------------------------------------------------------- */
+
+void fusion_before_command(cl_command_queue queue, cl_uint n, const cl_event *list, struct fusion_waits *w,
+                           const char *what)
+{
+    w->n = n;
+    w->list = list;
+    w->owned = NULL;
+    if (__atomic_load_n(&fusion_armed, __ATOMIC_RELAXED) <= 0) return;
+    if (queue && __atomic_load_n(&fb_held_total, __ATOMIC_ACQUIRE)) {
+        struct fq *q = fq_get(queue, 0);
+        if (q && __atomic_load_n(&q->nheld, __ATOMIC_ACQUIRE)) fb_cancel(q, what);
+    }
+    if (!n || !list || !__atomic_load_n(&fb_tracked_events, __ATOMIC_ACQUIRE)) return;
+    int any = 0;
+    for (cl_uint i = 0; i < n && !any; i++) any = fev_find(list[i]) != NULL;
+    if (!any) return;
+    cl_event *out = n <= 8 ? w->buf : malloc(n * sizeof *out);
+    if (!out) return;
+    for (cl_uint i = 0; i < n; i++) out[i] = fb_subst(NULL, list[i]);
+    if (out != w->buf) w->owned = out;
+    w->list = out;
+}
+
+void fusion_after_command(struct fusion_waits *w)
+{
+    free(w->owned);
+    w->owned = NULL;
+}
+
+/* Cancels every queue holding something that matches; no lock held by the caller. */
+static void cancel_where(int (*match)(const struct held *, const void *), const void *what, const char *why)
+{
+    if (!__atomic_load_n(&fb_held_total, __ATOMIC_ACQUIRE)) return;
+    for (struct fq *q = __atomic_load_n(&all_queues, __ATOMIC_ACQUIRE); q; q = q->next_all) {
+        if (!__atomic_load_n(&q->nheld, __ATOMIC_ACQUIRE)) continue;
+        int hit = 0;
+        pthread_mutex_lock(&q->lock);
+        for (uint32_t i = 0; i < q->nheld && !hit; i++) hit = match(&q->held[i], what);
+        pthread_mutex_unlock(&q->lock);
+        if (hit) fb_cancel(q, why);
+    }
+}
+
+static int uses_mem(const struct held *h, const void *m)
+{
+    for (cl_uint i = 0; i < h->nargs; i++) {
+        const struct fk_arg *a = &h->args[i];
+        if (a->kind == FK_VALUE && a->mem && a->size == sizeof(cl_mem) && !memcmp(a->v.inl, &m, sizeof m))
+            return 1;
+    }
+    return 0;
+}
+
+static int uses_kernel(const struct held *h, const void *k) { return h->k == (cl_kernel)k; }
+
+void fusion_release_mem(cl_mem m)
+{
+    __atomic_add_fetch(&fb_mem_gen, 1, __ATOMIC_ACQ_REL); /* the handle may come back as another buffer */
+    cancel_where(uses_mem, m, "release of a buffer a held kernel uses");
+}
+
+void fusion_release_kernel(cl_kernel k)
+{
+    cancel_where(uses_kernel, k, "release of a held kernel");
+    cl_uint refs = 0;
+    if (fb_real->clGetKernelInfo(k, CL_KERNEL_REFERENCE_COUNT, sizeof refs, &refs, NULL) == CL_SUCCESS && refs == 1)
+        fk_forget(k);
+}
+
+/* ---- the extension API ------------------------------------------------------------------- */
+
+static cl_int CL_API_CALL ext_start(cl_command_queue queue)
+{
+    if (!queue) return CL_INVALID_COMMAND_QUEUE;
+    struct fq *q = fq_get(queue, 1);
+    if (!q) return CL_INVALID_COMMAND_QUEUE;
+    struct fb_pending p = {0};
+    cl_int rc = CL_SUCCESS;
+    pthread_mutex_lock(&q->lock);
+    if (q->ext) {
+        rc = CL_INVALID_OPERATION;
+    } else if (q->in_order) {
+        if (q->nheld) fb_submit_held(q, &p); /* a plan sequence in progress */
+        q->ext = 1;
+    }
+    pthread_mutex_unlock(&q->lock);
+    fb_pending_run(&p);
+    return rc;
+}
+
+static cl_int CL_API_CALL ext_cancel(cl_command_queue queue)
+{
+    if (!queue) return CL_INVALID_COMMAND_QUEUE;
+    struct fq *q = fq_get(queue, 1);
+    if (!q) return CL_INVALID_COMMAND_QUEUE;
+    struct fb_pending p = {0};
+    pthread_mutex_lock(&q->lock);
+    if (q->ext && q->nheld) fb_submit_held(q, &p);
+    q->ext = 0;
+    pthread_mutex_unlock(&q->lock);
+    fb_pending_run(&p);
+    return CL_SUCCESS;
+}
+
+static cl_int CL_API_CALL ext_complete(cl_command_queue queue, const cl_fusion_properties_clshim *props,
+                                       cl_event *event)
+{
+    if (!queue) return CL_INVALID_COMMAND_QUEUE;
+    int force = 0;
+    for (size_t i = 0; props && props[i]; i += 2) {
+        if (props[i] != CL_FUSION_FORCE_BARRIER_CLSHIM || props[i + 1] > 1) return CL_INVALID_VALUE;
+        force = props[i + 1] != 0;
+    }
+    struct fq *q = fq_get(queue, 1);
+    if (!q) return CL_INVALID_COMMAND_QUEUE;
+    struct fb_pending p = {0};
+    cl_event out = NULL;
+    pthread_mutex_lock(&q->lock);
+    if (q->ext && q->nheld >= 2) fuse_or_submit(q, force, -1, &p, event ? &out : NULL);
+    else if (q->nheld) fb_submit_held(q, &p);
+    q->ext = 0;
+    cl_int rc = CL_SUCCESS;
+    if (event && !out) rc = fb_real->clEnqueueMarkerWithWaitList(queue, 0, NULL, &out);
+    pthread_mutex_unlock(&q->lock);
+    fb_pending_run(&p);
+    if (event) *event = out;
+    return rc;
+}
+
+void *fusion_extension(const char *name)
+{
+    void *fn = NULL;
+    if (!strcmp(name, "clStartFusionCLSHIM")) fn = (void *)ext_start;
+    else if (!strcmp(name, "clCompleteFusionCLSHIM")) fn = (void *)ext_complete;
+    else if (!strcmp(name, "clCancelFusionCLSHIM")) fn = (void *)ext_cancel;
+    if (!fn || !queues) return NULL; /* fusion_init() found the shim disabled */
+    if (!(__atomic_fetch_or(&fusion_armed, FUSION_ARMED_EXT, __ATOMIC_ACQ_REL) & FUSION_ARMED_EXT))
+        __atomic_add_fetch(&fb_arm_gen, 1, __ATOMIC_ACQ_REL);
+    return fn;
+}

@@ -1,0 +1,184 @@
+/* batch_int.h — the batcher's records, shared by fusion/batch.c (queues,
+ * holding, cancelling, the extension API), fusion/fkernel.c (kernel records
+ * and argument snapshots), fusion/fevent.c (events handed out for held
+ * commands) and fusion/flaunch.c (building and launching fused kernels).
+ * Not a public header: fusion/batch.h is the module's manual.
+ *
+ * Lock order (never taken the other way round):
+ *     queue lock (struct fq.lock)  ->  kernel lock (struct fk_kernel.lock)
+ *     queue lock  ->  fused-program lock (struct fb_memo.lock)
+ *     queue lock  ->  memo list lock (briefly, never calling out while held)
+ * No lock is held while calling anything that can run application code:
+ * user-event status changes and event-callback registrations are collected
+ * in a struct fb_pending and run after the queue lock is dropped.
+ */
+#ifndef CLSHIM_BATCH_INT_H
+#define CLSHIM_BATCH_INT_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "common/clapi.h"
+#include "fusion/plan.h"
+
+extern const struct cl_api *fb_real;
+extern struct fusion_plan *fb_plan;
+extern int *fb_seq_failed;            /* per plan sequence: fusion failed, never hold it again */
+extern int fb_held_total;             /* kernels held on all queues (atomic) */
+extern int fb_tracked_events;         /* live struct fev records (atomic) */
+extern int fb_mem_gen;                /* bumped by every buffer release while armed (atomic) */
+extern uint64_t fb_stat_fused, fb_stat_replaced, fb_stat_unfused, fb_stat_refused;
+
+/* ---- kernels (fkernel.c) ---- */
+
+enum fk_kind { FK_UNSET = 0, FK_VALUE, FK_LOCAL, FK_SVM };
+
+struct fk_arg {
+    uint8_t kind;   /* enum fk_kind */
+    uint8_t mem;    /* 1: a buffer argument (global/constant pointer); 2: maybe one (no arg info) */
+    uint32_t size;  /* bytes of the value (of local memory for FK_LOCAL) */
+    union {
+        unsigned char inl[16];
+        unsigned char *heap; /* size > 16 */
+    } v;
+};
+#define FK_BYTES(a) ((a)->size <= 16 ? (const unsigned char *)(a)->v.inl : (const unsigned char *)(a)->v.heap)
+
+struct fk_kernel {
+    pthread_mutex_t lock; /* args, and the driver's copy of them (see fk_submit) */
+    cl_kernel k;
+    char *name;
+    cl_context ctx;
+    int track;            /* arguments are recorded */
+    int arm_gen;          /* the arming generation `track` was decided in */
+    int in_plan;
+    int svm;              /* an SVM pointer argument was set: never held */
+    int origin_ok;        /* pc_kernel_origin knows it: it can be fused */
+    unsigned char origin_hash[16]; /* XXH3-128 of its program's kind, options and input */
+    char *options;        /* its program's build options ("" when unknown) */
+    cl_uint nargs;
+    struct fk_arg *args;  /* the arguments as the application last set them */
+    cl_device_id wg_dev;  /* CL_KERNEL_WORK_GROUP_SIZE cached for this device */
+    size_t wg_max;
+};
+
+extern int fb_arm_gen;
+
+/* The record of `k`, created on first sight; NULL when `k` is not a kernel
+ * the driver knows or memory runs out. */
+struct fk_kernel *fk_get(cl_kernel k);
+/* Removes and frees the record of `k` (kernel destroyed). */
+void fk_forget(cl_kernel k);
+/* Records clSetKernelArg; the real call is made under the kernel lock. */
+cl_int fk_set_arg(struct fk_kernel *r, cl_uint index, size_t size, const void *value);
+/* All arguments recorded (caller holds r->lock). */
+int fk_complete(const struct fk_kernel *r);
+/* Copies the current arguments (caller holds r->lock); NULL on OOM. */
+struct fk_arg *fk_snapshot(const struct fk_kernel *r);
+void fk_free_args(struct fk_arg *args, cl_uint n);
+int fk_arg_equal(const struct fk_arg *a, const struct fk_arg *b);
+/* Deep copy (0, or -1 on OOM with *dst cleared); clear frees the value. */
+int fk_arg_copy(struct fk_arg *dst, const struct fk_arg *src);
+void fk_arg_clear(struct fk_arg *a);
+/* Sets `args` on the driver's kernel where they differ from r->args
+ * (direction 0), or back to r->args where they differ (direction 1).
+ * Caller holds r->lock. */
+cl_int fk_apply(struct fk_kernel *r, const struct fk_arg *args, int back);
+/* Work-group size limit of the kernel on `dev` (0: unknown). Caller holds r->lock. */
+size_t fk_wg_max(struct fk_kernel *r, cl_device_id dev);
+
+/* ---- events (fevent.c) ---- */
+
+struct fq;
+
+struct fev {
+    cl_event ue;          /* the user event the application holds */
+    struct fq *q;         /* the queue the command was held on (records are never freed) */
+    cl_command_type type;
+    int refs;             /* application references + 1 until completion is wired */
+    int held;             /* under q->lock: the command has not been submitted */
+    cl_event real;        /* the driver's event of the command carrying the work (atomic;
+                             set under q->lock at submission, retained by the record) */
+    int done;             /* the completion callback ran (atomic) */
+};
+
+/* A held event for `e`, or NULL (also when none are tracked). */
+struct fev *fev_find(cl_event e);
+/* New held event for a command of `type` on q; NULL on failure. */
+struct fev *fev_new(struct fq *q, cl_command_type type);
+/* Drops one reference; frees at zero. */
+void fev_unref(struct fev *ev);
+
+/* Work to run once no lock is held. */
+struct fb_pending_item {
+    struct fev *ev;
+    cl_event real;   /* retained; NULL when submission failed */
+    cl_int status;   /* the error that failed it */
+};
+struct fb_pending {
+    struct fb_pending_item *items;
+    size_t n, cap;
+};
+void fb_pending_add(struct fb_pending *p, struct fev *ev, cl_event real, cl_int status);
+/* Wires every item's user event to its real event (already stored in
+ * ev->real at submission); frees the list. */
+void fb_pending_run(struct fb_pending *p);
+
+/* ---- queues (batch.c) ---- */
+
+struct held {
+    cl_kernel k;
+    struct fk_kernel *rec;
+    cl_uint dim;
+    size_t off[3], gws[3], lws[3];
+    int has_off, has_lws;
+    struct fk_arg *args;  /* snapshot, rec->nargs entries */
+    cl_uint nargs;
+    cl_event *waits;      /* retained */
+    cl_uint nwaits;
+    struct fev *ev;       /* NULL when the application asked for no event */
+};
+
+struct fb_memo;
+
+struct fq {
+    pthread_mutex_t lock;
+    cl_command_queue q;
+    cl_context ctx;
+    cl_device_id dev;
+    int in_order;
+    int dead;             /* the queue was destroyed; the record stays reachable */
+    int ext;              /* clStartFusionCLSHIM is active */
+    struct held *held;
+    uint32_t nheld;       /* written under lock, read atomically */
+    uint32_t cap;
+    uint32_t *cand;       /* plan sequences the held kernels still match */
+    uint32_t ncand;
+    struct fb_memo *last; /* the fused program used last here */
+    cl_mem *checked;      /* the buffers of the last fusion, found not to alias ... */
+    uint32_t nchecked;
+    int checked_gen;      /* ... while fb_mem_gen had this value */
+    struct fq *next_all;
+};
+
+/* Submits every held kernel individually, in order (caller holds q->lock). */
+void fb_submit_held(struct fq *q, struct fb_pending *p);
+/* Releases what a held entry owns (not its event). */
+void fb_held_clear(struct held *h);
+/* Cancels fusion on q: lock, submit, unlock, run pending. */
+void fb_cancel(struct fq *q, const char *why);
+/* The real event carrying a held-or-submitted event's work, else e itself. */
+cl_event fb_subst(struct fq *own, cl_event e);
+
+/* ---- fused launch (flaunch.c) ---- */
+
+/* Fuses and launches q's held kernels (caller holds q->lock). Returns 0
+ * when launched (held entries are then cleared and their events queued in
+ * p; *out_event gets a retained event of the launch when not NULL; *nparams
+ * the fused kernel's parameter count), or -1
+ * with nothing submitted and `why` set. `seq` is the plan sequence index or
+ * -1 for the extension API. */
+int fb_fuse_held(struct fq *q, int force, int seq, struct fb_pending *p, cl_event *out_event, uint32_t *nparams,
+                 char *why, size_t why_len);
+
+#endif

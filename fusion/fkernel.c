@@ -1,0 +1,279 @@
+/* fkernel.c — kernel records: names, argument recording and snapshots.
+ *
+ * A record is made the first time an armed wrapper sees a kernel. Its name
+ * comes from the program cache (pc_kernel_origin, no driver call) or else
+ * CL_KERNEL_FUNCTION_NAME, once. Arguments are recorded only for kernels
+ * that may be held: those named in the plan, or all once the extension API
+ * was looked up. A record made (or decided) before that arming only starts
+ * recording then, and counts as incomplete until every argument has been
+ * set again — an incomplete kernel is never held.
+ *
+ * The record's lock also guards the driver's copy of the arguments: the
+ * batcher temporarily sets a held kernel's snapshot to submit it, so every
+ * armed enqueue of a tracked kernel and every clSetKernelArg on it happens
+ * under this lock.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "cache/key.h"
+#include "cache/progcache.h"
+#include "common/objmap.h"
+#include "fusion/batch.h"
+#include "fusion/batch_int.h"
+
+static objmap *kernels;
+static pthread_once_t kernels_once = PTHREAD_ONCE_INIT;
+int fb_arm_gen;
+
+static void kernels_init(void) { kernels = objmap_new(); }
+
+/* Forgets the value; keeps what the argument is (a->mem). */
+void fk_arg_clear(struct fk_arg *a)
+{
+    if (a->size > 16 && a->kind == FK_VALUE) free(a->v.heap);
+    uint8_t mem = a->mem;
+    memset(a, 0, sizeof *a);
+    a->mem = mem;
+}
+
+void fk_free_args(struct fk_arg *args, cl_uint n)
+{
+    if (!args) return;
+    for (cl_uint i = 0; i < n; i++) fk_arg_clear(&args[i]);
+    free(args);
+}
+
+int fk_arg_equal(const struct fk_arg *a, const struct fk_arg *b)
+{
+    if (a->kind != b->kind || a->size != b->size) return 0;
+    if (a->kind != FK_VALUE) return a->kind != FK_SVM || !memcmp(a->v.inl, b->v.inl, sizeof(void *));
+    return !memcmp(FK_BYTES(a), FK_BYTES(b), a->size);
+}
+
+int fk_arg_copy(struct fk_arg *dst, const struct fk_arg *src)
+{
+    *dst = *src;
+    if (src->kind == FK_VALUE && src->size > 16) {
+        dst->v.heap = malloc(src->size);
+        if (!dst->v.heap) {
+            memset(dst, 0, sizeof *dst);
+            return -1;
+        }
+        memcpy(dst->v.heap, src->v.heap, src->size);
+    }
+    return 0;
+}
+
+/* Decides (again, after a new arming) whether the record tracks arguments. */
+static void decide_tracking(struct fk_kernel *r)
+{
+    int gen = __atomic_load_n(&fb_arm_gen, __ATOMIC_ACQUIRE);
+    if (r->arm_gen == gen) return;
+    r->arm_gen = gen;
+    int armed = __atomic_load_n(&fusion_armed, __ATOMIC_RELAXED);
+    int want = armed > 0 && ((armed & FUSION_ARMED_EXT) || r->in_plan);
+    if (want && !r->track) {
+        for (cl_uint i = 0; i < r->nargs; i++) fk_arg_clear(&r->args[i]); /* unknown until set again */
+        r->track = 1;
+    }
+}
+
+static struct fk_kernel *make_record(cl_kernel k)
+{
+    const struct cl_api *real = fb_real;
+    struct fk_kernel *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    pthread_mutex_init(&r->lock, NULL);
+    r->k = k;
+    int kind = 0;
+    const void *input = NULL;
+    size_t len = 0;
+    const char *options = NULL, *name = NULL;
+    if (pc_kernel_origin(k, &kind, &input, &len, &options, &name) == 0 && name) {
+        r->name = strdup(name);
+        r->options = strdup(options ? options : "");
+        r->origin_ok = (kind == KEY_SOURCE || kind == KEY_IL) && r->options;
+        XXH3_state_t *st = XXH3_createState();
+        if (st) {
+            uint64_t kk = (uint64_t)kind, ol = strlen(options), il = len;
+            XXH3_128bits_reset(st);
+            XXH3_128bits_update(st, &kk, sizeof kk);
+            XXH3_128bits_update(st, &ol, sizeof ol);
+            XXH3_128bits_update(st, options, ol);
+            XXH3_128bits_update(st, &il, sizeof il);
+            XXH3_128bits_update(st, input, len);
+            XXH128_hash_t h = XXH3_128bits_digest(st);
+            memcpy(r->origin_hash, &h.low64, 8);
+            memcpy(r->origin_hash + 8, &h.high64, 8);
+            XXH3_freeState(st);
+        } else {
+            r->origin_ok = 0;
+        }
+    } else {
+        size_t n = 0;
+        if (real->clGetKernelInfo(k, CL_KERNEL_FUNCTION_NAME, 0, NULL, &n) == CL_SUCCESS && n && n < 4096) {
+            r->name = calloc(1, n + 1);
+            if (r->name && real->clGetKernelInfo(k, CL_KERNEL_FUNCTION_NAME, n, r->name, NULL) != CL_SUCCESS)
+                r->name[0] = 0;
+        }
+    }
+    cl_uint nargs = 0;
+    if (!r->name || real->clGetKernelInfo(k, CL_KERNEL_NUM_ARGS, sizeof nargs, &nargs, NULL) != CL_SUCCESS ||
+        real->clGetKernelInfo(k, CL_KERNEL_CONTEXT, sizeof r->ctx, &r->ctx, NULL) != CL_SUCCESS || nargs > 4096) {
+        free(r->options);
+        free(r->name);
+        free(r);
+        return NULL;
+    }
+    r->nargs = nargs;
+    r->args = calloc(nargs ? nargs : 1, sizeof *r->args);
+    if (!r->args) {
+        free(r->options);
+        free(r->name);
+        free(r);
+        return NULL;
+    }
+    for (cl_uint i = 0; i < nargs; i++) {
+        cl_kernel_arg_address_qualifier aq = 0;
+        if (real->clGetKernelArgInfo &&
+            real->clGetKernelArgInfo(k, i, CL_KERNEL_ARG_ADDRESS_QUALIFIER, sizeof aq, &aq, NULL) == CL_SUCCESS)
+            r->args[i].mem = aq == CL_KERNEL_ARG_ADDRESS_GLOBAL || aq == CL_KERNEL_ARG_ADDRESS_CONSTANT;
+        else
+            r->args[i].mem = 2;
+    }
+    r->in_plan = plan_has_kernel(fb_plan, r->name);
+    r->arm_gen = -1;
+    decide_tracking(r);
+    return r;
+}
+
+struct fk_kernel *fk_get(cl_kernel k)
+{
+    pthread_once(&kernels_once, kernels_init);
+    if (!kernels || !k) return NULL;
+    struct fk_kernel *r = objmap_get(kernels, k);
+    if (!r) {
+        r = make_record(k);
+        if (!r) return NULL;
+        /* Two threads may race to make the record: the map keeps one; the
+         * other is dropped (the application may not use one kernel from two
+         * threads for arguments, so nothing was recorded in it yet). */
+        struct fk_kernel *other = objmap_get(kernels, k);
+        if (other || objmap_put(kernels, k, r) != 0) {
+            fk_free_args(r->args, r->nargs);
+            free(r->options);
+            free(r->name);
+            pthread_mutex_destroy(&r->lock);
+            free(r);
+            return other;
+        }
+    }
+    if (r->arm_gen != __atomic_load_n(&fb_arm_gen, __ATOMIC_ACQUIRE)) {
+        pthread_mutex_lock(&r->lock);
+        decide_tracking(r);
+        pthread_mutex_unlock(&r->lock);
+    }
+    return r;
+}
+
+void fk_forget(cl_kernel k)
+{
+    if (!kernels) return;
+    struct fk_kernel *r = objmap_remove(kernels, k);
+    if (!r) return;
+    fk_free_args(r->args, r->nargs);
+    free(r->options);
+    free(r->name);
+    pthread_mutex_destroy(&r->lock);
+    free(r);
+}
+
+static int record(struct fk_arg *a, size_t size, const void *value, int kind)
+{
+    struct fk_arg n;
+    memset(&n, 0, sizeof n);
+    n.mem = a->mem;
+    n.kind = (uint8_t)kind;
+    n.size = (uint32_t)size;
+    if (kind == FK_VALUE) {
+        if (size > 16) {
+            n.v.heap = malloc(size);
+            if (!n.v.heap) return -1;
+            memcpy(n.v.heap, value, size);
+        } else {
+            memcpy(n.v.inl, value, size);
+        }
+    } else if (kind == FK_SVM) {
+        memcpy(n.v.inl, &value, sizeof value);
+    }
+    fk_arg_clear(a);
+    *a = n;
+    return 0;
+}
+
+cl_int fk_set_arg(struct fk_kernel *r, cl_uint index, size_t size, const void *value)
+{
+    pthread_mutex_lock(&r->lock);
+    cl_int rc = fb_real->clSetKernelArg(r->k, index, size, value);
+    if (rc == CL_SUCCESS && r->track && index < r->nargs) {
+        if (size > UINT32_MAX || record(&r->args[index], size, value, value ? FK_VALUE : FK_LOCAL) != 0)
+            fk_arg_clear(&r->args[index]); /* unknown: the kernel is not held until it is set again */
+    }
+    pthread_mutex_unlock(&r->lock);
+    return rc;
+}
+
+int fk_complete(const struct fk_kernel *r)
+{
+    if (!r->track || r->svm) return 0;
+    for (cl_uint i = 0; i < r->nargs; i++)
+        if (r->args[i].kind == FK_UNSET) return 0;
+    return 1;
+}
+
+struct fk_arg *fk_snapshot(const struct fk_kernel *r)
+{
+    struct fk_arg *s = calloc(r->nargs ? r->nargs : 1, sizeof *s);
+    if (!s) return NULL;
+    for (cl_uint i = 0; i < r->nargs; i++)
+        if (fk_arg_copy(&s[i], &r->args[i]) != 0) {
+            fk_free_args(s, i);
+            return NULL;
+        }
+    return s;
+}
+
+static cl_int set_one(struct fk_kernel *r, cl_uint i, const struct fk_arg *a)
+{
+    if (a->kind == FK_LOCAL) return fb_real->clSetKernelArg(r->k, i, a->size, NULL);
+    if (a->kind == FK_VALUE) return fb_real->clSetKernelArg(r->k, i, a->size, FK_BYTES(a));
+    return CL_INVALID_ARG_VALUE;
+}
+
+cl_int fk_apply(struct fk_kernel *r, const struct fk_arg *args, int back)
+{
+    cl_int rc = CL_SUCCESS;
+    for (cl_uint i = 0; i < r->nargs; i++) {
+        if (fk_arg_equal(&args[i], &r->args[i])) continue;
+        cl_int e = set_one(r, i, back ? &r->args[i] : &args[i]);
+        if (e != CL_SUCCESS && rc == CL_SUCCESS) rc = e;
+    }
+    return rc;
+}
+
+size_t fk_wg_max(struct fk_kernel *r, cl_device_id dev)
+{
+    if (r->wg_dev != dev) {
+        size_t n = 0;
+        if (fb_real->clGetKernelWorkGroupInfo(r->k, dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof n, &n, NULL) !=
+            CL_SUCCESS)
+            n = 0;
+        r->wg_dev = dev;
+        r->wg_max = n;
+    }
+    return r->wg_max;
+}

@@ -1,0 +1,614 @@
+/* flaunch.c — turning a queue's held kernels into one fused launch.
+ *
+ * 1. Argument classes: equal buffers (the same cl_mem) and equal scalars
+ *    (same size and bytes) share a class, so the fuser gives them one
+ *    parameter; every local-memory argument is a class of its own.
+ *    Sub-buffers, images, SVM arguments and buffers over overlapping host
+ *    memory (CL_MEM_USE_HOST_PTR) are refused: distinct classes must never
+ *    alias (fusion/llvm_api.h).
+ * 2. Key material: a format tag, the force flag, and per kernel its
+ *    program's origin hash (kind, options, input bytes), name, ND-range,
+ *    and argument classes and kinds. Scalar values and buffers are not in
+ *    it: they are the fused kernel's arguments.
+ * 3. The fused program: first the queue's last one, then this process's
+ *    memo (key material, context, device), then pc_build_derived, which
+ *    serves it from the persistent cache without calling make() — so a
+ *    second run of the application loads no LLVM and compiles nothing — or
+ *    calls make(): each distinct program to SPIR bitcode (source through
+ *    frontend_compile_source, IL through spirv_to_spir), then fuse(). The
+ *    metadata stored beside the binary is the parameter mapping and the
+ *    fused ND-range (format below). A failed request is remembered in the
+ *    memo and never built again in this process.
+ * 4. The launch: arguments from the held snapshots through the mapping, the
+ *    union of the held wait lists without the held commands' own events,
+ *    one clEnqueueNDRangeKernel; every held event then completes from its
+ *    event.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/key.h"
+#include "cache/progcache.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "fusion/batch.h"
+#include "fusion/batch_int.h"
+#include "fusion/frontend.h"
+#include "fusion/llvmload.h"
+
+#define FUSED_NAME "clshim_fused"
+#define META_MAGIC 0x46534c43u /* "CLSF" */
+#define META_VERSION 1u
+
+struct fb_memo {
+    pthread_mutex_t lock;  /* the fused kernel's arguments, set then enqueued */
+    cl_context ctx;
+    cl_device_id dev;
+    unsigned char *key;
+    size_t key_len;
+    char *reason;          /* non-NULL: this request failed; never retried */
+    cl_program prog;
+    cl_kernel kernel;
+    uint32_t nparams;
+    uint32_t *pk, *pi;     /* fused parameter -> (held kernel, its parameter) */
+    struct fk_arg *set;    /* the arguments the fused kernel holds now (skip setting equal ones) ... */
+    int set_gen;           /* ... valid while fb_mem_gen has this value (a handle may be reused) */
+    uint32_t dim;
+    size_t gws[3], lws[3], off[3];
+    struct fb_memo *next;
+};
+
+static struct fb_memo *memos;
+static pthread_mutex_t memo_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* ---- key material --------------------------------------------------------------- */
+
+struct bytes {
+    unsigned char *p;
+    size_t len, cap;
+    int oom;
+};
+
+static void put(struct bytes *b, const void *v, size_t n)
+{
+    if (b->oom) return;
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 512;
+        while (cap < b->len + n) cap *= 2;
+        unsigned char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = 1;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, v, n);
+    b->len += n;
+}
+static void put32(struct bytes *b, uint32_t v) { put(b, &v, 4); }
+static void put64(struct bytes *b, uint64_t v) { put(b, &v, 8); }
+
+/* ---- argument classes ------------------------------------------------------------ */
+
+struct span {
+    uintptr_t lo, hi;
+};
+
+/* Checks a buffer that becomes a class of its own. */
+static int check_mem(cl_mem m, struct span *spans, size_t *nspans, char *why, size_t why_len)
+{
+    const struct cl_api *r = fb_real;
+    cl_mem_object_type type = 0;
+    cl_mem parent = NULL;
+    cl_mem_flags flags = 0;
+    if (r->clGetMemObjectInfo(m, CL_MEM_TYPE, sizeof type, &type, NULL) != CL_SUCCESS ||
+        r->clGetMemObjectInfo(m, CL_MEM_ASSOCIATED_MEMOBJECT, sizeof parent, &parent, NULL) != CL_SUCCESS ||
+        r->clGetMemObjectInfo(m, CL_MEM_FLAGS, sizeof flags, &flags, NULL) != CL_SUCCESS)
+        return snprintf(why, why_len, "cannot query a buffer argument"), -1;
+    if (type != CL_MEM_OBJECT_BUFFER) return snprintf(why, why_len, "image or pipe arguments"), -1;
+    if (parent) return snprintf(why, why_len, "sub-buffer arguments (they may alias)"), -1;
+    if (flags & CL_MEM_USE_HOST_PTR) {
+        void *host = NULL;
+        size_t size = 0;
+        if (r->clGetMemObjectInfo(m, CL_MEM_HOST_PTR, sizeof host, &host, NULL) != CL_SUCCESS ||
+            r->clGetMemObjectInfo(m, CL_MEM_SIZE, sizeof size, &size, NULL) != CL_SUCCESS)
+            return snprintf(why, why_len, "cannot query a buffer argument"), -1;
+        struct span s = {(uintptr_t)host, (uintptr_t)host + size};
+        for (size_t i = 0; i < *nspans; i++)
+            if (s.lo < spans[i].hi && spans[i].lo < s.hi)
+                return snprintf(why, why_len, "buffers over overlapping host memory"), -1;
+        spans[(*nspans)++] = s;
+    }
+    return 0;
+}
+
+/* Fills cls (one per argument of every held kernel, in order), then checks
+ * the distinct buffers for aliasing — skipped when they are the buffers the
+ * queue's last fusion checked and none has been released since (a released
+ * handle could come back as a different buffer). */
+static int make_classes(struct fq *q, uint32_t *cls, char *why, size_t why_len)
+{
+    size_t total = 0;
+    for (uint32_t i = 0; i < q->nheld; i++) total += q->held[i].nargs;
+    const struct fk_arg **seen = malloc((total ? total : 1) * sizeof *seen);
+    cl_mem *mems = malloc((total ? total : 1) * sizeof *mems);
+    size_t at = 0;
+    uint32_t next = 0, nmems = 0;
+    int rc = 0;
+    if (!seen || !mems) {
+        snprintf(why, why_len, "out of memory");
+        rc = -1;
+    }
+    for (uint32_t i = 0; i < q->nheld && !rc; i++)
+        for (cl_uint j = 0; j < q->held[i].nargs && !rc; j++, at++) {
+            const struct fk_arg *a = &q->held[i].args[j];
+            seen[at] = a;
+            if (a->kind == FK_LOCAL) {
+                cls[at] = next++;
+                continue;
+            }
+            if (a->kind != FK_VALUE) {
+                snprintf(why, why_len, "kernel '%s' has SVM arguments", q->held[i].rec->name);
+                rc = -1;
+                break;
+            }
+            if (a->mem == 2 && a->size == sizeof(cl_mem)) {
+                snprintf(why, why_len, "kernel '%s': argument info unavailable", q->held[i].rec->name);
+                rc = -1;
+                break;
+            }
+            size_t k;
+            for (k = 0; k < at; k++)
+                if (seen[k]->kind == FK_VALUE && seen[k]->mem == a->mem && fk_arg_equal(seen[k], a)) break;
+            if (k < at) {
+                cls[at] = cls[k];
+                continue;
+            }
+            cls[at] = next++;
+            cl_mem m = NULL;
+            if (a->mem && a->size == sizeof m) memcpy(&m, a->v.inl, sizeof m);
+            if (m) mems[nmems++] = m;
+        }
+    int gen = __atomic_load_n(&fb_mem_gen, __ATOMIC_ACQUIRE);
+    if (!rc && !(q->checked && q->checked_gen == gen && q->nchecked == nmems &&
+                 !memcmp(q->checked, mems, nmems * sizeof *mems))) {
+        struct span *spans = malloc((nmems ? nmems : 1) * sizeof *spans);
+        size_t nspans = 0;
+        if (!spans) {
+            snprintf(why, why_len, "out of memory");
+            rc = -1;
+        }
+        for (uint32_t i = 0; i < nmems && !rc; i++) rc = check_mem(mems[i], spans, &nspans, why, why_len);
+        free(spans);
+        free(q->checked);
+        q->checked = NULL;
+        q->nchecked = 0;
+        if (!rc && nmems && (q->checked = malloc(nmems * sizeof *q->checked))) {
+            memcpy(q->checked, mems, nmems * sizeof *mems);
+            q->nchecked = nmems;
+            q->checked_gen = gen;
+        }
+    }
+    free(mems);
+    free(seen);
+    return rc;
+}
+
+static void key_material(const struct fq *q, int force, const uint32_t *cls, const char *options, struct bytes *b)
+{
+    static const char tag[] = "clshim-fusion-key 1\n";
+    put(b, tag, sizeof tag - 1);
+    put32(b, (uint32_t)force);
+    put32(b, q->nheld);
+    uint32_t olen = (uint32_t)strlen(options);
+    put32(b, olen);
+    put(b, options, olen);
+    size_t at = 0;
+    for (uint32_t i = 0; i < q->nheld; i++) {
+        const struct held *h = &q->held[i];
+        put(b, h->rec->origin_hash, 16);
+        uint32_t nl = (uint32_t)strlen(h->rec->name);
+        put32(b, nl);
+        put(b, h->rec->name, nl);
+        put32(b, h->dim);
+        for (int d = 0; d < 3; d++) put64(b, h->gws[d]);
+        for (int d = 0; d < 3; d++) put64(b, h->has_lws ? h->lws[d] : 0);
+        for (int d = 0; d < 3; d++) put64(b, h->off[d]);
+        put32(b, h->nargs);
+        for (cl_uint j = 0; j < h->nargs; j++, at++) {
+            put32(b, cls[at]);
+            unsigned char kind = h->args[j].kind;
+            put(b, &kind, 1);
+        }
+    }
+}
+
+/* The options the fused program is built with: the -cl-* options the
+ * kernels' programs share (math and denormal flags change the code). */
+static char *shared_options(const struct fq *q)
+{
+    const char *first = NULL;
+    for (uint32_t i = 0; i < q->nheld; i++) {
+        const char *options = q->held[i].rec->options ? q->held[i].rec->options : "";
+        if (!first) first = options;
+        else if (strcmp(first, options)) return strdup("");
+    }
+    char *out = calloc(1, (first ? strlen(first) : 0) + 1);
+    if (!out || !first) return out;
+    size_t o = 0;
+    for (const char *p = first; *p;) {
+        while (*p == ' ' || *p == '\t' || *p == '\n') p++;
+        const char *s = p;
+        while (*p && *p != ' ' && *p != '\t' && *p != '\n') p++;
+        if (p - s > 4 && !strncmp(s, "-cl-", 4) && !memchr(s, '"', (size_t)(p - s))) {
+            if (o) out[o++] = ' ';
+            memcpy(out + o, s, (size_t)(p - s));
+            o += (size_t)(p - s);
+        }
+    }
+    out[o] = 0;
+    return out;
+}
+
+/* ---- make(): bitcode and metadata on a cache miss ------------------------------------- */
+
+struct make_ctx {
+    const struct fq *q;
+    int force;
+    const uint32_t *cls;
+    char *why;
+    size_t why_len;
+};
+
+static int make(void *arg, void **bitcode, size_t *bitcode_size, void **meta, size_t *meta_size)
+{
+    struct make_ctx *m = arg;
+    const struct fq *q = m->q;
+    uint32_t n = q->nheld;
+    const struct clshim_llvm_api *api = llvm_api();
+    if (!api) return snprintf(m->why, m->why_len, "libclshim-llvm.so cannot be loaded"), -1;
+    struct mod {
+        const void *input;
+        const char *options;
+        void *bc;
+        size_t size;
+        int llvm_owned;
+    } *mods = calloc(n, sizeof *mods);
+    struct fuse_kernel *fk = calloc(n, sizeof *fk);
+    uint32_t nmods = 0;
+    int rc = -1;
+    if (!mods || !fk) {
+        snprintf(m->why, m->why_len, "out of memory");
+        goto out;
+    }
+    char names[512] = "";
+    size_t o = 0, at = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const struct held *h = &q->held[i];
+        int kind = 0;
+        const void *input = NULL;
+        size_t len = 0;
+        const char *options = NULL, *name = NULL;
+        if (pc_kernel_origin(h->k, &kind, &input, &len, &options, &name) != 0) {
+            snprintf(m->why, m->why_len, "the program of '%s' is no longer known", h->rec->name);
+            goto out;
+        }
+        uint32_t j;
+        for (j = 0; j < nmods; j++)
+            if (mods[j].input == input && !strcmp(mods[j].options, options)) break;
+        if (j == nmods) {
+            char err[512] = "";
+            int e;
+            mods[j].input = input;
+            mods[j].options = options;
+            if (kind == 1 /* KEY_SOURCE */) {
+                e = frontend_compile_source(input, len, options, &mods[j].bc, &mods[j].size, err, sizeof err);
+            } else {
+                mods[j].llvm_owned = 1;
+                e = api->spirv_to_spir(input, len, NULL, 0, &mods[j].bc, &mods[j].size, err, sizeof err);
+            }
+            if (e) {
+                snprintf(m->why, m->why_len, "%s of '%s' failed: %s", kind == 1 ? "compiling the source" :
+                         "translating the IL", h->rec->name, err);
+                goto out;
+            }
+            nmods++;
+        }
+        fk[i].module_bc = mods[j].bc;
+        fk[i].module_size = mods[j].size;
+        fk[i].name = h->rec->name;
+        fk[i].work_dim = h->dim;
+        for (int d = 0; d < 3; d++) {
+            fk[i].global_size[d] = h->gws[d];
+            fk[i].local_size[d] = h->has_lws ? h->lws[d] : 0;
+            fk[i].global_offset[d] = h->off[d];
+        }
+        fk[i].arg_class = m->cls + at;
+        fk[i].num_args = h->nargs;
+        at += h->nargs;
+        int w = snprintf(names + o, sizeof names - o, "%s%s", i ? "+" : "", h->rec->name);
+        if (w > 0 && o + (size_t)w < sizeof names) o += (size_t)w;
+    }
+    log_msg(LOG_INFO, "fusion: building the fused kernel for %s (%u program%s to IR)", names, (unsigned)nmods,
+            nmods == 1 ? "" : "s");
+    struct fuse_request req = {fk, n, FUSED_NAME, m->force};
+    struct fuse_result res;
+    memset(&res, 0, sizeof res);
+    int e = api->fuse(&req, &res);
+    if (e) {
+        snprintf(m->why, m->why_len, "%s", res.reason[0] ? res.reason : clshim_strerror(e));
+        goto out;
+    }
+    struct bytes b = {0};
+    put32(&b, META_MAGIC);
+    put32(&b, META_VERSION);
+    put32(&b, res.num_params);
+    put32(&b, res.work_dim);
+    for (int d = 0; d < 3; d++) put64(&b, res.global_size[d]);
+    for (int d = 0; d < 3; d++) put64(&b, res.local_size[d]);
+    for (int d = 0; d < 3; d++) put64(&b, res.global_offset[d]);
+    put32(&b, (uint32_t)res.barrier_inserted);
+    put(&b, res.param_kernel, res.num_params * sizeof(uint32_t));
+    put(&b, res.param_index, res.num_params * sizeof(uint32_t));
+    void *bc = malloc(res.bitcode_size ? res.bitcode_size : 1);
+    if (bc) memcpy(bc, res.bitcode, res.bitcode_size);
+    api->free(res.bitcode);
+    api->free(res.param_kernel);
+    api->free(res.param_index);
+    if (b.oom || !bc) {
+        free(b.p);
+        free(bc);
+        snprintf(m->why, m->why_len, "out of memory");
+        goto out;
+    }
+    if (res.barrier_inserted) log_msg(LOG_INFO, "fusion: %s: barrier inserted (forced): %s", names, res.reason);
+    *bitcode = bc;
+    *bitcode_size = res.bitcode_size;
+    *meta = b.p;
+    *meta_size = b.len;
+    rc = 0;
+out:
+    for (uint32_t j = 0; mods && j < nmods; j++) {
+        if (mods[j].llvm_owned) api->free(mods[j].bc);
+        else free(mods[j].bc);
+    }
+    free(mods);
+    free(fk);
+    return rc;
+}
+
+/* Reads metadata into the memo, checking it against the held kernels. */
+static int read_meta(struct fb_memo *e, const struct fq *q, const unsigned char *p, size_t len)
+{
+    uint32_t head[4];
+    if (len < 16 + 9 * 8 + 4) return -1;
+    memcpy(head, p, 16);
+    if (head[0] != META_MAGIC || head[1] != META_VERSION || head[3] < 1 || head[3] > 3) return -1;
+    uint32_t np = head[2];
+    size_t need = 16 + 9 * 8 + 4 + (size_t)np * 8;
+    if (np > 65536 || len != need) return -1;
+    uint64_t v[9];
+    memcpy(v, p + 16, sizeof v);
+    e->nparams = np;
+    e->dim = head[3];
+    for (int d = 0; d < 3; d++) {
+        e->gws[d] = (size_t)v[d];
+        e->lws[d] = (size_t)v[3 + d];
+        e->off[d] = (size_t)v[6 + d];
+    }
+    e->pk = malloc((np ? np : 1) * sizeof *e->pk);
+    e->pi = malloc((np ? np : 1) * sizeof *e->pi);
+    if (!e->pk || !e->pi) return -1;
+    memcpy(e->pk, p + 16 + 72 + 4, np * 4u);
+    memcpy(e->pi, p + 16 + 72 + 4 + np * 4u, np * 4u);
+    for (uint32_t i = 0; i < np; i++)
+        if (e->pk[i] >= q->nheld || e->pi[i] >= q->held[e->pk[i]].nargs) return -1;
+    return 0;
+}
+
+/* ---- the memo --------------------------------------------------------------------------- */
+
+static int memo_matches(const struct fb_memo *e, const struct fq *q, const struct bytes *key)
+{
+    return e->ctx == q->ctx && e->dev == q->dev && e->key_len == key->len && !memcmp(e->key, key->p, key->len);
+}
+
+static struct fb_memo *memo_find(const struct fq *q, const struct bytes *key)
+{
+    pthread_mutex_lock(&memo_lock);
+    struct fb_memo *e = memos;
+    while (e && !memo_matches(e, q, key)) e = e->next;
+    pthread_mutex_unlock(&memo_lock);
+    return e;
+}
+
+static void memo_drop(struct fb_memo *e)
+{
+    fk_free_args(e->set, e->nparams);
+    if (e->kernel) fb_real->clReleaseKernel(e->kernel);
+    if (e->prog) fb_real->clReleaseProgram(e->prog);
+    free(e->key);
+    free(e->reason);
+    free(e->pk);
+    free(e->pi);
+    pthread_mutex_destroy(&e->lock);
+    free(e);
+}
+
+/* Builds the entry for `key` (success or remembered failure); NULL on OOM. */
+static struct fb_memo *memo_build(const struct fq *q, int force, const uint32_t *cls, struct bytes *key,
+                                  const char *options)
+{
+    struct fb_memo *e = calloc(1, sizeof *e);
+    if (!e) return NULL;
+    pthread_mutex_init(&e->lock, NULL);
+    e->ctx = q->ctx;
+    e->dev = q->dev;
+    e->key = key->p;
+    e->key_len = key->len;
+    key->p = NULL;
+    char why[600] = "";
+    struct make_ctx mc = {q, force, cls, why, sizeof why};
+    void *meta = NULL;
+    size_t meta_size = 0;
+    cl_int err = CL_SUCCESS;
+    e->prog = pc_build_derived(q->ctx, q->dev, options, e->key, e->key_len, make, &mc, &meta, &meta_size, &err);
+    if (!e->prog) {
+        if (!why[0]) snprintf(why, sizeof why, "building the fused program failed (error %d)", err);
+    } else if (read_meta(e, q, meta, meta_size) != 0) {
+        snprintf(why, sizeof why, "the fused program's metadata is invalid");
+    } else if (!(e->kernel = fb_real->clCreateKernel(e->prog, FUSED_NAME, &err)) || err != CL_SUCCESS) {
+        snprintf(why, sizeof why, "creating the fused kernel failed (error %d)", err);
+        e->kernel = NULL;
+    }
+    free(meta);
+    if (!why[0]) {
+        /* Have the driver produce the binary now: clshim stores it at exit
+         * (pc_build_derived), and on PoCL producing it compiles, which can
+         * crash once LLVM's static destructors have run at exit. */
+        size_t bin_size = 0;
+        fb_real->clGetProgramInfo(e->prog, CL_PROGRAM_BINARY_SIZES, sizeof bin_size, &bin_size, NULL);
+    }
+    if (why[0]) e->reason = strdup(why);
+    if (why[0] && !e->reason) {
+        memo_drop(e);
+        return NULL;
+    }
+    pthread_mutex_lock(&memo_lock);
+    struct fb_memo *other = memos;
+    while (other && !(other->ctx == e->ctx && other->dev == e->dev && other->key_len == e->key_len &&
+                      !memcmp(other->key, e->key, e->key_len)))
+        other = other->next;
+    if (!other) {
+        e->next = memos;
+        memos = e;
+    }
+    pthread_mutex_unlock(&memo_lock);
+    if (other) {
+        memo_drop(e);
+        return other;
+    }
+    return e;
+}
+
+/* ---- the launch --------------------------------------------------------------------------- */
+
+static int is_internal(const struct fq *q, cl_event e)
+{
+    struct fev *ev = fev_find(e);
+    return ev && ev->q == q && ev->held;
+}
+
+static cl_int launch(struct fq *q, struct fb_memo *e, cl_event *rev)
+{
+    size_t total = 0;
+    for (uint32_t i = 0; i < q->nheld; i++) total += q->held[i].nwaits;
+    cl_event buf[16];
+    cl_event *waits = total <= 16 ? buf : malloc(total * sizeof *waits);
+    if (!waits) return CL_OUT_OF_HOST_MEMORY;
+    cl_uint nw = 0;
+    for (uint32_t i = 0; i < q->nheld; i++)
+        for (cl_uint j = 0; j < q->held[i].nwaits; j++) {
+            cl_event w = q->held[i].waits[j];
+            if (is_internal(q, w)) continue;
+            struct fev *ev = fev_find(w);
+            cl_event real = ev ? __atomic_load_n(&ev->real, __ATOMIC_ACQUIRE) : NULL;
+            if (real) w = real;
+            cl_uint k;
+            for (k = 0; k < nw && waits[k] != w; k++) continue;
+            if (k == nw) waits[nw++] = w;
+        }
+    pthread_mutex_lock(&e->lock);
+    cl_int rc = CL_SUCCESS;
+    int gen = __atomic_load_n(&fb_mem_gen, __ATOMIC_ACQUIRE);
+    if (e->set && e->set_gen != gen)
+        for (uint32_t p = 0; p < e->nparams; p++) fk_arg_clear(&e->set[p]);
+    if (!e->set) e->set = calloc(e->nparams ? e->nparams : 1, sizeof *e->set);
+    e->set_gen = gen;
+    for (uint32_t p = 0; p < e->nparams && rc == CL_SUCCESS; p++) {
+        const struct fk_arg *a = &q->held[e->pk[p]].args[e->pi[p]];
+        if (e->set && fk_arg_equal(&e->set[p], a)) continue; /* a loop re-launching with the same arguments */
+        rc = fb_real->clSetKernelArg(e->kernel, p, a->size, a->kind == FK_LOCAL ? NULL : FK_BYTES(a));
+        if (e->set) {
+            fk_arg_clear(&e->set[p]);
+            if (rc == CL_SUCCESS) fk_arg_copy(&e->set[p], a);
+        }
+    }
+    int has_lws = e->lws[0] || e->lws[1] || e->lws[2];
+    int has_off = e->off[0] || e->off[1] || e->off[2];
+    if (rc == CL_SUCCESS)
+        rc = fb_real->clEnqueueNDRangeKernel(q->q, e->kernel, e->dim, has_off ? e->off : NULL, e->gws,
+                                             has_lws ? e->lws : NULL, nw, nw ? waits : NULL, rev);
+    pthread_mutex_unlock(&e->lock);
+    if (waits != buf) free(waits);
+    return rc;
+}
+
+int fb_fuse_held(struct fq *q, int force, int seq, struct fb_pending *p, cl_event *out_event, uint32_t *nparams,
+                 char *why, size_t why_len)
+{
+    (void)seq;
+    size_t total = 0;
+    for (uint32_t i = 0; i < q->nheld; i++) total += q->held[i].nargs;
+    uint32_t *cls = malloc((total ? total : 1) * sizeof *cls);
+    struct bytes key = {0};
+    char *options = NULL;
+    int rc = -1;
+    if (!cls) {
+        snprintf(why, why_len, "out of memory");
+        goto out;
+    }
+    if (make_classes(q, cls, why, why_len) != 0) goto out;
+    if (!(options = shared_options(q))) {
+        snprintf(why, why_len, "out of memory");
+        goto out;
+    }
+    key_material(q, force, cls, options, &key);
+    if (key.oom) {
+        snprintf(why, why_len, "out of memory");
+        goto out;
+    }
+    struct fb_memo *e = q->last && memo_matches(q->last, q, &key) ? q->last : memo_find(q, &key);
+    if (!e && !(e = memo_build(q, force, cls, &key, options))) {
+        snprintf(why, why_len, "out of memory");
+        goto out;
+    }
+    if (e->reason) {
+        snprintf(why, why_len, "%s", e->reason);
+        goto out;
+    }
+    q->last = e;
+    cl_event rev = NULL;
+    int want_event = out_event != NULL;
+    for (uint32_t i = 0; i < q->nheld; i++) want_event |= q->held[i].ev != NULL;
+    cl_int err = launch(q, e, want_event ? &rev : NULL); /* an event costs the driver time */
+    if (err != CL_SUCCESS) {
+        snprintf(why, why_len, "enqueueing the fused kernel failed (error %d)", err);
+        goto out;
+    }
+    /* Launched: every held command's work is in rev. */
+    uint32_t n = q->nheld;
+    for (uint32_t i = 0; i < n; i++) {
+        struct held *h = &q->held[i];
+        if (h->ev) {
+            fb_real->clRetainEvent(rev);
+            __atomic_store_n(&h->ev->real, rev, __ATOMIC_RELEASE);
+            h->ev->held = 0;
+            fb_pending_add(p, h->ev, rev, CL_SUCCESS);
+        }
+    }
+    for (uint32_t i = 0; i < n; i++) fb_held_clear(&q->held[i]);
+    q->nheld = 0;
+    q->ncand = 0;
+    __atomic_sub_fetch(&fb_held_total, (int)n, __ATOMIC_RELEASE);
+    if (out_event) *out_event = rev;
+    else if (rev) fb_real->clReleaseEvent(rev);
+    *nparams = e->nparams;
+    rc = 0;
+out:
+    free(cls);
+    free(key.p);
+    free(options);
+    return rc;
+}

@@ -1,0 +1,78 @@
+/* plan.h — fusion plans: which kernel sequences to fuse.
+ *
+ * A plan names sequences of kernels (by function name) that clshim fuses
+ * when an application enqueues them back to back on one in-order queue
+ * (fusion/batch.h does the holding and fusing). Two sources, merged:
+ *
+ *   CLSHIM_FUSION_PLAN=FILE, one directive per line:
+ *       # a comment (to the end of the line)
+ *       fuse scale offset square            names separated by white space
+ *       fuse blur+sharpen force-barrier     ... or by '+'; then options
+ *   CLSHIM_FUSE="k1+k2+k3;k4+k5:force-barrier"  (the inline form: sequences
+ *       separated by ';', names by '+', options after ':' separated by ',')
+ *
+ * Names are C identifiers (at most PLAN_MAX_NAME bytes). Options:
+ *   force-barrier   fuse even where the analysis says a barrier is needed,
+ *                   inserting a work-group barrier between the bodies (the
+ *                   plan's author promises that every dependency between the
+ *                   kernels stays inside a work-group; docs/fusion.md).
+ * A sequence has 2..PLAN_MAX_SEQ kernels (a name may repeat); a plan has at
+ * most PLAN_MAX_SEQS sequences. A sequence may not repeat another, nor be a
+ * prefix of another (the batcher could not tell where it ends).
+ *
+ * Parsing never trusts its input (it is fuzzed): any byte sequence yields a
+ * plan or one error "ORIGIN:LINE:COLUMN: message" (ORIGIN is the file path
+ * or "CLSHIM_FUSE"; lines and columns count from 1, columns in bytes).
+ */
+#ifndef CLSHIM_PLAN_H
+#define CLSHIM_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PLAN_MAX_NAME 255
+#define PLAN_MAX_SEQ 64
+#define PLAN_MAX_SEQS 4096
+#define PLAN_MAX_FILE (4u << 20) /* bytes of a plan file */
+
+struct plan_seq {
+    char **names;       /* n kernel names, in enqueue order */
+    uint32_t n;
+    int force_barrier;
+    char *where;        /* "ORIGIN:LINE:COLUMN" of the sequence, for messages */
+};
+
+struct fusion_plan {
+    struct plan_seq *seqs;
+    uint32_t nseqs;
+};
+
+enum plan_form { PLAN_FILE_FORM, PLAN_INLINE_FORM };
+
+/* Parses `len` bytes of plan text (need not be NUL-terminated; NUL bytes are
+ * errors) in the given form, appending its sequences to *plan (allocate it
+ * zeroed, or pass one returned before). `origin` names the source in
+ * messages. Returns 0, or CLSHIM_EINVAL with err = "ORIGIN:L:C: message"
+ * (plan then holds what was parsed before the error; free it), or
+ * CLSHIM_ENOMEM. */
+int plan_parse(struct fusion_plan *plan, const char *text, size_t len, enum plan_form form, const char *origin,
+               char *err, size_t err_len);
+
+/* Builds the process's plan from CLSHIM_FUSION_PLAN's file (`path`, may be
+ * NULL or "") and CLSHIM_FUSE's text (`inline_text`, may be NULL or ""), and
+ * checks the whole for repeats and prefixes. Returns 0 with *out (NULL when
+ * both are empty; free with plan_free), or CLSHIM_EINVAL / CLSHIM_EIO (the
+ * file cannot be read; err names it and the errno text) / CLSHIM_ENOMEM with
+ * *out NULL and err set. */
+int plan_load(const char *path, const char *inline_text, struct fusion_plan **out, char *err, size_t err_len);
+
+/* Checks a parsed plan: no sequence repeats or is a prefix of another.
+ * Returns 0 or CLSHIM_EINVAL with err naming both sequences' positions. */
+int plan_check(const struct fusion_plan *plan, char *err, size_t err_len);
+
+/* Nonzero when `name` appears in some sequence of the plan. */
+int plan_has_kernel(const struct fusion_plan *plan, const char *name);
+
+void plan_free(struct fusion_plan *plan);
+
+#endif

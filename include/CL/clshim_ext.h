@@ -1,0 +1,66 @@
+/* clshim_ext.h — clshim's OpenCL extension: user-driven kernel fusion.
+ *
+ * Programs that opt in look the functions up at run time and fall back when
+ * clshim is absent (the lookup then returns NULL):
+ *
+ *     clStartFusionCLSHIM_fn start = (clStartFusionCLSHIM_fn)
+ *         clGetExtensionFunctionAddressForPlatform(platform, "clStartFusionCLSHIM");
+ *     if (start) start(queue);
+ *     clEnqueueNDRangeKernel(queue, k1, ...);   // held, not yet run
+ *     clEnqueueNDRangeKernel(queue, k2, ...);
+ *     clCompleteFusionCLSHIM(queue, NULL, &ev);  // one fused launch
+ *
+ * Look the functions up before setting the arguments of the kernels to
+ * fuse: the lookup arms argument recording, and a kernel whose arguments
+ * were set before cannot be held until they are all set again.
+ *
+ * clStartFusionCLSHIM(queue): from now on, kernels enqueued on the in-order
+ * `queue` are held (each enqueue still returns a usable event). Returns
+ * CL_SUCCESS; CL_INVALID_COMMAND_QUEUE for NULL; CL_INVALID_OPERATION when
+ * fusion is already active on the queue. On an out-of-order queue nothing is
+ * held (logged once) and Complete returns a marker event.
+ *
+ * clCompleteFusionCLSHIM(queue, properties, event): fuses the held kernels
+ * into one launch, or — when fusion is refused or fails, or fewer than two
+ * kernels are held — submits them individually. Fusion mode ends. `event`
+ * (may be NULL) receives an event that completes when all the held work has
+ * completed (the fused launch's event, or a marker). `properties` is NULL
+ * or a 0-terminated list of (name, value) pairs:
+ *     CL_FUSION_FORCE_BARRIER_CLSHIM, 0 or 1 — fuse even where a barrier is
+ *     needed (see docs/fusion.md for what the caller promises).
+ * Returns CL_SUCCESS, CL_INVALID_COMMAND_QUEUE, CL_INVALID_VALUE (bad
+ * properties), or the error of the enqueue that carried the work.
+ *
+ * clCancelFusionCLSHIM(queue): submits the held kernels individually, in
+ * order, and ends fusion mode. CL_SUCCESS (also when not in fusion mode).
+ *
+ * Fusion mode also ends early whenever the held work could be observed (a
+ * sync, another command on the queue, a wait on a held event, ...): the
+ * kernels are then submitted individually and Complete returns a marker.
+ */
+#ifndef CL_CLSHIM_EXT_H
+#define CL_CLSHIM_EXT_H
+
+#include <CL/cl.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define cl_clshim_kernel_fusion 1
+
+typedef cl_ulong cl_fusion_properties_clshim; /* a cl_properties list */
+
+#define CL_FUSION_FORCE_BARRIER_CLSHIM 0x4C01
+
+typedef cl_int(CL_API_CALL *clStartFusionCLSHIM_fn)(cl_command_queue queue);
+typedef cl_int(CL_API_CALL *clCompleteFusionCLSHIM_fn)(cl_command_queue queue,
+                                                       const cl_fusion_properties_clshim *properties,
+                                                       cl_event *event);
+typedef cl_int(CL_API_CALL *clCancelFusionCLSHIM_fn)(cl_command_queue queue);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,124 @@
+#!/bin/bash
+# Kernel fusion in unmodified programs (docs/fusion.md), on PoCL under
+# LD_PRELOAD. Every run is compared bit for bit with the same program run
+# without clshim; the log shows what was fused, cancelled or refused.
+source "$(dirname "$0")/lib.sh"
+export CLSHIM_LOG=info
+FC=$PROGS/fusion_chain
+FE=$PROGS/fusion_ext
+PLAN="offset+scale+square;blend+offset+square"
+
+# shim_vs_plain TAG PLAN ARGS...: runs ARGS plainly and under the plan, compares.
+shim_vs_plain() {
+    local tag=$1 plan=$2; shift 2
+    fresh_pocl; run_plain "ref_$tag" "$@"
+    fresh_pocl; run_shim "$tag" env CLSHIM_FUSE="$plan" "$@"
+    same_output "ref_$tag" "$tag" "$tag: same results as without clshim"
+}
+fused() { count "fused $1 into one launch" "$TMP/$2.err"; }
+
+# 1. A 3-kernel chain fused by plan: one launch instead of three, each time.
+shim_vs_plain chain "$PLAN" "$FC" --mode chain
+[ "$(fused offset+scale+square chain)" = 3 ] || fail "chain: expected 3 fused launches"
+grep -q "fusion summary: 3 fused launches replaced 9 kernel launches" "$TMP/chain.err" ||
+    fail "chain: summary does not show 3 launches instead of 9"
+[ "$(count 'building the fused kernel' "$TMP/chain.err")" = 1 ] || fail "chain: fused kernel built more than once"
+ok "chain: offset+scale+square fused, 3 real launches instead of 9"
+
+# 2. Second run: the fused program comes from the cache; LLVM is never loaded.
+fresh_pocl; run_shim second env CLSHIM_FUSE="$PLAN" "$FC" --mode maps
+same_output ref_chain second "second run: same results"
+[ "$(count 'hit derived program' "$TMP/second.err")" = 1 ] || fail "second run: no hit for the fused program"
+[ "$(count 'building the fused kernel\|miss derived' "$TMP/second.err")" = 0 ] || fail "second run: fused kernel rebuilt"
+grep -q "llvm-mapped=0" "$TMP/second.err" || fail "second run: libclshim-llvm.so was loaded"
+[ "$(fused offset+scale+square second)" = 3 ] || fail "second run: expected 3 fused launches"
+fresh_pocl; run_shim cold env CLSHIM_CACHE_DIR="$TMP/cold-cache" CLSHIM_FUSE="$PLAN" "$FC" --mode maps
+grep -q "llvm-mapped=1" "$TMP/cold.err" || fail "cold run: the maps check does not see libclshim-llvm.so"
+ok "second run: fused program from the cache, libclshim-llvm.so not loaded"
+
+# 3. A sync call in the middle cancels.
+shim_vs_plain sync "$PLAN" "$FC" --mode sync
+[ "$(count 'held offset submitted unfused: clFinish' "$TMP/sync.err")" = 3 ] || fail "sync: clFinish did not cancel"
+[ "$(count 'into one launch' "$TMP/sync.err")" = 0 ] || fail "sync: fused across a clFinish"
+ok "sync: clFinish mid-sequence submits the held kernel unfused"
+
+# 4. Held events: waited, queried, called back, profiled, in other queues' wait lists.
+shim_vs_plain events "$PLAN" "$FC" --mode events
+[ "$(fused offset+scale+square events)" = 3 ] || fail "events: expected 3 fused launches"
+[ "$(count 'a status query on a held event' "$TMP/events.err")" = 3 ] || fail "events: status query did not cancel"
+[ "$(count 'another queue waits for a held event' "$TMP/events.err")" = 3 ] ||
+    fail "events: other queue's wait list did not cancel"
+grep -q "^callbacks 12$" "$TMP/events.out" || fail "events: callbacks missing"
+ok "events: held events work in waits, queries, callbacks, profiling and other queues"
+
+# 5. clSetKernelArg after the enqueue does not change held kernels.
+shim_vs_plain setarg "$PLAN" "$FC" --mode setarg
+[ "$(fused offset+scale+square setarg)" = 3 ] || fail "setarg: expected 3 fused launches"
+ok "setarg: arguments are snapshotted at enqueue"
+
+# 6. Different global sizes.
+shim_vs_plain sizes "$PLAN" "$FC" --mode sizes
+[ "$(fused offset+scale+square sizes)" = 3 ] || fail "sizes: expected 3 fused launches"
+ok "sizes: kernels over different global sizes fuse"
+
+# 7. Identical arguments are elided: 9 arguments, 4 distinct (a, b, c, s).
+shim_vs_plain elide "$PLAN" "$FC" --mode elide
+[ "$(count 'fused blend+offset+square into one launch (4 parameters for 9 arguments)' "$TMP/elide.err")" = 3 ] ||
+    fail "elide: expected 3 launches with 4 parameters"
+ok "elide: identical buffers and scalars become one parameter"
+
+# 8. A chain that needs a barrier is refused (once, not retried); a plan
+#    forcing it where a barrier is impossible falls back too.
+shim_vs_plain barrier "other+shifted" "$FC" --mode barrier
+[ "$(count 'refused: needs a barrier' "$TMP/barrier.err")" = 1 ] || fail "barrier: expected one refusal"
+[ "$(count 'into one launch' "$TMP/barrier.err")" = 0 ] || fail "barrier: fused anyway"
+shim_vs_plain forced "other+shifted:force-barrier" "$FC" --mode barrier
+[ "$(count 'refused: needs a barrier.*cannot be forced' "$TMP/forced.err")" = 1 ] ||
+    fail "forced: expected one refusal naming why the barrier cannot be forced"
+grep -q "2 held kernels submitted unfused; 1 fusions refused" "$TMP/forced.err" || fail "forced: retried"
+ok "barrier: refused with the reason, forced failure falls back, never retried"
+
+# 9. Releasing a buffer a held kernel uses cancels.
+shim_vs_plain release "$PLAN" "$FC" --mode release
+[ "$(count 'release of a buffer a held kernel uses' "$TMP/release.err")" = 3 ] || fail "release: did not cancel"
+ok "release: a held kernel's buffer released mid-sequence"
+
+# 10. Two threads with two queues fusing at once.
+shim_vs_plain threads "$PLAN" "$FC" --mode threads --iterations 8
+[ "$(fused offset+scale+square threads)" = 16 ] || fail "threads: expected 16 fused launches"
+ok "threads: two queues fuse concurrently"
+
+# 11. The extension API (the program falls back when the lookup gives NULL).
+fresh_pocl; run_plain ref_ext "$FE"
+fresh_pocl; run_shim ext "$FE"
+same_output ref_ext ext "extension: same results as without clshim"
+grep -q "ext: absent" "$TMP/ref_ext.err" || fail "extension: lookup without the shim did not return NULL"
+grep -q "ext: present" "$TMP/ext.err" || fail "extension: lookup under the shim failed"
+[ "$(fused offset+scale+square ext)" = 4 ] || fail "extension: expected 4 fused launches"
+[ "$(count 'ext: start again rc=-59' "$TMP/ext.err")" = 2 ] || fail "extension: double start not refused"
+[ "$(count 'ext: bad properties rc=-30' "$TMP/ext.err")" = 2 ] || fail "extension: bad properties not refused"
+[ "$(count 'ext: complete after sync rc=0 event=1' "$TMP/ext.err")" = 2 ] ||
+    fail "extension: complete after a cancelling sync gives no event"
+[ "$(count 'submitted unfused: clFinish' "$TMP/ext.err")" = 2 ] || fail "extension: clFinish did not cancel"
+ok "extension: start/complete/cancel, early cancel, properties"
+
+# 12. A plan file; and an invalid one: file:line:column, fusion off, the app runs.
+printf '# plan\n\nfuse offset scale square   # the chain\n' >"$TMP/good.plan"
+fresh_pocl; run_shim planfile env CLSHIM_FUSION_PLAN="$TMP/good.plan" "$FC" --mode chain
+same_output ref_chain planfile "plan file: same results"
+[ "$(fused offset+scale+square planfile)" = 3 ] || fail "plan file: expected 3 fused launches"
+printf '# plan\nfuse offset scale square\nfuse  a+b force-barier\n' >"$TMP/bad.plan"
+fresh_pocl; run_shim badplan env CLSHIM_FUSION_PLAN="$TMP/bad.plan" "$FC" --mode chain
+same_output ref_chain badplan "invalid plan: the app runs, same results"
+[ "$(count "invalid fusion plan: $TMP/bad.plan:3:11: unknown option 'force-barier'" "$TMP/badplan.err")" = 1 ] ||
+    fail "invalid plan: message does not name file:line:column once"
+[ "$(count 'into one launch' "$TMP/badplan.err")" = 0 ] || fail "invalid plan: fused anyway"
+ok "plan file works; an invalid one is reported with file:line:column and fusion is off"
+
+# 13. Without a plan nothing is held.
+fresh_pocl; run_shim noplan "$FC" --mode chain
+same_output ref_chain noplan "no plan: same results"
+[ "$(count 'fusion' "$TMP/noplan.err")" = 0 ] || fail "no plan: fusion active"
+ok "no plan: fusion stays off"
+
+finish

@@ -1,0 +1,203 @@
+/* test_plan.c — the fusion plan parser (fusion/plan.h): both forms, every
+ * error with its file:line:column, the whole-plan checks, and robustness
+ * against arbitrary bytes (a fixed-seed random and mutation run). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "common/error.h"
+#include "fusion/plan.h"
+
+static char err[512];
+
+static struct fusion_plan *parse(const char *text, enum plan_form form, int *rc)
+{
+    struct fusion_plan *p = calloc(1, sizeof *p);
+    *rc = plan_parse(p, text, strlen(text), form, form == PLAN_FILE_FORM ? "p.plan" : "CLSHIM_FUSE", err, sizeof err);
+    if (!*rc) *rc = plan_check(p, err, sizeof err);
+    return p;
+}
+
+static void expect_error(const char *text, enum plan_form form, const char *message)
+{
+    int rc;
+    struct fusion_plan *p = parse(text, form, &rc);
+    if (rc != CLSHIM_EINVAL || strcmp(err, message)) fprintf(stderr, "input %s\n got %d '%s'\n", text, rc, err);
+    assert_int_equal(rc, CLSHIM_EINVAL);
+    assert_string_equal(err, message);
+    plan_free(p);
+}
+
+/* the file form: comments, blank lines, names by spaces or '+', options */
+static void file_form(void **state)
+{
+    int rc;
+    struct fusion_plan *p = parse("# a plan\n\n  fuse a b c   # trailing comment\r\n"
+                                  "fuse x+y\tforce-barrier\nfuse z+y+z\n",
+                                  PLAN_FILE_FORM, &rc);
+    assert_int_equal(rc, 0);
+    assert_int_equal(p->nseqs, 3);
+    assert_int_equal(p->seqs[0].n, 3);
+    assert_string_equal(p->seqs[0].names[2], "c");
+    assert_int_equal(p->seqs[0].force_barrier, 0);
+    assert_string_equal(p->seqs[0].where, "p.plan:3:3");
+    assert_int_equal(p->seqs[1].n, 2);
+    assert_int_equal(p->seqs[1].force_barrier, 1);
+    assert_int_equal(p->seqs[2].n, 3); /* a name may repeat */
+    assert_true(plan_has_kernel(p, "y"));
+    assert_false(plan_has_kernel(p, "w"));
+    plan_free(p);
+}
+
+/* the inline form: sequences by ';', names by '+', options after ':' */
+static void inline_form(void **state)
+{
+    int rc;
+    struct fusion_plan *p = parse(" k1 + k2+k3 ;; k4+k5 : force-barrier ;", PLAN_INLINE_FORM, &rc);
+    assert_int_equal(rc, 0);
+    assert_int_equal(p->nseqs, 2);
+    assert_int_equal(p->seqs[0].n, 3);
+    assert_string_equal(p->seqs[0].names[1], "k2");
+    assert_string_equal(p->seqs[1].names[0], "k4");
+    assert_int_equal(p->seqs[1].force_barrier, 1);
+    assert_string_equal(p->seqs[1].where, "CLSHIM_FUSE:1:16");
+    plan_free(p);
+    p = parse("", PLAN_INLINE_FORM, &rc);
+    assert_int_equal(rc, 0);
+    assert_int_equal(p->nseqs, 0);
+    plan_free(p);
+}
+
+/* every error names origin:line:column and what is wrong */
+static void errors(void **state)
+{
+    expect_error("fuse a\n", PLAN_FILE_FORM, "p.plan:1:1: a sequence needs at least 2 kernels, found 1");
+    expect_error("\n  fuze a b\n", PLAN_FILE_FORM, "p.plan:2:3: expected 'fuse', found 'fuze'");
+    expect_error("fuse a b force-barier\n", PLAN_FILE_FORM,
+                 "p.plan:1:10: unknown option 'force-barier' (known: force-barrier)");
+    expect_error("fuse a 1b\n", PLAN_FILE_FORM, "p.plan:1:8: '1b' is not a kernel name (names are C identifiers)");
+    expect_error("fuse a++b\n", PLAN_FILE_FORM, "p.plan:1:8: missing kernel name in 'a++b'");
+    expect_error("fuse a b force-barrier c\n", PLAN_FILE_FORM, "p.plan:1:24: kernel names must come before options");
+    expect_error("fuse a b\x01\n", PLAN_FILE_FORM, "p.plan:1:9: unexpected control byte 0x01");
+    expect_error("fuse a b\nfuse \xc3\xa9 b\n", PLAN_FILE_FORM,
+                 "p.plan:2:6: '\\xc3\\xa9' is not a kernel name (names are C identifiers)");
+    expect_error("a+b;c", PLAN_INLINE_FORM, "CLSHIM_FUSE:1:5: a sequence needs at least 2 kernels, found 1");
+    expect_error("a+b;c+", PLAN_INLINE_FORM, "CLSHIM_FUSE:1:7: expected a kernel name at the end");
+    expect_error("a+b c", PLAN_INLINE_FORM, "CLSHIM_FUSE:1:5: expected '+', ':' or ';', found 'c'");
+    expect_error("a+b:", PLAN_INLINE_FORM, "CLSHIM_FUSE:1:5: expected an option after ':' or ','");
+    expect_error("a+b:fast", PLAN_INLINE_FORM, "CLSHIM_FUSE:1:5: unknown option 'fast' (known: force-barrier)");
+    expect_error("a+-b", PLAN_INLINE_FORM, "CLSHIM_FUSE:1:3: expected a kernel name, found '-'");
+}
+
+/* a repeated sequence, or one that starts another, is refused */
+static void whole_plan_checks(void **state)
+{
+    expect_error("fuse a b\nfuse a b\n", PLAN_FILE_FORM,
+                 "p.plan:2:1: this sequence repeats the sequence at p.plan:1:1 (a sequence must not start another)");
+    expect_error("a+b+c;a+b", PLAN_INLINE_FORM,
+                 "CLSHIM_FUSE:1:7: this sequence is a prefix of the sequence at CLSHIM_FUSE:1:1 (a sequence must not "
+                 "start another)");
+    expect_error("a+b;a+b+c", PLAN_INLINE_FORM,
+                 "CLSHIM_FUSE:1:5: this sequence extends the sequence at CLSHIM_FUSE:1:1 (a sequence must not start "
+                 "another)");
+    int rc;
+    struct fusion_plan *p = parse("a+b+c;a+b+d;b+a", PLAN_INLINE_FORM, &rc); /* shared prefixes are fine */
+    assert_int_equal(rc, 0);
+    assert_int_equal(p->nseqs, 3);
+    plan_free(p);
+}
+
+/* limits: name length, sequence length */
+static void limits(void **state)
+{
+    char text[4096];
+    memset(text, 'n', 300);
+    memcpy(text, "fuse a ", 7);
+    strcpy(text + 300, "\n");
+    expect_error(text, PLAN_FILE_FORM, "p.plan:1:8: kernel name 'nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn...' is "
+                                       "longer than 255 bytes");
+    size_t o = 0;
+    for (int i = 0; i <= PLAN_MAX_SEQ; i++) o += (size_t)sprintf(text + o, "%sk%d", i ? "+" : "", i);
+    int rc;
+    struct fusion_plan *p = parse(text, PLAN_INLINE_FORM, &rc);
+    assert_int_equal(rc, CLSHIM_EINVAL);
+    assert_non_null(strstr(err, "a sequence has at most 64 kernels"));
+    plan_free(p);
+}
+
+/* plan_load: file and inline merged and checked together; missing file */
+static void load(void **state)
+{
+    char path[] = "/tmp/test_plan_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    const char *text = "fuse a b c\n";
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    struct fusion_plan *p = NULL;
+    assert_int_equal(plan_load(path, "d+e", &p, err, sizeof err), 0);
+    assert_int_equal(p->nseqs, 2);
+    plan_free(p);
+    assert_int_equal(plan_load(path, "a+b", &p, err, sizeof err), CLSHIM_EINVAL);
+    assert_null(p);
+    assert_non_null(strstr(err, "is a prefix of the sequence at"));
+    assert_int_equal(plan_load(NULL, "", &p, err, sizeof err), 0);
+    assert_null(p);
+    unlink(path);
+    assert_int_equal(plan_load(path, NULL, &p, err, sizeof err), CLSHIM_EIO);
+    assert_non_null(strstr(err, "cannot read the fusion plan (No such file or directory)"));
+    assert_int_equal(plan_load("/tmp", NULL, &p, err, sizeof err), CLSHIM_EIO);
+    assert_non_null(strstr(err, "not a regular file"));
+}
+
+/* arbitrary bytes never crash, and every result is a plan or one message of
+ * the form ORIGIN:LINE:COLUMN: ... (fixed seed; run under ASan in check-sanitize) */
+static void random_input(void **state)
+{
+    static const char *pieces[] = {"fuse", " ", "a", "b", "+", ";", ":", ",", "#", "\n", "force-barrier", "\t",
+                                   "k_1", "\r\n", "x", "-", "\0", "\xff", "fuse a b\n", "zz"};
+    srand(12345);
+    char buf[256];
+    for (int iter = 0; iter < 20000; iter++) {
+        size_t len = 0, parts = (size_t)(rand() % 24);
+        for (size_t i = 0; i < parts; i++) {
+            const char *pc = pieces[rand() % 20];
+            size_t n = *pc ? strlen(pc) : 1;
+            if (len + n >= sizeof buf) break;
+            memcpy(buf + len, pc, n);
+            len += n;
+        }
+        if (rand() % 4 == 0 && len) buf[rand() % len] = (char)(rand() % 256);
+        for (int form = 0; form < 2; form++) {
+            struct fusion_plan *p = calloc(1, sizeof *p);
+            int rc = plan_parse(p, buf, len, form ? PLAN_INLINE_FORM : PLAN_FILE_FORM, "f", err, sizeof err);
+            if (!rc) rc = plan_check(p, err, sizeof err);
+            if (rc) {
+                assert_int_equal(rc, CLSHIM_EINVAL);
+                unsigned line, col;
+                assert_int_equal(sscanf(err, "f:%u:%u: ", &line, &col), 2);
+                assert_true(line >= 1 && col >= 1);
+            } else {
+                for (uint32_t s = 0; s < p->nseqs; s++) assert_true(p->seqs[s].n >= 2);
+            }
+            plan_free(p);
+        }
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(file_form),        cmocka_unit_test(inline_form), cmocka_unit_test(errors),
+        cmocka_unit_test(whole_plan_checks), cmocka_unit_test(limits),      cmocka_unit_test(load),
+        cmocka_unit_test(random_input),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
