@@ -983,8 +983,8 @@ static void capture(struct pc_program *rec)
             key_prefix(d->hash, prefix);
             if (rc == CLSHIM_OK) {
                 STAT_ADD(proc_stats.stores, d->stored_size == 0);
-                log_msg(LOG_INFO, "stored %s: %zu bytes, captured after use%s", prefix, sizes[i],
-                        d->stored_size ? " (replaces the one captured at build)" : "");
+                log_msg(LOG_INFO, "stored %s: %zu bytes%s", prefix, sizes[i],
+                        d->stored_size ? " (replaces the one stored at build)" : "");
                 d->stored_size = sizes[i];
             } else if (rc != CLSHIM_EREADONLY && rc != CLSHIM_ETOOBIG) {
                 LOG_ONCE(LOG_WARN, "cannot store a built program (%s); the app goes on uncached",
