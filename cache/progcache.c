@@ -989,6 +989,8 @@ static void capture(struct pc_program *rec)
             } else if (rc != CLSHIM_EREADONLY && rc != CLSHIM_ETOOBIG) {
                 LOG_ONCE(LOG_WARN, "cannot store a built program (%s); the app goes on uncached",
                          clshim_strerror(rc));
+            } else {
+                log_msg(LOG_INFO, "not stored %s (%zu bytes): %s", prefix, sizes[i], clshim_strerror(rc));
             }
             free(log);
             d->needs_capture = 0;
