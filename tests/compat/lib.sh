@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # lib.sh — helpers shared by tests/compat/run.sh (make compat) and
 # tests/integration/test_compat_quick.sh (make check); sourced, never run.
 #
@@ -35,6 +36,7 @@ compat_missing_packages() { # packages... -> those not installed, on stdout
 # password-less sudo). Returns non-zero with a message when it cannot.
 compat_install_packages() {
     local missing sudo=""
+    # shellcheck disable=SC2086 # a list of names
     missing=$(compat_missing_packages $COMPAT_PACKAGES)
     [ -z "$missing" ] && return 0
     echo "compat: installing missing packages: $missing"
@@ -105,7 +107,7 @@ compat_run() {
     (cd "$cwd" && exec timeout -k 10 "${COMPAT_RUN_TIMEOUT:-1800}" "${e[@]}" "$@") >"$out/stdout" 2>"$out/stderr" || rc=$?
     t1=$EPOCHREALTIME
     echo "$rc" >"$out/rc"
-    awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f\n", b - a }' >"$out/wall"
+    awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f\n", b - a }' >"$out/wall"
     rm -rf "$priv"
     return 0
 }
