@@ -64,6 +64,7 @@ RELPROGS := $(patsubst tests/reliability/progs/%.c,$(BUILD)/tests/rel/%,$(REL_SR
 # dependency).
 FUZZ_BUILD ?= $(BUILD)-fuzz
 FUZZ_CC    ?= clang-15
+FUZZ_CXX   ?= clang++-15
 FUZZERS  := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRC))
 
 .PHONY: all deps check check-sanitize check-long compat bench demo install clean docs fuzz fuzz-targets
@@ -150,10 +151,12 @@ $(BUILD)/tests/rel/%: tests/reliability/progs/%.c $(CORE_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_C) -o $@ $< $(CORE_A) $(LDFLAGS_C) -lOpenCL $(CORE_LIBS)
 
+# The translator target loads libclshim-llvm.so: the fuzz build makes its own
+# with clang++, so one ASan runtime (clang's) is in the process.
 fuzz:
-	$(MAKE) BUILD=$(FUZZ_BUILD) CC=$(FUZZ_CC) SAN=address,undefined OPT=-O1 \
+	$(MAKE) BUILD=$(FUZZ_BUILD) CC=$(FUZZ_CC) CXX=$(FUZZ_CXX) SAN=address,undefined OPT=-O1 \
 	  EXTRA_CFLAGS=-fsanitize=fuzzer-no-link fuzz-targets
-fuzz-targets: $(FUZZERS)
+fuzz-targets: $(FUZZERS) $(LLVMLIB)
 $(BUILD)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz.h $(CORE_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_C) -fsanitize=fuzzer -o $@ $< $(CORE_A) $(LDFLAGS_C) -lOpenCL $(CORE_LIBS)

@@ -20,7 +20,7 @@ FZ=$FZ_BUILD/fuzz
 SECS=${CLSHIM_FUZZ_SECONDS:-6}
 TRANSLATE_RUNS=${CLSHIM_FUZZ_TRANSLATE_RUNS:-150}
 if [ "${CLSHIM_LONG:-0}" = 1 ]; then SECS=${CLSHIM_FUZZ_SECONDS:-300}; TRANSLATE_RUNS=${CLSHIM_FUZZ_TRANSLATE_RUNS:-3000}; fi
-export CLSHIM_LLVM_LIB=$CLSHIM_BUILD/libclshim-llvm.so
+export CLSHIM_LLVM_LIB=$FZ_BUILD/libclshim-llvm.so # built alike (clang, ASan)
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1}
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 total=0
