@@ -131,6 +131,19 @@ same_output nrref nr2 "no releases, warm: same results"
 [ "$(count 'hit ' "$TMP/nr2.err")" = 1 ] || fail "no releases: expected a hit"
 ok "a program that never releases: stored after its first use, clean exit, then a hit"
 
+# Several devices in one clBuildProgram (PoCL exposes two with POCL_DEVICES).
+export POCL_DEVICES="pthread pthread"
+fresh_pocl; run_plain tdref "$PROGS/twodevices"
+grep -q "^2 devices" "$TMP/tdref.out" || fail "PoCL did not expose two devices"
+fresh_pocl; run_shim td1 "$PROGS/twodevices"
+same_output tdref td1 "two devices, cold: same results"
+[ "$(count 'miss ' "$TMP/td1.err")" = 2 ] || fail "two devices: expected a miss per device"
+fresh_pocl; run_shim td2 "$PROGS/twodevices"
+same_output tdref td2 "two devices, warm: same results"
+[ "$(count 'hit ' "$TMP/td2.err")" = 2 ] || fail "two devices: expected a hit per device"
+unset POCL_DEVICES
+ok "one clBuildProgram for two devices: a key per device, both hit"
+
 # CLSHIM_CACHE=0: caching off, app unaffected.
 CLSHIM_CACHE=0 run_shim off "$MK"
 same_output ref off "CLSHIM_CACHE=0: same results"
