@@ -78,6 +78,27 @@ for t in 1 8; do
 done
 ok "no HOME: one line, results right"
 
+# Out of memory on a huge binary: a 300 MiB entry whose checksums verify, read
+# by a process whose allocator fails every allocation over 280 MiB (a real
+# failing malloc, preloaded; PoCL itself needs 256 MiB blocks to serialise a
+# binary, so the limit sits above that). The app compiles instead and the
+# result is right. CLSHIM_CACHE_MAX_ENTRY=1G: the entry is not refused by policy.
+BIG=$TMP/bigalloc.so
+cc -shared -fPIC -O1 -Wall -Werror -o "$BIG" "$CLSHIM_ROOT/tests/reliability/faultlib/bigalloc.c" || fail "cannot build bigalloc"
+export CLSHIM_CACHE_DIR=$TMP/huge CLSHIM_CACHE_MAX_ENTRY=1G CLSHIM_CACHE_MAX_SIZE=2G
+fresh_pocl; run_shim hugepop "$MK" --scale 6
+"$CLSHIM_BUILD/tests/rel/rel_forge" huge "$CLSHIM_CACHE_DIR" 300 >/dev/null || fail "cannot forge a huge entry"
+fresh_pocl; run_plain ref6 "$MK" --scale 6
+fresh_pocl; LD_PRELOAD="$SHIM:$BIG" CLFAULT_MALLOC_MAX=$((280 << 20)) "$MK" --scale 6 >"$TMP/oom.out" 2>"$TMP/oom.err"
+echo $? >"$TMP/oom.rc"
+same_output ref6 oom "a huge cached binary that cannot be allocated: results of a plain run"
+[ "$(count 'clshim:' "$TMP/oom.err")" -le 1 ] || { cat "$TMP/oom.err" >&2; fail "out of memory: more than one line"; }
+fresh_pocl; CLSHIM_LOG=info run_shim afteroom "$MK" --scale 6
+same_output ref6 afteroom "after the out-of-memory run: results right"
+grep -q 'hit .*(disk)' "$TMP/afteroom.err" || { cat "$TMP/afteroom.err" >&2; fail "the huge entry was not replaced by the rebuild"; }
+unset CLSHIM_CACHE_MAX_ENTRY CLSHIM_CACHE_MAX_SIZE
+ok "out of memory on a huge binary: compiled instead, at most one line, the entry replaced"
+
 # Limits: an entry bigger than the whole cache, or than CLSHIM_CACHE_MAX_ENTRY,
 # is not stored, silently (a policy, not a fault); info says so.
 export CLSHIM_CACHE_DIR=$TMP/limits

@@ -13,6 +13,8 @@
  *                                 replaced by garbage of the same size (the
  *                                 checksums are valid: only the driver can
  *                                 refuse it)
+ *   rel_forge huge DIR MIB        the same with MIB-MiB binaries (a huge binary
+ *                                 for out-of-memory tests)
  *   rel_forge stale-reader DIR    a child opens a read transaction and is
  *                                 SIGKILLed, leaving its reader slot in lock.mdb
  *   rel_forge stale-writer DIR    the same holding the write lock (a writer
@@ -148,7 +150,12 @@ static int collect(const struct store_entry_info *e, void *ctx)
     return 0;
 }
 
-static int garble(const char *dir)
+static int garble_sized(const char *dir, uint64_t forced_size);
+static int garble(const char *dir) { return garble_sized(dir, 0); }
+
+/* Every entry's binary replaced by forced_size bytes (0: its own size) of
+ * garbage, through the store API, so its checksums verify. */
+static int garble_sized(const char *dir, uint64_t forced_size)
 {
     struct store_options o = {.dir = dir, .compress_level = 3};
     store *s;
@@ -161,9 +168,11 @@ static int garble(const char *dir)
     store_foreach(s, collect, &l);
     int changed = 0;
     for (size_t i = 0; i < l.n; i++) {
-        unsigned char *bin = malloc(l.size[i]);
-        for (uint64_t j = 0; j < l.size[i]; j++) bin[j] = (unsigned char)((j * 2654435761u) >> 13);
-        struct store_record r = {bin, l.size[i], "", 1000000, ENTRY_ORIGIN_SOURCE, "forged"};
+        uint64_t size = forced_size ? forced_size : l.size[i];
+        unsigned char *bin = malloc(size);
+        if (!bin) return 1;
+        for (uint64_t j = 0; j < size; j++) bin[j] = (unsigned char)((j * 2654435761u) >> 13);
+        struct store_record r = {bin, size, "", 1000000, ENTRY_ORIGIN_SOURCE, "forged"};
         if (store_put(s, l.hash[i], l.key[i], l.key_len[i], &r) == CLSHIM_OK) changed++;
         free(bin);
     }
@@ -235,11 +244,12 @@ int main(int argc, char **argv)
 {
     if (argc == 4 && !strcmp(argv[1], "corrupt")) return corrupt(argv[2], argv[3]);
     if (argc == 3 && !strcmp(argv[1], "garble")) return garble(argv[2]);
+    if (argc == 4 && !strcmp(argv[1], "huge")) return garble_sized(argv[2], strtoull(argv[3], NULL, 10) << 20);
     if (argc == 3 && !strcmp(argv[1], "stale-reader")) return stale_txn(argv[2], MDB_RDONLY);
     if (argc == 3 && !strcmp(argv[1], "stale-writer")) return stale_txn(argv[2], 0);
     if (argc == 3 && !strcmp(argv[1], "seed")) return seed(argv[2]);
     if (argc == 3 && !strcmp(argv[1], "hold")) return hold(argv[2]);
-    fprintf(stderr, "usage: rel_forge corrupt DIR flip|truncate|extend|sizes|keylen | garble DIR | "
+    fprintf(stderr, "usage: rel_forge corrupt DIR flip|truncate|extend|sizes|keylen | garble DIR | huge DIR MIB | "
                     "stale-reader DIR | stale-writer DIR | hold DIR | seed FILE\n");
     return 2;
 }
