@@ -1013,10 +1013,9 @@ static void capture(struct pc_program *rec)
  * returns a program created from the stored executable. The app's callback,
  * if any, is called after the (then synchronous) operation. */
 
-static int device_list(struct pc_program *rec, cl_context ctx, cl_uint n, const cl_device_id *list,
-                       cl_device_id **owned, cl_uint *ndev, const cl_device_id **devs)
+static int device_list(cl_context ctx, cl_uint n, const cl_device_id *list, cl_device_id **owned, cl_uint *ndev,
+                       const cl_device_id **devs)
 {
-    (void)rec;
     *owned = NULL;
     *ndev = n;
     *devs = list;
@@ -1076,7 +1075,7 @@ cl_int pc_compile(cl_program prog, cl_uint num_devices, const cl_device_id *devi
     cl_uint ndev = 0;
     const cl_device_id *devs = NULL;
     if (!cacheable || (num_headers && !hrecs) ||
-        device_list(rec, rec->context, num_devices, device_list_in, &owned, &ndev, &devs) != 0) {
+        device_list(rec->context, num_devices, device_list_in, &owned, &ndev, &devs) != 0) {
         free(hrecs);
         return real->clCompileProgram(prog, num_devices, device_list_in, options, num_headers, headers, header_names,
                                       notify, user_data);
@@ -1184,7 +1183,7 @@ cl_program pc_link(cl_context ctx, cl_uint num_devices, const cl_device_id *devi
     cl_device_id *owned = NULL;
     cl_uint ndev = 0;
     const cl_device_id *devs = NULL;
-    int cacheable = config_get()->cache && device_list(NULL, ctx, num_devices, device_list_in, &owned, &ndev, &devs) == 0;
+    int cacheable = config_get()->cache && device_list(ctx, num_devices, device_list_in, &owned, &ndev, &devs) == 0;
     struct pc_program *out = calloc(1, sizeof *out);
     struct pc_dev *dv = cacheable ? calloc(ndev, sizeof *dv) : NULL;
     cacheable = cacheable && out && dv;

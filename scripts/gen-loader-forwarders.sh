@@ -64,7 +64,7 @@ static cl_int fwd_missing_int(void) { return CL_INVALID_OPERATION; }
 static void *fwd_missing_ptr(void) { return NULL; }
 static void fwd_missing_void(void) {}
 
-/* Called by a trampoline on its first call: the real function, or a stub that
+/* Called by a trampoline on its first call: the real function, or a fallback that
  * fails as a loader without it would (logged once by name). */
 __attribute__((visibility("hidden"))) void *loader_fwd_resolve(unsigned idx);
 __attribute__((visibility("hidden"))) void *loader_fwd_resolve(unsigned idx)
