@@ -3,7 +3,10 @@
  * Invariants of a queue record (checked by fq_invariants() in debug builds):
  *   1. nheld > 0 only on an in-order, live queue;
  *   2. held entries are in enqueue order, each with a complete snapshot
- *      (rec->nargs arguments), a retained kernel and retained wait events;
+ *      (rec->nargs arguments) and retained wait events; the kernel is not
+ *      retained: clReleaseKernel submits the held kernels that use it
+ *      before the driver sees the release (fusion_release_kernel), and a
+ *      retain per held kernel costs a driver lock on the launch path;
  *   3. every held entry's event, if any, has ev->held == 1 and ev->q == q;
  *      once submitted, ev->held == 0 and ev->real is set (or its user event
  *      was failed), and it is never held again;
@@ -189,9 +192,12 @@ void fb_held_clear(struct held *h)
 {
     for (cl_uint i = 0; i < h->nwaits; i++) fb_real->clReleaseEvent(h->waits[i]);
     free(h->waits);
-    fk_free_args(h->args, h->nargs);
-    if (h->k) fb_real->clReleaseKernel(h->k);
+    for (cl_uint i = 0; i < h->nargs; i++) fk_arg_clear(&h->args[i]);
+    struct fk_arg *args = h->args;
+    uint32_t cap = h->args_cap;
     memset(h, 0, sizeof *h);
+    h->args = args;
+    h->args_cap = cap;
 }
 
 /* A wait list with our user events replaced by the real events behind them. */
@@ -306,17 +312,19 @@ static int hold(struct fq *q, struct fk_kernel *r, cl_kernel k, cl_uint dim, con
         uint32_t cap = q->cap ? q->cap * 2 : 8;
         struct held *nh = realloc(q->held, cap * sizeof *nh);
         if (!nh) return -1;
+        memset(nh + q->cap, 0, (cap - q->cap) * sizeof *nh);
         q->held = nh;
         q->cap = cap;
     }
-    struct held *h = &q->held[q->nheld];
-    memset(h, 0, sizeof *h);
-    h->args = fk_snapshot(r);
+    struct held *h = &q->held[q->nheld]; /* cleared, but for its argument array */
+    int copied = fk_snapshot_into(r, &h->args, &h->args_cap) == 0;
     h->waits = nw ? malloc(nw * sizeof *h->waits) : NULL;
     h->ev = ev ? fev_new(q, CL_COMMAND_NDRANGE_KERNEL) : NULL;
-    if (!h->args || (nw && !h->waits) || (ev && !h->ev)) {
-        fk_free_args(h->args, r->nargs);
+    if (!copied || (nw && !h->waits) || (ev && !h->ev)) {
+        if (copied)
+            for (cl_uint i = 0; i < r->nargs; i++) fk_arg_clear(&h->args[i]);
         free(h->waits);
+        h->waits = NULL;
         if (h->ev) { /* nobody has seen it: complete and drop it */
             struct fev *e = h->ev;
             cl_event ue = e->ue;
@@ -326,8 +334,8 @@ static int hold(struct fq *q, struct fk_kernel *r, cl_kernel k, cl_uint dim, con
             fev_unref(e);
             fb_real->clReleaseEvent(ue);
             fb_real->clReleaseEvent(ue);
+            h->ev = NULL;
         }
-        memset(h, 0, sizeof *h);
         return -1;
     }
     h->nargs = r->nargs;
@@ -346,7 +354,6 @@ static int hold(struct fq *q, struct fk_kernel *r, cl_kernel k, cl_uint dim, con
         fb_real->clRetainEvent(wl[i]);
     }
     h->nwaits = nw;
-    fb_real->clRetainKernel(k);
     if (ev) *ev = h->ev->ue;
     __atomic_store_n(&q->nheld, q->nheld + 1, __ATOMIC_RELEASE);
     __atomic_add_fetch(&fb_held_total, 1, __ATOMIC_RELEASE);
@@ -389,8 +396,8 @@ static int plan_done(const struct fq *q)
 /* Fuses the held kernels or, failing that, submits them; caller holds q->lock. */
 static void fuse_or_submit(struct fq *q, int force, int seq, struct fb_pending *p, cl_event *out)
 {
-    char why[600], names[512];
-    names_of(q, names, sizeof names);
+    char why[600], names[512] = "";
+    if (log_enabled(LOG_INFO)) names_of(q, names, sizeof names); /* costly: only for the log */
     uint32_t n = q->nheld, nargs = 0;
     for (uint32_t i = 0; i < n; i++) nargs += q->held[i].nargs;
     uint32_t nparams = 0;

@@ -47,6 +47,7 @@ struct fk_arg {
 struct fk_kernel {
     pthread_mutex_t lock; /* args, and the driver's copy of them (see fk_submit) */
     cl_kernel k;
+    uint64_t id;          /* unique for the process's lifetime (records are freed, ids not reused) */
     char *name;
     cl_context ctx;
     int track;            /* arguments are recorded */
@@ -73,8 +74,11 @@ void fk_forget(cl_kernel k);
 cl_int fk_set_arg(struct fk_kernel *r, cl_uint index, size_t size, const void *value);
 /* All arguments recorded (caller holds r->lock). */
 int fk_complete(const struct fk_kernel *r);
-/* Copies the current arguments (caller holds r->lock); NULL on OOM. */
-struct fk_arg *fk_snapshot(const struct fk_kernel *r);
+/* Copies the current arguments into *args (caller holds r->lock), growing
+ * it to r->nargs entries when *cap is smaller: a queue reuses the arrays of
+ * its held entries, so holding a kernel allocates nothing once warm.
+ * 0, or -1 on OOM with nothing copied. */
+int fk_snapshot_into(const struct fk_kernel *r, struct fk_arg **args, uint32_t *cap);
 void fk_free_args(struct fk_arg *args, cl_uint n);
 int fk_arg_equal(const struct fk_arg *a, const struct fk_arg *b);
 /* Deep copy (0, or -1 on OOM with *dst cleared); clear frees the value. */
@@ -132,8 +136,9 @@ struct held {
     cl_uint dim;
     size_t off[3], gws[3], lws[3];
     int has_off, has_lws;
-    struct fk_arg *args;  /* snapshot, rec->nargs entries */
+    struct fk_arg *args;  /* snapshot, rec->nargs entries (array kept for reuse) */
     cl_uint nargs;
+    uint32_t args_cap;    /* entries allocated in args */
     cl_event *waits;      /* retained */
     cl_uint nwaits;
     struct fev *ev;       /* NULL when the application asked for no event */
@@ -155,6 +160,7 @@ struct fq {
     uint32_t *cand;       /* plan sequences the held kernels still match */
     uint32_t ncand;
     struct fb_memo *last; /* the fused program used last here */
+    struct fb_repeat *repeat; /* the last fused launch's held kernels (flaunch.c) */
     cl_mem *checked;      /* the buffers of the last fusion, found not to alias ... */
     uint32_t nchecked;
     int checked_gen;      /* ... while fb_mem_gen had this value */
@@ -163,7 +169,8 @@ struct fq {
 
 /* Submits every held kernel individually, in order (caller holds q->lock). */
 void fb_submit_held(struct fq *q, struct fb_pending *p);
-/* Releases what a held entry owns (not its event). */
+/* Releases what a held entry owns (not its event); keeps its argument
+ * array for the next kernel held in that slot. */
 void fb_held_clear(struct held *h);
 /* Cancels fusion on q: lock, submit, unlock, run pending. */
 void fb_cancel(struct fq *q, const char *why);

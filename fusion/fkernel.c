@@ -85,10 +85,12 @@ static void decide_tracking(struct fk_kernel *r)
 static struct fk_kernel *make_record(cl_kernel k)
 {
     const struct cl_api *real = fb_real;
+    static uint64_t next_id;
     struct fk_kernel *r = calloc(1, sizeof *r);
     if (!r) return NULL;
     pthread_mutex_init(&r->lock, NULL);
     r->k = k;
+    r->id = __atomic_add_fetch(&next_id, 1, __ATOMIC_RELAXED);
     int kind = 0;
     const void *input = NULL;
     size_t len = 0;
@@ -235,16 +237,22 @@ int fk_complete(const struct fk_kernel *r)
     return 1;
 }
 
-struct fk_arg *fk_snapshot(const struct fk_kernel *r)
+int fk_snapshot_into(const struct fk_kernel *r, struct fk_arg **args, uint32_t *cap)
 {
-    struct fk_arg *s = calloc(r->nargs ? r->nargs : 1, sizeof *s);
-    if (!s) return NULL;
+    if (*cap < r->nargs || !*args) {
+        uint32_t n = r->nargs > 4 ? r->nargs : 4;
+        struct fk_arg *grown = realloc(*args, n * sizeof *grown);
+        if (!grown) return -1;
+        *args = grown;
+        *cap = n;
+    }
+    struct fk_arg *s = *args;
     for (cl_uint i = 0; i < r->nargs; i++)
         if (fk_arg_copy(&s[i], &r->args[i]) != 0) {
-            fk_free_args(s, i);
-            return NULL;
+            while (i--) fk_arg_clear(&s[i]);
+            return -1;
         }
-    return s;
+    return 0;
 }
 
 static cl_int set_one(struct fk_kernel *r, cl_uint i, const struct fk_arg *a)

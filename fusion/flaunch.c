@@ -40,6 +40,10 @@
 #define META_MAGIC 0x46534c43u /* "CLSF" */
 #define META_VERSION 1u
 
+/* Arguments of all held kernels together up to which the launch path uses
+ * stack arrays (no allocation while a warm sequence is fused). */
+#define STACK_ARGS 128
+
 struct fb_memo {
     pthread_mutex_t lock;  /* the fused kernel's arguments, set then enqueued */
     cl_context ctx;
@@ -63,11 +67,28 @@ static pthread_mutex_t memo_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* ---- key material --------------------------------------------------------------- */
 
+/* A growing byte string. Key material starts in `inl` (no allocation on
+ * the launch path of a warm sequence); memo_build takes a heap copy. */
 struct bytes {
     unsigned char *p;
     size_t len, cap;
     int oom;
+    unsigned char inl[1024];
 };
+
+static void bytes_init(struct bytes *b)
+{
+    b->p = b->inl;
+    b->len = 0;
+    b->cap = sizeof b->inl;
+    b->oom = 0;
+}
+
+static void bytes_free(struct bytes *b)
+{
+    if (b->p != b->inl) free(b->p);
+    b->p = NULL;
+}
 
 static void put(struct bytes *b, const void *v, size_t n)
 {
@@ -75,11 +96,12 @@ static void put(struct bytes *b, const void *v, size_t n)
     if (b->len + n > b->cap) {
         size_t cap = b->cap ? b->cap * 2 : 512;
         while (cap < b->len + n) cap *= 2;
-        unsigned char *p = realloc(b->p, cap);
+        unsigned char *p = b->p == b->inl ? malloc(cap) : realloc(b->p, cap);
         if (!p) {
             b->oom = 1;
             return;
         }
+        if (b->p == b->inl) memcpy(p, b->inl, b->len);
         b->p = p;
         b->cap = cap;
     }
@@ -131,8 +153,10 @@ static int make_classes(struct fq *q, uint32_t *cls, char *why, size_t why_len)
 {
     size_t total = 0;
     for (uint32_t i = 0; i < q->nheld; i++) total += q->held[i].nargs;
-    const struct fk_arg **seen = malloc((total ? total : 1) * sizeof *seen);
-    cl_mem *mems = malloc((total ? total : 1) * sizeof *mems);
+    const struct fk_arg *seen_buf[STACK_ARGS];
+    cl_mem mems_buf[STACK_ARGS];
+    const struct fk_arg **seen = total <= STACK_ARGS ? seen_buf : malloc(total * sizeof *seen);
+    cl_mem *mems = total <= STACK_ARGS ? mems_buf : malloc(total * sizeof *mems);
     size_t at = 0;
     uint32_t next = 0, nmems = 0;
     int rc = 0;
@@ -190,20 +214,19 @@ static int make_classes(struct fq *q, uint32_t *cls, char *why, size_t why_len)
             q->checked_gen = gen;
         }
     }
-    free(mems);
-    free(seen);
+    if (mems != mems_buf) free(mems);
+    if (seen != seen_buf) free(seen);
     return rc;
 }
 
-static void key_material(const struct fq *q, int force, const uint32_t *cls, const char *options, struct bytes *b)
+/* The build options of the fused program (shared_options) are not in it:
+ * they follow from the kernels' options, which their origin hashes cover. */
+static void key_material(const struct fq *q, int force, const uint32_t *cls, struct bytes *b)
 {
-    static const char tag[] = "clshim-fusion-key 1\n";
+    static const char tag[] = "clshim-fusion-key 2\n";
     put(b, tag, sizeof tag - 1);
     put32(b, (uint32_t)force);
     put32(b, q->nheld);
-    uint32_t olen = (uint32_t)strlen(options);
-    put32(b, olen);
-    put(b, options, olen);
     size_t at = 0;
     for (uint32_t i = 0; i < q->nheld; i++) {
         const struct held *h = &q->held[i];
@@ -445,9 +468,13 @@ static struct fb_memo *memo_build(const struct fq *q, int force, const uint32_t 
     pthread_mutex_init(&e->lock, NULL);
     e->ctx = q->ctx;
     e->dev = q->dev;
-    e->key = key->p;
+    if (!(e->key = malloc(key->len ? key->len : 1))) {
+        pthread_mutex_destroy(&e->lock);
+        free(e);
+        return NULL;
+    }
+    memcpy(e->key, key->p, key->len);
     e->key_len = key->len;
-    key->p = NULL;
     char why[600] = "";
     struct make_ctx mc = {q, force, cls, why, sizeof why};
     void *meta = NULL;
@@ -545,39 +572,143 @@ static cl_int launch(struct fq *q, struct fb_memo *e, cl_event *rev)
     return rc;
 }
 
-int fb_fuse_held(struct fq *q, int force, int seq, struct fb_pending *p, cl_event *out_event, uint32_t *nparams,
-                 char *why, size_t why_len)
+/* ---- repeats ------------------------------------------------------------------------------ */
+
+/* What a queue's last fused launch held. A loop that fuses the same
+ * sequence again — the same kernel records, ND-ranges and argument bytes,
+ * and no buffer released since (a released handle may come back as another
+ * buffer) — has the same argument classes, hence the same key: its fused
+ * program is reused without classes, key material or memo lookups. */
+struct fb_repeat_kernel {
+    uint64_t id;
+    uint64_t dim, nargs, has_lws, has_off;
+    uint64_t gws[3], lws[3], off[3];
+};
+
+struct fb_repeat {
+    int valid, force, gen;
+    struct fb_memo *memo;
+    struct fb_repeat_kernel *kernels;
+    uint32_t n, kernels_cap;
+    struct fk_arg *args; /* every held kernel's arguments, in order */
+    uint32_t nargs, args_cap;
+};
+
+static void repeat_kernel_of(const struct held *h, struct fb_repeat_kernel *k)
 {
-    (void)seq;
+    k->id = h->rec->id;
+    k->dim = h->dim;
+    k->nargs = h->nargs;
+    k->has_lws = (uint64_t)h->has_lws;
+    k->has_off = (uint64_t)h->has_off;
+    for (int d = 0; d < 3; d++) {
+        k->gws[d] = h->gws[d];
+        k->lws[d] = h->lws[d];
+        k->off[d] = h->off[d];
+    }
+}
+
+static struct fb_memo *repeat_match(const struct fq *q, int force, int gen)
+{
+    const struct fb_repeat *r = q->repeat;
+    if (!r || !r->valid || r->force != force || r->gen != gen || r->n != q->nheld) return NULL;
+    const struct fk_arg *a = r->args;
+    for (uint32_t i = 0; i < q->nheld; i++) {
+        const struct held *h = &q->held[i];
+        struct fb_repeat_kernel k;
+        repeat_kernel_of(h, &k);
+        if (memcmp(&k, &r->kernels[i], sizeof k)) return NULL;
+        for (cl_uint j = 0; j < h->nargs; j++)
+            if (!fk_arg_equal(a++, &h->args[j])) return NULL;
+    }
+    return r->memo;
+}
+
+/* Remembers the held kernels of a launch of e (best effort: on OOM the next
+ * launch takes the full path). */
+static void repeat_save(struct fq *q, int force, int gen, struct fb_memo *e)
+{
+    struct fb_repeat *r = q->repeat;
+    if (!r && !(r = q->repeat = calloc(1, sizeof *r))) return;
+    r->valid = 0;
+    for (uint32_t i = 0; i < r->nargs; i++) fk_arg_clear(&r->args[i]);
+    r->nargs = 0;
+    uint32_t total = 0;
+    for (uint32_t i = 0; i < q->nheld; i++) total += q->held[i].nargs;
+    if (q->nheld > r->kernels_cap) {
+        struct fb_repeat_kernel *k = realloc(r->kernels, q->nheld * sizeof *k);
+        if (!k) return;
+        r->kernels = k;
+        r->kernels_cap = q->nheld;
+    }
+    if (total > r->args_cap) {
+        struct fk_arg *a = realloc(r->args, total * sizeof *a);
+        if (!a) return;
+        r->args = a;
+        r->args_cap = total;
+    }
+    for (uint32_t i = 0; i < q->nheld; i++) {
+        const struct held *h = &q->held[i];
+        repeat_kernel_of(h, &r->kernels[i]);
+        for (cl_uint j = 0; j < h->nargs; j++) {
+            if (fk_arg_copy(&r->args[r->nargs], &h->args[j]) != 0) return; /* valid stays 0 */
+            r->nargs++;
+        }
+    }
+    r->n = q->nheld;
+    r->force = force;
+    r->gen = gen;
+    r->memo = e;
+    r->valid = 1;
+}
+
+/* The fused program for q's held kernels: a repeat of the last launch, else
+ * through classes and key material (memo, cache, build). NULL with `why`. */
+static struct fb_memo *fused_program(struct fq *q, int force, int gen, int *repeat, char *why, size_t why_len)
+{
+    struct fb_memo *e = repeat_match(q, force, gen);
+    *repeat = e != NULL;
+    if (e) return e;
     size_t total = 0;
     for (uint32_t i = 0; i < q->nheld; i++) total += q->held[i].nargs;
-    uint32_t *cls = malloc((total ? total : 1) * sizeof *cls);
-    struct bytes key = {0};
+    uint32_t cls_buf[STACK_ARGS];
+    uint32_t *cls = total <= STACK_ARGS ? cls_buf : malloc(total * sizeof *cls);
+    struct bytes key;
+    bytes_init(&key);
     char *options = NULL;
-    int rc = -1;
     if (!cls) {
         snprintf(why, why_len, "out of memory");
         goto out;
     }
     if (make_classes(q, cls, why, why_len) != 0) goto out;
-    if (!(options = shared_options(q))) {
-        snprintf(why, why_len, "out of memory");
-        goto out;
-    }
-    key_material(q, force, cls, options, &key);
+    key_material(q, force, cls, &key);
     if (key.oom) {
         snprintf(why, why_len, "out of memory");
         goto out;
     }
-    struct fb_memo *e = q->last && memo_matches(q->last, q, &key) ? q->last : memo_find(q, &key);
-    if (!e && !(e = memo_build(q, force, cls, &key, options))) {
+    e = q->last && memo_matches(q->last, q, &key) ? q->last : memo_find(q, &key);
+    if (!e && (!(options = shared_options(q)) || !(e = memo_build(q, force, cls, &key, options)))) {
         snprintf(why, why_len, "out of memory");
         goto out;
     }
-    if (e->reason) {
+    if (e && e->reason) {
         snprintf(why, why_len, "%s", e->reason);
-        goto out;
+        e = NULL;
     }
+out:
+    if (cls != cls_buf) free(cls);
+    bytes_free(&key);
+    free(options);
+    return e;
+}
+
+int fb_fuse_held(struct fq *q, int force, int seq, struct fb_pending *p, cl_event *out_event, uint32_t *nparams,
+                 char *why, size_t why_len)
+{
+    (void)seq;
+    int gen = __atomic_load_n(&fb_mem_gen, __ATOMIC_ACQUIRE), repeat = 0;
+    struct fb_memo *e = fused_program(q, force, gen, &repeat, why, why_len);
+    if (!e) return -1;
     q->last = e;
     cl_event rev = NULL;
     int want_event = out_event != NULL;
@@ -585,8 +716,9 @@ int fb_fuse_held(struct fq *q, int force, int seq, struct fb_pending *p, cl_even
     cl_int err = launch(q, e, want_event ? &rev : NULL); /* an event costs the driver time */
     if (err != CL_SUCCESS) {
         snprintf(why, why_len, "enqueueing the fused kernel failed (error %d)", err);
-        goto out;
+        return -1;
     }
+    if (!repeat) repeat_save(q, force, gen, e);
     /* Launched: every held command's work is in rev. */
     uint32_t n = q->nheld;
     for (uint32_t i = 0; i < n; i++) {
@@ -605,10 +737,5 @@ int fb_fuse_held(struct fq *q, int force, int seq, struct fb_pending *p, cl_even
     if (out_event) *out_event = rev;
     else if (rev) fb_real->clReleaseEvent(rev);
     *nparams = e->nparams;
-    rc = 0;
-out:
-    free(cls);
-    free(key.p);
-    free(options);
-    return rc;
+    return 0;
 }

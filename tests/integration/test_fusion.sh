@@ -67,6 +67,15 @@ shim_vs_plain elide "$PLAN" "$FC" --mode elide
     fail "elide: expected 3 launches with 4 parameters"
 ok "elide: identical buffers and scalars become one parameter"
 
+# 7b. Relaunches: an exact repeat reuses the last fused launch; other buffers,
+#     another scalar and an aliased (in-place) step are fused correctly, and
+#     only the aliased step needs another fused kernel.
+shim_vs_plain vary "$PLAN" "$FC" --mode vary --iterations 2
+[ "$(fused offset+scale+square vary)" = 12 ] || fail "vary: expected 12 fused launches"
+[ "$(count 'fused offset+scale+square into one launch (4 parameters' "$TMP/vary.err")" = 2 ] ||
+    fail "vary: the in-place step should fuse with 4 parameters, twice"
+ok "vary: repeats, other buffers, scalars and aliasing give the unfused results"
+
 # 8. A chain that needs a barrier is refused (once, not retried); a plan
 #    forcing it where a barrier is impossible falls back too.
 shim_vs_plain barrier "other+shifted" "$FC" --mode barrier

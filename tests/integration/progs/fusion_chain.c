@@ -10,6 +10,8 @@
  *             profiled, and in another queue's wait list
  *   setarg    clSetKernelArg after the enqueue (the held snapshot counts)
  *   sizes     the kernels over different global sizes
+ *   vary      the chain relaunched with the same arguments, other buffers,
+ *             another scalar, and an in-place (aliased) step in turn
  *   elide     one buffer and one scalar passed to several parameters
  *   barrier   a chain that needs a barrier (shifted read)
  *   threads   two threads, two queues, the chain at once
@@ -262,6 +264,34 @@ static void mode_sizes(struct chain *c, int iters)
     }
 }
 
+/* Relaunches of one sequence that repeat the last launch exactly or differ
+ * from it: clshim reuses the last fused launch only for an exact repeat. */
+static void mode_vary(struct chain *c, int iters)
+{
+    for (int it = 0; it < iters; it++) {
+        for (int v = 0; v < 6; v++) {
+            cl_mem in = c->a, mid = c->b, out = c->c;
+            float t = 2.0f, s = 0.5f;
+            if (v == 2) in = c->c, mid = c->d, out = c->a;  /* other buffers, same pattern */
+            if (v == 3) t = -1.25f;                          /* another scalar */
+            if (v == 4) out = mid;                           /* scale in place: b -> b */
+            set_mem(c->koff, 0, in);
+            set_mem(c->koff, 1, mid);
+            set_f(c->koff, 2, t);
+            set_mem(c->kscale, 0, mid);
+            set_mem(c->kscale, 1, out);
+            set_f(c->kscale, 2, s);
+            set_mem(c->ksq, 0, out);
+            launch(c->q, c->koff, n_elems, 0, NULL, NULL);
+            launch(c->q, c->kscale, n_elems, 0, NULL, NULL);
+            launch(c->q, c->ksq, n_elems, 0, NULL, NULL);
+            char what[32];
+            snprintf(what, sizeof what, "vary[%d]", v);
+            report(c, out, what);
+        }
+    }
+}
+
 static void mode_elide(struct chain *c, int iters)
 {
     for (int it = 0; it < iters; it++) {
@@ -397,6 +427,7 @@ int main(int argc, char **argv)
     else if (!strcmp(mode, "setarg")) mode_setarg(&c, iters);
     else if (!strcmp(mode, "sizes")) mode_sizes(&c, iters);
     else if (!strcmp(mode, "elide")) mode_elide(&c, iters);
+    else if (!strcmp(mode, "vary")) mode_vary(&c, iters);
     else if (!strcmp(mode, "barrier")) mode_barrier(&c, iters);
     else if (!strcmp(mode, "release")) mode_release(&c, iters);
     else if (!strcmp(mode, "threads")) mode_threads(iters);
