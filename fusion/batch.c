@@ -134,8 +134,14 @@ int fusion_init(const struct cl_api *real, int enabled)
 
 static struct fq *fq_get(cl_command_queue q, int create)
 {
+    /* Records are never freed, so the thread's last one can be checked
+     * without a lock: a fused sequence makes several calls on one queue. */
+    static __thread struct fq *last;
+    struct fq *r = last;
+    if (r && r->q == q && !__atomic_load_n(&r->dead, __ATOMIC_ACQUIRE)) return r;
     if (!queues || !q) return NULL;
-    struct fq *r = objmap_get(queues, q);
+    r = objmap_get(queues, q);
+    if (r) last = r;
     if (r || !create) return r;
     cl_command_queue_properties props = 0;
     cl_context ctx = NULL;
@@ -180,7 +186,7 @@ void fusion_release_queue(cl_command_queue q)
     if (fb_real->clGetCommandQueueInfo(q, CL_QUEUE_REFERENCE_COUNT, sizeof refs, &refs, NULL) == CL_SUCCESS &&
         refs == 1) {
         objmap_remove(queues, q);
-        r->dead = 1;
+        __atomic_store_n(&r->dead, 1, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&r->lock);
     fb_pending_run(&p);

@@ -17,6 +17,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "common/clapi.h"
 #include "fusion/plan.h"
@@ -38,11 +39,21 @@ struct fk_arg {
     uint8_t mem;    /* 1: a buffer argument (global/constant pointer); 2: maybe one (no arg info) */
     uint32_t size;  /* bytes of the value (of local memory for FK_LOCAL) */
     union {
-        unsigned char inl[16];
-        unsigned char *heap; /* size > 16 */
+        unsigned char inl[16]; /* bytes past `size` are zero (records start zeroed) */
+        unsigned char *heap;   /* size > 16 */
     } v;
 };
 #define FK_BYTES(a) ((a)->size <= 16 ? (const unsigned char *)(a)->v.inl : (const unsigned char *)(a)->v.heap)
+
+/* Equal kind, size and value (SVM: pointer; local: size). Inline: the
+ * launch path compares every argument of a fused sequence. */
+static inline int fk_arg_equal(const struct fk_arg *a, const struct fk_arg *b)
+{
+    if (a->kind != b->kind || a->size != b->size) return 0;
+    if (a->kind == FK_LOCAL || a->kind == FK_UNSET) return 1;
+    if (a->size <= 16 || a->kind == FK_SVM) return !memcmp(a->v.inl, b->v.inl, 16);
+    return !memcmp(a->v.heap, b->v.heap, a->size);
+}
 
 struct fk_kernel {
     pthread_mutex_t lock; /* args, and the driver's copy of them (see fk_submit) */
@@ -80,7 +91,6 @@ int fk_complete(const struct fk_kernel *r);
  * 0, or -1 on OOM with nothing copied. */
 int fk_snapshot_into(const struct fk_kernel *r, struct fk_arg **args, uint32_t *cap);
 void fk_free_args(struct fk_arg *args, cl_uint n);
-int fk_arg_equal(const struct fk_arg *a, const struct fk_arg *b);
 /* Deep copy (0, or -1 on OOM with *dst cleared); clear frees the value. */
 int fk_arg_copy(struct fk_arg *dst, const struct fk_arg *src);
 void fk_arg_clear(struct fk_arg *a);

@@ -47,13 +47,6 @@ void fk_free_args(struct fk_arg *args, cl_uint n)
     free(args);
 }
 
-int fk_arg_equal(const struct fk_arg *a, const struct fk_arg *b)
-{
-    if (a->kind != b->kind || a->size != b->size) return 0;
-    if (a->kind != FK_VALUE) return a->kind != FK_SVM || !memcmp(a->v.inl, b->v.inl, sizeof(void *));
-    return !memcmp(FK_BYTES(a), FK_BYTES(b), a->size);
-}
-
 int fk_arg_copy(struct fk_arg *dst, const struct fk_arg *src)
 {
     *dst = *src;
