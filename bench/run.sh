@@ -8,7 +8,7 @@
 #   bench_ttfr         time to first result: cold, PoCL warm, clshim warm, limit (issue 3)
 #   bench_il           SPIR-V time to first result, cold vs warm cache (issue 5)
 #   bench_store        the persistent store with many entries (always --quick here)
-#   bench_fusion       kernel fusion, when it exists (always --quick here)
+#   bench_fusion       kernel fusion: unfused, fused, hand-written (always --quick here)
 # Each prints its own table with "target met" / "target MISSED" per target.
 # Exits non-zero only when a benchmark failed to run (or found wrong
 # results), never because a target was missed. Private temp directories
@@ -65,13 +65,7 @@ run bench_passthrough --shim "$BUILD/libclshim.so" $QUICK
 run bench_ttfr --shim "$BUILD/libclshim.so" $QUICK
 run bench_il --shim "$BUILD/libclshim.so" $QUICK
 run bench_store --quick --dir "$TMP"
-# bench_fusion is another engineer's, and may not exist yet.
-if [ -x "$BUILD/bench/bench_fusion" ]; then
-    run bench_fusion --quick
-elif [ -f "$(dirname "$0")/bench_fusion.c" ]; then
-    echo "bench/run.sh: bench/bench_fusion.c is not built in $BUILD; skipped (make BUILD=... all builds it)"
-    echo
-fi
+run bench_fusion --quick
 
 if [ ${#failed[@]} -gt 0 ]; then
     echo "bench/run.sh: ${#failed[@]} benchmark(s) failed: ${failed[*]}"
