@@ -24,7 +24,11 @@
  *
  * The program re-executes itself under LD_PRELOAD=<build>/libclshim.so with
  * a private CLSHIM_CACHE_DIR when the extension is not found.
- *   bench_fusion [--quick] [--k K] [--n N] [--mode latency|pipelined|both]
+ * --launch-cost prints instead what one launch of a 4 Ki-item kernel costs
+ * the driver by its number of buffer and scalar arguments: where launches
+ * dominate, a fused kernel (the union of the chain's arguments) cannot gain
+ * more than this allows.
+ *   bench_fusion [--quick] [--k K] [--n N] [--mode latency|pipelined|both] [--launch-cost]
  */
 #define CL_TARGET_OPENCL_VERSION 300
 #define CL_USE_DEPRECATED_OPENCL_1_2_APIS
@@ -315,6 +319,59 @@ static void print_targets(void)
     }
 }
 
+/* Per-launch cost by argument count: best of 20 batches of 200 launches
+ * and one clFinish, after a warm-up. Buffers hold 1.0f (never denormals). */
+static void launch_cost(void)
+{
+    static const char *src =
+        "__kernel void b2(__global float *a, __global float *b) { size_t i = get_global_id(0); b[i] = a[i]; }\n"
+        "__kernel void b5(__global float *a, __global float *b, __global float *c, __global float *d,\n"
+        "                 __global float *e) { size_t i = get_global_id(0); b[i] = c[i] = d[i] = e[i] = a[i]; }\n"
+        "__kernel void b2s8(__global float *a, __global float *b, float s0, float s1, float s2, float s3, float s4,\n"
+        "                   float s5, float s6, float s7) {\n"
+        "    size_t i = get_global_id(0); b[i] = a[i] * s0 + s1 + s2 + s3 + s4 + s5 + s6 + s7; }\n"
+        "__kernel void b5s8(__global float *a, __global float *b, __global float *c, __global float *d,\n"
+        "                   __global float *e, float s0, float s1, float s2, float s3, float s4, float s5,\n"
+        "                   float s6, float s7) {\n"
+        "    size_t i = get_global_id(0); b[i] = a[i] * s0 + s1; c[i] = a[i] * s2 + s3; d[i] = a[i] * s4 + s5;\n"
+        "    e[i] = a[i] * s6 + s7; }\n";
+    static const char *const names[] = {"b2", "b5", "b2s8", "b5s8"};
+    static const int nbuf[] = {2, 5, 2, 5}, nscalar[] = {0, 0, 8, 8};
+    cl_int err;
+    cl_program prog = clCreateProgramWithSource(ctx, 1, &src, NULL, &err);
+    CHECK(err);
+    CHECK(clBuildProgram(prog, 1, &dev, NULL, NULL, NULL));
+    const size_t n = 4096, lws = LOCAL;
+    cl_mem m[5];
+    float one = 1.0f;
+    for (int i = 0; i < 5; i++) {
+        m[i] = clCreateBuffer(ctx, CL_MEM_READ_WRITE, n * sizeof(float), NULL, &err);
+        CHECK(err);
+        CHECK(clEnqueueFillBuffer(q, m[i], &one, sizeof one, 0, n * sizeof(float), 0, NULL, NULL));
+    }
+    CHECK(clFinish(q));
+    printf("\nper-launch cost, %zu work-items, 200 launches per clFinish (us)\n\n", n);
+    printf("| kernel | buffer arguments | scalar arguments | us per launch |\n|---|---|---|---|\n");
+    for (int v = 0; v < 4; v++) {
+        cl_kernel k = clCreateKernel(prog, names[v], &err);
+        CHECK(err);
+        for (int i = 0; i < nbuf[v]; i++) CHECK(clSetKernelArg(k, (cl_uint)i, sizeof(cl_mem), &m[i]));
+        for (int i = 0; i < nscalar[v]; i++) CHECK(clSetKernelArg(k, (cl_uint)(nbuf[v] + i), sizeof one, &one));
+        double best = 1e30;
+        for (int rep = -3; rep < 20; rep++) { /* three warm-up batches */
+            double t0 = now_s();
+            for (int r = 0; r < 200; r++) CHECK(clEnqueueNDRangeKernel(q, k, 1, NULL, &n, &lws, 0, NULL, NULL));
+            CHECK(clFinish(q));
+            double t = (now_s() - t0) / 200;
+            if (rep >= 0 && t < best) best = t;
+        }
+        printf("| %s | %d | %d | %.2f |\n", names[v], nbuf[v], nscalar[v], best * 1e6);
+        clReleaseKernel(k);
+    }
+    for (int i = 0; i < 5; i++) clReleaseMemObject(m[i]);
+    clReleaseProgram(prog);
+}
+
 /* Re-executes under the shim with a private cache; returns only on failure. */
 static void reexec_under_shim(char **argv)
 {
@@ -335,10 +392,11 @@ static void reexec_under_shim(char **argv)
 
 int main(int argc, char **argv)
 {
-    int quick = 0, only_k = 0;
+    int quick = 0, only_k = 0, cost = 0;
     size_t only_n = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--launch-cost")) cost = 1;
         else if (!strcmp(argv[i], "--k") && i + 1 < argc) only_k = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--n") && i + 1 < argc) only_n = (size_t)atol(argv[++i]);
         else if (!strcmp(argv[i], "--mode") && i + 1 < argc) {
@@ -349,7 +407,8 @@ int main(int argc, char **argv)
                 return 2;
             }
         } else {
-            fprintf(stderr, "usage: bench_fusion [--quick] [--k K] [--n N] [--mode latency|pipelined|both]\n");
+            fprintf(stderr, "usage: bench_fusion [--quick] [--k K] [--n N] [--mode latency|pipelined|both] "
+                            "[--launch-cost]\n");
             return 2;
         }
     }
@@ -370,6 +429,12 @@ int main(int argc, char **argv)
     CHECK(err);
     q = clCreateCommandQueue(ctx, dev, 0, &err);
     CHECK(err);
+    if (cost) {
+        launch_cost();
+        clReleaseCommandQueue(q);
+        clReleaseContext(ctx);
+        return 0;
+    }
     const char *src = make_source();
     cl_program prog = clCreateProgramWithSource(ctx, 1, &src, NULL, &err);
     CHECK(err);
