@@ -846,8 +846,8 @@ static void finish_lookups(struct pc_program *rec, struct lookup *lk)
     }
 }
 
-cl_int pc_build(cl_program prog, cl_uint num_devices, const cl_device_id *device_list, const char *options,
-                void(CL_CALLBACK *notify)(cl_program, void *), void *user_data)
+static cl_int build_program(cl_program prog, cl_uint num_devices, const cl_device_id *device_list,
+                            const char *options, void(CL_CALLBACK *notify)(cl_program, void *), void *user_data)
 {
     struct pc_program *rec = objmap_get(programs, prog);
     if (!rec) return real->clBuildProgram(prog, num_devices, device_list, options, notify, user_data);
@@ -1058,9 +1058,10 @@ static void log_hits(struct pc_program *rec, const char *what, double ms)
     }
 }
 
-cl_int pc_compile(cl_program prog, cl_uint num_devices, const cl_device_id *device_list_in, const char *options,
-                  cl_uint num_headers, const cl_program *headers, const char **header_names,
-                  void(CL_CALLBACK *notify)(cl_program, void *), void *user_data)
+static cl_int compile_program(cl_program prog, cl_uint num_devices, const cl_device_id *device_list_in,
+                              const char *options, cl_uint num_headers, const cl_program *headers,
+                              const char **header_names, void(CL_CALLBACK *notify)(cl_program, void *),
+                              void *user_data)
 {
     struct pc_program *rec = objmap_get(programs, prog);
     int cacheable = rec && !rec->translated && rec->kind == KEY_SOURCE && config_get()->cache &&
@@ -1168,6 +1169,68 @@ cl_int pc_compile(cl_program prog, cl_uint num_devices, const cl_device_id *devi
     free(owned);
     if (notify) notify(prog, user_data);
     return err;
+}
+
+/* ---- argument info for fusion ------------------------------------------------- */
+
+/* `options` plus -cl-kernel-arg-info, or NULL when nothing needs adding:
+ * PoCL answers clGetKernelArgInfo only for programs built with that option
+ * or with no options at all. */
+static char *options_with_arg_info(const char *options)
+{
+    static const char flag[] = "-cl-kernel-arg-info";
+    if (!options) return NULL;
+    for (const char *p = options; (p = strstr(p, flag)); p += sizeof flag - 1)
+        if ((p == options || p[-1] == ' ' || p[-1] == '\t' || p[-1] == '\n') &&
+            (!p[sizeof flag - 1] || p[sizeof flag - 1] == ' ' || p[sizeof flag - 1] == '\t' ||
+             p[sizeof flag - 1] == '\n'))
+            return NULL;
+    size_t len = strlen(options);
+    char *out = malloc(len + sizeof flag + 1);
+    if (!out) return NULL;
+    memcpy(out, options, len);
+    out[len] = ' ';
+    memcpy(out + len + 1, flag, sizeof flag);
+    return out;
+}
+
+/* After a build with added options: queries answer the application's. */
+static void restore_app_options(cl_program prog, const char *options)
+{
+    struct pc_program *rec = objmap_get(programs, prog);
+    char *app = strdup(options ? options : "");
+    if (!rec || !app) {
+        free(app);
+        return;
+    }
+    pthread_mutex_lock(&rec->lock);
+    free(rec->options);
+    rec->options = app;
+    rec->answers_options = 1;
+    pthread_mutex_unlock(&rec->lock);
+}
+
+cl_int pc_build(cl_program prog, cl_uint num_devices, const cl_device_id *device_list, const char *options,
+                int want_arg_info, void(CL_CALLBACK *notify)(cl_program, void *), void *user_data)
+{
+    char *with = want_arg_info ? options_with_arg_info(options) : NULL;
+    if (with) LOG_ONCE(LOG_INFO, "fusion is armed: programs built with options get -cl-kernel-arg-info added");
+    cl_int rc = build_program(prog, num_devices, device_list, with ? with : options, notify, user_data);
+    if (with) restore_app_options(prog, options);
+    free(with);
+    return rc;
+}
+
+cl_int pc_compile(cl_program prog, cl_uint num_devices, const cl_device_id *devices, const char *options,
+                  int want_arg_info, cl_uint num_headers, const cl_program *headers, const char **header_names,
+                  void(CL_CALLBACK *notify)(cl_program, void *), void *user_data)
+{
+    char *with = want_arg_info ? options_with_arg_info(options) : NULL;
+    cl_int rc = compile_program(prog, num_devices, devices, with ? with : options, num_headers, headers,
+                                header_names, notify, user_data);
+    if (with) restore_app_options(prog, options);
+    free(with);
+    return rc;
 }
 
 cl_program pc_link(cl_context ctx, cl_uint num_devices, const cl_device_id *device_list_in, const char *options,

@@ -35,10 +35,14 @@ void pc_init(const struct cl_api *real);
 cl_program pc_create_with_source(cl_context ctx, cl_uint count, const char **strings,
                                  const size_t *lengths, cl_int *errcode_ret);
 cl_program pc_create_with_il(cl_context ctx, const void *il, size_t length, cl_int *errcode_ret);
+/* want_arg_info: build with -cl-kernel-arg-info added to non-NULL options
+ * (fusion needs to know which arguments are buffers; PoCL answers
+ * clGetKernelArgInfo only then). The key covers the options used; queries
+ * still answer the application's options. */
 cl_int pc_build(cl_program prog, cl_uint num_devices, const cl_device_id *devices, const char *options,
-                void(CL_CALLBACK *notify)(cl_program, void *), void *user_data);
+                int want_arg_info, void(CL_CALLBACK *notify)(cl_program, void *), void *user_data);
 cl_int pc_compile(cl_program prog, cl_uint num_devices, const cl_device_id *devices, const char *options,
-                  cl_uint num_headers, const cl_program *headers, const char **header_names,
+                  int want_arg_info, cl_uint num_headers, const cl_program *headers, const char **header_names,
                   void(CL_CALLBACK *notify)(cl_program, void *), void *user_data);
 cl_program pc_link(cl_context ctx, cl_uint num_devices, const cl_device_id *devices, const char *options,
                    cl_uint num_inputs, const cl_program *inputs,

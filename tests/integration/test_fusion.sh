@@ -36,6 +36,20 @@ fresh_pocl; run_shim cold env CLSHIM_CACHE_DIR="$TMP/cold-cache" CLSHIM_FUSE="$P
 grep -q "llvm-mapped=1" "$TMP/cold.err" || fail "cold run: the maps check does not see libclshim-llvm.so"
 ok "second run: fused program from the cache, libclshim-llvm.so not loaded"
 
+# 2b. A program built with options: PoCL gives argument info only with
+#     -cl-kernel-arg-info (or no options), so clshim adds it while fusion is
+#     armed; the application still sees its own options. Fused cold and warm.
+OPTS="-cl-mad-enable -DUNUSED=1"
+shim_vs_plain opts "$PLAN" "$FC" --mode chain --options "$OPTS"
+grep -q "^build options: '$OPTS'$" "$TMP/opts.out" || fail "options: the build options query changed"
+[ "$(fused offset+scale+square opts)" = 3 ] || fail "options: expected 3 fused launches"
+fresh_pocl; run_shim opts2 env CLSHIM_FUSE="$PLAN" "$FC" --mode chain --options "$OPTS"
+same_output ref_opts opts2 "options, second run: same results"
+[ "$(fused offset+scale+square opts2)" = 3 ] || fail "options, second run: expected 3 fused launches"
+[ "$(count '^clshim: hit [0-9a-f]* on' "$TMP/opts2.err")" = 1 ] || fail "options, second run: the program was not a hit"
+[ "$(count 'hit derived program' "$TMP/opts2.err")" = 1 ] || fail "options, second run: the fused program was not a hit"
+ok "options: a program built with options fuses, cold and from the cache"
+
 # 3. A sync call in the middle cancels.
 shim_vs_plain sync "$PLAN" "$FC" --mode sync
 [ "$(count 'held offset submitted unfused: clFinish' "$TMP/sync.err")" = 3 ] || fail "sync: clFinish did not cancel"

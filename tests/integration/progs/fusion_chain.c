@@ -2,7 +2,9 @@
  * OpenCL: it knows nothing of clshim, so a run under a fusion plan must
  * print exactly what a run without the shim prints (results as exact bit
  * patterns). Diagnostics that may differ go to stderr.
- *   fusion_chain --mode M [--iterations N] [--n N]
+ *   fusion_chain --mode M [--iterations N] [--n N] [--options "BUILD OPTIONS"]
+ * With --options the program is built with them and prints what
+ * CL_PROGRAM_BUILD_OPTIONS answers (clshim must answer the same).
  * Modes (each runs the chain `offset -> scale -> square` or a variant):
  *   chain     the 3-kernel chain back to back, events chained
  *   sync      clFinish between the first and second kernel
@@ -405,12 +407,13 @@ static int llvm_mapped(void)
 
 int main(int argc, char **argv)
 {
-    const char *mode = "chain";
+    const char *mode = "chain", *options = NULL;
     int iters = 3;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--mode") && i + 1 < argc) mode = argv[++i];
         else if (!strcmp(argv[i], "--iterations") && i + 1 < argc) iters = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--n") && i + 1 < argc) n_elems = (size_t)atol(argv[++i]);
+        else if (!strcmp(argv[i], "--options") && i + 1 < argc) options = argv[++i];
     }
     cl_int err;
     dev = first_device(NULL);
@@ -418,7 +421,12 @@ int main(int argc, char **argv)
     CHECK(err);
     prog = clCreateProgramWithSource(ctx, 1, &source, NULL, &err);
     CHECK(err);
-    CHECK(clBuildProgram(prog, 1, &dev, NULL, NULL, NULL));
+    CHECK(clBuildProgram(prog, 1, &dev, options, NULL, NULL));
+    if (options) {
+        char got[512] = "";
+        CHECK(clGetProgramBuildInfo(prog, dev, CL_PROGRAM_BUILD_OPTIONS, sizeof got, got, NULL));
+        printf("build options: '%s'\n", got);
+    }
     struct chain c;
     chain_init(&c, 1);
     if (!strcmp(mode, "chain") || !strcmp(mode, "maps")) run_chain(&c, iters, "chain");
