@@ -50,6 +50,18 @@ same_output ref_opts opts2 "options, second run: same results"
 [ "$(count 'hit derived program' "$TMP/opts2.err")" = 1 ] || fail "options, second run: the fused program was not a hit"
 ok "options: a program built with options fuses, cold and from the cache"
 
+# 2c. A program created from SPIR-V (the same kernels): its IR comes from the
+#     IL through the translator; same results as the source program plainly.
+"$FC" --print-source >"$TMP/chain.cl"
+clang-15 -x cl -target spir64 -cl-std=CL1.2 -emit-llvm -c -Xclang -no-opaque-pointers \
+    -o "$TMP/chain.bc" "$TMP/chain.cl" || fail "il: clang-15 failed"
+llvm-spirv-15 "$TMP/chain.bc" -o "$TMP/chain.spv" || fail "il: llvm-spirv-15 failed"
+fresh_pocl; run_shim il env CLSHIM_FUSE="$PLAN" "$FC" --mode chain --il "$TMP/chain.spv"
+same_output ref_chain il "il: same results as the source program without clshim"
+[ "$(fused offset+scale+square il)" = 3 ] || fail "il: expected 3 fused launches"
+grep -q 'translated SPIR-V program' "$TMP/il.err" || fail "il: the program was not translated"
+ok "il: kernels of a SPIR-V program fuse"
+
 # 3. A sync call in the middle cancels.
 shim_vs_plain sync "$PLAN" "$FC" --mode sync
 [ "$(count 'held offset submitted unfused: clFinish' "$TMP/sync.err")" = 3 ] || fail "sync: clFinish did not cancel"

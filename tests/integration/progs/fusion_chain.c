@@ -5,6 +5,8 @@
  *   fusion_chain --mode M [--iterations N] [--n N] [--options "BUILD OPTIONS"]
  * With --options the program is built with them and prints what
  * CL_PROGRAM_BUILD_OPTIONS answers (clshim must answer the same).
+ * --il FILE creates the program from that SPIR-V (the kernels below, made
+ * by the test with --print-source, clang-15 and llvm-spirv-15).
  * Modes (each runs the chain `offset -> scale -> square` or a variant):
  *   chain     the 3-kernel chain back to back, events chained
  *   sync      clFinish between the first and second kernel
@@ -407,19 +409,36 @@ static int llvm_mapped(void)
 
 int main(int argc, char **argv)
 {
-    const char *mode = "chain", *options = NULL;
+    const char *mode = "chain", *options = NULL, *il_file = NULL;
     int iters = 3;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--mode") && i + 1 < argc) mode = argv[++i];
         else if (!strcmp(argv[i], "--iterations") && i + 1 < argc) iters = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--n") && i + 1 < argc) n_elems = (size_t)atol(argv[++i]);
         else if (!strcmp(argv[i], "--options") && i + 1 < argc) options = argv[++i];
+        else if (!strcmp(argv[i], "--il") && i + 1 < argc) il_file = argv[++i];
+        else if (!strcmp(argv[i], "--print-source")) {
+            fputs(source, stdout);
+            return 0;
+        }
     }
     cl_int err;
     dev = first_device(NULL);
     ctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
     CHECK(err);
-    prog = clCreateProgramWithSource(ctx, 1, &source, NULL, &err);
+    if (il_file) {
+        FILE *f = fopen(il_file, "rb");
+        if (!f) {
+            perror(il_file);
+            return 2;
+        }
+        static unsigned char il[1 << 20];
+        size_t len = fread(il, 1, sizeof il, f);
+        fclose(f);
+        prog = clCreateProgramWithIL(ctx, il, len, &err);
+    } else {
+        prog = clCreateProgramWithSource(ctx, 1, &source, NULL, &err);
+    }
     CHECK(err);
     CHECK(clBuildProgram(prog, 1, &dev, options, NULL, NULL));
     if (options) {
