@@ -25,14 +25,11 @@ static const char *build_options = "-cl-mad-enable";
 
 static int child(const char *mode, const char *file)
 {
-    cl_platform_id plat;
     cl_device_id dev;
+    cl_context ctx;
+    cl_command_queue q;
     cl_int err;
-    bu_first_device(&plat, &dev);
-    cl_context ctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
-    BCHECK(err);
-    cl_command_queue q = clCreateCommandQueueWithProperties(ctx, dev, NULL, &err);
-    BCHECK(err);
+    bu_open(&dev, &ctx, &q);
     struct pipe p;
     pipe_setup(&p, ctx, dev, q);
     BCHECK(clFinish(q));
@@ -167,27 +164,13 @@ static int make_spirv(const char *root, char *spv, size_t size, double *ms)
 
 int main(int argc, char **argv)
 {
-    int reps = 5, quick = 0;
-    const char *shim = NULL, *child_mode = NULL, *file = "";
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--quick")) quick = 1;
-        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--shim") && i + 1 < argc) shim = argv[++i];
-        else if (!strcmp(argv[i], "--child") && i + 1 < argc) child_mode = argv[++i];
-        else if (!strcmp(argv[i], "--file") && i + 1 < argc) file = argv[++i];
-        else {
-            fprintf(stderr, "usage: bench_il [--quick] [--reps N] [--shim PATH/libclshim.so]\n");
-            return 2;
-        }
-    }
-    if (child_mode) return child(child_mode, file);
-    if (quick && reps == 5) reps = 2;
-    if (reps < 1 || reps > 100) reps = 5;
-    if (!shim) shim = bu_default_shim();
-    if (access(shim, R_OK) != 0) {
-        fprintf(stderr, "bench_il: no shim at %s (build it, or pass --shim)\n", shim);
-        return 1;
-    }
+    struct bu_opts o;
+    int rc = bu_parse_opts(argc, argv, "bench_il", 5, 2, &o);
+    if (rc) return rc;
+    if (o.child_mode) return child(o.child_mode, o.file);
+    if (bu_find_shim("bench_il", &o.shim)) return 1;
+    int reps = o.reps;
+    const char *shim = o.shim;
     char root[4096], spv[4200];
     struct ctx c = {bu_temp_root("bench_il", root, sizeof root), shim, spv, 0, 0, 0};
     double spv_ms;

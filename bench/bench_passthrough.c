@@ -84,14 +84,11 @@ static int child_calls(int set_batches, int enq_batches)
     set_arg_fn app_set = clSetKernelArg;
     enqueue_fn app_enq = clEnqueueNDRangeKernel;
 
-    cl_platform_id plat;
     cl_device_id dev;
+    cl_context ctx;
+    cl_command_queue q;
     cl_int err;
-    bu_first_device(&plat, &dev);
-    cl_context ctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
-    BCHECK(err);
-    cl_command_queue q = clCreateCommandQueueWithProperties(ctx, dev, NULL, &err);
-    BCHECK(err);
+    bu_open(&dev, &ctx, &q);
     cl_program prog = clCreateProgramWithSource(ctx, 1, &kernel_src, NULL, &err);
     BCHECK(err);
     BCHECK(clBuildProgram(prog, 1, &dev, NULL, NULL, NULL));
@@ -370,11 +367,7 @@ int main(int argc, char **argv)
         }
     }
     if (child) return child_calls(set_batches > 0 ? set_batches : 1, enq_batches > 0 ? enq_batches : 1);
-    if (!shim) shim = bu_default_shim();
-    if (access(shim, R_OK) != 0) {
-        fprintf(stderr, "bench_passthrough: no shim at %s (build it, or pass --shim)\n", shim);
-        return 1;
-    }
+    if (bu_find_shim("bench_passthrough", &shim)) return 1;
     char root[4096];
     bu_temp_root("bench_passthrough", root, sizeof root);
     int rc = run_calls(shim, root, quick);

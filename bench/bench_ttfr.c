@@ -32,14 +32,11 @@ static const char *build_options = "-cl-mad-enable";
 
 static int child(const char *mode, const char *file)
 {
-    cl_platform_id plat;
     cl_device_id dev;
+    cl_context ctx;
+    cl_command_queue q;
     cl_int err;
-    bu_first_device(&plat, &dev);
-    cl_context ctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
-    BCHECK(err);
-    cl_command_queue q = clCreateCommandQueueWithProperties(ctx, dev, NULL, &err);
-    BCHECK(err);
+    bu_open(&dev, &ctx, &q);
     struct pipe p;
     pipe_setup(&p, ctx, dev, q);
     BCHECK(clFinish(q));
@@ -173,27 +170,13 @@ static int run_mode(struct ctx *c, int mode, int prime, double f[F_COUNT])
 
 int main(int argc, char **argv)
 {
-    int reps = 7, quick = 0;
-    const char *shim = NULL, *child_mode = NULL, *file = "";
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--quick")) quick = 1;
-        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--shim") && i + 1 < argc) shim = argv[++i];
-        else if (!strcmp(argv[i], "--child") && i + 1 < argc) child_mode = argv[++i];
-        else if (!strcmp(argv[i], "--file") && i + 1 < argc) file = argv[++i];
-        else {
-            fprintf(stderr, "usage: bench_ttfr [--quick] [--reps N] [--shim PATH/libclshim.so]\n");
-            return 2;
-        }
-    }
-    if (child_mode) return child(child_mode, file);
-    if (quick && reps == 7) reps = 3;
-    if (reps < 1 || reps > 100) reps = 7;
-    if (!shim) shim = bu_default_shim();
-    if (access(shim, R_OK) != 0) {
-        fprintf(stderr, "bench_ttfr: no shim at %s (build it, or pass --shim)\n", shim);
-        return 1;
-    }
+    struct bu_opts o;
+    int rc = bu_parse_opts(argc, argv, "bench_ttfr", 7, 3, &o);
+    if (rc) return rc;
+    if (o.child_mode) return child(o.child_mode, o.file);
+    if (bu_find_shim("bench_ttfr", &o.shim)) return 1;
+    int reps = o.reps;
+    const char *shim = o.shim;
     char root[4096];
     struct ctx c = {bu_temp_root("bench_ttfr", root, sizeof root), shim, {0}, 0, 0};
     snprintf(c.bin_path, sizeof c.bin_path, "%s/best.bin", root);

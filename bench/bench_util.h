@@ -95,6 +95,46 @@ static inline const char *bu_default_shim(void)
     return path;
 }
 
+/* The shim to preload: *shim (from --shim) or the one beside this binary's
+ * build directory. 0, or 1 after saying why not. */
+static inline int bu_find_shim(const char *bench, const char **shim)
+{
+    if (!*shim) *shim = bu_default_shim();
+    if (access(*shim, R_OK) == 0) return 0;
+    fprintf(stderr, "%s: no shim at %s (build it, or pass --shim)\n", bench, *shim);
+    return 1;
+}
+
+/* The options of the benchmarks that time whole runs (bench_ttfr, bench_il):
+ *   [--quick] [--reps N] [--shim PATH/libclshim.so], and --child MODE
+ *   [--file F] for the spawned children. */
+struct bu_opts {
+    int reps, quick;
+    const char *shim, *child_mode, *file;
+};
+
+/* 0, or 2 after printing the usage. --quick makes `quick_reps` the default. */
+static inline int bu_parse_opts(int argc, char **argv, const char *bench, int reps, int quick_reps,
+                                struct bu_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->reps = -1;
+    o->file = "";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) o->quick = 1;
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) o->reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--shim") && i + 1 < argc) o->shim = argv[++i];
+        else if (!strcmp(argv[i], "--child") && i + 1 < argc) o->child_mode = argv[++i];
+        else if (!strcmp(argv[i], "--file") && i + 1 < argc) o->file = argv[++i];
+        else {
+            fprintf(stderr, "usage: %s [--quick] [--reps N] [--shim PATH/libclshim.so]\n", bench);
+            return 2;
+        }
+    }
+    if (o->reps < 1 || o->reps > 100) o->reps = o->quick ? quick_reps : reps;
+    return 0;
+}
+
 static inline int bu_rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
 {
     (void)sb, (void)flag, (void)ftw;
@@ -313,10 +353,17 @@ static inline int bu_write_file(const char *path, const void *data, size_t len)
     return fclose(f) == 0 && ok ? 0 : -1;
 }
 
-static inline void bu_first_device(cl_platform_id *plat, cl_device_id *dev)
+/* The first device of the first platform, a context and an in-order queue on it. */
+static inline void bu_open(cl_device_id *dev, cl_context *ctx, cl_command_queue *q)
 {
-    BCHECK(clGetPlatformIDs(1, plat, NULL));
-    BCHECK(clGetDeviceIDs(*plat, CL_DEVICE_TYPE_ALL, 1, dev, NULL));
+    cl_platform_id plat;
+    cl_int err;
+    BCHECK(clGetPlatformIDs(1, &plat, NULL));
+    BCHECK(clGetDeviceIDs(plat, CL_DEVICE_TYPE_ALL, 1, dev, NULL));
+    *ctx = clCreateContext(NULL, 1, dev, NULL, NULL, &err);
+    BCHECK(err);
+    *q = clCreateCommandQueueWithProperties(*ctx, *dev, NULL, &err);
+    BCHECK(err);
 }
 
 /* "met"/"missed" for a target line. */
