@@ -36,16 +36,19 @@
  *
  * The barrier analysis (fuse_scan.c, docs/fusion-analysis.md): for every
  * arg class written by one kernel and accessed by another, every access in
- * every kernel must be a plain load/store of element get_global_id(d) (under
- * integer casts, constant trailing GEP indices allowed), with one d and one
- * element size for the class, injective over the fused range (other
- * dimensions of size 1, truncations wide enough), and equal global offsets.
- * Then each work-item touches only its own element and no barrier is
- * needed. Anything else — other indices, loops, atomics, vload/vstore, the
- * pointer escaping into a call, memory or a phi, pointers of unknown origin,
- * writes to program-scope __global variables — "needs a barrier". Limits:
- * gid+c, strided and 2-D linearised indices are refused though often safe;
- * distinct arg classes are trusted not to alias.
+ * every kernel must be a plain load/store at the work-item's position
+ * (get_global_id(d), or local_size * group_id + local_id) or at a
+ * grid-stride loop's index (position + k * get_global_size(d)), under
+ * integer casts, after an optional byte offset by a scalar parameter of one
+ * class for all kernels, with one d and one element size for the class,
+ * injective over the fused range (other dimensions of size 1, truncations
+ * wide enough), and equal global offsets. Then each work-item touches only
+ * its own elements and no barrier is needed. Anything else — other indices
+ * and loops, atomics, vload/vstore, the pointer escaping into a call, memory
+ * or a phi, pointers of unknown origin, writes to program-scope __global
+ * variables — "needs a barrier". Limits: gid+c, other strides and 2-D
+ * linearised indices are refused though often safe; distinct arg classes are
+ * trusted not to alias.
  */
 #include <stdarg.h>
 #include <stdio.h>

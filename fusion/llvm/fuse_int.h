@@ -27,10 +27,13 @@ struct param_use {
     int reads, writes;  /* some load / some store through it */
     int unknown;        /* some use that could not be classified (counts as both) */
     int nonpointwise;   /* an access not at the kernel's get_global_id element */
-    char sig[128];      /* pointwise accesses: the index, e.g. "g0.t32.s64" */
-    unsigned dim;       /* ... its get_global_id dimension */
+    char sig[128];      /* pointwise accesses: the first index's form, e.g. "g0.t32.s64" */
+    unsigned dim;       /* ... its work-item dimension */
     unsigned trunc_bits;/* ... the narrowest trunc on the way (0: none) */
     uint64_t elem_size; /* ... the element size */
+    int strided;        /* ... some index is a grid-stride loop's (position + k * global size) */
+    int from_groups;    /* ... some position is local_size * group_id + local_id (no global offset) */
+    unsigned offset_param; /* ... 1 + the scalar parameter added to the pointer in bytes first; 0: none */
     char why[200];      /* the first unknown or non-pointwise use, in words */
 };
 

@@ -5,10 +5,16 @@
  * every access to a buffer parameter is a load or store in the kernel
  * itself. A global/constant pointer parameter is followed through its uses:
  *
- *   param --(bitcast/addrspacecast)*--> GEP(param, E, c...) --(casts, GEP 0,c..)*--> load/store
+ *   param --(casts)*--> [GEP i8 (p, O) --(casts)*-->] GEP(p, E, c...) --(casts, GEP 0,c..)*--> load/store
  *
- * is "pointwise" when E is get_global_id(d) under sext/zext/trunc only and
+ * is "pointwise" when E is the work-item's position in one dimension and
  * the trailing GEP indices are constants (a field or lane of the element).
+ * The position, under sext/zext/trunc: get_global_id(d), or
+ * get_local_size(d) * get_group_id(d) + get_local_id(d); or a grid-stride
+ * loop's index, a phi of such a position and itself plus get_global_size(d)
+ * (each work-item then touches only its residue class modulo the global
+ * size). O, an optional byte offset, must be a scalar parameter: two
+ * kernels reach the same elements only with offsets of one argument class.
  * Any other use — an access at another index, the pointer passed to a call
  * (atomics, vload, async copies), stored, compared through a phi/select,
  * turned into an integer — is "unknown" and counts as a read and a write.
@@ -112,58 +118,125 @@ static unsigned sext_in_reg(LLVMValueRef e, unsigned w)
     return a == b && a > 0 && a < w ? w - (unsigned)a : 0;
 }
 
-/* Describes E when it is get_global_id(d) under integer casts (or their
- * instcombined forms). */
-static int gid_signature(LLVMValueRef e, struct param_use *u, char *sig, size_t len)
+/* Strips integer casts off e — sext/zext/trunc and instcombine's forms of
+ * them — keeping the narrowest truncation in *trunc_bits. */
+static LLVMValueRef strip_int_casts(LLVMValueRef e, unsigned *trunc_bits)
 {
-    char parts[8][32];
-    int nparts = 0;
-    unsigned trunc_bits = 0;
-    while (LLVMIsAInstruction(e) && nparts < 8) {
+    for (int depth = 0; depth < 8 && LLVMIsAInstruction(e); depth++) {
         LLVMOpcode op = LLVMGetInstructionOpcode(e);
-        unsigned w = LLVMGetIntTypeWidth(LLVMTypeOf(e)), narrow;
+        unsigned w = LLVMGetIntTypeWidth(LLVMTypeOf(e)), narrow = 0;
         if (op == LLVMSExt || op == LLVMZExt || op == LLVMTrunc) {
-            if (op == LLVMTrunc && (!trunc_bits || w < trunc_bits)) trunc_bits = w;
-            snprintf(parts[nparts++], sizeof parts[0], ".%c%u",
-                     op == LLVMSExt ? 's' : op == LLVMZExt ? 'z' : 't', w);
+            if (op == LLVMTrunc) narrow = w;
             e = LLVMGetOperand(e, 0);
         } else if (op == LLVMAShr && (narrow = sext_in_reg(e, w)) != 0) {
-            /* instcombine's form of sext(trunc(x)): ashr (shl x, k), k */
-            if (!trunc_bits || narrow < trunc_bits) trunc_bits = narrow;
-            snprintf(parts[nparts++], sizeof parts[0], ".t%u.s%u", narrow, w);
-            e = LLVMGetOperand(LLVMGetOperand(e, 0), 0);
+            e = LLVMGetOperand(LLVMGetOperand(e, 0), 0); /* sext(trunc(x)): ashr (shl x, k), k */
         } else if (op == LLVMAnd && (narrow = low_mask_bits(LLVMGetOperand(e, 1), w)) != 0) {
-            /* ... and of zext(trunc(x)): and x, 2^k - 1 */
-            if (!trunc_bits || narrow < trunc_bits) trunc_bits = narrow;
-            snprintf(parts[nparts++], sizeof parts[0], ".t%u.z%u", narrow, w);
-            e = LLVMGetOperand(e, 0);
+            e = LLVMGetOperand(e, 0); /* zext(trunc(x)): and x, 2^k - 1 */
         } else {
             break;
         }
+        if (narrow && (!*trunc_bits || narrow < *trunc_bits)) *trunc_bits = narrow;
     }
-    if (!LLVMIsACallInst(e)) return 0;
+    return e;
+}
+
+/* Whether e (casts stripped) calls the work-item function `name` with a
+ * constant dimension; the dimension in *dim. */
+static int builtin_call(LLVMValueRef e, const char *name, unsigned *trunc_bits, unsigned *dim)
+{
+    e = strip_int_casts(e, trunc_bits);
+    if (!LLVMIsACallInst(e) || LLVMGetNumArgOperands(e) != 1) return 0;
     LLVMValueRef fn = called_function(e);
     size_t nlen;
-    const char *name = fn ? fuse_builtin_name(value_name(fn), &nlen) : NULL;
-    if (!name || !fuse_name_is(name, nlen, "get_global_id") || LLVMGetNumArgOperands(e) != 1)
-        return 0;
+    const char *fname = fn ? fuse_builtin_name(value_name(fn), &nlen) : NULL;
+    if (!fname || !fuse_name_is(fname, nlen, name)) return 0;
     LLVMValueRef d = LLVMGetOperand(e, 0);
     if (!LLVMIsAConstantInt(d) || LLVMConstIntGetZExtValue(d) > 2) return 0;
-    unsigned dim = (unsigned)LLVMConstIntGetZExtValue(d);
-    int n = snprintf(sig, len, "g%u", dim);
-    for (int i = nparts - 1; i >= 0 && n > 0 && (size_t)n < len; i--)
-        n += snprintf(sig + n, len - (size_t)n, "%s", parts[i]);
-    u->dim = dim;
-    u->trunc_bits = trunc_bits;
+    *dim = (unsigned)LLVMConstIntGetZExtValue(d);
     return 1;
+}
+
+static int is_op(LLVMValueRef e, LLVMOpcode op)
+{
+    return LLVMIsAInstruction(e) && LLVMGetInstructionOpcode(e) == op;
+}
+
+/* The index forms the analysis accepts (see the file comment). */
+struct index_form {
+    unsigned dim, trunc_bits;
+    int strided, from_groups;
+};
+
+/* e is the work-item's position: get_global_id(d), or
+ * get_local_size(d) * get_group_id(d) + get_local_id(d). */
+static int position(LLVMValueRef e, struct index_form *f)
+{
+    struct index_form t = *f;
+    if (builtin_call(e, "get_global_id", &t.trunc_bits, &t.dim)) return *f = t, 1;
+    e = strip_int_casts(e, &t.trunc_bits);
+    if (!is_op(e, LLVMAdd)) return 0;
+    for (unsigned s = 0; s < 2; s++) {
+        struct index_form g = t;
+        unsigned dl, ds, dg;
+        LLVMValueRef mul = strip_int_casts(LLVMGetOperand(e, 1 - s), &g.trunc_bits);
+        if (!builtin_call(LLVMGetOperand(e, s), "get_local_id", &g.trunc_bits, &dl) || !is_op(mul, LLVMMul))
+            continue;
+        for (unsigned m = 0; m < 2; m++) {
+            struct index_form h = g;
+            if (builtin_call(LLVMGetOperand(mul, m), "get_local_size", &h.trunc_bits, &ds) &&
+                builtin_call(LLVMGetOperand(mul, 1 - m), "get_group_id", &h.trunc_bits, &dg) && dl == ds &&
+                ds == dg) {
+                h.dim = dl;
+                h.from_groups = 1;
+                return *f = h, 1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Describes the element index E: a position, or a grid-stride loop's
+ * index — a phi whose incoming values are a position and the phi plus
+ * get_global_size(d), so that every value is position + k * global size. */
+static int index_signature(LLVMValueRef e, struct index_form *f, char *sig, size_t len)
+{
+    memset(f, 0, sizeof *f);
+    LLVMValueRef phi = strip_int_casts(e, &f->trunc_bits);
+    if (!LLVMIsAPHINode(phi)) {
+        if (!position(e, f)) return 0;
+        snprintf(sig, len, "%s%u", f->from_groups ? "lg" : "g", f->dim);
+        return 1;
+    }
+    if (LLVMCountIncoming(phi) != 2) return 0;
+    unsigned w = LLVMGetIntTypeWidth(LLVMTypeOf(phi));
+    if (w < 64 && (!f->trunc_bits || w < f->trunc_bits)) f->trunc_bits = w; /* the phi's own wrap-around */
+    for (unsigned k = 0; k < 2; k++) {
+        LLVMValueRef next = LLVMGetIncomingValue(phi, k), start = LLVMGetIncomingValue(phi, 1 - k);
+        if (!is_op(next, LLVMAdd)) continue;
+        for (unsigned o = 0; o < 2; o++) {
+            struct index_form g = *f;
+            unsigned dstep;
+            if (LLVMGetOperand(next, o) != phi ||
+                !builtin_call(LLVMGetOperand(next, 1 - o), "get_global_size", &g.trunc_bits, &dstep) ||
+                !position(start, &g) || g.dim != dstep)
+                continue;
+            g.strided = 1;
+            *f = g;
+            snprintf(sig, len, "stride(%s%u)", f->from_groups ? "lg" : "g", f->dim);
+            return 1;
+        }
+    }
+    return 0;
 }
 
 struct walk {
     struct param_use *u;
     const char *pname;
     LLVMTargetDataRef td;
+    LLVMValueRef fn;     /* the kernel */
     LLVMValueRef index;  /* the element index E, NULL while at the base */
     uint64_t elem_size;
+    unsigned offset_param; /* 1 + the scalar parameter of a byte offset GEP on the way; 0: none */
 };
 
 /* fmt takes the parameter's name, then detail. */
@@ -197,21 +270,43 @@ static void record_access(struct walk *w, LLVMTypeRef access_type, int is_write)
         return;
     }
     char sig[128];
-    struct param_use probe = *w->u;
-    if (!gid_signature(w->index, &probe, sig, sizeof sig)) {
+    struct index_form f;
+    if (!index_signature(w->index, &f, sig, sizeof sig)) {
         mark_nonpointwise(w, is_write, "at an index other than get_global_id()");
         return;
     }
-    if (!w->u->sig[0]) {
-        snprintf(w->u->sig, sizeof w->u->sig, "%s", sig);
-        w->u->dim = probe.dim;
-        w->u->trunc_bits = probe.trunc_bits;
-        w->u->elem_size = w->elem_size;
-    } else if (probe.dim != w->u->dim || w->elem_size != w->u->elem_size) {
+    struct param_use *u = w->u;
+    if (!u->sig[0]) {
+        snprintf(u->sig, sizeof u->sig, "%s", sig);
+        u->dim = f.dim;
+        u->trunc_bits = f.trunc_bits;
+        u->elem_size = w->elem_size;
+        u->offset_param = w->offset_param;
+    } else if (f.dim != u->dim || w->elem_size != u->elem_size) {
         mark_nonpointwise(w, is_write, "at two different indices");
-    } else if (probe.trunc_bits && (!w->u->trunc_bits || probe.trunc_bits < w->u->trunc_bits)) {
-        w->u->trunc_bits = probe.trunc_bits; /* casts differ: see class_needs_barrier */
+    } else if (w->offset_param != u->offset_param) {
+        mark_nonpointwise(w, is_write, "at two different byte offsets");
+    } else if (f.trunc_bits && (!u->trunc_bits || f.trunc_bits < u->trunc_bits)) {
+        u->trunc_bits = f.trunc_bits; /* casts differ: see class_needs_barrier */
     }
+    u->strided |= f.strided;
+    u->from_groups |= f.from_groups;
+}
+
+/* 1 + the index of the scalar parameter that `gep` adds to its pointer in
+ * bytes (GEP i8, p, O with O a parameter under integer casts), or 0. */
+static unsigned byte_offset_param(const struct walk *w, LLVMValueRef gep)
+{
+    if (LLVMGetNumOperands(gep) != 2) return 0;
+    LLVMTypeRef t = LLVMGetGEPSourceElementType(gep);
+    if (LLVMGetTypeKind(t) != LLVMIntegerTypeKind || LLVMGetIntTypeWidth(t) != 8) return 0;
+    unsigned bits = 0;
+    LLVMValueRef o = strip_int_casts(LLVMGetOperand(gep, 1), &bits);
+    if (!LLVMIsAArgument(o) || bits) return 0;
+    unsigned n = LLVMCountParams(w->fn);
+    for (unsigned j = 0; j < n; j++)
+        if (LLVMGetParam(w->fn, j) == o) return j + 1;
+    return 0;
 }
 
 static int all_constant_indices(LLVMValueRef gep, unsigned from, int first_zero)
@@ -241,8 +336,12 @@ static void walk_pointer(struct walk *w, LLVMValueRef v, int depth)
         if (is_cast(op)) {
             walk_pointer(w, user, depth + 1);
         } else if (op == LLVMGetElementPtr && LLVMGetOperand(user, 0) == v) {
-            unsigned nops = (unsigned)LLVMGetNumOperands(user);
-            if (!w->index && nops >= 2 && all_constant_indices(user, 2, 0)) {
+            unsigned nops = (unsigned)LLVMGetNumOperands(user), off;
+            if (!w->index && !w->offset_param && (off = byte_offset_param(w, user)) != 0) {
+                struct walk inner = *w; /* the element index comes after the offset */
+                inner.offset_param = off;
+                walk_pointer(&inner, user, depth + 1);
+            } else if (!w->index && nops >= 2 && all_constant_indices(user, 2, 0)) {
                 struct walk inner = *w;
                 inner.index = LLVMGetOperand(user, 1);
                 inner.elem_size = LLVMABISizeOfType(w->td, LLVMGetGEPSourceElementType(user));
@@ -365,7 +464,7 @@ int fuse_scan_kernel(struct fuse_occ *occ, char *reason, size_t reason_len)
         if (!is_pointer(p)) continue;
         unsigned as = addr_space(p);
         if (as != AS_GLOBAL && as != AS_CONSTANT && as != AS_GENERIC) continue;
-        struct walk w = {.u = &occ->use[j], .pname = occ->param_name[j], .td = td};
+        struct walk w = {.u = &occ->use[j], .pname = occ->param_name[j], .td = td, .fn = occ->fn};
         walk_pointer(&w, p, 0);
     }
     return 0;
@@ -391,6 +490,7 @@ static int class_needs_barrier(const struct fuse_occ *occ, size_t n, uint32_t c,
     if (accessors < 2 || !written) return 0;
 
     const struct param_use *first = NULL;
+    uint32_t first_oc = 0;
     for (size_t i = 0; i < n; i++) {
         for (unsigned j = 0; j < occ[i].nparams; j++) {
             const struct param_use *u = &occ[i].use[j];
@@ -410,6 +510,18 @@ static int class_needs_barrier(const struct fuse_occ *occ, size_t n, uint32_t c,
                     return 1;
                 }
             }
+            if (u->strided && occ[i].guarded) {
+                snprintf(reason, reason_len,
+                         "needs a barrier: kernel '%s' strides over '%s' by the global size, and its "
+                         "global size is smaller than the fused range", kn, pn);
+                return 1;
+            }
+            if (u->from_groups && offset[u->dim]) {
+                snprintf(reason, reason_len,
+                         "needs a barrier: kernel '%s' indexes '%s' by group and local id, and the "
+                         "range has a global offset", kn, pn);
+                return 1;
+            }
             if (u->trunc_bits && u->trunc_bits < 64 &&
                 (unsigned long long)(offset[u->dim] + fused_gs[u->dim]) >
                     (1ULL << (u->trunc_bits - 1))) {
@@ -418,8 +530,16 @@ static int class_needs_barrier(const struct fuse_occ *occ, size_t n, uint32_t c,
                          "too few for the range", kn, pn, u->trunc_bits);
                 return 1;
             }
+            /* A byte offset: the same argument class (value) for every accessor. */
+            uint32_t oc = u->offset_param ? occ[i].k->arg_class[u->offset_param - 1] + 1 : 0;
             if (!first) {
                 first = u;
+                first_oc = oc;
+            } else if (oc != first_oc) {
+                snprintf(reason, reason_len,
+                         "needs a barrier: kernel '%s' offsets '%s' by another byte offset than an "
+                         "earlier kernel", kn, pn);
+                return 1;
             } else if (first->dim != u->dim || first->elem_size != u->elem_size) {
                 /* Casts may differ ("g0" vs "g0.t32.s64"): with every trunc
                  * wide enough for the range (checked above) each chain of

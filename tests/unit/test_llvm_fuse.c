@@ -73,8 +73,8 @@ struct tkernel {
     size_t bc_size;
     cl_program prog;
     const char *name;
-    struct targ args[4];
-    uint32_t cls[4];
+    struct targ args[6];
+    uint32_t cls[6];
     cl_uint nargs;
     size_t gs, ls;
 };
@@ -331,6 +331,79 @@ static const char *prog_b = "__attribute__((noinline)) float f(float x) { return
                             "__kernel void kb(__global float *io) {\n"
                             "    size_t i = get_global_id(0); io[i] = f(io[i]); }\n";
 
+/* PyOpenCL's ElementwiseKernel shape: byte offsets on every buffer and a
+ * grid-stride loop from local_size * group_id + local_id. */
+#define GRID_PROLOGUE(b)                                                                          \
+    "    int lid = get_local_id(0); int gsize = get_global_size(0);\n"                            \
+    "    int wgs = get_local_size(0) * get_group_id(0); long i;\n"                                \
+    "    __global float *" #b " = (__global float *)((__global char *)" #b "__base + " #b "__offset);\n"
+static const char *grid_src =
+    "__kernel void gs_scale(__global float *x__base, long x__offset, __global float *y__base,\n"
+    "                       long y__offset, float s, long n) {\n" GRID_PROLOGUE(x)
+    "    __global float *y = (__global float *)((__global char *)y__base + y__offset);\n"
+    "    for (i = wgs + lid; i < n; i += gsize) y[i] = x[i] * s + 1.0f; }\n"
+    "__kernel void gs_square(__global float *y__base, long y__offset, __global float *z__base,\n"
+    "                        long z__offset, long n) {\n" GRID_PROLOGUE(y)
+    "    __global float *z = (__global float *)((__global char *)z__base + z__offset);\n"
+    "    for (i = wgs + lid; i < n; i += gsize) z[i] = y[i] * y[i]; }\n"
+    "__kernel void gid_square(__global float *y__base, long y__offset, long n) {\n" GRID_PROLOGUE(y)
+    "    for (size_t j = get_global_id(0); j < n; j += get_global_size(0)) y[j] = y[j] * y[j]; }\n"
+    "__kernel void gs_const(__global float *y__base, long y__offset, long n) {\n" GRID_PROLOGUE(y)
+    "    for (i = wgs + lid; i < n; i += 64) y[i] = y[i] + 1.0f; }\n";
+
+/* grid-stride loops over byte-offset buffers fuse without a barrier when
+ * every kernel covers the fused range and offsets a shared buffer alike */
+static void grid_stride_loops_fuse(void **state)
+{
+    (void)state;
+    size_t size;
+    void *bc = compile(grid_src, &size);
+    cl_program p = tl_build_binary(bc, size);
+    static long zero = 0, off16 = 16, off32 = 32, n = NELEM - 8;
+    /* 256 work-items over NELEM - 8 elements: 16 iterations each */
+    struct tkernel tk[2] = {
+        {bc, size, p, "gs_scale", {BUF(0), SCALAR(&zero), BUF(1), SCALAR(&off16), SCALAR(&s2), SCALAR(&n)},
+         {100, 9, 101, 10, 1, 11}, 6, 256, 64},
+        {bc, size, p, "gs_square", {BUF(1), SCALAR(&off16), BUF(2), SCALAR(&zero), SCALAR(&n)},
+         {101, 10, 102, 9, 11}, 5, 256, 64},
+    };
+    struct fuse_result r;
+    fuse_and_compare(tk, 2, 3, 0, &r);
+    assert_int_equal(r.barrier_inserted, 0);
+    free_result(&r);
+    /* get_global_id-based grid stride after the group-based one: same residues */
+    struct tkernel mixed[2] = {tk[0], {bc, size, p, "gid_square", {BUF(1), SCALAR(&off16), SCALAR(&n)},
+                                       {101, 10, 11}, 3, 256, 64}};
+    fuse_and_compare(mixed, 2, 3, 0, NULL);
+
+    /* the shared buffer offset differently by the second kernel */
+    tk[1].args[1] = (struct targ)SCALAR(&off32);
+    tk[1].cls[1] = 12;
+    assert_int_equal(fuse(tk, 2, 0, &r), CLSHIM_EUNSUPPORTED);
+    assert_non_null(strstr(r.reason, "byte offset"));
+    tk[1].args[1] = (struct targ)SCALAR(&off16);
+    tk[1].cls[1] = 10;
+    /* a stride that is not the global size */
+    struct tkernel cst[2] = {tk[0], {bc, size, p, "gs_const", {BUF(1), SCALAR(&off16), SCALAR(&n)},
+                                     {101, 10, 11}, 3, 256, 64}};
+    assert_int_equal(fuse(cst, 2, 0, &r), CLSHIM_EUNSUPPORTED);
+    assert_non_null(strstr(r.reason, "'gs_const'"));
+    /* a strided kernel with a smaller global size strides by its own size */
+    tk[1].gs = 128;
+    assert_int_equal(fuse(tk, 2, 0, &r), CLSHIM_EUNSUPPORTED);
+    assert_non_null(strstr(r.reason, "strides over"));
+    tk[1].gs = 256;
+    /* local_size * group_id + local_id leaves out a global offset */
+    struct fuse_kernel fk[2];
+    fill_request(tk, 2, fk);
+    for (int i = 0; i < 2; i++) fk[i].global_offset[0] = 64;
+    struct fuse_request req = {fk, 2, "fused", 0};
+    assert_int_equal(api->fuse(&req, &r), CLSHIM_EUNSUPPORTED);
+    assert_non_null(strstr(r.reason, "global offset"));
+    clReleaseProgram(p);
+    free(bc);
+}
+
 /* kernels of two programs, each with its own helper `f`, fuse correctly */
 static void kernels_of_two_programs_fuse(void **state)
 {
@@ -453,6 +526,7 @@ int main(void)
         cmocka_unit_test(forced_barrier_is_inserted),
         cmocka_unit_test(incompatible_ranges_are_refused),
         cmocka_unit_test(local_memory_and_struct_arguments_fuse),
+        cmocka_unit_test(grid_stride_loops_fuse),
         cmocka_unit_test(kernels_of_two_programs_fuse),
         cmocka_unit_test(spirv_module_fuses_with_source_module),
         cmocka_unit_test(bad_requests_are_refused),
