@@ -68,7 +68,11 @@ ok "il: kernels of a SPIR-V program fuse"
 PY=${COMPAT_PYTHON:-/usr/bin/python3}
 "$PY" -c 'import pyopencl, numpy' || fail "pyopencl: python3-pyopencl is missing (make check installs it)"
 fresh_pocl; run_plain ref_py "$PY" "$CLSHIM_ROOT/tests/integration/progs/pyopencl_chain.py"
-fresh_pocl; run_shim py env CLSHIM_FUSE="scale_add+square_it" "$PY" "$CLSHIM_ROOT/tests/integration/progs/pyopencl_chain.py"
+# A sanitized shim in an uninstrumented interpreter: its runtime must come
+# first, or PoCL's threads start unseen by TSan (make check-sanitize).
+SANRT=$(ldd "$SHIM" | awk '/lib[at]san\.so/ {print $3; exit}')
+fresh_pocl; SHIM="${SANRT:+$SANRT }$SHIM" run_shim py env CLSHIM_FUSE="scale_add+square_it" "$PY" \
+    "$CLSHIM_ROOT/tests/integration/progs/pyopencl_chain.py"
 same_output ref_py py "pyopencl: same results as without clshim"
 [ "$(fused scale_add+square_it py)" = 6 ] || fail "pyopencl: expected 6 fused launches"
 grep -q "refused: needs a barrier: kernel 'square_it' offsets 'y__base' by another byte offset" "$TMP/py.err" ||
