@@ -25,14 +25,12 @@ static const char *build_options = "-cl-mad-enable";
 
 static int child(const char *mode, const char *file)
 {
-    cl_device_id dev;
-    cl_context ctx;
-    cl_command_queue q;
-    cl_int err;
-    bu_open(&dev, &ctx, &q);
     struct pipe p;
-    pipe_setup(&p, ctx, dev, q);
-    BCHECK(clFinish(q));
+    pipe_setup(&p);
+    cl_context ctx = p.ctx;
+    cl_device_id dev = p.dev;
+    cl_command_queue q = p.q;
+    cl_int err;
     size_t len = 0;
     void *il = NULL;
     if (!strcmp(mode, "il") && !(il = bu_read_file(file, &len))) {
@@ -60,10 +58,8 @@ static int child(const char *mode, const char *file)
     double t1 = bu_now_ns();
     uint64_t sum = pipe_checksum(&p);
     int llvm = bu_mapped("libclshim-llvm");
-    pipe_release(&p);
     clReleaseProgram(prog);
-    clReleaseCommandQueue(q);
-    clReleaseContext(ctx);
+    pipe_release(&p);
     free(il);
     printf("result ttfr_us=%.1f build_us=%.1f run_us=%.1f llvm=%d create_error=0 checksum=%016llx\n",
            (t1 - t0) / 1e3, (tb - t0) / 1e3, (t1 - tb) / 1e3, llvm, (unsigned long long)sum);

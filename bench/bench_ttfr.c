@@ -32,14 +32,12 @@ static const char *build_options = "-cl-mad-enable";
 
 static int child(const char *mode, const char *file)
 {
-    cl_device_id dev;
-    cl_context ctx;
-    cl_command_queue q;
-    cl_int err;
-    bu_open(&dev, &ctx, &q);
     struct pipe p;
-    pipe_setup(&p, ctx, dev, q);
-    BCHECK(clFinish(q));
+    pipe_setup(&p);
+    cl_context ctx = p.ctx;
+    cl_device_id dev = p.dev;
+    cl_command_queue q = p.q;
+    cl_int err;
 
     int from_binary = !strcmp(mode, "binary");
     double t0 = bu_now_ns();
@@ -76,10 +74,8 @@ static int child(const char *mode, const char *file)
         fprintf(stderr, "bench_ttfr: cannot write %s\n", file);
         return 2;
     }
-    pipe_release(&p);
     clReleaseProgram(prog);
-    clReleaseCommandQueue(q);
-    clReleaseContext(ctx);
+    pipe_release(&p);
     printf("result ttfr_us=%.1f second_us=%.1f create_us=%.1f build_us=%.1f kernels_us=%.1f run_us=%.1f "
            "checksum=%016llx\n",
            (t1 - t0) / 1e3, (t2 - t1) / 1e3, (tc - t0) / 1e3, (tb - tc) / 1e3, (tk - tb) / 1e3, (t1 - tk) / 1e3,

@@ -7,7 +7,8 @@
  * lines of OpenCL C 1.2 with helper functions, a struct in __constant
  * memory, local memory and barriers.
  *
- * The host side: pipe_setup (buffers and input, outside any timed span),
+ * The host side: pipe_setup (device, context, queue, buffers and input,
+ * outside any timed span; pipe_release undoes it),
  * pipe_kernels (create every kernel and set its arguments), pipe_enqueue
  * (one run of the whole pipeline), pipe_checksum (reads results back), so a
  * benchmark can time create + build + kernels + first run + clFinish.
@@ -304,10 +305,12 @@ struct pipe_params {
     cl_float harris_k, lo, hi, gamma, corner_gain, edge_gain, pad0, pad1;
 };
 
-static inline void pipe_setup(struct pipe *p, cl_context ctx, cl_device_id dev, cl_command_queue q)
+static inline void pipe_setup(struct pipe *p)
 {
     memset(p, 0, sizeof *p);
-    p->ctx = ctx, p->dev = dev, p->q = q;
+    bu_open(&p->dev, &p->ctx, &p->q);
+    cl_context ctx = p->ctx;
+    cl_command_queue q = p->q;
     static const size_t sizes[B_COUNT] = {
         [B_RGBA] = PIPE_N * 4,      [B_LUM] = PIPE_N * 4,       [B_TMP] = PIPE_N * 4,
         [B_BLUR] = PIPE_N * 4,      [B_GRAD] = PIPE_N * 8,      [B_MAG] = PIPE_N * 4,
@@ -342,6 +345,7 @@ static inline void pipe_setup(struct pipe *p, cl_context ctx, cl_device_id dev, 
     for (int i = -PIPE_RADIUS; i <= PIPE_RADIUS; i++) sum += wts[i + PIPE_RADIUS] = expf(-(float)(i * i) / 4.5f);
     for (int i = 0; i < 2 * PIPE_RADIUS + 1; i++) wts[i] /= sum;
     BCHECK(clEnqueueWriteBuffer(q, p->b[B_WTS], CL_TRUE, 0, sizeof wts, wts, 0, NULL, NULL));
+    BCHECK(clFinish(q));
 }
 
 #define PIPE_ARG(kn, i, v) BCHECK(clSetKernelArg(p->k[kn], i, sizeof(v), &(v)))
@@ -438,6 +442,8 @@ static inline void pipe_release(struct pipe *p)
         if (p->k[i]) clReleaseKernel(p->k[i]);
     for (int i = 0; i < B_COUNT; i++)
         if (p->b[i]) clReleaseMemObject(p->b[i]);
+    clReleaseCommandQueue(p->q);
+    clReleaseContext(p->ctx);
 }
 
 /* Writes the first device's binary of `prog` to `path` (after use: PoCL
