@@ -52,10 +52,10 @@
     X(CACHE_COMPRESS_LEVEL, UINT, cache_compress_level, "3", "0.1",            \
       "zstd level for stored binaries (1-19); 0 stores them uncompressed.")    \
     X(CAPTURE, STRING, capture, "auto", "0.1",                                 \
-      "When a built binary is stored: build (right after clBuildProgram), "   \
-      "release (when the program is released or the process exits, so it "   \
-      "holds what the driver compiled at first enqueue) or auto (release on " \
-      "PoCL, build elsewhere).")                                              \
+      "When a built binary is stored: build (right after clBuildProgram), "    \
+      "release (when the program is released or the process exits, so it "     \
+      "holds what the driver compiled at first enqueue) or auto (release on "  \
+      "PoCL, build elsewhere).")                                               \
     X(MEM_CACHE_MAX, SIZE, mem_cache_max, "256M", "0.1",                       \
       "Bytes of binaries the in-process tier keeps; 0 means unbounded. "       \
       "Entries in use are never dropped.")                                     \
@@ -68,6 +68,13 @@
     X(SPIRV, BOOL, spirv, "1", "0.1",                                          \
       "0 turns SPIR-V translation off: clCreateProgramWithIL is forwarded "    \
       "unchanged.")                                                            \
+    X(TRANSLATE_TIMEOUT, UINT, translate_timeout, "60", "0.1",                 \
+      "Seconds one SPIR-V translation may take. The translator runs in a "     \
+      "child process; past this it is killed and the module rejected. 0 "      \
+      "means no bound.")                                                       \
+    X(TRANSLATE_MAX_MEMORY, SIZE, translate_max_memory, "2G", "0.1",           \
+      "Bytes the translator's child process may allocate; past this it "       \
+      "fails and the module is rejected. 0 means no bound.")                   \
     X(FUSION_PLAN, PATH, fusion_plan, "", "0.1",                               \
       "A fusion plan file naming kernel sequences to fuse (docs/fusion.md).")  \
     X(FUSE, STRING, fuse, "", "0.1",                                           \
@@ -81,7 +88,7 @@
     X(REAL_LOADER, PATH, real_loader, "", "0.1",                               \
       "Loader mode only (docs/modes.md): absolute path of the real ICD "       \
       "loader that clshim's libOpenCL.so.1 forwards to. Empty means the path " \
-      "found when clshim was built, then the usual library directories.")     \
+      "found when clshim was built, then the usual library directories.")      \
     X(DOCTOR, BOOL, doctor, "0", "0.1",                                        \
       "1 prints one line at exit naming the entry mode that delivered the "    \
       "process's OpenCL calls to clshim (preload, loader or layer) and "       \

@@ -20,13 +20,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CLSHIM_LLVM_API_VERSION 1
+#define CLSHIM_LLVM_API_VERSION 2
 
 /* A specialization constant: SpecId and its value's bytes (1, 2, 4 or 8). */
 struct llvm_spec_const {
     uint32_t id;
     uint32_t size;
     uint64_t value; /* the low `size` bytes, little endian */
+};
+
+/* Bounds on one translation. The translator runs in a forked child (it
+ * asserts, loops or grows without bound on some corrupted modules); past
+ * either bound the child is killed and the module rejected. */
+struct llvm_limits {
+    uint32_t translate_timeout_ms; /* wall clock; 0: no bound */
+    uint64_t translate_max_memory; /* bytes the child may allocate; 0: no bound */
 };
 
 /* One kernel of a sequence to fuse. */
@@ -72,6 +80,10 @@ struct fuse_result {
 
 struct clshim_llvm_api {
     uint32_t version; /* CLSHIM_LLVM_API_VERSION */
+
+    /* Sets the bounds of every later translation (call once, after loading;
+     * until then: 60 s, no memory bound). */
+    void (*set_limits)(const struct llvm_limits *limits);
 
     /* Checks a SPIR-V module (magic, version, the translator can read it) and
      * translates it to SPIR 1.2 bitcode for spir64 with OpenCL 1.2 builtin

@@ -65,6 +65,14 @@ static void llvm_load(void)
                            "translation and fusion are off", path, (unsigned)api->version,
                  (unsigned)CLSHIM_LLVM_API_VERSION);
     } else {
+        const struct clshim_config *cfg = config_get();
+        struct llvm_limits limits = {
+            .translate_timeout_ms = cfg->translate_timeout > INT32_MAX / 1000
+                                        ? INT32_MAX
+                                        : (uint32_t)cfg->translate_timeout * 1000,
+            .translate_max_memory = cfg->translate_max_memory,
+        };
+        api->set_limits(&limits);
         __atomic_store_n(&llvm_table, api, __ATOMIC_RELEASE);
         __atomic_store_n(&llvm_loaded, 1, __ATOMIC_RELEASE);
         return;

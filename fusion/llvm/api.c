@@ -40,6 +40,11 @@ static int api_spir_to_spirv(const void *bitcode, size_t size, void **spirv, siz
     return glue_bitcode_to_spirv(bitcode, size, spirv, spirv_size, err, err_len);
 }
 
+static void api_set_limits(const struct llvm_limits *limits)
+{
+    if (limits) glue_set_translate_limits(limits->translate_timeout_ms, limits->translate_max_memory);
+}
+
 static void api_free(void *p)
 {
     free(p);
@@ -47,6 +52,7 @@ static void api_free(void *p)
 
 static const struct clshim_llvm_api api_table = {
     .version = CLSHIM_LLVM_API_VERSION,
+    .set_limits = api_set_limits,
     .spirv_to_spir = api_spirv_to_spir,
     .spir_to_spirv = api_spir_to_spirv,
     .fuse = fuse_kernels,

@@ -10,6 +10,7 @@
 #define CLSHIM_LLVM_GLUE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <llvm-c/Types.h>
 
@@ -31,6 +32,10 @@ int glue_spirv_to_bitcode(const void *spirv, size_t size, const struct llvm_spec
  * translator rejects the module; CLSHIM_ENOMEM. */
 int glue_bitcode_to_spirv(const void *bitcode, size_t size, void **spirv, size_t *spirv_size,
                           char *err, size_t err_len);
+
+/* Bounds of the translator's child process (llvm_limits in llvm_api.h):
+ * wall-clock timeout (0: none) and bytes it may allocate (0: no bound). */
+void glue_set_translate_limits(uint32_t timeout_ms, uint64_t max_memory);
 
 /* Makes a fresh context use typed pointers (LLVM 15 defaults to opaque ones,
  * and would upgrade typed bitcode on reading; the translator's writer and

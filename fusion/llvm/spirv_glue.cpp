@@ -8,8 +8,10 @@
 // a structurally sound but corrupted module (a flipped bit in an id) makes it
 // abort() — about two thirds of bit-flipped modules did, in a measurement.
 // So the translator itself runs in a forked child that sends its result back
-// through a pipe; a crash or a hang (60 s) becomes CLSHIM_EINVAL with the
-// child's last stderr line as the reason, and the application lives on.
+// through a pipe; a crash, a hang (60 s by default) or runaway memory (the
+// child's data limit, RLIMIT_DATA, is what it had plus
+// CLSHIM_TRANSLATE_MAX_MEMORY) becomes CLSHIM_EINVAL with the child's last
+// stderr line as the reason, and the application lives on.
 // Each translation owns its LLVMContext, with a diagnostic handler that
 // records errors (LLVM's default handler would exit the process on one);
 // every C++ exception is caught. The output is what `llvm-spirv -r` gives:
@@ -17,6 +19,7 @@
 #include "fusion/llvm/glue.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -43,6 +46,7 @@
 #include <csignal>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -219,7 +223,42 @@ int to_spirv(const void *bitcode, size_t size, void **spirv, size_t *spirv_size,
 // then the reason and the output.
 using Translation = std::function<int(void **, size_t *, char *, size_t)>;
 
-const int kChildTimeoutMs = 60000;
+const uint32_t kDefaultTimeoutMs = 60000;
+std::atomic<uint32_t> child_timeout_ms{kDefaultTimeoutMs};
+std::atomic<uint64_t> child_max_memory{0};
+
+// Bytes of private writable memory this process maps now (VmData, what
+// RLIMIT_DATA counts); 0 when unknown. Raw reads: the caller is a child
+// forked from a threaded process.
+uint64_t data_bytes_now()
+{
+    int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    char buf[4096];
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = '\0';
+    const char *at = strstr(buf, "\nVmData:");
+    return at ? strtoull(at + 8, nullptr, 10) * 1024 : 0;
+}
+
+// Bounds the child's memory growth: RLIMIT_DATA counts brk and private
+// writable mappings, which include whatever the parent had (a sanitizer's
+// shadow, the application's heap), so the limit is that plus the allowance.
+void limit_child_memory()
+{
+    uint64_t allow = child_max_memory.load(std::memory_order_relaxed);
+    if (!allow) return;
+    uint64_t now = data_bytes_now();
+    if (!now) return;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_DATA, &rl) != 0) return;
+    rlim_t want = now + allow < now ? RLIM_INFINITY : (rlim_t)(now + allow);
+    if (rl.rlim_max != RLIM_INFINITY && want > rl.rlim_max) want = rl.rlim_max;
+    rl.rlim_cur = want;
+    setrlimit(RLIMIT_DATA, &rl);
+}
 
 bool write_all(int fd, const void *p, size_t n)
 {
@@ -237,12 +276,20 @@ bool write_all(int fd, const void *p, size_t n)
 [[noreturn]] void child_main(const Translation &work, int out_fd, int err_fd)
 {
     dup2(err_fd, 2);
+    // The application's crash handlers (a crash reporter, libFuzzer's) are
+    // not for the translator's asserts: the parent reports those.
+    for (int sig : {SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS})
+        signal(sig, SIG_DFL);
+    limit_child_memory();
     char why[512] = "";
     void *bytes = nullptr;
     size_t size = 0;
     int rc;
     try {
         rc = work(&bytes, &size, why, sizeof why);
+    } catch (const std::bad_alloc &) {
+        rc = fail(why, sizeof why, CLSHIM_EINVAL,
+                  "SPIR-V translator ran out of memory (CLSHIM_TRANSLATE_MAX_MEMORY)");
     } catch (...) {
         rc = fail(why, sizeof why, CLSHIM_EINVAL, "SPIR-V translator failed");
     }
@@ -259,6 +306,7 @@ bool write_all(int fd, const void *p, size_t n)
 // Reads both pipes to EOF or until the deadline; false on timeout.
 bool drain(int out_fd, int err_fd, std::string &out, std::string &err_text)
 {
+    const long timeout_ms = child_timeout_ms.load(std::memory_order_relaxed);
     struct timespec start, now;
     clock_gettime(CLOCK_MONOTONIC, &start);
     struct pollfd fds[2] = {{out_fd, POLLIN, 0}, {err_fd, POLLIN, 0}};
@@ -266,8 +314,8 @@ bool drain(int out_fd, int err_fd, std::string &out, std::string &err_text)
     while (fds[0].fd >= 0 || fds[1].fd >= 0) {
         clock_gettime(CLOCK_MONOTONIC, &now);
         long elapsed = (now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
-        if (elapsed >= kChildTimeoutMs) return false;
-        int n = poll(fds, 2, (int)(kChildTimeoutMs - elapsed));
+        if (timeout_ms && elapsed >= timeout_ms) return false;
+        int n = poll(fds, 2, timeout_ms ? (int)(timeout_ms - elapsed) : -1);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) return false;
         for (int i = 0; i < 2; i++) {
@@ -335,8 +383,12 @@ int isolated(const Translation &work, void **out, size_t *out_size, char *err, s
             return copy_out(data.data() + 16 + why_len, size, out, out_size, err, err_len);
         }
     }
-    if (!finished)
-        return fail(err, err_len, CLSHIM_EINVAL, "SPIR-V translator timed out; module rejected");
+    if (!finished) {
+        char why[128];
+        snprintf(why, sizeof why, "SPIR-V translator timed out after %g s; module rejected",
+                 child_timeout_ms.load(std::memory_order_relaxed) / 1000.0);
+        return fail(err, err_len, CLSHIM_EINVAL, why);
+    }
     std::string why = "SPIR-V translator crashed on the module";
     if (w == pid && WIFSIGNALED(status)) why += " (signal " + std::to_string(WTERMSIG(status)) + ")";
     std::string line = last_line(err_text);
@@ -347,6 +399,12 @@ int isolated(const Translation &work, void **out, size_t *out_size, char *err, s
 }
 
 } // namespace
+
+extern "C" void glue_set_translate_limits(uint32_t timeout_ms, uint64_t max_memory)
+{
+    child_timeout_ms.store(std::min(timeout_ms, (uint32_t)INT32_MAX), std::memory_order_relaxed);
+    child_max_memory.store(max_memory, std::memory_order_relaxed);
+}
 
 extern "C" void glue_context_typed_pointers(LLVMContextRef ctx)
 {

@@ -1,7 +1,8 @@
 #!/bin/bash
 # SPIR-V on PoCL (no native IL): an unmodified program's clCreateProgramWithIL
 # works under clshim, gives the OpenCL C version's results, caches, applies
-# specialisation constants and refuses invalid modules with CL_INVALID_VALUE.
+# specialisation constants, refuses invalid modules with CL_INVALID_VALUE and
+# bounds the translator's memory.
 source "$(dirname "$0")/lib.sh"
 export CLSHIM_LOG=info
 IL=$PROGS/ilprog
@@ -55,6 +56,18 @@ grep -q "wrong magic: -30 null" "$TMP/invalid.out" || fail "wrong magic not refu
 [ "$(count 'invalid SPIR-V module' "$TMP/invalid.err")" = 3 ] || fail "expected one log line per invalid module"
 grep -q "double" "$TMP/invalid.out" || fail "the app did not continue after invalid modules"
 ok "invalid IL: CL_INVALID_VALUE, one log line each, the app continues"
+
+# A module on which the translator allocates without bound (found by
+# fuzzing): the build fails in bounded time with the reason in the build log
+# and one line, and the app goes on. Under ASan its allocator aborts the
+# child instead of throwing bad_alloc: "crashed".
+RUNAWAY=$CLSHIM_ROOT/tests/fuzz/regress/fuzz_spirv_translate/runaway-memory.spv
+CLSHIM_TRANSLATE_MAX_MEMORY=256M run_shim runaway "$IL" --il "$RUNAWAY"
+grep -q "build failed: -11" "$TMP/runaway.out" || fail "runaway module: the build did not fail with CL_BUILD_PROGRAM_FAILURE"
+grep -Eq "ran out of memory|crashed" "$TMP/runaway.out" || fail "runaway module: the build log does not say why"
+[ "$(count 'clshim: cannot build IL program' "$TMP/runaway.err")" = 1 ] || fail "runaway module: expected one log line"
+[ "$(cat "$TMP/runaway.rc")" = 1 ] || fail "runaway module: the app did not end on its own terms"
+ok "a module the translator cannot bound: CL_BUILD_PROGRAM_FAILURE under CLSHIM_TRANSLATE_MAX_MEMORY, one line"
 
 # CLSHIM_ADVERTISE_IL=1: the device reports IL support.
 CLSHIM_ADVERTISE_IL=1 run_shim adv clinfo

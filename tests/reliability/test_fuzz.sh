@@ -21,6 +21,9 @@ SECS=${CLSHIM_FUZZ_SECONDS:-6}
 TRANSLATE_RUNS=${CLSHIM_FUZZ_TRANSLATE_RUNS:-150}
 if [ "${CLSHIM_LONG:-0}" = 1 ]; then SECS=${CLSHIM_FUZZ_SECONDS:-300}; TRANSLATE_RUNS=${CLSHIM_FUZZ_TRANSLATE_RUNS:-3000}; fi
 export CLSHIM_LLVM_LIB=$FZ_BUILD/libclshim-llvm.so # built alike (clang, ASan)
+# The translator child's bounds (memory: the 2G default): a module it loops
+# on is rejected well before libFuzzer's -timeout below calls it a hang.
+export CLSHIM_TRANSLATE_TIMEOUT=10
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1}
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 total=0

@@ -368,6 +368,52 @@ static void translation_time_is_printed(void **state)
     api->free(spv);
 }
 
+/* A fuzzed module on which Debian's translator allocates without bound
+ * (7 GB in 5 s, measured): refused under the default memory bound, and
+ * under a timeout when there is none; a sound module still translates
+ * under a small bound. The process lives on. */
+static void translator_bounds_are_enforced(void **state)
+{
+    (void)state;
+    const char *root = getenv("CLSHIM_ROOT");
+    assert_non_null(root);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tests/fuzz/regress/fuzz_spirv_translate/runaway-memory.spv", root);
+    size_t n;
+    void *runaway = tl_read_file(path, &n);
+    assert_non_null(runaway);
+
+    void *bc = NULL;
+    size_t bc_size = 0;
+    char err[512] = "";
+    /* the limits llvmload set from the knobs: 60 s, 2 GiB */
+    assert_int_equal(api->spirv_to_spir(runaway, n, NULL, 0, &bc, &bc_size, err, sizeof err), CLSHIM_EINVAL);
+    fprintf(stderr, "runaway module, default bounds: %s\n", err);
+    /* bad_alloc in the child, or a sanitizer's allocator aborting it */
+    assert_true(strstr(err, "ran out of memory") || strstr(err, "crashed"));
+    assert_null(bc);
+
+    struct llvm_limits quick = {.translate_timeout_ms = 300, .translate_max_memory = 0};
+    api->set_limits(&quick);
+    err[0] = '\0';
+    assert_int_equal(api->spirv_to_spir(runaway, n, NULL, 0, &bc, &bc_size, err, sizeof err), CLSHIM_EINVAL);
+    fprintf(stderr, "runaway module, no memory bound: %s\n", err);
+    assert_non_null(strstr(err, "timed out after 0.3 s"));
+
+    struct llvm_limits small = {.translate_timeout_ms = 60000, .translate_max_memory = 256u << 20};
+    api->set_limits(&small);
+    size_t size;
+    void *spv = source_to_spirv(features_src, &size);
+    assert_int_equal(api->spirv_to_spir(spv, size, NULL, 0, &bc, &bc_size, err, sizeof err), 0);
+    assert_true(bc_size > 4);
+    api->free(bc);
+    api->free(spv);
+
+    struct llvm_limits defaults = {.translate_timeout_ms = 60000, .translate_max_memory = 2ull << 30};
+    api->set_limits(&defaults);
+    free(runaway);
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -397,6 +443,7 @@ int main(void)
         cmocka_unit_test(malformed_spirv_is_refused),
         cmocka_unit_test(spir_to_spirv_refuses_garbage),
         cmocka_unit_test(translation_time_is_printed),
+        cmocka_unit_test(translator_bounds_are_enforced),
     };
     return cmocka_run_group_tests(tests, group_setup, NULL);
 }
