@@ -220,10 +220,11 @@ static int make_classes(struct fq *q, uint32_t *cls, char *why, size_t why_len)
 }
 
 /* The build options of the fused program (shared_options) are not in it:
- * they follow from the kernels' options, which their origin hashes cover. */
+ * they follow from the kernels' options, which their origin hashes cover.
+ * The tag changes with the fuser's output (3: grid-stride loops merged). */
 static void key_material(const struct fq *q, int force, const uint32_t *cls, struct bytes *b)
 {
-    static const char tag[] = "clshim-fusion-key 2\n";
+    static const char tag[] = "clshim-fusion-key 3\n";
     put(b, tag, sizeof tag - 1);
     put32(b, (uint32_t)force);
     put32(b, q->nheld);
@@ -386,6 +387,9 @@ static int make(void *arg, void **bitcode, size_t *bitcode_size, void **meta, si
         goto out;
     }
     if (res.barrier_inserted) log_msg(LOG_INFO, "fusion: %s: barrier inserted (forced): %s", names, res.reason);
+    if (res.loops_merged)
+        log_msg(LOG_INFO, "fusion: %s: %u grid-stride loop%s merged into the first", names,
+                (unsigned)res.loops_merged, res.loops_merged == 1 ? "" : "s");
     *bitcode = bc;
     *bitcode_size = res.bitcode_size;
     *meta = b.p;

@@ -75,6 +75,8 @@ struct fuse_result {
     size_t local_size[3];   /* all 0 when none was given */
     size_t global_offset[3];
     int barrier_inserted;   /* 1 when force_barrier made a barrier necessary */
+    uint32_t loops_merged;  /* grid-stride loops of later bodies run inside an
+                               earlier body's loop (fuse_loops.c) */
     char reason[512];       /* why fusion was refused, or why a barrier was needed */
 };
 

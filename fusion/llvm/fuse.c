@@ -32,7 +32,9 @@
  *      when forced. kernel_arg_* metadata is concatenated from the originals
  *      (kernel_arg_addr_space is derived from the parameter types, which in
  *      SPIR carry the same numbers). The original kernels are deleted.
- *   7. Inline the bodies, clean up, drop dead globals, verify, write bitcode.
+ *   7. Inline the bodies, clean up, drop dead globals.
+ *   8. Unless a barrier was forced, merge consecutive grid-stride loops
+ *      (fuse_loops.c) and clean up again; verify, write bitcode.
  *
  * The barrier analysis (fuse_scan.c, docs/fusion-analysis.md): for every
  * arg class written by one kernel and accessed by another, every access in
@@ -754,6 +756,11 @@ static int fuse_run(struct fuser *f)
     if (!rc) rc = build_fused(f, needs, p);
     if (!rc) rc = run_passes(f, "always-inline,function(sroa,early-cse,instcombine,simplifycfg,"
                                 "adce),globaldce");
+    if (!rc && !needs) {
+        f->res->loops_merged = fuse_merge_grid_loops(LLVMGetNamedFunction(f->mod, f->req->fused_name));
+        if (f->res->loops_merged)
+            rc = run_passes(f, "function(instcombine,early-cse,gvn,simplifycfg,adce)");
+    }
     if (!rc) rc = emit(f, p);
     free(p);
     return rc;

@@ -73,6 +73,11 @@ int fuse_scan_kernel(struct fuse_occ *occ, char *reason, size_t reason_len);
 int fuse_needs_barrier(const struct fuse_occ *occ, size_t n, const size_t fused_gs[3],
                        const size_t offset[3], char *reason, size_t reason_len);
 
+/* Merges consecutive grid-stride loops of the fused kernel fn into one
+ * where that is provably equivalent (fuse_loops.c); only for a sequence
+ * that needs no barrier. Returns the number of loops merged away. */
+unsigned fuse_merge_grid_loops(LLVMValueRef fn);
+
 /* The base name of an Itanium-mangled OpenCL builtin ("_Z13get_global_idj"
  * -> "get_global_id", length in *len); a plain name is returned whole. */
 const char *fuse_builtin_name(const char *mangled, size_t *len);

@@ -63,8 +63,9 @@ grep -q 'translated SPIR-V program' "$TMP/il.err" || fail "il: the program was n
 ok "il: kernels of a SPIR-V program fuse"
 
 # 2d. An unmodified PyOpenCL program: ElementwiseKernel's byte offsets and
-#     grid-stride loops fuse; slices offsetting the shared buffer differently
-#     are refused; every result as without clshim.
+#     grid-stride loops fuse, the loops merged into one; slices offsetting
+#     the shared buffer differently are refused; every result as without
+#     clshim.
 PY=${COMPAT_PYTHON:-/usr/bin/python3}
 "$PY" -c 'import pyopencl, numpy' || fail "pyopencl: python3-pyopencl is missing (make check installs it)"
 fresh_pocl; run_plain ref_py "$PY" "$CLSHIM_ROOT/tests/integration/progs/pyopencl_chain.py"
@@ -77,7 +78,9 @@ same_output ref_py py "pyopencl: same results as without clshim"
 [ "$(fused scale_add+square_it py)" = 6 ] || fail "pyopencl: expected 6 fused launches"
 grep -q "refused: needs a barrier: kernel 'square_it' offsets 'y__base' by another byte offset" "$TMP/py.err" ||
     fail "pyopencl: differently sliced buffers were not refused"
-ok "pyopencl: ElementwiseKernel chains fuse; differently offset slices do not"
+grep -q "scale_add+square_it: 1 grid-stride loop merged into the first" "$TMP/py.err" ||
+    fail "pyopencl: the bodies' grid-stride loops were not merged"
+ok "pyopencl: ElementwiseKernel chains fuse into one loop; differently offset slices do not fuse"
 
 # 3. A sync call in the middle cancels.
 shim_vs_plain sync "$PLAN" "$FC" --mode sync

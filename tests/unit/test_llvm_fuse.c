@@ -349,7 +349,13 @@ static const char *grid_src =
     "__kernel void gid_square(__global float *y__base, long y__offset, long n) {\n" GRID_PROLOGUE(y)
     "    for (size_t j = get_global_id(0); j < n; j += get_global_size(0)) y[j] = y[j] * y[j]; }\n"
     "__kernel void gs_const(__global float *y__base, long y__offset, long n) {\n" GRID_PROLOGUE(y)
-    "    for (i = wgs + lid; i < n; i += 64) y[i] = y[i] + 1.0f; }\n";
+    "    for (i = wgs + lid; i < n; i += 64) y[i] = y[i] + 1.0f; }\n"
+    "__kernel void gs_add(__global float *y__base, long y__offset, __global float *z__base,\n"
+    "                     long z__offset, long n) {\n" GRID_PROLOGUE(y)
+    "    __global float *z = (__global float *)((__global char *)z__base + z__offset);\n"
+    "    for (i = wgs + lid; i < n; i += gsize) z[i] = z[i] + y[i]; }\n"
+    "__kernel void gs_count(__global float *y__base, long y__offset, long n) {\n" GRID_PROLOGUE(y)
+    "    for (i = wgs + lid; i < n; i += gsize) y[wgs + lid] += 1.0f; }\n";
 
 /* grid-stride loops over byte-offset buffers fuse without a barrier when
  * every kernel covers the fused range and offsets a shared buffer alike */
@@ -370,11 +376,37 @@ static void grid_stride_loops_fuse(void **state)
     struct fuse_result r;
     fuse_and_compare(tk, 2, 3, 0, &r);
     assert_int_equal(r.barrier_inserted, 0);
+    assert_int_equal(r.loops_merged, 1); /* one loop runs both bodies */
     free_result(&r);
-    /* get_global_id-based grid stride after the group-based one: same residues */
+    /* get_global_id-based grid stride after the group-based one: same
+     * residues, but another start value: the loops stay apart */
     struct tkernel mixed[2] = {tk[0], {bc, size, p, "gid_square", {BUF(1), SCALAR(&off16), SCALAR(&n)},
                                        {101, 10, 11}, 3, 256, 64}};
-    fuse_and_compare(mixed, 2, 3, 0, NULL);
+    fuse_and_compare(mixed, 2, 3, 0, &r);
+    assert_int_equal(r.loops_merged, 0);
+    free_result(&r);
+    /* three loops, one of them reading and writing z: merged into one */
+    struct tkernel three[3] = {tk[0], tk[1], {bc, size, p, "gs_add", {BUF(1), SCALAR(&off16), BUF(2),
+                                                                      SCALAR(&zero), SCALAR(&n)},
+                                              {101, 10, 102, 9, 11}, 5, 256, 64}};
+    fuse_and_compare(three, 3, 3, 0, &r);
+    assert_int_equal(r.loops_merged, 2);
+    free_result(&r);
+    /* another bound (n - 8 in the second kernel): not merged */
+    static long n8 = NELEM - 16;
+    struct tkernel bounds[2] = {tk[0], tk[1]};
+    bounds[1].args[4] = (struct targ)SCALAR(&n8);
+    bounds[1].cls[4] = 13;
+    fuse_and_compare(bounds, 2, 3, 0, &r);
+    assert_int_equal(r.loops_merged, 0);
+    free_result(&r);
+    /* a loop writing one element on every trip (y[position] += 1): merged,
+     * the next loop would read y before the count is done; not merged */
+    struct tkernel count[2] = {{bc, size, p, "gs_count", {BUF(1), SCALAR(&off16), SCALAR(&n)},
+                                {101, 10, 11}, 3, 256, 64}, tk[1]};
+    fuse_and_compare(count, 2, 3, 0, &r);
+    assert_int_equal(r.loops_merged, 0);
+    free_result(&r);
 
     /* the shared buffer offset differently by the second kernel */
     tk[1].args[1] = (struct targ)SCALAR(&off32);
