@@ -24,11 +24,17 @@
  *
  * The program re-executes itself under LD_PRELOAD=<build>/libclshim.so with
  * a private CLSHIM_CACHE_DIR when the extension is not found.
+ * --shape grid writes every kernel (and the hand-written one) as a
+ * grid-stride loop over N elements run by at most GRID_ITEMS work-items,
+ * the shape of PyOpenCL's ElementwiseKernel: there the fused kernel is
+ * fast only when clshim merges the bodies' loops into one (fuse_loops.c).
+ * The issue's targets are checked for the pointwise shape only.
  * --launch-cost prints instead what one launch of a 4 Ki-item kernel costs
  * the driver by its number of buffer and scalar arguments: where launches
  * dominate, a fused kernel (the union of the chain's arguments) cannot gain
  * more than this allows.
- *   bench_fusion [--quick] [--k K] [--n N] [--mode latency|pipelined|both] [--launch-cost]
+ *   bench_fusion [--quick] [--k K] [--n N] [--mode latency|pipelined|both]
+ *                [--shape pointwise|grid] [--launch-cost]
  */
 #define CL_TARGET_OPENCL_VERSION 300
 #define CL_USE_DEPRECATED_OPENCL_1_2_APIS
@@ -55,6 +61,7 @@
 
 #define KMAX 8
 #define LOCAL 256
+#define GRID_ITEMS 8192 /* what PyOpenCL launches for large arrays on this machine */
 
 static cl_context ctx;
 static cl_device_id dev;
@@ -69,24 +76,30 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* step0..step7 and hand2/hand4/hand8. */
+static int grid_shape; /* --shape grid */
+
+/* step0..step7 and hand2/hand4/hand8; as grid-stride loops over n with
+ * --shape grid (an extra last parameter n). */
 static char *make_source(void)
 {
     static char src[16384];
+    const char *loop = grid_shape ? "for (long i = get_global_id(0); i < n; i += get_global_size(0))"
+                                  : "size_t i = get_global_id(0);";
+    const char *n_param = grid_shape ? ", long n" : "";
     size_t o = 0;
     for (int k = 0; k < KMAX; k++)
         o += (size_t)snprintf(src + o, sizeof src - o,
                               "__kernel void step%d(__global const float *in, __global float *out, float a, "
-                              "float b) {\n    size_t i = get_global_id(0); out[i] = in[i] * a + b; }\n",
-                              k);
+                              "float b%s) {\n    %s out[i] = in[i] * a + b; }\n",
+                              k, n_param, loop);
     for (int K = 2; K <= KMAX; K *= 2) {
         o += (size_t)snprintf(src + o, sizeof src - o, "__kernel void hand%d(__global const float *b0", K);
         for (int k = 1; k <= K; k++) o += (size_t)snprintf(src + o, sizeof src - o, ", __global float *b%d", k);
         for (int k = 0; k < K; k++) o += (size_t)snprintf(src + o, sizeof src - o, ", float a%d, float c%d", k, k);
-        o += (size_t)snprintf(src + o, sizeof src - o, ") {\n    size_t i = get_global_id(0); float v = b0[i];\n");
+        o += (size_t)snprintf(src + o, sizeof src - o, "%s) {\n    %s {\n    float v = b0[i];\n", n_param, loop);
         for (int k = 0; k < K; k++)
             o += (size_t)snprintf(src + o, sizeof src - o, "    v = v * a%d + c%d; b%d[i] = v;\n", k, k, k + 1);
-        o += (size_t)snprintf(src + o, sizeof src - o, "}\n");
+        o += (size_t)snprintf(src + o, sizeof src - o, "}}\n");
     }
     return src;
 }
@@ -106,7 +119,7 @@ static int modes = 3; /* bit LATENCY, bit PIPELINED */
 
 struct setup {
     int K;
-    size_t n;
+    size_t n, gws; /* elements, work-items */
     cl_mem buf[KMAX + 1];
     cl_kernel step[KMAX], hand;
 };
@@ -114,7 +127,7 @@ struct setup {
 /* Each runs `reps` chains, then clFinish. */
 static void run_unfused(struct setup *s, int reps)
 {
-    size_t gws = s->n, lws = LOCAL;
+    size_t gws = s->gws, lws = LOCAL;
     for (int r = 0; r < reps; r++)
         for (int k = 0; k < s->K; k++)
             CHECK(clEnqueueNDRangeKernel(q, s->step[k], 1, NULL, &gws, &lws, 0, NULL, NULL));
@@ -123,7 +136,7 @@ static void run_unfused(struct setup *s, int reps)
 
 static void run_fused(struct setup *s, int reps)
 {
-    size_t gws = s->n, lws = LOCAL;
+    size_t gws = s->gws, lws = LOCAL;
     for (int r = 0; r < reps; r++) {
         CHECK(start_fusion(q));
         for (int k = 0; k < s->K; k++)
@@ -135,7 +148,7 @@ static void run_fused(struct setup *s, int reps)
 
 static void run_hand(struct setup *s, int reps)
 {
-    size_t gws = s->n, lws = LOCAL;
+    size_t gws = s->gws, lws = LOCAL;
     for (int r = 0; r < reps; r++) CHECK(clEnqueueNDRangeKernel(q, s->hand, 1, NULL, &gws, &lws, 0, NULL, NULL));
     CHECK(clFinish(q));
 }
@@ -191,6 +204,8 @@ static void bench_one(cl_program prog, int K, size_t n, int *fails)
     memset(&s, 0, sizeof s);
     s.K = K;
     s.n = n;
+    s.gws = grid_shape && n > GRID_ITEMS ? GRID_ITEMS : n;
+    cl_long n_arg = (cl_long)n;
     cl_int err;
     float *init = malloc(n * sizeof *init);
     for (size_t i = 0; i < n; i++) init[i] = (float)(i % 1013) * 0.01f;
@@ -210,6 +225,7 @@ static void bench_one(cl_program prog, int K, size_t n, int *fails)
         CHECK(clSetKernelArg(s.step[k], 1, sizeof(cl_mem), &s.buf[k + 1]));
         CHECK(clSetKernelArg(s.step[k], 2, sizeof a, &a));
         CHECK(clSetKernelArg(s.step[k], 3, sizeof b, &b));
+        if (grid_shape) CHECK(clSetKernelArg(s.step[k], 4, sizeof n_arg, &n_arg));
     }
     snprintf(name, sizeof name, "hand%d", K);
     s.hand = clCreateKernel(prog, name, &err);
@@ -220,6 +236,7 @@ static void bench_one(cl_program prog, int K, size_t n, int *fails)
         CHECK(clSetKernelArg(s.hand, (cl_uint)(K + 1 + 2 * k), sizeof a, &a));
         CHECK(clSetKernelArg(s.hand, (cl_uint)(K + 2 + 2 * k), sizeof b, &b));
     }
+    if (grid_shape) CHECK(clSetKernelArg(s.hand, (cl_uint)(3 * K + 1), sizeof n_arg, &n_arg));
     clear_outputs(&s);
     run_unfused(&s, 1);
     uint64_t du = digest(&s);
@@ -256,7 +273,8 @@ static void print_tables(void)
         int any = 0;
         for (int i = 0; i < nresults; i++) any |= results[i].mode == mode;
         if (!any) continue;
-        printf("\n%s (ms)\n\n", title[mode]);
+        printf("\n%s%s (ms)\n\n", title[mode],
+               grid_shape ? "; every kernel a grid-stride loop run by at most 8192 work-items" : "");
         printf("| K | N | unfused | fused | hand | speedup (unfused/fused) | hand's speedup (unfused/hand) "
                "| fused/hand | results |\n");
         printf("|---|---|---|---|---|---|---|---|---|\n");
@@ -279,6 +297,7 @@ static void print_tables(void)
 static void print_targets(void)
 {
     static const char *const name[2] = {"latency", "pipelined"};
+    if (grid_shape) return; /* the targets are set for the pointwise chain */
     printf("\n");
     for (int mode = 0; mode < 2; mode++) {
         int any = 0, never_slower = 1, big_ok = 1, small_ok = 1, hand_ok = 1, big_any = 0, small_any = 0;
@@ -406,9 +425,14 @@ int main(int argc, char **argv)
                 fprintf(stderr, "bench_fusion: --mode latency|pipelined|both\n");
                 return 2;
             }
+        } else if (!strcmp(argv[i], "--shape") && i + 1 < argc && !strcmp(argv[i + 1], "grid")) {
+            grid_shape = 1;
+            i++;
+        } else if (!strcmp(argv[i], "--shape") && i + 1 < argc && !strcmp(argv[i + 1], "pointwise")) {
+            i++;
         } else {
             fprintf(stderr, "usage: bench_fusion [--quick] [--k K] [--n N] [--mode latency|pipelined|both] "
-                            "[--launch-cost]\n");
+                            "[--shape pointwise|grid] [--launch-cost]\n");
             return 2;
         }
     }

@@ -8,7 +8,8 @@
 #   bench_ttfr         time to first result: cold, PoCL warm, clshim warm, limit (issue 3)
 #   bench_il           SPIR-V time to first result, cold vs warm cache (issue 5)
 #   bench_store        the persistent store with many entries (always --quick here)
-#   bench_fusion       kernel fusion: unfused, fused, hand-written (always --quick here)
+#   bench_fusion       kernel fusion: unfused, fused, hand-written (always --quick here),
+#                      then the grid-stride shape (K = 4, latency)
 # Each prints its own table with "target met" / "target MISSED" per target.
 # Exits non-zero only when a benchmark failed to run (or found wrong
 # results), never because a target was missed. Private temp directories
@@ -66,6 +67,7 @@ run bench_ttfr --shim "$BUILD/libclshim.so" $QUICK
 run bench_il --shim "$BUILD/libclshim.so" $QUICK
 run bench_store --quick --dir "$TMP"
 run bench_fusion --quick
+run bench_fusion --quick --shape grid --k 4 --mode latency
 
 if [ ${#failed[@]} -gt 0 ]; then
     echo "bench/run.sh: ${#failed[@]} benchmark(s) failed: ${failed[*]}"
