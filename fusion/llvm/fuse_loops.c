@@ -23,7 +23,8 @@
  * only: it is hoisted into G_A, and B's preheader code runs when the guard
  * is false), no value of either loop is used outside it, and every memory
  * access in both loops is at element iv of a pointer defined before the loop
- * (GEP base, iv through integer casts, constant trailing indices), with no
+ * (GEP base, iv through integer casts, constant trailing indices) — loads
+ * may also read anywhere in a parameter neither loop stores to — with no
  * calls that touch memory. With the barrier analysis (fuse_scan.c: every arg
  * class one kernel writes and another accesses is accessed pointwise, one
  * element size and byte offset per class), iteration i of B then touches
@@ -249,9 +250,77 @@ static int recognise(LLVMValueRef fn, LLVMBasicBlockRef g, struct grid_loop *l)
     return !defined_in(l, l->start) && invariant(l, l->step, 0) && !defined_in(l, l->bound);
 }
 
-/* Every memory access at element iv of a pointer from before the loop, no
- * call that touches memory, no value used outside the loop. */
-static int loop_is_pointwise(const struct grid_loop *l)
+static LLVMValueRef strip_pointer_casts(LLVMValueRef p)
+{
+    while (LLVMIsAInstruction(p) && (LLVMGetInstructionOpcode(p) == LLVMBitCast ||
+                                     LLVMGetInstructionOpcode(p) == LLVMAddrSpaceCast))
+        p = LLVMGetOperand(p, 0);
+    return p;
+}
+
+/* The pointer is element iv of a pointer from before the loop (constant
+ * further indices: a field of that element). */
+static int at_index(const struct grid_loop *l, LLVMValueRef ptr)
+{
+    ptr = strip_pointer_casts(ptr);
+    if (!LLVMIsAGetElementPtrInst(ptr) || LLVMGetNumOperands(ptr) < 2) return 0;
+    if (defined_in(l, LLVMGetOperand(ptr, 0))) return 0;
+    if (strip_int_casts(LLVMGetOperand(ptr, 1)) != l->iv) return 0;
+    for (int k = 2; k < LLVMGetNumOperands(ptr); k++)
+        if (!LLVMIsAConstantInt(LLVMGetOperand(ptr, (unsigned)k))) return 0;
+    return 1;
+}
+
+/* The object a pointer is derived from: a kernel parameter, a global, ... */
+static LLVMValueRef root_of(LLVMValueRef p)
+{
+    for (int depth = 0; depth < 16; depth++) {
+        p = strip_pointer_casts(p);
+        if (!LLVMIsAGetElementPtrInst(p)) break;
+        p = LLVMGetOperand(p, 0);
+    }
+    return p;
+}
+
+#define MAX_STORE_ROOTS 64
+
+struct store_roots {
+    LLVMValueRef v[MAX_STORE_ROOTS];
+    unsigned n;
+};
+
+/* The objects the loop stores to; 0 when there are too many to track. */
+static int add_store_roots(const struct grid_loop *l, struct store_roots *r)
+{
+    for (unsigned i = 0; i < l->nblocks; i++)
+        for (LLVMValueRef v = LLVMGetFirstInstruction(l->blocks[i]); v; v = LLVMGetNextInstruction(v)) {
+            if (LLVMGetInstructionOpcode(v) != LLVMStore) continue;
+            LLVMValueRef root = root_of(LLVMGetOperand(v, 1));
+            unsigned k = 0;
+            while (k < r->n && r->v[k] != root) k++;
+            if (k < r->n) continue;
+            if (r->n == MAX_STORE_ROOTS) return 0;
+            r->v[r->n++] = root;
+        }
+    return 1;
+}
+
+/* A load away from the index is safe when it reads a kernel parameter (or
+ * a constant global) that neither loop stores to: distinct parameters are
+ * distinct arg classes, which never alias. */
+static int read_only_load(LLVMValueRef ptr, const struct store_roots *stored)
+{
+    LLVMValueRef root = root_of(ptr);
+    if (!LLVMIsAArgument(root) && !(LLVMIsAGlobalVariable(root) && LLVMIsGlobalConstant(root))) return 0;
+    for (unsigned k = 0; k < stored->n; k++)
+        if (stored->v[k] == root) return 0;
+    return 1;
+}
+
+/* Every store at element iv of a pointer from before the loop, every load
+ * there too or from an object neither loop stores to; no call that touches
+ * memory, no value used outside the loop. */
+static int loop_is_pointwise(const struct grid_loop *l, const struct store_roots *stored)
 {
     for (unsigned i = 0; i < l->nblocks; i++) {
         for (LLVMValueRef v = LLVMGetFirstInstruction(l->blocks[i]); v; v = LLVMGetNextInstruction(v)) {
@@ -259,24 +328,23 @@ static int loop_is_pointwise(const struct grid_loop *l)
                 LLVMValueRef user = LLVMGetUser(u);
                 if (!LLVMIsAInstruction(user) || !in_blocks(l, LLVMGetInstructionParent(user))) return 0;
             }
-            LLVMOpcode op = LLVMGetInstructionOpcode(v);
-            LLVMValueRef ptr = NULL;
-            if (op == LLVMLoad) ptr = LLVMGetOperand(v, 0);
-            else if (op == LLVMStore) ptr = LLVMGetOperand(v, 1);
-            else if (op == LLVMCall && !is_readnone_call(v)) return 0;
-            else if (op == LLVMAtomicRMW || op == LLVMAtomicCmpXchg || op == LLVMFence ||
-                     op == LLVMAlloca || op == LLVMVAArg)
+            switch (LLVMGetInstructionOpcode(v)) {
+            case LLVMLoad:
+                if (LLVMGetVolatile(v)) return 0;
+                if (!at_index(l, LLVMGetOperand(v, 0)) && !read_only_load(LLVMGetOperand(v, 0), stored))
+                    return 0;
+                break;
+            case LLVMStore:
+                if (LLVMGetVolatile(v) || !at_index(l, LLVMGetOperand(v, 1))) return 0;
+                break;
+            case LLVMCall:
+                if (!is_readnone_call(v)) return 0;
+                break;
+            case LLVMAtomicRMW: case LLVMAtomicCmpXchg: case LLVMFence: case LLVMAlloca: case LLVMVAArg:
                 return 0;
-            if (!ptr) continue;
-            if (LLVMGetVolatile(v)) return 0;
-            while (LLVMIsAInstruction(ptr) && (LLVMGetInstructionOpcode(ptr) == LLVMBitCast ||
-                                               LLVMGetInstructionOpcode(ptr) == LLVMAddrSpaceCast))
-                ptr = LLVMGetOperand(ptr, 0);
-            if (!LLVMIsAGetElementPtrInst(ptr) || LLVMGetNumOperands(ptr) < 2) return 0;
-            if (defined_in(l, LLVMGetOperand(ptr, 0))) return 0;
-            if (strip_int_casts(LLVMGetOperand(ptr, 1)) != l->iv) return 0;
-            for (int k = 2; k < LLVMGetNumOperands(ptr); k++)
-                if (!LLVMIsAConstantInt(LLVMGetOperand(ptr, (unsigned)k))) return 0;
+            default:
+                break;
+            }
         }
     }
     return 1;
@@ -306,7 +374,9 @@ static int can_merge(LLVMValueRef fn, const struct grid_loop *a, const struct gr
     if (!block_is_pure(a->exit) || (b->pre && !block_is_pure(b->pre))) return 0;
     LLVMValueRef after = LLVMGetFirstInstruction(b->skip); /* its predecessors change */
     if (after && LLVMIsAPHINode(after)) return 0;
-    return loop_is_pointwise(a) && loop_is_pointwise(b);
+    struct store_roots stored = {.n = 0};
+    if (!add_store_roots(a, &stored) || !add_store_roots(b, &stored)) return 0;
+    return loop_is_pointwise(a, &stored) && loop_is_pointwise(b, &stored);
 }
 
 /* Moves bb's instructions but its terminator to the end of `to`, before its terminator. */

@@ -355,7 +355,17 @@ static const char *grid_src =
     "    __global float *z = (__global float *)((__global char *)z__base + z__offset);\n"
     "    for (i = wgs + lid; i < n; i += gsize) z[i] = z[i] + y[i]; }\n"
     "__kernel void gs_count(__global float *y__base, long y__offset, long n) {\n" GRID_PROLOGUE(y)
-    "    for (i = wgs + lid; i < n; i += gsize) y[wgs + lid] += 1.0f; }\n";
+    "    for (i = wgs + lid; i < n; i += gsize) y[wgs + lid] += 1.0f; }\n"
+    "__kernel void gs_last(__global float *y__base, long y__offset, __global float *w, long n) {\n"
+    GRID_PROLOGUE(y)
+    "    for (i = wgs + lid; i < n; i += gsize) { y[wgs + lid] = (float)i; w[i] = 0.5f; } }\n"
+    "__kernel void gs_readpos(__global float *y__base, long y__offset, __global float *w, long n) {\n"
+    GRID_PROLOGUE(y)
+    "    for (i = wgs + lid; i < n; i += gsize) w[i] = y[wgs + lid] * 2.0f; }\n"
+    "__kernel void gs_gather(__global float *y__base, long y__offset, __global const float *t,\n"
+    "                        __global float *z__base, long z__offset, long n) {\n" GRID_PROLOGUE(y)
+    "    __global float *z = (__global float *)((__global char *)z__base + z__offset);\n"
+    "    for (i = wgs + lid; i < n; i += gsize) z[i] = y[i] + t[(i * 7) % 61]; }\n";
 
 /* grid-stride loops over byte-offset buffers fuse without a barrier when
  * every kernel covers the fused range and offsets a shared buffer alike */
@@ -392,6 +402,13 @@ static void grid_stride_loops_fuse(void **state)
     fuse_and_compare(three, 3, 3, 0, &r);
     assert_int_equal(r.loops_merged, 2);
     free_result(&r);
+    /* a gather from a buffer neither loop writes (t[(i * 7) % 61]): merged */
+    struct tkernel gather[2] = {tk[0], {bc, size, p, "gs_gather", {BUF(1), SCALAR(&off16), BUF(0), BUF(2),
+                                                                   SCALAR(&zero), SCALAR(&n)},
+                                        {101, 10, 100, 102, 9, 11}, 6, 256, 64}};
+    fuse_and_compare(gather, 2, 3, 0, &r);
+    assert_int_equal(r.loops_merged, 1);
+    free_result(&r);
     /* another bound (n - 8 in the second kernel): not merged */
     static long n8 = NELEM - 16;
     struct tkernel bounds[2] = {tk[0], tk[1]};
@@ -405,6 +422,23 @@ static void grid_stride_loops_fuse(void **state)
     struct tkernel count[2] = {{bc, size, p, "gs_count", {BUF(1), SCALAR(&off16), SCALAR(&n)},
                                 {101, 10, 11}, 3, 256, 64}, tk[1]};
     fuse_and_compare(count, 2, 3, 0, &r);
+    assert_int_equal(r.loops_merged, 0);
+    free_result(&r);
+    /* the same with a store alone (y[position] = i: the last trip's i; the
+     * store to w, which may alias y, keeps it in the loop) */
+    struct tkernel last[2] = {{bc, size, p, "gs_last", {BUF(1), SCALAR(&off16), BUF(0), SCALAR(&n)},
+                               {101, 10, 100, 11}, 4, 256, 64}, tk[1]};
+    fuse_and_compare(last, 2, 3, 0, &r);
+    assert_int_equal(r.loops_merged, 0);
+    free_result(&r);
+    /* a loop reading y[position] on every trip before one writing y[i]:
+     * merged, its later trips would read what the other loop wrote */
+    struct tkernel readpos[2] = {{bc, size, p, "gs_readpos", {BUF(2), SCALAR(&zero), BUF(0), SCALAR(&n)},
+                                  {102, 9, 100, 11}, 4, 256, 64},
+                                 {bc, size, p, "gs_square", {BUF(1), SCALAR(&off16), BUF(2), SCALAR(&zero),
+                                                             SCALAR(&n)},
+                                  {101, 10, 102, 9, 11}, 5, 256, 64}};
+    fuse_and_compare(readpos, 2, 3, 0, &r);
     assert_int_equal(r.loops_merged, 0);
     free_result(&r);
 
