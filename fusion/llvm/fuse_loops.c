@@ -240,6 +240,7 @@ static int recognise(LLVMValueRef fn, LLVMBasicBlockRef g, struct grid_loop *l)
     LLVMValueRef back, t = LLVMGetBasicBlockTerminator(l->latch);
     if (!conditional_icmp_branch(t, &back) || LLVMGetSuccessor(t, 0) != l->header) return 0;
     l->exit = LLVMGetSuccessor(t, 1);
+    if (l->exit == l->header || l->exit == l->guard || l->skip == l->header) return 0;
     l->pred = LLVMGetICmpPredicate(back);
     l->bound = LLVMGetOperand(back, 1);
     if (LLVMGetICmpPredicate(guard) != l->pred || !same_value(LLVMGetOperand(back, 0), l->next, 0) ||
