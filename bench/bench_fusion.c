@@ -33,8 +33,10 @@
  * the driver by its number of buffer and scalar arguments: where launches
  * dominate, a fused kernel (the union of the chain's arguments) cannot gain
  * more than this allows.
+ * --events makes every enqueue ask for an event (released at once), as
+ * PyOpenCL does: a held kernel's event is a user event clshim completes.
  *   bench_fusion [--quick] [--k K] [--n N] [--mode latency|pipelined|both]
- *                [--shape pointwise|grid] [--launch-cost]
+ *                [--shape pointwise|grid] [--events] [--launch-cost]
  */
 #define CL_TARGET_OPENCL_VERSION 300
 #define CL_USE_DEPRECATED_OPENCL_1_2_APIS
@@ -77,6 +79,14 @@ static double now_s(void)
 }
 
 static int grid_shape; /* --shape grid */
+static int with_events; /* --events: every enqueue asks for an event (PyOpenCL does) */
+
+static void enqueue(cl_kernel k, size_t gws, size_t lws)
+{
+    cl_event ev = NULL;
+    CHECK(clEnqueueNDRangeKernel(q, k, 1, NULL, &gws, &lws, 0, NULL, with_events ? &ev : NULL));
+    if (ev) CHECK(clReleaseEvent(ev));
+}
 
 /* step0..step7 and hand2/hand4/hand8; as grid-stride loops over n with
  * --shape grid (an extra last parameter n). */
@@ -129,8 +139,7 @@ static void run_unfused(struct setup *s, int reps)
 {
     size_t gws = s->gws, lws = LOCAL;
     for (int r = 0; r < reps; r++)
-        for (int k = 0; k < s->K; k++)
-            CHECK(clEnqueueNDRangeKernel(q, s->step[k], 1, NULL, &gws, &lws, 0, NULL, NULL));
+        for (int k = 0; k < s->K; k++) enqueue(s->step[k], gws, lws);
     CHECK(clFinish(q));
 }
 
@@ -139,8 +148,7 @@ static void run_fused(struct setup *s, int reps)
     size_t gws = s->gws, lws = LOCAL;
     for (int r = 0; r < reps; r++) {
         CHECK(start_fusion(q));
-        for (int k = 0; k < s->K; k++)
-            CHECK(clEnqueueNDRangeKernel(q, s->step[k], 1, NULL, &gws, &lws, 0, NULL, NULL));
+        for (int k = 0; k < s->K; k++) enqueue(s->step[k], gws, lws);
         CHECK(complete_fusion(q, NULL, NULL));
     }
     CHECK(clFinish(q));
@@ -149,7 +157,7 @@ static void run_fused(struct setup *s, int reps)
 static void run_hand(struct setup *s, int reps)
 {
     size_t gws = s->gws, lws = LOCAL;
-    for (int r = 0; r < reps; r++) CHECK(clEnqueueNDRangeKernel(q, s->hand, 1, NULL, &gws, &lws, 0, NULL, NULL));
+    for (int r = 0; r < reps; r++) enqueue(s->hand, gws, lws);
     CHECK(clFinish(q));
 }
 
@@ -273,8 +281,9 @@ static void print_tables(void)
         int any = 0;
         for (int i = 0; i < nresults; i++) any |= results[i].mode == mode;
         if (!any) continue;
-        printf("\n%s%s (ms)\n\n", title[mode],
-               grid_shape ? "; every kernel a grid-stride loop run by at most 8192 work-items" : "");
+        printf("\n%s%s%s (ms)\n\n", title[mode],
+               grid_shape ? "; every kernel a grid-stride loop run by at most 8192 work-items" : "",
+               with_events ? "; an event for every enqueue" : "");
         printf("| K | N | unfused | fused | hand | speedup (unfused/fused) | hand's speedup (unfused/hand) "
                "| fused/hand | results |\n");
         printf("|---|---|---|---|---|---|---|---|---|\n");
@@ -425,6 +434,8 @@ int main(int argc, char **argv)
                 fprintf(stderr, "bench_fusion: --mode latency|pipelined|both\n");
                 return 2;
             }
+        } else if (!strcmp(argv[i], "--events")) {
+            with_events = 1;
         } else if (!strcmp(argv[i], "--shape") && i + 1 < argc && !strcmp(argv[i + 1], "grid")) {
             grid_shape = 1;
             i++;
@@ -432,7 +443,7 @@ int main(int argc, char **argv)
             i++;
         } else {
             fprintf(stderr, "usage: bench_fusion [--quick] [--k K] [--n N] [--mode latency|pipelined|both] "
-                            "[--shape pointwise|grid] [--launch-cost]\n");
+                            "[--shape pointwise|grid] [--events] [--launch-cost]\n");
             return 2;
         }
     }
