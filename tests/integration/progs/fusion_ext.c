@@ -3,6 +3,7 @@
  * stdout (identical with and without clshim); what the extension answered
  * goes to stderr as "ext: ..." lines for the test to check.
  */
+#define CL_TARGET_OPENCL_VERSION 300
 #define CL_USE_DEPRECATED_OPENCL_1_2_APIS
 #include <stdint.h>
 
