@@ -11,7 +11,9 @@
 // through a pipe; a crash, a hang (60 s by default) or runaway memory (the
 // child's data limit, RLIMIT_DATA, is what it had plus
 // CLSHIM_TRANSLATE_MAX_MEMORY) becomes CLSHIM_EINVAL with the child's last
-// stderr line as the reason, and the application lives on.
+// stderr line as the reason, and the application lives on. The child is a
+// copy of the application and must not act as one: no stdout, no atexit
+// handlers, no crash handlers (see child_main).
 // Each translation owns its LLVMContext, with a diagnostic handler that
 // records errors (LLVM's default handler would exit the process on one);
 // every C++ exception is caught. The output is what `llvm-spirv -r` gives:
@@ -39,6 +41,7 @@
 #include <llvm-c/Core.h>
 #include <llvm/IR/Module.h>
 #include <llvm/IR/Verifier.h>
+#include <llvm/Support/ErrorHandling.h>
 #include <llvm/Support/MemoryBuffer.h>
 #include <llvm/Support/raw_ostream.h>
 
@@ -53,6 +56,10 @@
 
 #include "LLVMSPIRVLib.h"
 #include "common/error.h"
+
+// A sanitizer's death callback (libFuzzer's writes a crash file) is the
+// application's too; present only in sanitized builds.
+extern "C" void __sanitizer_set_death_callback(void (*callback)(void)) __attribute__((weak));
 
 namespace {
 
@@ -273,13 +280,34 @@ bool write_all(int fd, const void *p, size_t n)
     return true;
 }
 
+// exit() in the child (the translator gives up that way on some modules,
+// LLVM after a fatal error) must not run the application's atexit handlers
+// or flush a copy of its stdio buffers: registered last, this runs first.
+void child_exit_now() { _exit(70); }
+
+void child_fatal_error(void *, const char *reason, bool)
+{
+    static const char prefix[] = "LLVM ERROR: ";
+    if (write(2, prefix, sizeof prefix - 1) < 0 || write(2, reason, strlen(reason)) < 0 || write(2, "\n", 1) < 0) {
+    }
+    _exit(70);
+}
+
 [[noreturn]] void child_main(const Translation &work, int out_fd, int err_fd)
 {
     dup2(err_fd, 2);
+    // The application's unflushed stdout buffer came along with the fork;
+    // the translator's iostreams flush it (cerr is tied to cout): to nowhere.
+    int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    dup2(devnull >= 0 ? devnull : err_fd, 1);
+    atexit(child_exit_now);
+    llvm::remove_fatal_error_handler();
+    llvm::install_fatal_error_handler(child_fatal_error, nullptr);
     // The application's crash handlers (a crash reporter, libFuzzer's) are
     // not for the translator's asserts: the parent reports those.
     for (int sig : {SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS})
         signal(sig, SIG_DFL);
+    if (__sanitizer_set_death_callback) __sanitizer_set_death_callback(nullptr);
     limit_child_memory();
     char why[512] = "";
     void *bytes = nullptr;
@@ -391,6 +419,7 @@ int isolated(const Translation &work, void **out, size_t *out_size, char *err, s
     }
     std::string why = "SPIR-V translator crashed on the module";
     if (w == pid && WIFSIGNALED(status)) why += " (signal " + std::to_string(WTERMSIG(status)) + ")";
+    if (w == pid && WIFEXITED(status)) why = "SPIR-V translator gave up on the module";
     std::string line = last_line(err_text);
     size_t at = line.find("Assertion");
     if (at != std::string::npos) line = "assertion " + line.substr(at + 10);

@@ -69,6 +69,18 @@ grep -Eq "ran out of memory|crashed" "$TMP/runaway.out" || fail "runaway module:
 [ "$(cat "$TMP/runaway.rc")" = 1 ] || fail "runaway module: the app did not end on its own terms"
 ok "a module the translator cannot bound: CL_BUILD_PROGRAM_FAILURE under CLSHIM_TRANSLATE_MAX_MEMORY, one line"
 
+# A module on which the translator calls exit() (found by fuzzing): the
+# child's exit runs none of the app's atexit handlers and does not write the
+# app's buffered stdout a second time.
+EXITS=$CLSHIM_ROOT/tests/fuzz/regress/fuzz_spirv_translate/translator-exits.spv
+run_shim exits "$IL" --il "$EXITS"
+grep -q "build failed: -11" "$TMP/exits.out" || fail "translator exit: the build did not fail with CL_BUILD_PROGRAM_FAILURE"
+grep -q "gave up on the module: UnimplementedOpCode" "$TMP/exits.out" || fail "translator exit: the build log does not say why"
+[ "$(count 'program created' "$TMP/exits.out")" = 1 ] || fail "translator exit: the app's buffered output was written twice"
+[ "$(count 'atexit handler ran' "$TMP/exits.err")" = 1 ] || fail "translator exit: the app's atexit handler ran in the child"
+[ "$(count 'program created' "$TMP/runaway.out")" = 1 ] || fail "runaway module: the app's buffered output was written twice"
+ok "a module the translator exits on: refused, the app's buffered output written once"
+
 # CLSHIM_ADVERTISE_IL=1: the device reports IL support.
 CLSHIM_ADVERTISE_IL=1 run_shim adv clinfo
 grep -q "IL version.*SPIR-V_1.0" "$TMP/adv.out" || fail "CLSHIM_ADVERTISE_IL=1 does not report CL_DEVICE_IL_VERSION"

@@ -117,8 +117,11 @@ static int llvm_loaded(void)
     return yes;
 }
 
+static void note_exit(void) { fprintf(stderr, "ilprog: atexit handler ran\n"); }
+
 int main(int argc, char **argv)
 {
+    atexit(note_exit); /* must run once, in this process only */
     const char *mode = NULL, *path = NULL, *spec_value = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--khr")) use_khr = 1;
@@ -158,6 +161,9 @@ int main(int argc, char **argv)
         CHECK(clSetProgramSpecializationConstant(prog, 7, sizeof v, &v));
         printf("unknown spec id: %d\n", clSetProgramSpecializationConstant(prog, 99, sizeof v, &v));
     }
+    /* Left in stdout's buffer across the build: a translator child must not
+     * write it out a second time. */
+    printf("program created\n");
     err = clBuildProgram(prog, 1, &dev, "", NULL, NULL);
     if (err != CL_SUCCESS) {
         char *log = build_log(prog, dev);
