@@ -285,11 +285,17 @@ bool write_all(int fd, const void *p, size_t n)
 // or flush a copy of its stdio buffers: registered last, this runs first.
 void child_exit_now() { _exit(70); }
 
+void child_say(const char *text)
+{
+    ssize_t n = write(2, text, strlen(text)); // the parent reads it; nothing to do if it cannot
+    (void)n;
+}
+
 void child_fatal_error(void *, const char *reason, bool)
 {
-    static const char prefix[] = "LLVM ERROR: ";
-    if (write(2, prefix, sizeof prefix - 1) < 0 || write(2, reason, strlen(reason)) < 0 || write(2, "\n", 1) < 0) {
-    }
+    child_say("LLVM ERROR: ");
+    child_say(reason);
+    child_say("\n");
     _exit(70);
 }
 
