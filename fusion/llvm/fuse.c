@@ -301,7 +301,7 @@ static int link_modules(struct fuser *f)
 
 /* ---- 3. flattening ----------------------------------------------------- */
 
-static unsigned attr_kind(const char *name)
+unsigned fuse_attr_kind(const char *name)
 {
     return LLVMGetEnumAttributeKindForName(name, strlen(name));
 }
@@ -321,8 +321,8 @@ static int run_passes(struct fuser *f, const char *pipeline)
 static int flatten(struct fuser *f)
 {
     LLVMStripModuleDebugInfo(f->mod);
-    unsigned noinline = attr_kind("noinline"), optnone = attr_kind("optnone");
-    LLVMAttributeRef always = LLVMCreateEnumAttribute(f->ctx, attr_kind("alwaysinline"), 0);
+    unsigned noinline = fuse_attr_kind("noinline"), optnone = fuse_attr_kind("optnone");
+    LLVMAttributeRef always = LLVMCreateEnumAttribute(f->ctx, fuse_attr_kind("alwaysinline"), 0);
     for (LLVMValueRef fn = LLVMGetFirstFunction(f->mod); fn; fn = LLVMGetNextFunction(fn)) {
         if (LLVMIsDeclaration(fn)) continue;
         LLVMRemoveEnumAttributeAtIndex(fn, LLVMAttributeFunctionIndex, noinline);
@@ -487,9 +487,9 @@ static LLVMValueRef builtin(struct fuser *f, const char *name, LLVMTypeRef ret, 
     fn = LLVMAddFunction(f->mod, name, ty);
     LLVMSetFunctionCallConv(fn, CC_SPIR_FUNC);
     LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex,
-                            LLVMCreateEnumAttribute(f->ctx, attr_kind("nounwind"), 0));
+                            LLVMCreateEnumAttribute(f->ctx, fuse_attr_kind("nounwind"), 0));
     LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex,
-                            LLVMCreateEnumAttribute(f->ctx, attr_kind(readnone ? "readnone"
+                            LLVMCreateEnumAttribute(f->ctx, fuse_attr_kind(readnone ? "readnone"
                                                                               : "convergent"), 0));
     return fn;
 }
@@ -511,8 +511,8 @@ static int make_body(struct fuser *f, size_t i)
     LLVMSetLinkage(body, LLVMInternalLinkage);
     LLVMSetFunctionCallConv(body, CC_SPIR_FUNC);
     LLVMAddAttributeAtIndex(body, LLVMAttributeFunctionIndex,
-                            LLVMCreateEnumAttribute(f->ctx, attr_kind("alwaysinline"), 0));
-    unsigned byval = attr_kind("byval"), align = attr_kind("align");
+                            LLVMCreateEnumAttribute(f->ctx, fuse_attr_kind("alwaysinline"), 0));
+    unsigned byval = fuse_attr_kind("byval"), align = fuse_attr_kind("align");
     for (unsigned j = 0; j < o->nparams; j++) {
         LLVMValueRef from = LLVMGetParam(o->fn, j), to = LLVMGetParam(body, j);
         LLVMReplaceAllUsesWith(from, to);
@@ -605,7 +605,7 @@ static void set_kernel_metadata(struct fuser *f, LLVMValueRef fused, const struc
 static int build_fused(struct fuser *f, int with_barrier, struct fused_params *p)
 {
     /* Attributes of the original parameters that the fused one keeps. */
-    unsigned byval = attr_kind("byval"), align = attr_kind("align");
+    unsigned byval = fuse_attr_kind("byval"), align = fuse_attr_kind("align");
     LLVMAttributeRef pattr[FUSE_MAX_PARAMS][2];
     for (unsigned q = 0; q < p->count; q++) {
         LLVMValueRef fn = f->occ[p->kernel[q]].fn;
@@ -639,7 +639,7 @@ static int build_fused(struct fuser *f, int with_barrier, struct fused_params *p
                                          LLVMFunctionType(voidt, p->type, p->count, 0));
     LLVMSetFunctionCallConv(fused, CC_SPIR_KERNEL);
     LLVMAddAttributeAtIndex(fused, LLVMAttributeFunctionIndex,
-                            LLVMCreateEnumAttribute(f->ctx, attr_kind("nounwind"), 0));
+                            LLVMCreateEnumAttribute(f->ctx, fuse_attr_kind("nounwind"), 0));
     for (unsigned q = 0; q < p->count; q++)
         for (int a = 0; a < 2; a++)
             if (pattr[q][a]) LLVMAddAttributeAtIndex(fused, q + 1, pattr[q][a]);

@@ -78,6 +78,13 @@ int fuse_needs_barrier(const struct fuse_occ *occ, size_t n, const size_t fused_
  * that needs no barrier. Returns the number of loops merged away. */
 unsigned fuse_merge_grid_loops(LLVMValueRef fn);
 
+/* Strips integer casts off e (sext/zext/trunc and instcombine's forms of
+ * them, fuse_scan.c), keeping the narrowest truncation in *trunc_bits. */
+LLVMValueRef fuse_strip_int_casts(LLVMValueRef e, unsigned *trunc_bits);
+
+/* The enum attribute kind named `name` ("readnone", "byval", ...). */
+unsigned fuse_attr_kind(const char *name);
+
 /* The base name of an Itanium-mangled OpenCL builtin ("_Z13get_global_idj"
  * -> "get_global_id", length in *len); a plain name is returned whole. */
 const char *fuse_builtin_name(const char *mangled, size_t *len);

@@ -50,14 +50,9 @@ struct grid_loop {
     unsigned nblocks;
 };
 
-static unsigned attr_kind(const char *name)
-{
-    return LLVMGetEnumAttributeKindForName(name, strlen(name));
-}
-
 static int is_readnone_call(LLVMValueRef call)
 {
-    unsigned readnone = attr_kind("readnone");
+    unsigned readnone = fuse_attr_kind("readnone");
     if (LLVMGetCallSiteEnumAttribute(call, LLVMAttributeFunctionIndex, readnone)) return 1;
     LLVMValueRef callee = LLVMGetCalledValue(call);
     return callee && LLVMIsAFunction(callee) &&
@@ -144,16 +139,6 @@ static int invariant(const struct grid_loop *l, LLVMValueRef v, int depth)
     for (int i = 0; i < LLVMGetNumOperands(v); i++)
         if (!invariant(l, LLVMGetOperand(v, (unsigned)i), depth + 1)) return 0;
     return 1;
-}
-
-static LLVMValueRef strip_int_casts(LLVMValueRef v)
-{
-    while (LLVMIsAInstruction(v)) {
-        LLVMOpcode op = LLVMGetInstructionOpcode(v);
-        if (op != LLVMSExt && op != LLVMZExt && op != LLVMTrunc) break;
-        v = LLVMGetOperand(v, 0);
-    }
-    return v;
 }
 
 static int conditional_icmp_branch(LLVMValueRef term, LLVMValueRef *cmp)
@@ -266,7 +251,8 @@ static int at_index(const struct grid_loop *l, LLVMValueRef ptr)
     ptr = strip_pointer_casts(ptr);
     if (!LLVMIsAGetElementPtrInst(ptr) || LLVMGetNumOperands(ptr) < 2) return 0;
     if (defined_in(l, LLVMGetOperand(ptr, 0))) return 0;
-    if (strip_int_casts(LLVMGetOperand(ptr, 1)) != l->iv) return 0;
+    unsigned trunc_bits = 0; /* wide enough for the fused range: the barrier analysis checked */
+    if (fuse_strip_int_casts(LLVMGetOperand(ptr, 1), &trunc_bits) != l->iv) return 0;
     for (int k = 2; k < LLVMGetNumOperands(ptr); k++)
         if (!LLVMIsAConstantInt(LLVMGetOperand(ptr, (unsigned)k))) return 0;
     return 1;

@@ -120,7 +120,7 @@ static unsigned sext_in_reg(LLVMValueRef e, unsigned w)
 
 /* Strips integer casts off e — sext/zext/trunc and instcombine's forms of
  * them — keeping the narrowest truncation in *trunc_bits. */
-static LLVMValueRef strip_int_casts(LLVMValueRef e, unsigned *trunc_bits)
+LLVMValueRef fuse_strip_int_casts(LLVMValueRef e, unsigned *trunc_bits)
 {
     for (int depth = 0; depth < 8 && LLVMIsAInstruction(e); depth++) {
         LLVMOpcode op = LLVMGetInstructionOpcode(e);
@@ -144,7 +144,7 @@ static LLVMValueRef strip_int_casts(LLVMValueRef e, unsigned *trunc_bits)
  * constant dimension; the dimension in *dim. */
 static int builtin_call(LLVMValueRef e, const char *name, unsigned *trunc_bits, unsigned *dim)
 {
-    e = strip_int_casts(e, trunc_bits);
+    e = fuse_strip_int_casts(e, trunc_bits);
     if (!LLVMIsACallInst(e) || LLVMGetNumArgOperands(e) != 1) return 0;
     LLVMValueRef fn = called_function(e);
     size_t nlen;
@@ -173,12 +173,12 @@ static int position(LLVMValueRef e, struct index_form *f)
 {
     struct index_form t = *f;
     if (builtin_call(e, "get_global_id", &t.trunc_bits, &t.dim)) return *f = t, 1;
-    e = strip_int_casts(e, &t.trunc_bits);
+    e = fuse_strip_int_casts(e, &t.trunc_bits);
     if (!is_op(e, LLVMAdd)) return 0;
     for (unsigned s = 0; s < 2; s++) {
         struct index_form g = t;
         unsigned dl, ds, dg;
-        LLVMValueRef mul = strip_int_casts(LLVMGetOperand(e, 1 - s), &g.trunc_bits);
+        LLVMValueRef mul = fuse_strip_int_casts(LLVMGetOperand(e, 1 - s), &g.trunc_bits);
         if (!builtin_call(LLVMGetOperand(e, s), "get_local_id", &g.trunc_bits, &dl) || !is_op(mul, LLVMMul))
             continue;
         for (unsigned m = 0; m < 2; m++) {
@@ -201,7 +201,7 @@ static int position(LLVMValueRef e, struct index_form *f)
 static int index_signature(LLVMValueRef e, struct index_form *f, char *sig, size_t len)
 {
     memset(f, 0, sizeof *f);
-    LLVMValueRef phi = strip_int_casts(e, &f->trunc_bits);
+    LLVMValueRef phi = fuse_strip_int_casts(e, &f->trunc_bits);
     if (!LLVMIsAPHINode(phi)) {
         if (!position(e, f)) return 0;
         snprintf(sig, len, "%s%u", f->from_groups ? "lg" : "g", f->dim);
@@ -301,7 +301,7 @@ static unsigned byte_offset_param(const struct walk *w, LLVMValueRef gep)
     LLVMTypeRef t = LLVMGetGEPSourceElementType(gep);
     if (LLVMGetTypeKind(t) != LLVMIntegerTypeKind || LLVMGetIntTypeWidth(t) != 8) return 0;
     unsigned bits = 0;
-    LLVMValueRef o = strip_int_casts(LLVMGetOperand(gep, 1), &bits);
+    LLVMValueRef o = fuse_strip_int_casts(LLVMGetOperand(gep, 1), &bits);
     if (!LLVMIsAArgument(o) || bits) return 0;
     unsigned n = LLVMCountParams(w->fn);
     for (unsigned j = 0; j < n; j++)
