@@ -71,7 +71,7 @@ PY=${COMPAT_PYTHON:-/usr/bin/python3}
 fresh_pocl; run_plain ref_py "$PY" "$CLSHIM_ROOT/tests/integration/progs/pyopencl_chain.py"
 # A sanitized shim in an uninstrumented interpreter: its runtime must come
 # first, or PoCL's threads start unseen by TSan (make check-sanitize).
-SANRT=$(ldd "$SHIM" | awk '/lib[at]san\.so/ {print $3; exit}')
+SANRT=$(ldd "$SHIM" | awk '/lib[at]san\.so/ && !found {print $3; found = 1}')
 fresh_pocl; SHIM="${SANRT:+$SANRT }$SHIM" run_shim py env CLSHIM_FUSE="scale_add+square_it" "$PY" \
     "$CLSHIM_ROOT/tests/integration/progs/pyopencl_chain.py"
 same_output ref_py py "pyopencl: same results as without clshim"

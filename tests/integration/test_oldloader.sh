@@ -5,7 +5,7 @@
 # function the loader lacks fails with CL_INVALID_OPERATION and one line,
 # never a crash.
 source "$(dirname "$0")/lib.sh"
-real=$(ldconfig -p | awk '/libOpenCL\.so\.1 .*x86-64/ {print $NF; exit}')
+real=$(ldconfig -p | awk '/libOpenCL\.so\.1 .*x86-64/ && !found {print $NF; found = 1}')
 mkdir -p "$TMP/old"
 python3 - "$(readlink -f "$real")" "$TMP/old/libOpenCL.so.1" <<'PY'
 import sys

@@ -10,7 +10,7 @@ fresh_pocl; "$CLSHIM" run -- "$MK" >"$TMP/run.out" 2>"$TMP/run.err"; echo $? >"$
 same_output plain run "clshim run: same output and exit code"
 
 # An existing LD_PRELOAD is kept (a harmless library: libm).
-libm=$(ldconfig -p | awk '/libm\.so\.6 .*x86-64/ {print $NF; exit}')
+libm=$(ldconfig -p | awk '/libm\.so\.6 .*x86-64/ && !found {print $NF; found = 1}')
 LD_PRELOAD=$libm "$CLSHIM" run -- bash -c 'echo "$LD_PRELOAD"' >"$TMP/preload.out"
 grep -q "libclshim.so" "$TMP/preload.out" || fail "clshim run did not preload the shim"
 grep -q "$libm" "$TMP/preload.out" || fail "clshim run dropped the existing LD_PRELOAD"
@@ -32,8 +32,11 @@ grep -q "CLSHIM_CACHE_MAX_SIZE *= 2147483648 *(config file)" "$TMP/config2.out" 
 rm "$XDG_CONFIG_HOME/clshim/clshim.conf"
 ok "clshim config shows each value and its source"
 
-"$CLSHIM" --version | grep -q "^clshim [0-9]" || fail "--version"
-"$CLSHIM" --help | grep -q "clshim run" || fail "--help"
+# Captured first: with pipefail, grep -q leaving early could fail the writer (SIGPIPE).
+"$CLSHIM" --version >"$TMP/version.out"
+grep -q "^clshim [0-9]" "$TMP/version.out" || fail "--version"
+"$CLSHIM" --help >"$TMP/help.out"
+grep -q "clshim run" "$TMP/help.out" || fail "--help"
 set +e
 "$CLSHIM" frobnicate >/dev/null 2>&1; rc=$?
 "$CLSHIM" run >/dev/null 2>&1; rc2=$?
@@ -52,7 +55,8 @@ for f in bin/clshim lib/clshim/libclshim.so lib/clshim/libclshim-llvm.so lib/cls
 done
 fresh_pocl; "$TMP/prefix/bin/clshim" run -- "$MK" >"$TMP/inst.out" 2>"$TMP/inst.err"; echo $? >"$TMP/inst.rc"
 same_output plain inst "the installed clshim runs programs"
-PKG_CONFIG_PATH=$TMP/prefix/lib/pkgconfig pkg-config --cflags clshim | grep -q "$TMP/prefix/include" ||
+PKG_CONFIG_PATH=$TMP/prefix/lib/pkgconfig pkg-config --cflags clshim >"$TMP/pc.out"
+grep -q "$TMP/prefix/include" "$TMP/pc.out" ||
     fail "pkg-config file"
 ok "make install: library, wrapper, tool, header, pkg-config, man page"
 finish
