@@ -67,7 +67,7 @@ FUZZ_CC    ?= clang-15
 FUZZ_CXX   ?= clang++-15
 FUZZERS  := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRC))
 
-.PHONY: all deps check check-sanitize check-long compat bench demo install clean docs fuzz fuzz-targets
+.PHONY: all deps check check-sanitize check-long check-fresh compat bench demo install clean docs fuzz fuzz-targets
 all: $(LIB) $(LLVMLIB) $(TOOL) $(WRAPPER) $(UNITS) $(PROGS) $(BENCHES) $(EXAMPLES) $(RELPROGS) $(LOADER_LIB)
 
 deps:
@@ -178,6 +178,12 @@ check-sanitize: deps
 check-long: deps
 	$(MAKE) all fuzz
 	CLSHIM_LONG=1 tests/run-all.sh $(BUILD)
+	scripts/check-fresh.sh $(BUILD)
+
+# make check from a fresh clone of HEAD in a clean Debian root (root only):
+# every install step must be in the project's own files.
+check-fresh:
+	scripts/check-fresh.sh $(BUILD)
 
 compat: deps
 	$(MAKE) all

@@ -1,14 +1,22 @@
 #!/bin/sh
 # Installs the Debian packages clshim needs. Idempotent: a quick no-op when
 # everything is present. Needs root (or sudo) only when something is missing.
+#   scripts/install-deps.sh [EXTRA_PACKAGE...]
+# With arguments it installs those too: targets that need more than make
+# check (check-fresh's debootstrap) name them here, so every package the
+# project uses is installed by the project's own files.
 set -eu
 
+# Everything make check builds with or runs: compilers and LLVM 15, the
+# OpenCL loader, headers and PoCL, the store's libraries, cmocka, and what
+# the tests drive (clinfo, PyOpenCL with pytest and NumPy, Python itself).
 PACKAGES="build-essential pkg-config clang-15 llvm-15-dev libllvmspirvlib-15-dev llvm-spirv-15
-ocl-icd-opencl-dev ocl-icd-libopencl1 opencl-c-headers pocl-opencl-icd clinfo python3-pyopencl
-liblmdb-dev lmdb-utils libcmocka-dev libxxhash-dev libzstd-dev zstd python3"
+ocl-icd-opencl-dev ocl-icd-libopencl1 opencl-c-headers pocl-opencl-icd clinfo
+python3 python3-pyopencl python3-pytest python3-numpy
+liblmdb-dev lmdb-utils libcmocka-dev libxxhash-dev libzstd-dev zstd"
 
 missing=""
-for p in $PACKAGES; do
+for p in $PACKAGES "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
 [ -z "$missing" ] && exit 0
