@@ -25,10 +25,14 @@ say() { echo "check-fresh: $*"; }
 # The host's release and the registry its apt already uses (deb822 or
 # one-line sources), so the root is fetched from where this machine may fetch.
 suite=$(. /etc/os-release && echo "${VERSION_CODENAME:?}")
-mirror=$(awk -v s="$suite" '
+sources=()
+for f in /etc/apt/sources.list.d/*.sources /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+    [ -f "$f" ] && sources+=("$f")
+done
+mirror=""
+[ ${#sources[@]} -gt 0 ] && mirror=$(awk -v s="$suite" '
     /^URIs:/ { uri = $2 } /^Suites:/ { for (i = 2; i <= NF; i++) if ($i == s && uri != "" && !found) { print uri; found = 1 } }
-    /^deb / && $3 == s && !found { print $2; found = 1 }' \
-    /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null | head -n 1)
+    /^deb / && $3 == s && !found { print $2; found = 1 }' "${sources[@]}")
 [ -n "$mirror" ] || { say "no apt source for '$suite' found in /etc/apt" >&2; exit 2; }
 
 mkdir -p "$WORK"
