@@ -178,6 +178,7 @@ check-sanitize: deps
 check-long: deps
 	$(MAKE) all fuzz
 	CLSHIM_LONG=1 tests/run-all.sh $(BUILD)
+	$(MAKE) bench QUICK=1
 	scripts/check-fresh.sh $(BUILD)
 
 # make check from a fresh clone of HEAD in a clean Debian root (root only):
@@ -189,9 +190,12 @@ compat: deps
 	$(MAKE) all
 	tests/compat/run.sh $(BUILD)
 
+# make bench: the suite, its CSV, report and plots (docs/benchmarks.md);
+# make bench QUICK=1: a check in under 2 minutes (report in BUILD only).
 bench: deps
+	scripts/install-deps.sh python3-matplotlib
 	$(MAKE) all
-	bench/run.sh $(BUILD)
+	bench/run.sh $(BUILD) $(if $(QUICK),--quick)
 
 demo: deps
 	$(MAKE) all

@@ -16,9 +16,9 @@
  *   pipelined  R chains back to back, then one clFinish, time divided by R
  *              (an iterative app that syncs rarely; N <= 1 Mi only, where
  *              launch costs matter).
- * Each figure is the best of repetitions, the three ways interleaved round
- * by round (the machine is shared; the minimum is the least disturbed). The
- * results of the three ways are compared bit for bit. At the end the issue's
+ * Each figure is the median of at least 5 rounds (min and max beside it in
+ * BENCH_CSV), the three ways interleaved round by round so that a change in
+ * the machine's load hits all three alike. The results of the three ways are compared bit for bit. At the end the issue's
  * targets for K = 4 are checked in each mode, beside what the hand-written
  * kernel itself reaches (the ceiling of any fusion on this device).
  *
@@ -51,6 +51,7 @@
 #include <unistd.h>
 
 #include "CL/clshim_ext.h"
+#include "bench/bench_util.h"
 
 #define CHECK(expr)                                                                       \
     do {                                                                                  \
@@ -121,7 +122,8 @@ enum { LATENCY = 0, PIPELINED = 1 };
 struct result {
     int mode, K, same;
     size_t n;
-    double t[3]; /* seconds per chain: unfused, fused, hand */
+    double t[3], lo[3], hi[3]; /* seconds per chain, median, min, max: unfused, fused, hand */
+    int rounds;
 };
 static struct result results[64];
 static int nresults;
@@ -161,27 +163,42 @@ static void run_hand(struct setup *s, int reps)
     CHECK(clFinish(q));
 }
 
-/* Best times per chain of the three ways, measured interleaved (one of each
- * per round, for about `budget` seconds, at least 5 rounds) so that a change
- * in the machine's load hits all three alike. Each timed run follows an
- * untimed one of the same way: what a loop of that way sees. */
-static void best3(struct setup *s, int reps, double budget, double out[3])
+/* Times per chain of the three ways, measured interleaved (one of each per
+ * round, for about `budget` seconds, at least 5 rounds) so that a change in
+ * the machine's load hits all three alike: median, min and max per way.
+ * Each timed run follows an untimed one of the same way: what a loop of
+ * that way sees. */
+#define MAX_ROUNDS 4000
+static void time3(struct setup *s, int reps, double budget, struct result *res)
 {
     void (*fn[3])(struct setup *, int) = {run_unfused, run_fused, run_hand};
-    for (int v = 0; v < 3; v++) {
-        fn[v](s, 1); /* warm-up: first-launch compilation, page faults */
-        out[v] = 1e30;
-    }
+    static double t[3][MAX_ROUNDS];
+    for (int v = 0; v < 3; v++) fn[v](s, 1); /* warm-up: first-launch compilation, page faults */
     double spent = 0;
-    for (int r = 0; r < 4000 && (r < 5 || spent < budget); r++)
+    int r;
+    for (r = 0; r < MAX_ROUNDS && (r < 5 || spent < budget); r++)
         for (int v = 0; v < 3; v++) {
             fn[v](s, reps);
             double t0 = now_s();
             fn[v](s, reps);
-            double t = now_s() - t0;
-            spent += 2 * t;
-            if (t / reps < out[v]) out[v] = t / reps;
+            t[v][r] = (now_s() - t0) / reps;
+            spent += 2 * t[v][r] * reps;
         }
+    res->rounds = r;
+    for (int v = 0; v < 3; v++) {
+        res->t[v] = bu_median(t[v], (size_t)r);
+        res->lo[v] = bu_quantile(t[v], (size_t)r, 0.0);
+        res->hi[v] = bu_quantile(t[v], (size_t)r, 1.0);
+    }
+    static const char *const way[3] = {"unfused", "fused", "hand"};
+    char cas[128];
+    snprintf(cas, sizeof cas, "k=%d;n=%zu;mode=%s;shape=%s%s", s->K, s->n, reps > 1 ? "pipelined" : "latency",
+             grid_shape ? "grid" : "pointwise", with_events ? ";events=1" : "");
+    for (int v = 0; v < 3; v++) {
+        double ms[MAX_ROUNDS];
+        for (int i = 0; i < r; i++) ms[i] = t[v][i] * 1e3;
+        bu_csv("fusion", cas, way[v], "chain", "ms", ms, (size_t)r);
+    }
 }
 
 static uint64_t digest(struct setup *s)
@@ -263,7 +280,7 @@ static void bench_one(cl_program prog, int K, size_t n, int *fails)
         res->K = K;
         res->n = n;
         res->same = same;
-        best3(&s, mode == PIPELINED ? PIPELINED_REPS : 1, n >= (16u << 20) ? 6.0 : 1.5, res->t);
+        time3(&s, mode == PIPELINED ? PIPELINED_REPS : 1, n >= (16u << 20) ? 6.0 : 1.5, res);
         fprintf(stderr, ".");
     }
     for (int k = 0; k < K; k++) clReleaseKernel(s.step[k]);
@@ -476,8 +493,8 @@ int main(int argc, char **argv)
     CHECK(clBuildProgram(prog, 1, &dev, NULL, NULL, NULL));
     char devname[256] = "";
     clGetDeviceInfo(dev, CL_DEVICE_NAME, sizeof devname, devname, NULL);
-    printf("bench_fusion on %s, local size %d; best of repetitions, each way timed after an untimed run of "
-           "itself\n", devname, LOCAL);
+    printf("bench_fusion on %s, local size %d; medians of >= 5 interleaved rounds, each way timed after an "
+           "untimed run of itself\n", devname, LOCAL);
     fflush(stdout);
     static const size_t all_n[] = {4u << 10, 64u << 10, 1u << 20, 16u << 20, 64u << 20};
     static const size_t quick_n[] = {4u << 10, 1u << 20, 16u << 20};

@@ -212,6 +212,9 @@ int main(int argc, char **argv)
     for (int m = 0; m < M_COUNT; m++) {
         if (!n[m]) continue;
         med[m] = bu_median(v[m][0], (size_t)n[m]);
+        double ms[100];
+        for (int i = 0; i < n[m]; i++) ms[i] = v[m][0][i] / 1e3;
+        bu_csv("il", "program=mixed-spirv", mode_names[m], "ttfr", "ms", ms, (size_t)n[m]);
         printf("  %-9s %7.1f ms %7.1f ms %7.1f ms %9.1f ms  %s\n", mode_names[m], med[m] / 1e3,
                bu_min(v[m][0], (size_t)n[m]) / 1e3, bu_median(v[m][1], (size_t)n[m]) / 1e3,
                bu_median(v[m][2], (size_t)n[m]) / 1e3, mode_desc[m]);

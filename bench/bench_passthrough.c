@@ -220,6 +220,10 @@ static int run_calls(const char *shim, const char *root, int quick)
     /* Noise: the standard errors of the two medians, combined. */
     double set_noise = sqrt(r[C_SHIM][12] * r[C_SHIM][12] + r[C_PLAIN][12] * r[C_PLAIN][12]);
     double enq_noise = sqrt(r[C_SHIM][13] * r[C_SHIM][13] + r[C_PLAIN][13] * r[C_PLAIN][13]);
+    bu_csv_value("passthrough", "call=clSetKernelArg", "shim", "added", "ns", set_cost, set_cost - set_noise,
+                 set_cost + set_noise, (size_t)atoi(set_b));
+    bu_csv_value("passthrough", "call=clEnqueueNDRangeKernel", "shim", "added", "ns", enq_cost, enq_cost - enq_noise,
+                 enq_cost + enq_noise, (size_t)atoi(enq_b));
     printf("  added by the shim (delta less the no-shim delta; noise = standard error of the medians):\n");
     printf("    clSetKernelArg         %7.2f ns +- %.2f ns  target < 50 ns  %s\n", set_cost, set_noise,
            verdict(set_cost, set_noise));
@@ -309,6 +313,14 @@ static int time_spawns(const char *prog, const char *shim, const char *root, int
     }
     for (int w = 0; w < 2; w++)
         s->field[0][w] = bu_median(f[w], (size_t)reps), s->field[1][w] = bu_median(g[w], (size_t)reps);
+    char cas[64], tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s", prog);
+    snprintf(cas, sizeof cas, "program=%.40s", basename(tmp));
+    for (int w = 0; w < 2; w++) {
+        double ms[reps];
+        for (int i = 0; i < reps; i++) ms[i] = t[w][i] / 1e6;
+        bu_csv("startup", cas, w ? "preloaded" : "plain", "spawn", "ms", ms, (size_t)reps);
+    }
     s->plain = bu_median(t[0], (size_t)reps), s->shim = bu_median(t[1], (size_t)reps);
     s->delta = s->shim - s->plain;
     for (int w = 0; w < 2; w++) s->p25[w] = bu_quantile(t[w], (size_t)reps, 0.25), s->p75[w] = bu_quantile(t[w], (size_t)reps, 0.75);

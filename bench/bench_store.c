@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/bench_util.h"
 #include "cache/entry.h"
 #include "cache/store.h"
 #include "common/error.h"
@@ -205,6 +206,9 @@ int main(int argc, char **argv)
         lat[i] = now_us() - a;
     }
     struct lat get_l = summarize(lat, nget);
+    char cas[64];
+    snprintf(cas, sizeof cas, "entries=%llu", (unsigned long long)entries);
+    bu_csv("store", cas, "lookup", "latency", "us", lat, nget);
 
     /* 3. Stores without a size limit: new keys, synced commits. */
     for (size_t i = 0; i < nput; i++) {
@@ -213,6 +217,7 @@ int main(int argc, char **argv)
         lat[i] = now_us() - a;
     }
     struct lat put_l = summarize(lat, nput);
+    bu_csv("store", cas, "store", "latency", "us", lat, nput);
     struct store_stats st;
     store_stats_get(s, &st);
     uint64_t total_bytes = st.stored_bytes;
@@ -247,6 +252,7 @@ int main(int argc, char **argv)
     }
     uint64_t batch_evicted = st.evictions_size - trimmed;
     struct lat evict_l = summarize(lat, nput * 2);
+    bu_csv("store", cas, "store-evicting", "latency", "us", lat, nput * 2);
     uint64_t left = st.entries;
     if (!store_check_invariants(s)) errors++;
     store_close(s);
@@ -264,6 +270,8 @@ int main(int argc, char **argv)
     double one = concurrent_gets(dir, conc_entries, 1, secs, &conc_errors);
     double eight = concurrent_gets(dir, conc_entries, 8, secs, &conc_errors);
     errors += conc_errors;
+    bu_csv_value("store", cas, "lookups-1-process", "throughput", "1/s", one, one, one, 1);
+    bu_csv_value("store", cas, "lookups-8-processes", "throughput", "1/s", eight, eight, eight, 1);
 
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     printf("bench_store: %llu entries of 1-4 KiB binaries (zstd level 3), %ld cores, cache %s\n",

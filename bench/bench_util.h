@@ -106,11 +106,12 @@ static inline int bu_find_shim(const char *bench, const char **shim)
 }
 
 /* The options of the benchmarks that time whole runs (bench_ttfr, bench_il):
- *   [--quick] [--reps N] [--shim PATH/libclshim.so], and --child MODE
- *   [--file F] for the spawned children. */
+ *   [--quick] [--reps N] [--shim PATH/libclshim.so] [--program NAME]
+ *   [--ci N], and --child MODE [--file F] for the spawned children.
+ * `program` and `ci` mean something to bench_ttfr only (its usage says). */
 struct bu_opts {
-    int reps, quick;
-    const char *shim, *child_mode, *file;
+    int reps, quick, ci;
+    const char *shim, *child_mode, *file, *program;
 };
 
 /* 0, or 2 after printing the usage. --quick makes `quick_reps` the default. */
@@ -120,14 +121,18 @@ static inline int bu_parse_opts(int argc, char **argv, const char *bench, int re
     memset(o, 0, sizeof *o);
     o->reps = -1;
     o->file = "";
+    o->program = "mixed";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) o->quick = 1;
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) o->reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--shim") && i + 1 < argc) o->shim = argv[++i];
         else if (!strcmp(argv[i], "--child") && i + 1 < argc) o->child_mode = argv[++i];
         else if (!strcmp(argv[i], "--file") && i + 1 < argc) o->file = argv[++i];
+        else if (!strcmp(argv[i], "--program") && i + 1 < argc) o->program = argv[++i];
+        else if (!strcmp(argv[i], "--ci") && i + 1 < argc) o->ci = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--quick] [--reps N] [--shim PATH/libclshim.so]\n", bench);
+            fprintf(stderr, "usage: %s [--quick] [--reps N] [--shim PATH/libclshim.so]%s\n", bench,
+                    strcmp(bench, "bench_ttfr") ? "" : " [--program small|mixed|large] [--ci PROCESSES]");
             return 2;
         }
     }
@@ -182,7 +187,7 @@ static inline void bu_env_base(struct bu_env *e)
     e->n = 0;
     for (char **p = environ; *p && e->n < BU_ENV_MAX - 16; p++) {
         if (!strncmp(*p, "LD_PRELOAD=", 11) || !strncmp(*p, "POCL_CACHE_DIR=", 15) ||
-            !strncmp(*p, "CLSHIM_", 7))
+            !strncmp(*p, "CLSHIM_", 7) || !strncmp(*p, "BENCH_CSV=", 10))
             continue;
         e->v[e->n++] = strdup(*p);
     }
@@ -364,6 +369,38 @@ static inline void bu_open(cl_device_id *dev, cl_context *ctx, cl_command_queue 
     BCHECK(err);
     *q = clCreateCommandQueueWithProperties(*ctx, *dev, NULL, &err);
     BCHECK(err);
+}
+
+/* ---- the suite's CSV (bench/run.sh, bench/report.py) ----------------------
+ * When BENCH_CSV names a file, each benchmark appends one row per figure:
+ *   bench,case,variant,metric,unit,median,min,max,n
+ * `case` is `key=value` pairs joined by ';' (what was measured: program,
+ * K, N, mode), `variant` the way it ran (cold, clshim-warm, fused, ...).
+ * The values come from one interleaved run (A B A B ...), so ratios of
+ * medians of one case are side by side. Spawned children never see it
+ * (bu_env_base drops it): only the parent, which has every value, writes. */
+/* One row from a figure computed elsewhere (a paired difference and its
+ * noise band, say): `lo`..`hi` is the band shown. */
+static inline void bu_csv_value(const char *bench, const char *cas, const char *variant, const char *metric,
+                                const char *unit, double median, double lo, double hi, size_t n)
+{
+    const char *path = getenv("BENCH_CSV");
+    if (!path || !*path) return;
+    FILE *f = fopen(path, "a");
+    if (!f) {
+        fprintf(stderr, "bench: cannot append to %s: %s\n", path, strerror(errno));
+        return;
+    }
+    fprintf(f, "%s,%s,%s,%s,%s,%.6g,%.6g,%.6g,%zu\n", bench, cas, variant, metric, unit, median, lo, hi, n);
+    fclose(f);
+}
+
+/* One row from the samples v[0..n): median, min, max. */
+static inline void bu_csv(const char *bench, const char *cas, const char *variant, const char *metric,
+                          const char *unit, const double *v, size_t n)
+{
+    if (n) bu_csv_value(bench, cas, variant, metric, unit, bu_median(v, n), bu_quantile(v, n, 0.0),
+                        bu_quantile(v, n, 1.0), n);
 }
 
 /* "met"/"missed" for a target line. */

@@ -1,35 +1,53 @@
 #!/bin/bash
-# run.sh — runs clshim's benchmarks against a build: `make bench` calls it.
+# run.sh — clshim's benchmark suite: `make bench` (and `make bench QUICK=1`).
 #
-#   bench/run.sh BUILD [--quick]
+#   bench/run.sh BUILD [--quick] [--no-docs]
 #
-# Builds nothing (make bench built $BUILD first). Runs, in order:
-#   bench_passthrough  per-call and start-up cost with nothing enabled (issue 2)
-#   bench_ttfr         time to first result: cold, PoCL warm, clshim warm, limit (issue 3)
-#   bench_il           SPIR-V time to first result, cold vs warm cache (issue 5)
-#   bench_store        the persistent store with many entries (always --quick here)
-#   bench_fusion       kernel fusion: unfused, fused, hand-written (always --quick here),
-#                      then the grid-stride shape (K = 4, latency)
-# Each prints its own table with "target met" / "target MISSED" per target.
-# Exits non-zero only when a benchmark failed to run (or found wrong
-# results), never because a target was missed. Private temp directories
-# keep the user's caches untouched.
+# Builds nothing (make bench built BUILD first). Runs every benchmark; each
+# appends its figures to one CSV (BENCH_CSV: bench,case,variant,metric,unit,
+# median,min,max,n), every figure a median of runs interleaved with the
+# runs it is compared with (A B A B ...), min and max beside it:
+#   bench_ttfr --program small|mixed|large  time to first result: cold, PoCL's
+#                                  cache warm, clshim cold, clshim warm, the limit
+#   bench_ttfr --ci N              the CI scenario: N processes on an empty shared
+#                                  cache, then N more on what they left
+#   clients.sh                     real clients (PyOpenCL, the demo app) cold and warm
+#   bench_il                       SPIR-V time to first result
+#   bench_passthrough              cost per intercepted call and at load
+#   bench_fusion                   fusion speed-up vs N for K = 2, 4, 8 (stored
+#                                  intermediates) against a hand-written kernel
+#   bench_store --entries N        the store at 10^3..10^5 entries
+# Then bench/report.py writes BUILD/bench-report/{results.csv,meta.txt,
+# report.md,*.png}; a full run also rewrites the generated part of
+# docs/benchmarks.md and docs/img/bench-*.png (--no-docs: not). --quick runs
+# fewer repetitions and sizes (under 2 minutes on 2 quiet cores): a check
+# that everything runs and gives right results, not figures to quote.
+# Exits non-zero when a benchmark failed to run or found wrong results, never
+# because a target was missed. Private temp directories keep the user's
+# caches untouched.
 set -u
 
 BUILD=${1:-}
 if [ -z "$BUILD" ] || [ ! -d "$BUILD" ]; then
-    echo "usage: bench/run.sh BUILD [--quick]" >&2
+    echo "usage: bench/run.sh BUILD [--quick] [--no-docs]" >&2
     exit 2
 fi
 shift
 QUICK=
+DOCS=1
 for a in "$@"; do
     case $a in
-    --quick) QUICK=--quick ;;
+    --quick) QUICK=--quick; DOCS=0 ;;
+    --no-docs) DOCS=0 ;;
     *) echo "bench/run.sh: unknown option $a" >&2; exit 2 ;;
     esac
 done
 BUILD=$(cd "$BUILD" && pwd)
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT=$BUILD/bench-report
+rm -rf "$OUT" && mkdir -p "$OUT"
+export BENCH_CSV=$OUT/results.csv
+: >"$BENCH_CSV"
 
 # Nothing here may read or write the user's caches.
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/clshim-bench.XXXXXX")
@@ -38,39 +56,75 @@ export TMPDIR=$TMP XDG_CACHE_HOME=$TMP/xdg-cache XDG_CONFIG_HOME=$TMP/xdg-config
 export POCL_CACHE_DIR=$TMP/pocl CLSHIM_CACHE_DIR=$TMP/clshim
 mkdir -p "$XDG_CACHE_HOME" "$XDG_CONFIG_HOME" "$POCL_CACHE_DIR"
 
-echo "clshim benchmarks: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)," \
-     "$(clinfo -l 2>/dev/null | sed -n 's/^Platform #0: //p' | head -1)${QUICK:+, quick}"
+platform=$(clinfo -l 2>/dev/null | sed -n 's/^Platform #0: //p' | head -1)
+device=$(clinfo -l 2>/dev/null | sed -n 's/^ *`-- Device #0: //p' | head -1)
+{
+    echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "command: make bench${QUICK:+ QUICK=1}"
+    echo "quick: $([ -n "$QUICK" ] && echo 1 || echo 0)"
+    echo "machine: $(nproc) cores ($(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)), $(free -g | awk '/^Mem:/ { print $2 }') GiB"
+    echo "driver: $platform, $device"
+    echo "versions: PoCL $(dpkg-query -W -f='${Version}' pocl-opencl-icd 2>/dev/null), LLVM $(llvm-config-15 --version 2>/dev/null), clshim $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')"
+    echo "load_before: $(cut -d' ' -f1-3 /proc/loadavg)"
+} >"$OUT/meta.txt"
+echo "clshim benchmarks: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $platform${QUICK:+, quick}"
 echo
 
 failed=()
 ran=0
-run() {
+run() { # name command...
     local name=$1
     shift
-    local bin=$BUILD/bench/$name
-    if [ ! -x "$bin" ]; then
-        echo "bench/run.sh: $bin is missing (run make BUILD=... all first)" >&2
-        failed+=("$name (missing)")
-        return
-    fi
     local t0=$SECONDS
-    "$bin" "$@"
+    "$@"
     local rc=$?
     ran=$((ran + 1))
     echo "  ($name: $((SECONDS - t0)) s)"
     echo
     [ $rc -eq 0 ] || failed+=("$name (exit $rc)")
 }
+bench() { # binary args...
+    local bin=$BUILD/bench/$1
+    shift
+    if [ ! -x "$bin" ]; then
+        echo "bench/run.sh: $bin is missing (run make BUILD=... all first)" >&2
+        failed+=("$(basename "$bin") (missing)")
+        return
+    fi
+    run "$(basename "$bin") $*" "$bin" "$@"
+}
 
-run bench_passthrough --shim "$BUILD/libclshim.so" $QUICK
-run bench_ttfr --shim "$BUILD/libclshim.so" $QUICK
-run bench_il --shim "$BUILD/libclshim.so" $QUICK
-run bench_store --quick --dir "$TMP"
-run bench_fusion --quick
-run bench_fusion --quick --shape grid --k 4 --mode latency
+SHIM=(--shim "$BUILD/libclshim.so")
+if [ -n "$QUICK" ]; then
+    bench bench_ttfr "${SHIM[@]}" --program small --reps 2
+    bench bench_ttfr "${SHIM[@]}" --program mixed --reps 3
+    bench bench_ttfr "${SHIM[@]}" --program small --ci 4 --reps 1
+    run clients "$ROOT/bench/clients.sh" "$BUILD" --quick
+    bench bench_il "${SHIM[@]}" --quick
+    bench bench_passthrough "${SHIM[@]}" --quick
+    bench bench_fusion --k 4 --n 65536
+    bench bench_fusion --k 4 --n 1048576 --mode latency
+    bench bench_store --quick --entries 1000 --dir "$TMP"
+else
+    for p in small mixed; do bench bench_ttfr "${SHIM[@]}" --program $p --reps 7; done
+    bench bench_ttfr "${SHIM[@]}" --program large --reps 5
+    bench bench_ttfr "${SHIM[@]}" --program mixed --ci 8 --reps 5
+    run clients "$ROOT/bench/clients.sh" "$BUILD"
+    bench bench_il "${SHIM[@]}"
+    bench bench_passthrough "${SHIM[@]}"
+    bench bench_fusion
+    bench bench_fusion --shape grid --k 4 --mode latency
+    for n in 1000 10000 100000; do bench bench_store --entries $n --dir "$TMP"; done
+fi
+echo "load_after: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/meta.txt"
+
+docs=()
+[ "$DOCS" = 1 ] && docs=(--docs "$ROOT/docs/benchmarks.md")
+/usr/bin/python3 "$ROOT/bench/report.py" "$BENCH_CSV" "$OUT/meta.txt" "$OUT" "${docs[@]}" ||
+    failed+=("report.py")
 
 if [ ${#failed[@]} -gt 0 ]; then
     echo "bench/run.sh: ${#failed[@]} benchmark(s) failed: ${failed[*]}"
     exit 1
 fi
-echo "bench/run.sh: $ran benchmarks ran"
+echo "bench/run.sh: $ran benchmarks ran; report in $OUT/report.md"

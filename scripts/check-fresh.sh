@@ -57,6 +57,7 @@ rm -rf "$R" && mkdir -p "$R"
 tar -C "$R" -xf "$WORK/base.tar"
 
 # apt: the host's sources and settings (proxies, registry options); names only.
+rm -f "$R/etc/apt/sources.list" # debootstrap's; the host's replace it
 cp -a /etc/apt/sources.list.d/. "$R/etc/apt/sources.list.d/" 2>/dev/null || true
 [ -f /etc/apt/sources.list ] && cp /etc/apt/sources.list "$R/etc/apt/"
 cp -a /etc/apt/apt.conf.d/. "$R/etc/apt/apt.conf.d/" 2>/dev/null || true
