@@ -16,7 +16,7 @@
  * --child), because every cache involved is per process; the modes run
  * round-robin, rep after rep, so drift of the machine hits all alike:
  *   cold         no shim, empty POCL_CACHE_DIR: the full compile;
- *   pocl-warm    no shim, POCL_CACHE_DIR filled by an earlier run;
+ *   driver-warm  no shim, the driver's own cache filled by an earlier run;
  *   clshim-cold  LD_PRELOAD, empty CLSHIM_CACHE_DIR and POCL_CACHE_DIR: what
  *                the first run under clshim costs (compile + store);
  *   clshim-warm  LD_PRELOAD, CLSHIM_CACHE_DIR filled by an earlier run (the
@@ -26,20 +26,22 @@
  *                after its first enqueue (PoCL freezes its binary at the
  *                first CL_PROGRAM_BINARIES read, so that read comes last).
  * Targets (issue 3, mixed program): clshim-warm within 1.2x of limit, and at
- * least 3x faster than pocl-warm (medians). Every run's checksum of the
+ * least 3x faster than driver-warm (medians). Every run's checksum of the
  * results must match; each clshim-warm run must report a hit and no miss,
  * each clshim-cold run a miss and no hit.
  *
  * --ci N: the CI scenario instead. N processes start together on one shared
  * cache directory, then N more on what they left (the next job): wall time
  * from the first spawn to the last exit (the job's compile step), per rep:
- *   plain-empty  no shim, one shared empty POCL_CACHE_DIR;
- *   plain-again  no shim, the POCL_CACHE_DIR the round before filled
- *                (a CI that keeps PoCL's cache);
+ *   plain-empty  no shim, one shared empty driver cache;
+ *   plain-again  no shim, the driver cache the round before filled
+ *                (a CI that keeps the driver's cache);
  *   clshim-empty LD_PRELOAD, one shared empty CLSHIM_CACHE_DIR, an empty
- *                shared POCL_CACHE_DIR (PoCL's cache is not kept);
+ *                shared driver cache (the driver's cache is not kept);
  *   clshim-again LD_PRELOAD, the CLSHIM_CACHE_DIR the round before filled,
- *                a new empty POCL_CACHE_DIR (only clshim's cache is kept).
+ *                a new empty driver cache (only clshim's cache is kept).
+ * "The driver cache" is PoCL's (POCL_CACHE_DIR) and NVIDIA's
+ * (CUDA_CACHE_PATH) alike: bu_set_driver_cache points both at it.
  * The compiles of a clshim round are the sum of the processes' misses.
  *
  * BENCH_CSV (bench_util.h) receives one row per mode. Exits 1 when a run
@@ -216,13 +218,13 @@ static int child(const char *mode, const char *file, int program)
 /* ---- the parent -------------------------------------------------------- */
 
 enum { M_COLD, M_POCL, M_SHIM_COLD, M_SHIM, M_LIMIT, M_COUNT };
-static const char *const mode_names[M_COUNT] = {"cold", "pocl-warm", "clshim-cold", "clshim-warm", "limit"};
+static const char *const mode_names[M_COUNT] = {"cold", "driver-warm", "clshim-cold", "clshim-warm", "limit"};
 static const char *const mode_desc[M_COUNT] = {
-    "no shim, empty PoCL cache (full compile)",
-    "no shim, PoCL's own cache warm",
-    "LD_PRELOAD, empty clshim cache, empty PoCL cache (first run under clshim)",
-    "LD_PRELOAD, clshim cache warm, empty PoCL cache",
-    "app loads the after-use binary itself, empty PoCL cache"};
+    "no shim, empty driver cache (full compile)",
+    "no shim, the driver's own cache warm",
+    "LD_PRELOAD, empty clshim and driver caches (first run under clshim)",
+    "LD_PRELOAD, clshim cache warm, empty driver cache",
+    "app loads the after-use binary itself, empty driver cache"};
 
 struct ctx {
     const char *root, *shim;
@@ -276,12 +278,12 @@ static int run_mode(struct ctx *c, int mode, int prime, double f[F_COUNT])
     char pocl[4200], shim_cache[4200], log[4200], out[4096];
     bu_env_base(&e);
     if (mode == M_POCL) {
-        snprintf(pocl, sizeof pocl, "%s/pocl-warm", c->root);
+        snprintf(pocl, sizeof pocl, "%s/driver-warm", c->root);
         mkdir(pocl, 0700);
     } else {
         bu_fresh_dir(c->root, "pocl-empty", pocl, sizeof pocl);
     }
-    bu_env_set(&e, "POCL_CACHE_DIR", pocl);
+    bu_set_driver_cache(&e, pocl);
     if (mode == M_SHIM || mode == M_SHIM_COLD) {
         if (mode == M_SHIM) snprintf(shim_cache, sizeof shim_cache, "%s/clshim-warm", c->root);
         else bu_fresh_dir(c->root, "clshim-empty", shim_cache, sizeof shim_cache);
@@ -340,7 +342,7 @@ static int time_to_first_result(struct ctx *c, int reps)
             }
 
     printf("bench_ttfr: time to first result of the %s program (create + build + kernels + first run +\n"
-           "  clFinish), each run a fresh process; %d reps per mode, round-robin; PoCL's first build %.0f ms\n",
+           "  clFinish), each run a fresh process; %d reps per mode, round-robin; the driver's first build %.0f ms\n",
            program_names[c->program], reps, prime_cold / 1e3);
     printf("  %-13s %10s %10s %10s %9s %11s  %s\n", "mode", "median", "min", "max", "vs cold", "compute*",
            "what");
@@ -368,7 +370,7 @@ static int time_to_first_result(struct ctx *c, int reps)
     if (n[M_SHIM] && n[M_LIMIT] && n[M_POCL] && c->program == P_MIXED) {
         double r1 = med[M_SHIM] / med[M_LIMIT], r2 = med[M_POCL] / med[M_SHIM];
         printf("  clshim-warm / limit        = %5.2fx  (target <= 1.20x)  %s\n", r1, bu_verdict(r1 <= 1.2));
-        printf("  pocl-warm / clshim-warm    = %5.2fx  (target >= 3.00x)  %s\n", r2, bu_verdict(r2 >= 3.0));
+        printf("  driver-warm / clshim-warm  = %5.2fx  (target >= 3.00x)  %s\n", r2, bu_verdict(r2 >= 3.0));
     }
     if (n[M_SHIM_COLD] && n[M_COLD])
         printf("  clshim-cold / cold         = %5.2fx  (what the first run under clshim costs)\n",
@@ -396,7 +398,7 @@ static double ci_round(struct ctx *c, int round, int procs, unsigned long long *
     else snprintf(shim_cache, sizeof shim_cache, "%s/ci-clshim", c->root);
     struct bu_env e;
     bu_env_base(&e);
-    bu_env_set(&e, "POCL_CACHE_DIR", pocl);
+    bu_set_driver_cache(&e, pocl);
     if (shim) {
         bu_env_set(&e, "LD_PRELOAD", c->shim);
         bu_env_set(&e, "CLSHIM_CACHE_DIR", shim_cache);

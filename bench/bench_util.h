@@ -4,8 +4,9 @@
  * Caches in clshim and PoCL are per process, and LD_PRELOAD only takes
  * effect at exec, so these benchmarks are one binary that spawns itself
  * with `--child MODE` under a controlled environment: the parent builds the
- * child's environment from its own minus LD_PRELOAD, POCL_CACHE_DIR and
- * every CLSHIM_* variable, then adds exactly what the mode needs. A child
+ * child's environment from its own minus LD_PRELOAD, POCL_CACHE_DIR,
+ * CUDA_CACHE_*, BENCH_CSV and every CLSHIM_* variable, then adds exactly
+ * what the mode needs. A child
  * prints one line `result key=value ...` on stdout; the parent parses it.
  * Everything here is static: each benchmark is one translation unit.
  */
@@ -187,7 +188,8 @@ static inline void bu_env_base(struct bu_env *e)
     e->n = 0;
     for (char **p = environ; *p && e->n < BU_ENV_MAX - 16; p++) {
         if (!strncmp(*p, "LD_PRELOAD=", 11) || !strncmp(*p, "POCL_CACHE_DIR=", 15) ||
-            !strncmp(*p, "CLSHIM_", 7) || !strncmp(*p, "BENCH_CSV=", 10))
+            !strncmp(*p, "CLSHIM_", 7) || !strncmp(*p, "BENCH_CSV=", 10) ||
+            !strncmp(*p, "CUDA_CACHE_", 11))
             continue;
         e->v[e->n++] = strdup(*p);
     }
@@ -202,6 +204,17 @@ static inline void bu_env_set(struct bu_env *e, const char *name, const char *va
     snprintf(s, len, "%s=%s", name, value);
     e->v[e->n++] = s;
     e->v[e->n] = NULL;
+}
+
+/* The driver's own program cache in `dir`: PoCL's (POCL_CACHE_DIR) and
+ * NVIDIA's ComputeCache (CUDA_CACHE_PATH, in dir/nv), so "empty" and
+ * "warm" mean the same on either driver. */
+static inline void bu_set_driver_cache(struct bu_env *e, const char *dir)
+{
+    char nv[4200];
+    snprintf(nv, sizeof nv, "%.4000s/nv", dir);
+    bu_env_set(e, "POCL_CACHE_DIR", dir);
+    bu_env_set(e, "CUDA_CACHE_PATH", nv);
 }
 
 static inline void bu_env_free(struct bu_env *e)

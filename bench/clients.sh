@@ -30,7 +30,7 @@ declare -A CLIENT_CMD=(
     [demo-app]="$BUILD/examples/pipeline"
 )
 failed=0
-echo "clients: wall time of real OpenCL clients, each run with an empty PoCL cache; $REPS reps, round-robin"
+echo "clients: wall time of real OpenCL clients, each run with an empty driver cache and a private HOME; $REPS reps, round-robin"
 printf '  %-10s %-12s %10s %10s %10s\n' client way median min max
 for client in $CLIENTS; do
     read -r -a cmd <<<"${CLIENT_CMD[$client]}"

@@ -2,6 +2,7 @@
 # run.sh — clshim's benchmark suite: `make bench` (and `make bench QUICK=1`).
 #
 #   bench/run.sh BUILD [--quick] [--no-docs]
+#   bench/run.sh DIR --gpu       (on the GPU machine; DIR from bench/gpu-pack.sh)
 #
 # Builds nothing (make bench built BUILD first). Runs every benchmark; each
 # appends its figures to one CSV (BENCH_CSV: bench,case,variant,metric,unit,
@@ -22,6 +23,11 @@
 # docs/benchmarks.md and docs/img/bench-*.png (--no-docs: not). --quick runs
 # fewer repetitions and sizes (under 2 minutes on 2 quiet cores): a check
 # that everything runs and gives right results, not figures to quote.
+# --gpu runs the benchmarks that mean something on NVIDIA's driver (time to
+# first result, the CI scenario, the demo app) and writes only the CSV and
+# meta.txt: the GPU machine has no matplotlib, so the report is made back
+# here (bench/report.py ... --section gpu; docs/benchmarks.md, "The GPU
+# section", says how).
 # Exits non-zero when a benchmark failed to run or found wrong results, never
 # because a target was missed. Private temp directories keep the user's
 # caches untouched.
@@ -35,10 +41,12 @@ fi
 shift
 QUICK=
 DOCS=1
+GPU=0
 for a in "$@"; do
     case $a in
     --quick) QUICK=--quick; DOCS=0 ;;
     --no-docs) DOCS=0 ;;
+    --gpu) GPU=1; DOCS=0 ;;
     *) echo "bench/run.sh: unknown option $a" >&2; exit 2 ;;
     esac
 done
@@ -58,13 +66,19 @@ mkdir -p "$XDG_CACHE_HOME" "$XDG_CONFIG_HOME" "$POCL_CACHE_DIR"
 
 platform=$(clinfo -l 2>/dev/null | sed -n 's/^Platform #0: //p' | head -1)
 device=$(clinfo -l 2>/dev/null | sed -n 's/^ *`-- Device #0: //p' | head -1)
+if [ "$GPU" = 1 ]; then
+    platform="NVIDIA CUDA (OpenCL)"
+    device=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed 's/, /, driver /')
+fi
 {
     echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
-    echo "command: make bench${QUICK:+ QUICK=1}"
+    echo "command: $([ "$GPU" = 1 ] && echo 'bench/run.sh DIR --gpu' || echo "make bench${QUICK:+ QUICK=1}")"
     echo "quick: $([ -n "$QUICK" ] && echo 1 || echo 0)"
     echo "machine: $(nproc) cores ($(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)), $(free -g | awk '/^Mem:/ { print $2 }') GiB"
     echo "driver: $platform, $device"
-    echo "versions: PoCL $(dpkg-query -W -f='${Version}' pocl-opencl-icd 2>/dev/null), LLVM $(llvm-config-15 --version 2>/dev/null), clshim $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')"
+    rev=$(cat "$BUILD/REVISION" 2>/dev/null || git -C "$ROOT" describe --always --dirty 2>/dev/null || echo '?')
+    if [ "$GPU" = 1 ]; then echo "versions: clshim $rev"
+    else echo "versions: PoCL $(dpkg-query -W -f='${Version}' pocl-opencl-icd 2>/dev/null), LLVM $(llvm-config-15 --version 2>/dev/null), clshim $rev"; fi
     echo "load_before: $(cut -d' ' -f1-3 /proc/loadavg)"
 } >"$OUT/meta.txt"
 echo "clshim benchmarks: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $platform${QUICK:+, quick}"
@@ -95,7 +109,11 @@ bench() { # binary args...
 }
 
 SHIM=(--shim "$BUILD/libclshim.so")
-if [ -n "$QUICK" ]; then
+if [ "$GPU" = 1 ]; then
+    for p in small mixed large; do bench bench_ttfr "${SHIM[@]}" --program $p --reps 7; done
+    bench bench_ttfr "${SHIM[@]}" --program mixed --ci 8 --reps 5
+    run clients "$ROOT/bench/clients.sh" "$BUILD" --quick
+elif [ -n "$QUICK" ]; then
     bench bench_ttfr "${SHIM[@]}" --program small --reps 2
     bench bench_ttfr "${SHIM[@]}" --program mixed --reps 3
     bench bench_ttfr "${SHIM[@]}" --program small --ci 4 --reps 1
@@ -120,11 +138,11 @@ echo "load_after: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/meta.txt"
 
 docs=()
 [ "$DOCS" = 1 ] && docs=(--docs "$ROOT/docs/benchmarks.md")
-/usr/bin/python3 "$ROOT/bench/report.py" "$BENCH_CSV" "$OUT/meta.txt" "$OUT" "${docs[@]}" ||
+[ "$GPU" = 1 ] || /usr/bin/python3 "$ROOT/bench/report.py" "$BENCH_CSV" "$OUT/meta.txt" "$OUT" "${docs[@]}" ||
     failed+=("report.py")
 
 if [ ${#failed[@]} -gt 0 ]; then
     echo "bench/run.sh: ${#failed[@]} benchmark(s) failed: ${failed[*]}"
     exit 1
 fi
-echo "bench/run.sh: $ran benchmarks ran; report in $OUT/report.md"
+echo "bench/run.sh: $ran benchmarks ran; $([ "$GPU" = 1 ] && echo "CSV in $OUT" || echo "report in $OUT/report.md")"
