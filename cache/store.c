@@ -395,7 +395,7 @@ int store_put(store *s, struct cache_hash hash, const void *key, size_t key_len,
     const char *log = rec->build_log ? rec->build_log : "";
     struct entry_fields f = {
         .hash = hash, .flags = flags, .origin = rec->origin, .binary_size = rec->binary_size,
-        .binary_xxh3 = entry_xxh3_64(rec->binary, rec->binary_size), .created = now,
+        .binding = entry_binding(key, key_len, rec->binary, rec->binary_size), .created = now,
         .last_access = now, .hits = 0, .compile_ns = rec->compile_ns, .key = key, .key_len = key_len,
         .device = dev, .device_len = strlen(dev), .log = log, .log_len = strlen(log),
         .payload = z ? z : rec->binary, .payload_size = z ? zsize : rec->binary_size,

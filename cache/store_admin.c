@@ -378,17 +378,18 @@ int store_export(store *s, FILE *out, uint64_t *count)
 }
 
 /* Checks an imported record as store_verify checks a stored one, plus the
- * limits of this cache. */
-static int import_check(store *s, const void *rec, size_t len, struct entry_view *e)
+ * limits of this cache. Returns NULL when it may be stored, else why not. */
+static const char *import_check(store *s, const void *rec, size_t len, struct entry_view *e)
 {
-    if (entry_parse(rec, len, e) != CLSHIM_OK) return 0;
+    if (entry_parse(rec, len, e) != CLSHIM_OK) return "it does not decode (damaged, or another format version)";
     struct cache_hash h = entry_xxh3_128(e->key, e->key_len);
-    if (h.lo != e->hash.lo || h.hi != e->hash.hi) return 0;
-    if (e->binary_size < s->opt.min_entry || (s->opt.max_entry && e->binary_size > s->opt.max_entry)) return 0;
+    if (h.lo != e->hash.lo || h.hi != e->hash.hi) return "its key material does not hash to its key";
+    if (e->binary_size < s->opt.min_entry || (s->opt.max_entry && e->binary_size > s->opt.max_entry))
+        return "its binary is outside this cache's entry-size limits";
     void *bin = malloc(e->binary_size ? (size_t)e->binary_size : 1);
     int ok = bin && entry_unpack_binary(e, bin) == CLSHIM_OK;
     free(bin);
-    return ok;
+    return ok ? NULL : "its binary is not the one made for its key (binding mismatch)";
 }
 
 int store_import(store *s, FILE *in, uint64_t *count, uint64_t *rejected)
@@ -417,8 +418,10 @@ int store_import(store *s, FILE *in, uint64_t *count, uint64_t *rejected)
             break;
         }
         struct entry_view e;
-        if (!import_check(s, rec, (size_t)len, &e)) {
+        const char *why = import_check(s, rec, (size_t)len, &e);
+        if (why) {
             bad++;
+            log_msg(LOG_WARN, "cache import: record %llu rejected: %s", (unsigned long long)(n + bad), why);
         } else {
             int prc = store_put_encoded(s, e.hash, rec, (size_t)len, e.binary_size, e.last_access, e.hits);
             if (prc == CLSHIM_OK) n++;
