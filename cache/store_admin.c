@@ -275,15 +275,6 @@ int store_verify(store *s, int fix, uint64_t *checked, uint64_t *bad)
 
 /* ---- compaction ---- */
 
-static int fsync_dir(const char *dir)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc;
-}
-
 int store_compact(store *s)
 {
     if (!s) return CLSHIM_EINVAL;
@@ -296,12 +287,10 @@ int store_compact(store *s)
                 "user (close the applications using it and retry)", s->dir);
         return errno == EWOULDBLOCK ? CLSHIM_EBUSY : CLSHIM_EIO;
     }
-    char tmp[4200], data[4200];
-    snprintf(tmp, sizeof tmp, "%s/data.mdb.compact", s->dir); /* one name: a crash leaves one stray */
-    snprintf(data, sizeof data, "%s/data.mdb", s->dir);
-    unlink(tmp);
+    static const char tmp[] = "data.mdb.compact"; /* one name: a crash leaves one stray */
+    unlinkat(s->dir_fd, tmp, 0);
     int rc = CLSHIM_EIO;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    int fd = openat(s->dir_fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     pthread_rwlock_wrlock(&s->maplock);
     if (fd >= 0) {
         int mrc = mdb_env_copyfd2(s->env, fd, MDB_CP_COMPACT);
@@ -310,8 +299,8 @@ int store_compact(store *s)
     }
     if (rc == CLSHIM_OK) {
         store_env_close(s);
-        if (rename(tmp, data) != 0) rc = CLSHIM_EIO;
-        fsync_dir(s->dir);
+        if (renameat(s->dir_fd, tmp, s->dir_fd, "data.mdb") != 0) rc = CLSHIM_EIO;
+        fsync(s->dir_fd);
         int orc = store_env_open(s); /* the new file, or the old one if rename failed */
         if (orc) {
             log_msg(LOG_ERROR, "cache %s cannot be reopened after compaction: %s", s->dir, mdb_strerror(orc));
@@ -319,7 +308,7 @@ int store_compact(store *s)
         }
     }
     pthread_rwlock_unlock(&s->maplock);
-    if (rc != CLSHIM_OK) unlink(tmp);
+    if (rc != CLSHIM_OK) unlinkat(s->dir_fd, tmp, 0);
     flock(s->lock_fd, LOCK_SH);
     return rc;
 }
