@@ -127,9 +127,9 @@ void entry_set_access(void *buf, size_t len, uint64_t last_access, uint64_t hits
 int entry_compress(const void *binary, size_t size, int level, void **out, size_t *out_size,
                    uint32_t *flags);
 
-/* The binding of a binary to its key: XXH3-128 keyed (seeded) with a
- * constant of this format version, over the key material's length and bytes, then the binary's
- * length and bytes. It detects a binary moved under another key (or any
+/* The binding of a binary to its key: XXH3-128 of the binary, keyed
+ * (seeded) with XXH3-64 of the key material, itself seeded with a constant
+ * of this format version. It detects a binary moved under another key (or any
  * mismatch of the two); it is not a signature: whoever writes a record can
  * compute it (store.h says what guards against them). */
 struct cache_hash entry_binding(const void *key, size_t key_len, const void *binary, size_t size);
