@@ -224,7 +224,10 @@ static int walk_to_dir(store *s, int *out)
                 goto unsafe;
             }
             ssize_t len = readlinkat(fd, name, target, sizeof target - 1);
-            if (len <= 0 || ++links > WALK_MAX_LINKS) { errno = len <= 0 ? errno : ELOOP; goto io_error; }
+            if (len <= 0 || ++links > WALK_MAX_LINKS || len >= (ssize_t)sizeof target - 1) {
+                errno = len <= 0 ? errno : links > WALK_MAX_LINKS ? ELOOP : ENAMETOOLONG;
+                goto io_error;
+            }
             target[len] = 0;
             if (splice_link(rest, target, p) != 0) { errno = ENAMETOOLONG; goto io_error; }
             p = rest;
