@@ -97,7 +97,8 @@ int entry_parse(const void *buf, size_t len, struct entry_view *v)
     if (memcmp(p, entry_magic, sizeof entry_magic) != 0) return CLSHIM_ECORRUPT;
     uint16_t version = get16(p + OFF_VERSION);
     if (version > ENTRY_VERSION) return CLSHIM_EUNSUPPORTED;
-    if (version != ENTRY_VERSION) return CLSHIM_ECORRUPT;
+    if (version == 0) return CLSHIM_ECORRUPT;
+    if (version < ENTRY_VERSION) return CLSHIM_ENOTFOUND; /* never trusted: see entry.h */
     if (record_sum(p, len) != get64(p + OFF_RECSUM)) return CLSHIM_ECORRUPT;
 
     memset(v, 0, sizeof *v);

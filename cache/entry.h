@@ -29,7 +29,8 @@
  * binary together, checked after decompression, so a binary moved under
  * another key fails even when every other field (record checksum included)
  * was rewritten to match. Version 1 records (a checksum of the binary alone)
- * are refused, never trusted: the store rebuilds them. Last access and hits here are what they were when the record
+ * are refused, never trusted: the store treats them as absent and the next
+ * build replaces them. Last access and hits here are what they were when the record
  * was encoded (store.c keeps the live values in a small side record so a hit
  * never rewrites a binary; export refreshes them).
  *
@@ -84,8 +85,11 @@ struct entry_view {
 };
 
 /* Checks and parses a record of `len` bytes. CLSHIM_ECORRUPT when anything
- * is wrong (magic, version, unknown flags, sizes, record checksum);
- * CLSHIM_EUNSUPPORTED for a newer format version. Does not decompress. */
+ * is wrong (magic, version 0, unknown flags, sizes, record checksum);
+ * CLSHIM_EUNSUPPORTED for a newer format version; CLSHIM_ENOTFOUND for an
+ * older one, whose records are never trusted (the store treats them as
+ * absent, so the next build replaces them without a warning). Does not
+ * decompress. */
 int entry_parse(const void *buf, size_t len, struct entry_view *v);
 
 /* Writes the binary of a parsed record into dst (v->binary_size bytes),

@@ -523,7 +523,7 @@ int store_get(store *s, struct cache_hash hash, const void *key, size_t key_len,
         store_read_end(s, txn);
         return store_map_err(rc);
     }
-    rc = entry_parse(v.mv_data, v.mv_size, &e);
+    rc = entry_parse(v.mv_data, v.mv_size, &e); /* ENOTFOUND: an older format, a quiet miss */
     if (rc == CLSHIM_OK && (e.hash.lo != hash.lo || e.hash.hi != hash.hi)) rc = CLSHIM_ECORRUPT;
     if (rc == CLSHIM_OK && (e.key_len != key_len || (key_len && memcmp(e.key, key, key_len) != 0)))
         rc = CLSHIM_ECOLLISION;

@@ -142,8 +142,9 @@ struct store_record {
 };
 
 /* Looks up `hash`; returns CLSHIM_OK only when the stored key material equals
- * key[0..key_len) byte for byte and the binary's checksum verifies.
- * CLSHIM_ENOTFOUND: absent. CLSHIM_ECOLLISION: same hash, other material
+ * key[0..key_len) byte for byte and the binary's binding to that key
+ * material verifies (entry.h). CLSHIM_ENOTFOUND: absent, or an entry of an
+ * older format (never trusted; the next store replaces it). CLSHIM_ECOLLISION: same hash, other material
  * (counted). CLSHIM_ECORRUPT: fails verification (counted; the caller may
  * store a fresh entry over it). On success *out points into `arena`, which
  * the caller frees with store_record_free(). The access time update is

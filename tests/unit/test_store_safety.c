@@ -265,6 +265,30 @@ static void symlinks_on_the_way_are_checked(void **state)
     assert_int_equal(store_open(&o, &s), CLSHIM_EIO);
 }
 
+/* an entry of the previous format (version 1, whose checksum covered the
+ * binary alone) is never served: a quiet miss (not counted as corrupt), and
+ * the next store replaces it */
+static void older_format_entry_is_a_quiet_miss(void **state)
+{
+    struct fixture *fx = *state;
+    populate(fx, 2);
+    raw_xor(fx->dir, key_hash_of(1), 8, ENTRY_VERSION ^ 1); /* format version 1 */
+    store *s = open_default(fx, 3);
+    assert_int_equal(get_key(s, 1), CLSHIM_ENOTFOUND);
+    assert_int_equal(get_key(s, 0), CLSHIM_OK);
+    store_flush(s);
+    struct store_stats st;
+    assert_int_equal(store_stats_get(s, &st), CLSHIM_OK);
+    assert_int_equal(st.corrupt, 0);
+    uint64_t checked, bad;
+    assert_int_equal(store_verify(s, 0, &checked, &bad), CLSHIM_OK);
+    assert_int_equal(bad, 1); /* verify still reports it */
+    assert_int_equal(put_key(s, 1, 3000), CLSHIM_OK);
+    assert_int_equal(get_key(s, 1), CLSHIM_OK);
+    assert_true(store_check_invariants(s));
+    store_close(s);
+}
+
 /* a data.mdb that is not an LMDB file is moved aside and a new cache made */
 static void garbage_database_is_moved_aside(void **state)
 {
@@ -407,6 +431,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(owned_by_another_user_is_refused, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(symlinked_files_are_refused, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(open_parent_is_refused, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(older_format_entry_is_a_quiet_miss, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(symlinks_on_the_way_are_checked, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(garbage_database_is_moved_aside, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(truncated_database_is_moved_aside, fx_setup, fx_teardown),
