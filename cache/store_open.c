@@ -135,17 +135,31 @@ static const char *unsafe_reason(const struct stat *st)
     return NULL;
 }
 
+/* What the walk tolerates of another owner on the way: nobody, unless the
+ * cache is read as shared (allow_shared), where the one other user who owns
+ * the cache directory may own directories above it too (an administrator's
+ * cache in their home): that user is already trusted with the code. */
+struct walk_owner {
+    int allow;       /* allow_shared */
+    uid_t uid;       /* the other owner met on the way; valid when seen */
+    int seen;
+    char path[256];  /* where, for the message */
+};
+
 /* The rule for every directory on the way to the cache, and for symbolic
  * links followed (OpenSSH's StrictModes): owned by root or us, and not
  * writable by anyone else unless sticky (where others cannot rename or
  * remove what is not theirs). A directory that fails it lets another user
  * swap the cache for their own. */
-static const char *unsafe_ancestor(const struct stat *st)
+static const char *unsafe_ancestor(const struct stat *st, const char *path, struct walk_owner *other)
 {
-    if (st->st_uid != 0 && st->st_uid != geteuid()) return "is owned by another user";
     if (S_ISDIR(st->st_mode) && (st->st_mode & (S_IWGRP | S_IWOTH)) && !(st->st_mode & S_ISVTX))
         return "is writable by group or others and not sticky";
-    return NULL;
+    if (st->st_uid == 0 || st->st_uid == geteuid()) return NULL;
+    if (!other->allow || (other->seen && other->uid != st->st_uid)) return "is owned by another user";
+    if (!other->seen) snprintf(other->path, sizeof other->path, "%s", path);
+    other->uid = st->st_uid, other->seen = 1;
+    return NULL; /* for now: check_dir compares it with the cache directory's owner */
 }
 
 #define WALK_MAX_LINKS 40
@@ -174,7 +188,7 @@ static int open_root(char *walked)
  * they are owned by root or us. Missing directories are created 0700
  * (unless read-only). The caller checks the last directory itself.
  * Returns 0 with *out, or a clshim error after one warning. */
-static int walk_to_dir(store *s, int *out)
+static int walk_to_dir(store *s, int *out, struct walk_owner *other)
 {
     char rest[WALK_PATH_MAX], walked[WALK_PATH_MAX], name[NAME_MAX + 1];
     if (s->dir[0] == '/') {
@@ -188,7 +202,7 @@ static int walk_to_dir(store *s, int *out)
     const char *why = NULL;
     struct stat st;
     if (fd < 0 || fstat(fd, &st) != 0) goto io_error;
-    if ((why = unsafe_ancestor(&st)) != NULL) goto unsafe;
+    if ((why = unsafe_ancestor(&st, walked, other)) != NULL) goto unsafe;
     for (char *p = rest;;) {
         while (*p == '/') p++;
         if (!*p) break;
@@ -218,11 +232,11 @@ static int walk_to_dir(store *s, int *out)
                 close(fd);
                 return CLSHIM_EIO;
             }
-            if ((why = unsafe_ancestor(&lst)) != NULL) {
-                snprintf(walked + strlen(walked), sizeof walked - strlen(walked), "%s%s (a symbolic link)",
-                         strcmp(walked, "/") ? "/" : "", name);
-                goto unsafe;
-            }
+            snprintf(walked + strlen(walked), sizeof walked - strlen(walked), "%s%s (a symbolic link)",
+                     strcmp(walked, "/") ? "/" : "", name);
+            if ((why = unsafe_ancestor(&lst, walked, other)) != NULL) goto unsafe;
+            *strrchr(walked, '/') = 0; /* back to the directory holding the link */
+            if (!*walked) strcpy(walked, "/");
             ssize_t len = readlinkat(fd, name, target, sizeof target - 1);
             if (len <= 0 || ++links > WALK_MAX_LINKS || len >= (ssize_t)sizeof target - 1) {
                 errno = len <= 0 ? errno : links > WALK_MAX_LINKS ? ELOOP : ENAMETOOLONG;
@@ -255,7 +269,7 @@ static int walk_to_dir(store *s, int *out)
         while (*q == '/') q++;
         if (!*q) break; /* the cache directory itself: open_checked's rule */
         if (fstat(fd, &st) != 0) goto io_error;
-        if ((why = unsafe_ancestor(&st)) != NULL) goto unsafe;
+        if ((why = unsafe_ancestor(&st, walked, other)) != NULL) goto unsafe;
     }
     *out = fd;
     return 0;
@@ -297,9 +311,15 @@ static int check_file(store *s, const char *name, int shared)
 static int check_dir(store *s, int *shared)
 {
     struct stat st;
-    int rc = walk_to_dir(s, &s->dir_fd);
+    struct walk_owner other = {.allow = s->opt.allow_shared};
+    int rc = walk_to_dir(s, &s->dir_fd, &other);
     if (rc) return rc;
     if (fstat(s->dir_fd, &st) != 0) return CLSHIM_EIO;
+    if (other.seen && st.st_uid != other.uid) {
+        log_msg(LOG_WARN, "cache directory %s is not used: %s on its way is owned by another user than the "
+                "cache's owner, so a third user could swap the cache for their own programs", s->dir, other.path);
+        return CLSHIM_EPERM;
+    }
     snprintf(s->env_path, sizeof s->env_path, "/proc/self/fd/%d", s->dir_fd);
     struct stat via;
     if (stat(s->env_path, &via) != 0 || via.st_dev != st.st_dev || via.st_ino != st.st_ino) {

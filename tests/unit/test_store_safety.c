@@ -217,6 +217,20 @@ static void open_parent_is_refused(void **state)
     assert_int_equal(open_logged(&o, &s, log, sizeof log), CLSHIM_EPERM);
     assert_int_equal(count_lines(log, "clshim:"), 1);
     assert_non_null(strstr(log, "owned by another user"));
+    /* read as shared: the cache's own owner may own the directories above
+     * it (an administrator's cache in their home), nobody else may */
+    o.allow_shared = 1;
+    assert_int_equal(store_open(&o, &s), CLSHIM_EPERM); /* the cache is ours, the parent theirs */
+    assert_int_equal(chown(fx->dir, 65534, 65534), 0);
+    assert_int_equal(store_open(&o, &s), CLSHIM_OK);
+    assert_true(store_is_readonly(s));
+    assert_int_equal(get_key(s, 0), CLSHIM_OK);
+    store_close(s);
+    assert_int_equal(chown(fx->dir, 65533, 65533), 0);
+    assert_int_equal(open_logged(&o, &s, log, sizeof log), CLSHIM_EPERM);
+    assert_non_null(strstr(log, "owned by another user than the cache's owner"));
+    assert_int_equal(chown(fx->dir, geteuid(), getegid()), 0);
+    o.allow_shared = 0;
     assert_int_equal(chown(parent, geteuid(), getegid()), 0);
     assert_int_equal(store_open(&o, &s), CLSHIM_OK);
     store_close(s);
