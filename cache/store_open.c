@@ -227,8 +227,8 @@ static int walk_to_dir(store *s, int *out, struct walk_owner *other)
             char target[4096];
             if (fstatat(fd, name, &lst, AT_SYMLINK_NOFOLLOW) != 0) goto io_error;
             if (!S_ISLNK(lst.st_mode)) {
-                log_msg(LOG_WARN, "cache directory %s is not used: %s%s%s is not a directory", s->dir, walked,
-                        strcmp(walked, "/") ? "/" : "", name);
+                log_msg(LOG_WARN, "cache directory %s cannot be created: %s%s%s is not a directory", s->dir,
+                        walked, strcmp(walked, "/") ? "/" : "", name);
                 close(fd);
                 return CLSHIM_EIO;
             }
