@@ -25,6 +25,7 @@ LDFLAGS_C += -fsanitize=$(SAN)
 endif
 
 CORE_LIBS := -llmdb -lzstd -lpthread -ldl
+TOOL_LIBS := -lsodium
 
 CORE_SRC   := $(sort $(wildcard common/*.c cache/*.c fusion/*.c))
 SHIM_SRC   := $(sort $(wildcard interpose/*.c))
@@ -128,7 +129,7 @@ $(LLVMLIB): $(LLVM_OBJ) fusion/llvm/exports.map
 	  -L$$($(LLVM_CONFIG) --libdir) -lLLVMSPIRVLib -lLLVM-15 -lpthread
 
 $(TOOL): $(TOOL_OBJ) $(CORE_A)
-	$(CC) -o $@ $(TOOL_OBJ) $(CORE_A) $(LDFLAGS_C) -lOpenCL $(CORE_LIBS)
+	$(CC) -o $@ $(TOOL_OBJ) $(CORE_A) $(LDFLAGS_C) -lOpenCL $(CORE_LIBS) $(TOOL_LIBS)
 
 $(WRAPPER): scripts/clshim
 	@mkdir -p $(dir $@)
@@ -137,6 +138,12 @@ $(WRAPPER): scripts/clshim
 $(BUILD)/tests/unit/%: tests/unit/%.c $(CORE_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_C) -Wno-unused-parameter -o $@ $< $(CORE_A) $(LDFLAGS_C) -lcmocka -lOpenCL $(CORE_LIBS)
+
+# test_cache_cmd includes tools/cache_cmd.c, so it links what that file uses.
+$(BUILD)/tests/unit/test_cache_cmd: tests/unit/test_cache_cmd.c $(CORE_A) $(BUILD)/obj/tools/archive_sign.o
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_C) -Wno-unused-parameter -o $@ $< $(BUILD)/obj/tools/archive_sign.o $(CORE_A) $(LDFLAGS_C) \
+	  -lcmocka -lOpenCL $(CORE_LIBS) $(TOOL_LIBS)
 
 $(BUILD)/tests/progs/%: tests/integration/progs/%.c tests/integration/progs/common.h
 	@mkdir -p $(dir $@)

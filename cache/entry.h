@@ -11,21 +11,26 @@
  *       16   16  key hash: lo, hi (XXH3-128 of the key material)
  *       32    8  binary size (uncompressed)
  *       40    8  payload size (bytes of the binary as stored)
- *       48    8  XXH3-64 of the uncompressed binary
- *       56    8  XXH3-64 of the whole record, this field read as zero
- *       64    8  created (seconds since the epoch)
- *       72    8  last access (seconds; as of encoding, see below)
- *       80    8  hits (as of encoding)
- *       88    8  compile_ns
- *       96    4  key material length
- *      100    4  device name length (no NUL)
- *      104    4  build log length (no NUL)
- *      108    4  reserved, zero
- *      112       key material, device name, build log, payload
+ *       48   16  binding: lo, hi (entry_binding() of key material + binary)
+ *       64    8  XXH3-64 of the whole record, this field read as zero
+ *       72    8  created (seconds since the epoch)
+ *       80    8  last access (seconds; as of encoding, see below)
+ *       88    8  hits (as of encoding)
+ *       96    8  compile_ns
+ *      104    4  key material length
+ *      108    4  device name length (no NUL)
+ *      112    4  build log length (no NUL)
+ *      116    4  reserved, zero
+ *      120       key material, device name, build log, payload
  *
  * The record checksum covers every byte, so one flipped bit anywhere is
- * caught before anything is trusted; the binary checksum then catches a bad
- * decompression. Last access and hits here are what they were when the record
+ * caught before anything is trusted. The binding ties the binary to its key:
+ * it is a keyed (seeded) XXH3-128 over the full key material and the uncompressed
+ * binary together, checked after decompression, so a binary moved under
+ * another key fails even when every other field (record checksum included)
+ * was rewritten to match. Version 1 records (a checksum of the binary alone)
+ * are refused, never trusted: the store treats them as absent and the next
+ * build replaces them. Last access and hits here are what they were when the record
  * was encoded (store.c keeps the live values in a small side record so a hit
  * never rewrites a binary; export refreshes them).
  *
@@ -42,8 +47,8 @@
 
 #include "cache/store.h"
 
-#define ENTRY_VERSION 1
-#define ENTRY_HEADER_SIZE 112
+#define ENTRY_VERSION 2
+#define ENTRY_HEADER_SIZE 120
 #define ENTRY_F_ZSTD 0x1u
 /* Largest binary a record may claim (decoding refuses more). */
 #define ENTRY_MAX_BINARY ((uint64_t)1 << 31)
@@ -67,7 +72,8 @@ const char *entry_origin_name(uint32_t origin);
 struct entry_view {
     struct cache_hash hash;
     uint32_t flags, origin;
-    uint64_t binary_size, payload_size, binary_xxh3;
+    uint64_t binary_size, payload_size;
+    struct cache_hash binding;
     uint64_t created, last_access, hits, compile_ns;
     const void *key;
     size_t key_len;
@@ -79,13 +85,16 @@ struct entry_view {
 };
 
 /* Checks and parses a record of `len` bytes. CLSHIM_ECORRUPT when anything
- * is wrong (magic, version, unknown flags, sizes, record checksum);
- * CLSHIM_EUNSUPPORTED for a newer format version. Does not decompress. */
+ * is wrong (magic, version 0, unknown flags, sizes, record checksum);
+ * CLSHIM_EUNSUPPORTED for a newer format version; CLSHIM_ENOTFOUND for an
+ * older one, whose records are never trusted (the store treats them as
+ * absent, so the next build replaces them without a warning). Does not
+ * decompress. */
 int entry_parse(const void *buf, size_t len, struct entry_view *v);
 
 /* Writes the binary of a parsed record into dst (v->binary_size bytes),
- * decompressing as needed, and checks its checksum. CLSHIM_ECORRUPT on a
- * bad frame or checksum. Thread-safe (one decompression context per thread). */
+ * decompressing as needed, and checks its binding to the record's key
+ * material. CLSHIM_ECORRUPT on a bad frame or binding. Thread-safe (one decompression context per thread). */
 int entry_unpack_binary(const struct entry_view *v, void *dst);
 
 /* The fields of a record to encode. `payload` is the binary as stored:
@@ -93,7 +102,8 @@ int entry_unpack_binary(const struct entry_view *v, void *dst);
 struct entry_fields {
     struct cache_hash hash;
     uint32_t flags, origin;
-    uint64_t binary_size, binary_xxh3;
+    uint64_t binary_size;
+    struct cache_hash binding; /* entry_binding(key, key_len, binary, binary_size) */
     uint64_t created, last_access, hits, compile_ns;
     const void *key;
     size_t key_len;
@@ -120,6 +130,13 @@ void entry_set_access(void *buf, size_t len, uint64_t last_access, uint64_t hits
  * CLSHIM_ENOMEM. */
 int entry_compress(const void *binary, size_t size, int level, void **out, size_t *out_size,
                    uint32_t *flags);
+
+/* The binding of a binary to its key: XXH3-128 of the binary, keyed
+ * (seeded) with XXH3-64 of the key material, itself seeded with a constant
+ * of this format version. It detects a binary moved under another key (or any
+ * mismatch of the two); it is not a signature: whoever writes a record can
+ * compute it (store.h says what guards against them). */
+struct cache_hash entry_binding(const void *key, size_t key_len, const void *binary, size_t size);
 
 /* XXH3-64 / XXH3-128 as the codec and the store use them. */
 uint64_t entry_xxh3_64(const void *p, size_t n);

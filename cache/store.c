@@ -121,9 +121,18 @@ static int grow_map(store *s)
 
 int store_read_begin(store *s, MDB_txn **txn)
 {
+    if (__atomic_load_n(&s->faulted, __ATOMIC_RELAXED)) return CLSHIM_EIO;
     for (int i = 0; i < 4; i++) {
         pthread_rwlock_rdlock(&s->maplock);
+        struct store_guard g;
+        store_guard_arm(&g);
+        if (sigsetjmp(g.jb, 0)) { /* the meta pages are gone */
+            pthread_rwlock_unlock(&s->maplock);
+            store_fault_noted(s);
+            return CLSHIM_EIO;
+        }
         int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, txn);
+        store_guard_disarm(&g);
         if (rc == 0) return CLSHIM_OK;
         pthread_rwlock_unlock(&s->maplock);
         if (rc != MDB_MAP_RESIZED) return store_map_err(rc);
@@ -138,22 +147,60 @@ void store_read_end(store *s, MDB_txn *txn)
     pthread_rwlock_unlock(&s->maplock);
 }
 
+/* After a fault inside a transaction: abort it (it holds the writer lock
+ * or a reader slot, both in lock.mdb) under a guard of its own, and drop
+ * maplock. A second fault leaves the transaction to mdb_env_close. */
+static void abort_after_fault(store *s, MDB_txn *txn)
+{
+    if (txn) {
+        struct store_guard g;
+        store_guard_arm(&g);
+        if (sigsetjmp(g.jb, 0) == 0) {
+            mdb_txn_abort(txn);
+            store_guard_disarm(&g);
+        }
+    }
+    pthread_rwlock_unlock(&s->maplock);
+    store_fault_noted(s);
+}
+
 static int evict_fn(store *s, MDB_txn *txn, void *ctx);
+
+/* One write transaction: fn, then commit. An LMDB code, or
+ * CLSHIM_EREADONLY when the map faulted: the handle is set aside, and from
+ * then on refuses writes as a read-only one does (quietly: the fault has
+ * had its one warning). */
+static int write_once(store *s, int (*fn)(store *, MDB_txn *, void *), void *ctx)
+{
+    if (__atomic_load_n(&s->faulted, __ATOMIC_RELAXED)) return CLSHIM_EREADONLY;
+    MDB_txn *txn, *volatile open_txn = NULL;
+    pthread_rwlock_rdlock(&s->maplock);
+    struct store_guard g;
+    store_guard_arm(&g);
+    if (sigsetjmp(g.jb, 0)) {
+        abort_after_fault(s, open_txn);
+        return CLSHIM_EREADONLY;
+    }
+    int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+    if (rc == 0) {
+        open_txn = txn;
+        rc = fn(s, txn, ctx);
+        if (rc == 0) rc = mdb_txn_commit(txn);
+        else mdb_txn_abort(txn);
+        open_txn = NULL;
+    }
+    store_guard_disarm(&g);
+    pthread_rwlock_unlock(&s->maplock);
+    return rc;
+}
 
 int store_write(store *s, int (*fn)(store *, MDB_txn *, void *), void *ctx)
 {
     if (s->readonly) return CLSHIM_EREADONLY;
     int evicted_at_cap = 0;
     for (int attempt = 0; attempt < WRITE_ATTEMPTS; attempt++) {
-        MDB_txn *txn;
-        pthread_rwlock_rdlock(&s->maplock);
-        int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
-        if (rc == 0) {
-            rc = fn(s, txn, ctx);
-            if (rc == 0) rc = mdb_txn_commit(txn);
-            else mdb_txn_abort(txn);
-        }
-        pthread_rwlock_unlock(&s->maplock);
+        int rc = write_once(s, fn, ctx);
+        if (rc == CLSHIM_EREADONLY) return rc;
         if (rc == MDB_MAP_RESIZED) {
             adopt_mapsize(s);
             continue;
@@ -381,7 +428,7 @@ int store_put(store *s, struct cache_hash hash, const void *key, size_t key_len,
               const struct store_record *rec)
 {
     if (!s || !rec || (!key && key_len) || (!rec->binary && rec->binary_size)) return CLSHIM_EINVAL;
-    if (s->readonly) return CLSHIM_EREADONLY;
+    if (store_is_readonly(s)) return CLSHIM_EREADONLY;
     if (rec->binary_size < s->opt.min_entry || (s->opt.max_entry && rec->binary_size > s->opt.max_entry) ||
         rec->binary_size > ENTRY_MAX_BINARY)
         return CLSHIM_ETOOBIG;
@@ -395,7 +442,7 @@ int store_put(store *s, struct cache_hash hash, const void *key, size_t key_len,
     const char *log = rec->build_log ? rec->build_log : "";
     struct entry_fields f = {
         .hash = hash, .flags = flags, .origin = rec->origin, .binary_size = rec->binary_size,
-        .binary_xxh3 = entry_xxh3_64(rec->binary, rec->binary_size), .created = now,
+        .binding = entry_binding(key, key_len, rec->binary, rec->binary_size), .created = now,
         .last_access = now, .hits = 0, .compile_ns = rec->compile_ns, .key = key, .key_len = key_len,
         .device = dev, .device_len = strlen(dev), .log = log, .log_len = strlen(log),
         .payload = z ? z : rec->binary, .payload_size = z ? zsize : rec->binary_size,
@@ -457,20 +504,29 @@ int store_get(store *s, struct cache_hash hash, const void *key, size_t key_len,
     MDB_txn *txn;
     int rc = store_read_begin(s, &txn);
     if (rc) return rc;
+    unsigned char *volatile mem = NULL;
+    struct store_guard g;
+    store_guard_arm(&g);
+    if (sigsetjmp(g.jb, 0)) { /* a page of the entry or the tree is past the end of data.mdb */
+        free(mem);
+        memset(out, 0, sizeof *out);
+        abort_after_fault(s, txn);
+        return CLSHIM_EIO;
+    }
     unsigned char k16[STORE_KEY_LEN];
     store_hash_key(hash, k16);
     MDB_val k = {sizeof k16, k16}, v;
     struct entry_view e;
     rc = mdb_get(txn, s->db_entries, &k, &v);
     if (rc) {
+        store_guard_disarm(&g);
         store_read_end(s, txn);
         return store_map_err(rc);
     }
-    rc = entry_parse(v.mv_data, v.mv_size, &e);
+    rc = entry_parse(v.mv_data, v.mv_size, &e); /* ENOTFOUND: an older format, a quiet miss */
     if (rc == CLSHIM_OK && (e.hash.lo != hash.lo || e.hash.hi != hash.hi)) rc = CLSHIM_ECORRUPT;
     if (rc == CLSHIM_OK && (e.key_len != key_len || (key_len && memcmp(e.key, key, key_len) != 0)))
         rc = CLSHIM_ECOLLISION;
-    unsigned char *mem = NULL;
     if (rc == CLSHIM_OK) {
         mem = malloc((size_t)e.binary_size + e.log_len + e.device_len + 2);
         if (!mem) rc = CLSHIM_ENOMEM;
@@ -485,6 +541,7 @@ int store_get(store *s, struct cache_hash hash, const void *key, size_t key_len,
         dev[e.device_len] = 0;
         *out = (struct store_record){bin, (size_t)e.binary_size, log, e.compile_ns, e.origin, dev};
     }
+    store_guard_disarm(&g);
     store_read_end(s, txn);
     if (rc == CLSHIM_EUNSUPPORTED) rc = CLSHIM_ECORRUPT; /* a newer clshim's entry: not ours to serve */
     if (rc != CLSHIM_OK) {
@@ -680,7 +737,14 @@ int store_stats_get(store *s, struct store_stats *out)
     int rc = store_read_begin(s, &txn);
     if (rc) return rc;
     struct store_acct a;
+    struct store_guard g;
+    store_guard_arm(&g);
+    if (sigsetjmp(g.jb, 0)) {
+        abort_after_fault(s, txn);
+        return CLSHIM_EIO;
+    }
     rc = store_acct_load(s, txn, &a);
+    store_guard_disarm(&g);
     store_read_end(s, txn);
     if (rc) return store_map_err(rc);
     *out = (struct store_stats){a.stat[ST_HITS], a.stat[ST_MISSES], a.stat[ST_STORES],

@@ -35,12 +35,26 @@
  * hits, misses, stores, rejected and compile_ns_saved and add them with
  * store_stats_add(); they must not add the store's own counters again.
  *
- * Files and safety. The directory must be ours and not writable by group or
- * others; data.mdb and lock.mdb must be regular files we own, never symlinks
- * (store_open). Every open handle holds a shared flock on "compact.lock";
+ * Files and safety. The directory is opened by walking its path from "/"
+ * one component at a time by descriptor (openat with O_NOFOLLOW), each
+ * directory on the way owned by root or us and writable by no one else
+ * unless sticky; symbolic links on the way are followed by hand, only when
+ * owned by root or us. Every file is then opened relative to the directory
+ * descriptor, and LMDB opens the environment through /proc/self/fd/N, so
+ * no path is resolved twice. The directory must be ours and not writable by
+ * group or others; data.mdb and lock.mdb must be regular files we own,
+ * never symlinks (store_open). Every open handle holds a shared flock on "compact.lock";
  * store_compact() needs it exclusive (see there). The map starts at
  * max(256 MiB, 2 * max_size + 64 MiB), at most 64 GiB (the file is sparse),
  * and doubles when LMDB reports it full.
+ *
+ * Faults in the map. If data.mdb shrinks while mapped (truncated by someone
+ * else), touching a page past its end raises SIGBUS. Every operation that
+ * reads the map does so under a guard (store_guard.c: a SIGBUS handler
+ * chained to the application's, scoped to clshim's own accesses by a
+ * thread-local guard), so the fault is caught: the handle is set aside with
+ * one warning, lookups return CLSHIM_EIO and writes CLSHIM_EREADONLY from
+ * then on, and the next store_open moves the short file aside.
  *
  * Read-only (opt->readonly, or a shared directory): nothing is created or
  * written except the reader slot in lock.mdb; when lock.mdb cannot be
@@ -95,7 +109,10 @@ struct store_options {
 
 /* Opens (creating if needed) the cache. Refuses with CLSHIM_EPERM when the
  * directory or its files are owned by another user or writable by group or
- * others (unless allow_shared), or when data.mdb/lock.mdb are symlinks.
+ * others (unless allow_shared), when a directory on the way to it is owned
+ * by another user than root or us or writable by others and not sticky
+ * (even with allow_shared), or when data.mdb/lock.mdb are symlinks. Logs
+ * one warning saying which.
  * A database file that is not a valid LMDB environment is renamed aside
  * (data.mdb.corrupt-<time>) and recreated, with one warning. Runs the age
  * sweep when the last one is more than a day old. */
@@ -107,7 +124,8 @@ int store_open(const struct store_options *opt, store **out);
  * CLSHIM_ENOMEM. A writable open of a directory we may not write falls back
  * to read-only with one warning. */
 
-/* 1 when the handle is read-only (asked for, or fallen back to). */
+/* 1 when the handle is read-only (asked for, or fallen back to, or set
+ * aside after a fault: see "Faults in the map" above). */
 int store_is_readonly(const store *s);
 
 /* Flushes pending access times and statistics, then closes. NULL is a no-op. */
@@ -124,8 +142,9 @@ struct store_record {
 };
 
 /* Looks up `hash`; returns CLSHIM_OK only when the stored key material equals
- * key[0..key_len) byte for byte and the binary's checksum verifies.
- * CLSHIM_ENOTFOUND: absent. CLSHIM_ECOLLISION: same hash, other material
+ * key[0..key_len) byte for byte and the binary's binding to that key
+ * material verifies (entry.h). CLSHIM_ENOTFOUND: absent, or an entry of an
+ * older format (never trusted; the next store replaces it). CLSHIM_ECOLLISION: same hash, other material
  * (counted). CLSHIM_ECORRUPT: fails verification (counted; the caller may
  * store a fresh entry over it). On success *out points into `arena`, which
  * the caller frees with store_record_free(). The access time update is

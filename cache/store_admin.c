@@ -275,15 +275,6 @@ int store_verify(store *s, int fix, uint64_t *checked, uint64_t *bad)
 
 /* ---- compaction ---- */
 
-static int fsync_dir(const char *dir)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc;
-}
-
 int store_compact(store *s)
 {
     if (!s) return CLSHIM_EINVAL;
@@ -296,12 +287,10 @@ int store_compact(store *s)
                 "user (close the applications using it and retry)", s->dir);
         return errno == EWOULDBLOCK ? CLSHIM_EBUSY : CLSHIM_EIO;
     }
-    char tmp[4200], data[4200];
-    snprintf(tmp, sizeof tmp, "%s/data.mdb.compact", s->dir); /* one name: a crash leaves one stray */
-    snprintf(data, sizeof data, "%s/data.mdb", s->dir);
-    unlink(tmp);
+    static const char tmp[] = "data.mdb.compact"; /* one name: a crash leaves one stray */
+    unlinkat(s->dir_fd, tmp, 0);
     int rc = CLSHIM_EIO;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    int fd = openat(s->dir_fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     pthread_rwlock_wrlock(&s->maplock);
     if (fd >= 0) {
         int mrc = mdb_env_copyfd2(s->env, fd, MDB_CP_COMPACT);
@@ -310,8 +299,8 @@ int store_compact(store *s)
     }
     if (rc == CLSHIM_OK) {
         store_env_close(s);
-        if (rename(tmp, data) != 0) rc = CLSHIM_EIO;
-        fsync_dir(s->dir);
+        if (renameat(s->dir_fd, tmp, s->dir_fd, "data.mdb") != 0) rc = CLSHIM_EIO;
+        fsync(s->dir_fd);
         int orc = store_env_open(s); /* the new file, or the old one if rename failed */
         if (orc) {
             log_msg(LOG_ERROR, "cache %s cannot be reopened after compaction: %s", s->dir, mdb_strerror(orc));
@@ -319,7 +308,7 @@ int store_compact(store *s)
         }
     }
     pthread_rwlock_unlock(&s->maplock);
-    if (rc != CLSHIM_OK) unlink(tmp);
+    if (rc != CLSHIM_OK) unlinkat(s->dir_fd, tmp, 0);
     flock(s->lock_fd, LOCK_SH);
     return rc;
 }
@@ -378,17 +367,18 @@ int store_export(store *s, FILE *out, uint64_t *count)
 }
 
 /* Checks an imported record as store_verify checks a stored one, plus the
- * limits of this cache. */
-static int import_check(store *s, const void *rec, size_t len, struct entry_view *e)
+ * limits of this cache. Returns NULL when it may be stored, else why not. */
+static const char *import_check(store *s, const void *rec, size_t len, struct entry_view *e)
 {
-    if (entry_parse(rec, len, e) != CLSHIM_OK) return 0;
+    if (entry_parse(rec, len, e) != CLSHIM_OK) return "it does not decode (damaged, or another format version)";
     struct cache_hash h = entry_xxh3_128(e->key, e->key_len);
-    if (h.lo != e->hash.lo || h.hi != e->hash.hi) return 0;
-    if (e->binary_size < s->opt.min_entry || (s->opt.max_entry && e->binary_size > s->opt.max_entry)) return 0;
+    if (h.lo != e->hash.lo || h.hi != e->hash.hi) return "its key material does not hash to its key";
+    if (e->binary_size < s->opt.min_entry || (s->opt.max_entry && e->binary_size > s->opt.max_entry))
+        return "its binary is outside this cache's entry-size limits";
     void *bin = malloc(e->binary_size ? (size_t)e->binary_size : 1);
     int ok = bin && entry_unpack_binary(e, bin) == CLSHIM_OK;
     free(bin);
-    return ok;
+    return ok ? NULL : "its binary is not the one made for its key (binding mismatch)";
 }
 
 int store_import(store *s, FILE *in, uint64_t *count, uint64_t *rejected)
@@ -417,8 +407,10 @@ int store_import(store *s, FILE *in, uint64_t *count, uint64_t *rejected)
             break;
         }
         struct entry_view e;
-        if (!import_check(s, rec, (size_t)len, &e)) {
+        const char *why = import_check(s, rec, (size_t)len, &e);
+        if (why) {
             bad++;
+            log_msg(LOG_WARN, "cache import: record %llu rejected: %s", (unsigned long long)(n + bad), why);
         } else {
             int prc = store_put_encoded(s, e.hash, rec, (size_t)len, e.binary_size, e.last_access, e.hits);
             if (prc == CLSHIM_OK) n++;

@@ -5,6 +5,7 @@
 
 #include <lmdb.h>
 #include <pthread.h>
+#include <setjmp.h>
 
 #include "cache/store.h"
 
@@ -28,7 +29,10 @@ struct store {
     int readonly;
     int nolock;    /* opened with MDB_NOLOCK (read-only, lock.mdb unwritable) */
     struct store_options opt;
-    char *dir;
+    char *dir;     /* as given: for messages only, never opened by name */
+    int dir_fd;    /* the checked directory; every file is opened relative to it */
+    char env_path[32]; /* "/proc/self/fd/<dir_fd>": what LMDB opens, so the
+                        * directory is never resolved by name again */
     int lock_fd;   /* compact.lock, shared flock held; -1 when none */
     /* Every transaction holds maplock shared; resizing or replacing the map
      * (mdb_env_set_mapsize, compaction) needs it exclusive, because LMDB
@@ -39,6 +43,7 @@ struct store {
     size_t qcount;
     uint64_t q_collisions, q_corrupt;
     uint64_t next_sweep; /* no age sweep before this time (seconds) */
+    int faulted;   /* the map faulted (data.mdb shrank): every call fails with CLSHIM_EIO */
     char boot_id[36];
 };
 
@@ -50,6 +55,19 @@ struct store_acct {
     uint64_t count, bytes, ubytes;
     uint64_t stat[ST_COUNT];
 };
+
+/* Guarded map access (store_guard.c): a SIGBUS raised while a guard is
+ * armed in this thread jumps back to it (sigsetjmp(g.jb, 0) right after
+ * store_guard_arm(&g)) instead of killing the process. Guards nest. */
+struct store_guard {
+    sigjmp_buf jb;
+    struct store_guard *prev;
+};
+void store_guard_install(void); /* once per process; store_open calls it */
+void store_guard_arm(struct store_guard *g);
+void store_guard_disarm(struct store_guard *g);
+/* Marks the handle faulted and logs one warning (once per handle). */
+void store_fault_noted(store *s);
 
 uint64_t store_now(void);
 void store_hash_key(struct cache_hash h, unsigned char key[STORE_KEY_LEN]);

@@ -1,11 +1,13 @@
 /* store_open.c — opening and closing the persistent cache: where the
- * directory and file checks of store.h live (ownership, modes, links),
+ * directory and file checks of store.h live (the walk from "/" by
+ * descriptor, ownership, modes, links),
  * recovery from a damaged data.mdb, the read-only fallbacks, and the
  * compact.lock every handle holds shared. */
 #include "cache/store.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
@@ -49,7 +51,7 @@ static int env_try_open(store *s, unsigned flags)
     mdb_env_set_maxdbs(s->env, 8);
     mdb_env_set_maxreaders(s->env, 510);
     if (!(flags & MDB_RDONLY)) mdb_env_set_mapsize(s->env, (size_t)initial_mapsize(&s->opt));
-    rc = mdb_env_open(s->env, s->dir, flags, 0600);
+    rc = mdb_env_open(s->env, s->env_path, flags, 0600);
     if (rc) {
         mdb_env_close(s->env);
         s->env = NULL;
@@ -63,9 +65,10 @@ static int env_truncated(store *s)
     MDB_envinfo info;
     MDB_stat st;
     struct stat fs;
-    char path[4200];
-    snprintf(path, sizeof path, "%s/data.mdb", s->dir);
-    if (mdb_env_info(s->env, &info) || mdb_env_stat(s->env, &st) || stat(path, &fs)) return 0;
+    mdb_filehandle_t fd;
+    if (mdb_env_info(s->env, &info) || mdb_env_stat(s->env, &st) || mdb_env_get_fd(s->env, &fd) ||
+        fstat(fd, &fs))
+        return 0;
     return ((uint64_t)info.me_last_pgno + 1) * st.ms_psize > (uint64_t)fs.st_size;
 }
 
@@ -123,21 +126,6 @@ void store_env_close(store *s)
     s->have_dbs = 0;
 }
 
-static int mkdir_p(const char *dir)
-{
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) return ENAMETOOLONG;
-    for (char *p = path + 1;; p++) {
-        if (*p == '/' || *p == 0) {
-            char c = *p;
-            *p = 0;
-            if (mkdir(path, 0700) != 0 && errno != EEXIST) return errno;
-            *p = c;
-            if (!c) return 0;
-        }
-    }
-}
-
 /* Checks that a directory or file is ours and not writable by others.
  * Returns NULL when it is, else the reason. */
 static const char *unsafe_reason(const struct stat *st)
@@ -147,43 +135,196 @@ static const char *unsafe_reason(const struct stat *st)
     return NULL;
 }
 
-/* 0: fine; 1: not private but allowed (read-only); else CLSHIM_EPERM/EIO. */
+/* What the walk tolerates of another owner on the way: nobody, unless the
+ * cache is read as shared (allow_shared), where the one other user who owns
+ * the cache directory may own directories above it too (an administrator's
+ * cache in their home): that user is already trusted with the code. */
+struct walk_owner {
+    int allow;       /* allow_shared */
+    uid_t uid;       /* the other owner met on the way; valid when seen */
+    int seen;
+    char path[256];  /* where, for the message */
+};
+
+/* The rule for every directory on the way to the cache, and for symbolic
+ * links followed (OpenSSH's StrictModes): owned by root or us, and not
+ * writable by anyone else unless sticky (where others cannot rename or
+ * remove what is not theirs). A directory that fails it lets another user
+ * swap the cache for their own. */
+static const char *unsafe_ancestor(const struct stat *st, const char *path, struct walk_owner *other)
+{
+    if (S_ISDIR(st->st_mode) && (st->st_mode & (S_IWGRP | S_IWOTH)) && !(st->st_mode & S_ISVTX))
+        return "is writable by group or others and not sticky";
+    if (st->st_uid == 0 || st->st_uid == geteuid()) return NULL;
+    if (!other->allow || (other->seen && other->uid != st->st_uid)) return "is owned by another user";
+    if (!other->seen) snprintf(other->path, sizeof other->path, "%s", path);
+    other->uid = st->st_uid, other->seen = 1;
+    return NULL; /* for now: check_dir compares it with the cache directory's owner */
+}
+
+#define WALK_MAX_LINKS 40
+#define WALK_PATH_MAX 8192
+
+/* The remaining components after `p`, with `target` (a link's text) in
+ * front: target "/" rest. 0, or ENAMETOOLONG. */
+static int splice_link(char *rest, const char *target, const char *p)
+{
+    char tmp[WALK_PATH_MAX];
+    if (snprintf(tmp, sizeof tmp, "%s/%s", target, p) >= (int)sizeof tmp) return ENAMETOOLONG;
+    memcpy(rest, tmp, strlen(tmp) + 1);
+    return 0;
+}
+
+static int open_root(char *walked)
+{
+    strcpy(walked, "/");
+    return open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+}
+
+/* Opens the cache directory without ever resolving its path in one go:
+ * from "/", one component at a time with openat(O_NOFOLLOW|O_DIRECTORY),
+ * each directory passed through checked with unsafe_ancestor() on the
+ * opened descriptor. Symbolic links are followed by hand, and only when
+ * they are owned by root or us. Missing directories are created 0700
+ * (unless read-only). The caller checks the last directory itself.
+ * Returns 0 with *out, or a clshim error after one warning. */
+static int walk_to_dir(store *s, int *out, struct walk_owner *other)
+{
+    char rest[WALK_PATH_MAX], walked[WALK_PATH_MAX], name[NAME_MAX + 1];
+    if (s->dir[0] == '/') {
+        if (snprintf(rest, sizeof rest, "%s", s->dir) >= (int)sizeof rest) return CLSHIM_EINVAL;
+    } else {
+        char cwd[4096];
+        if (!getcwd(cwd, sizeof cwd) || snprintf(rest, sizeof rest, "%s/%s", cwd, s->dir) >= (int)sizeof rest)
+            return CLSHIM_EIO;
+    }
+    int fd = open_root(walked), links = 0;
+    const char *why = NULL;
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) goto io_error;
+    if ((why = unsafe_ancestor(&st, walked, other)) != NULL) goto unsafe;
+    for (char *p = rest;;) {
+        while (*p == '/') p++;
+        if (!*p) break;
+        size_t n = strcspn(p, "/");
+        if (n > NAME_MAX) { errno = ENAMETOOLONG; goto io_error; }
+        memcpy(name, p, n);
+        name[n] = 0;
+        p += n;
+        if (!strcmp(name, ".")) continue;
+        int nfd = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (nfd < 0 && errno == ENOENT && !s->readonly) {
+            if (mkdirat(fd, name, 0700) != 0 && errno != EEXIST) {
+                if (errno == EACCES || errno == EPERM || errno == EROFS) goto not_found;
+                log_msg(LOG_WARN, "cache directory %s cannot be created: %s", s->dir, strerror(errno));
+                close(fd);
+                return CLSHIM_EIO;
+            }
+            nfd = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        }
+        if (nfd < 0 && (errno == ELOOP || errno == ENOTDIR)) {
+            struct stat lst;
+            char target[4096];
+            if (fstatat(fd, name, &lst, AT_SYMLINK_NOFOLLOW) != 0) goto io_error;
+            if (!S_ISLNK(lst.st_mode)) {
+                log_msg(LOG_WARN, "cache directory %s cannot be created: %s%s%s is not a directory", s->dir,
+                        walked, strcmp(walked, "/") ? "/" : "", name);
+                close(fd);
+                return CLSHIM_EIO;
+            }
+            snprintf(walked + strlen(walked), sizeof walked - strlen(walked), "%s%s (a symbolic link)",
+                     strcmp(walked, "/") ? "/" : "", name);
+            if ((why = unsafe_ancestor(&lst, walked, other)) != NULL) goto unsafe;
+            *strrchr(walked, '/') = 0; /* back to the directory holding the link */
+            if (!*walked) strcpy(walked, "/");
+            ssize_t len = readlinkat(fd, name, target, sizeof target - 1);
+            if (len <= 0 || ++links > WALK_MAX_LINKS || len >= (ssize_t)sizeof target - 1) {
+                errno = len <= 0 ? errno : links > WALK_MAX_LINKS ? ELOOP : ENAMETOOLONG;
+                goto io_error;
+            }
+            target[len] = 0;
+            if (splice_link(rest, target, p) != 0) { errno = ENAMETOOLONG; goto io_error; }
+            p = rest;
+            if (target[0] == '/') {
+                close(fd);
+                if ((fd = open_root(walked)) < 0) goto io_error;
+            }
+            continue;
+        }
+        if (nfd < 0) {
+            if (errno == ENOENT) goto not_found;
+            goto io_error;
+        }
+        close(fd);
+        fd = nfd;
+        size_t w = strlen(walked);
+        if (!strcmp(name, "..")) {
+            char *slash = strrchr(walked, '/');
+            if (slash && slash != walked) *slash = 0;
+            else strcpy(walked, "/");
+        } else {
+            snprintf(walked + w, sizeof walked - w, "%s%s", w > 1 ? "/" : "", name);
+        }
+        const char *q = p;
+        while (*q == '/') q++;
+        if (!*q) break; /* the cache directory itself: open_checked's rule */
+        if (fstat(fd, &st) != 0) goto io_error;
+        if ((why = unsafe_ancestor(&st, walked, other)) != NULL) goto unsafe;
+    }
+    *out = fd;
+    return 0;
+unsafe:
+    log_msg(LOG_WARN, "cache directory %s is not used: %s on its way %s, so another user could swap the "
+            "cache for their own programs", s->dir, walked, why);
+    close(fd);
+    return CLSHIM_EPERM;
+not_found:
+    close(fd);
+    return CLSHIM_ENOTFOUND;
+io_error:
+    log_msg(LOG_WARN, "cache directory %s cannot be opened: %s", s->dir, strerror(errno));
+    if (fd >= 0) close(fd);
+    return CLSHIM_EIO;
+}
+
+/* 0: fine; 1: not private but allowed (read-only); else CLSHIM_EPERM/EIO.
+ * Relative to the directory descriptor: no name is resolved twice. */
 static int check_file(store *s, const char *name, int shared)
 {
-    char path[4200];
     struct stat st;
-    snprintf(path, sizeof path, "%s/%s", s->dir, name);
-    if (lstat(path, &st) != 0) return errno == ENOENT ? 0 : CLSHIM_EIO;
+    if (fstatat(s->dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return errno == ENOENT ? 0 : CLSHIM_EIO;
     if (S_ISLNK(st.st_mode) || !S_ISREG(st.st_mode)) {
-        log_msg(LOG_WARN, "cache file %s is not used: %s (links are never followed)", path,
+        log_msg(LOG_WARN, "cache file %s/%s is not used: %s (links are never followed)", s->dir, name,
                 S_ISLNK(st.st_mode) ? "it is a symbolic link" : "it is not a regular file");
         return CLSHIM_EPERM;
     }
     const char *why = shared ? NULL : unsafe_reason(&st);
     if (!why) return 0;
     if (s->opt.allow_shared) return 1;
-    log_msg(LOG_WARN, "cache file %s is not used: %s (set CLSHIM_CACHE_ALLOW_SHARED=1 to read it anyway, "
-            "read-only)", path, why);
+    log_msg(LOG_WARN, "cache file %s/%s is not used: %s (set CLSHIM_CACHE_ALLOW_SHARED=1 to read it anyway, "
+            "read-only)", s->dir, name, why);
     return CLSHIM_EPERM;
 }
 
-/* Checks the directory; sets *shared when it is not private but allowed. */
+/* Opens and checks the directory (s->dir_fd); sets *shared when it is not
+ * private but allowed. */
 static int check_dir(store *s, int *shared)
 {
     struct stat st;
-    if (lstat(s->dir, &st) != 0) return errno == ENOENT ? CLSHIM_ENOTFOUND : CLSHIM_EIO;
-    if (S_ISLNK(st.st_mode)) {
-        /* A user may point the cache at another disk; the link must be
-         * theirs (or root's), and what it points at is checked below. */
-        if (st.st_uid != geteuid() && st.st_uid != 0) {
-            log_msg(LOG_WARN, "cache directory %s is not used: it is a symbolic link owned by another user",
-                    s->dir);
-            return CLSHIM_EPERM;
-        }
-        if (stat(s->dir, &st) != 0) return CLSHIM_EIO;
+    struct walk_owner other = {.allow = s->opt.allow_shared};
+    int rc = walk_to_dir(s, &s->dir_fd, &other);
+    if (rc) return rc;
+    if (fstat(s->dir_fd, &st) != 0) return CLSHIM_EIO;
+    if (other.seen && st.st_uid != other.uid) {
+        log_msg(LOG_WARN, "cache directory %s is not used: %s on its way is owned by another user than the "
+                "cache's owner, so a third user could swap the cache for their own programs", s->dir, other.path);
+        return CLSHIM_EPERM;
     }
-    if (!S_ISDIR(st.st_mode)) {
-        log_msg(LOG_WARN, "cache directory %s is not a directory", s->dir);
+    snprintf(s->env_path, sizeof s->env_path, "/proc/self/fd/%d", s->dir_fd);
+    struct stat via;
+    if (stat(s->env_path, &via) != 0 || via.st_dev != st.st_dev || via.st_ino != st.st_ino) {
+        log_msg(LOG_WARN, "cache directory %s is not used: /proc/self/fd is not available to open it by "
+                "descriptor", s->dir);
         return CLSHIM_EIO;
     }
     const char *why = unsafe_reason(&st);
@@ -199,11 +340,31 @@ static int check_dir(store *s, int *shared)
     return 0;
 }
 
+/* After LMDB opened the files: data.mdb as LMDB holds it must be the file
+ * checked in the directory (same inode, a regular file), and neither file
+ * may have become a link meanwhile. */
+static int check_opened(store *s, int shared)
+{
+    struct stat held, named;
+    mdb_filehandle_t fd;
+    if (mdb_env_get_fd(s->env, &fd) != 0 || fstat(fd, &held) != 0) return CLSHIM_EIO;
+    const char *why = NULL;
+    if (fstatat(s->dir_fd, "data.mdb", &named, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(held.st_mode) ||
+        named.st_dev != held.st_dev || named.st_ino != held.st_ino)
+        why = "it changed while being opened";
+    else if (!shared && !s->opt.allow_shared)
+        why = unsafe_reason(&held);
+    if (!why && (fstatat(s->dir_fd, "lock.mdb", &named, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(named.st_mode)))
+        why = "lock.mdb changed while being opened";
+    if (!why) return 0;
+    log_msg(LOG_WARN, "cache file %s/data.mdb is not used: %s", s->dir, why);
+    return CLSHIM_EPERM;
+}
+
 static int take_open_lock(store *s)
 {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/compact.lock", s->dir);
-    s->lock_fd = open(path, (s->readonly ? O_RDONLY : O_RDWR | O_CREAT) | O_CLOEXEC | O_NOFOLLOW, 0600);
+    s->lock_fd = openat(s->dir_fd, "compact.lock",
+                        (s->readonly ? O_RDONLY : O_RDWR | O_CREAT) | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (s->lock_fd < 0) return s->readonly ? 0 : CLSHIM_EIO; /* a read-only open goes without */
     for (int waited = 0; flock(s->lock_fd, LOCK_SH | LOCK_NB) != 0; waited += 10) {
         if (errno != EWOULDBLOCK || waited >= OPEN_LOCK_WAIT_MS) {
@@ -218,24 +379,16 @@ static int take_open_lock(store *s)
 
 static void move_aside(store *s, int rc)
 {
-    char from[4200], to[4300];
-    snprintf(from, sizeof from, "%s/data.mdb", s->dir);
-    snprintf(to, sizeof to, "%s/data.mdb.corrupt-%llu", s->dir, (unsigned long long)time(NULL));
-    if (rename(from, to) == 0)
-        log_msg(LOG_WARN, "cache file %s is not a valid database (%s); moved to %s and started afresh", from,
-                mdb_strerror(rc), to);
+    char to[64];
+    snprintf(to, sizeof to, "data.mdb.corrupt-%llu", (unsigned long long)time(NULL));
+    if (renameat(s->dir_fd, "data.mdb", s->dir_fd, to) == 0)
+        log_msg(LOG_WARN, "cache file %s/data.mdb is not a valid database (%s); moved to %s and started afresh",
+                s->dir, mdb_strerror(rc), to);
 }
 
 static int open_checked(store *s)
 {
     int shared = 0, rc;
-    if (!s->readonly) {
-        int e = mkdir_p(s->dir);
-        if (e && e != EACCES && e != EROFS && e != EPERM) {
-            log_msg(LOG_WARN, "cache directory %s cannot be created: %s", s->dir, strerror(e));
-            return CLSHIM_EIO;
-        }
-    }
     if ((rc = check_dir(s, &shared)) != 0) return rc;
     if (shared) s->readonly = 1;
     for (int i = 0; i < 2; i++) {
@@ -243,7 +396,7 @@ static int open_checked(store *s)
         if (rc == 1) s->readonly = 1;
         else if (rc) return rc;
     }
-    if (!s->readonly && access(s->dir, W_OK) != 0) {
+    if (!s->readonly && faccessat(s->dir_fd, ".", W_OK, 0) != 0) {
         log_msg(LOG_WARN, "cache directory %s is not writable; using it read-only", s->dir);
         s->readonly = 1;
     }
@@ -263,6 +416,7 @@ static int open_checked(store *s)
         log_msg(LOG_WARN, "cache %s was written by a newer clshim; not used", s->dir);
     else if (rc)
         log_msg(LOG_WARN, "cache %s cannot be opened: %s", s->dir, mdb_strerror(rc));
+    if (rc == 0 && (rc = check_opened(s, shared)) != 0) store_env_close(s);
     return rc;
 }
 
@@ -287,10 +441,12 @@ int store_open(const struct store_options *opt, store **out)
     s->opt.dir = s->dir;
     s->readonly = opt->readonly;
     s->lock_fd = -1;
+    s->dir_fd = -1;
     s->queue = calloc(2 * STORE_QUEUE_MAX, sizeof *s->queue);
     pthread_rwlock_init(&s->maplock, NULL);
     pthread_mutex_init(&s->qlock, NULL);
     read_boot_id(s->boot_id);
+    store_guard_install();
     int rc = s->dir && s->queue ? open_checked(s) : CLSHIM_ENOMEM;
     if (rc) {
         store_close(s);
@@ -306,7 +462,7 @@ int store_open(const struct store_options *opt, store **out)
     return CLSHIM_OK;
 }
 
-int store_is_readonly(const store *s) { return s ? s->readonly : 1; }
+int store_is_readonly(const store *s) { return s ? s->readonly || __atomic_load_n(&s->faulted, __ATOMIC_RELAXED) : 1; }
 
 void store_close(store *s)
 {
@@ -314,6 +470,7 @@ void store_close(store *s)
     if (s->env) store_flush(s);
     store_env_close(s);
     if (s->lock_fd >= 0) close(s->lock_fd);
+    if (s->dir_fd >= 0) close(s->dir_fd);
     pthread_rwlock_destroy(&s->maplock);
     pthread_mutex_destroy(&s->qlock);
     free(s->queue);

@@ -17,6 +17,7 @@
 #include "cache/store.h"
 #include "common/config.h"
 #include "common/error.h"
+#include "tools/archive_sign.h"
 #include "tools/commands.h"
 
 #define CMD_USAGE                                                                                  \
@@ -31,8 +32,13 @@
     "  clear                   remove every entry\n"                                              \
     "  verify [--fix]          check every entry; --fix removes bad ones (exit 1: bad remain)\n"   \
     "  compact                 rewrite the database file without free space\n"                    \
-    "  export FILE             write every entry to FILE ('-': standard output)\n"                \
-    "  import FILE             add the verified entries of an export\n"                           \
+    "  export [--sign KEYFILE] FILE\n"                                                             \
+    "                          write every entry to FILE ('-': standard output), signed\n"        \
+    "                          with KEYFILE's ed25519 key when given\n"                            \
+    "  import [--trust PUBKEY] FILE\n"                                                             \
+    "                          add the verified entries of an export; with --trust, only\n"      \
+    "                          an export signed by PUBKEY's key, unchanged\n"                      \
+    "  keygen FILE             a signing key pair: FILE (secret, 0600) and FILE.pub\n"            \
     "  help                    this text\n"                                                        \
     "The cache directory is CLSHIM_CACHE_DIR (else $XDG_CACHE_HOME/clshim, else\n"                \
     "~/.cache/clshim); --dir overrides it. Limits come from CLSHIM_CACHE_* knobs.\n"
@@ -554,8 +560,28 @@ static int cmd_compact(struct cmd_ctx *c, int argc, char **argv)
 
 /* ---- export, import ---- */
 
+/* Takes "--NAME VALUE" / "--NAME=VALUE" out of argv; 1 when found, -1 when
+ * it lacks its value, else 0. */
+static int take_option(int *argc, char **argv, const char *name, const char **value)
+{
+    size_t n = strlen(name);
+    for (int i = 1; i < *argc; i++) {
+        int with_eq = !strncmp(argv[i], name, n) && argv[i][n] == '=';
+        if (strcmp(argv[i], name) != 0 && !with_eq) continue;
+        int used = with_eq ? 1 : 2;
+        if (!with_eq && i + 1 >= *argc) return -1;
+        *value = with_eq ? argv[i] + n + 1 : argv[i + 1];
+        memmove(argv + i, argv + i + used, (size_t)(*argc - i - used) * sizeof *argv);
+        *argc -= used;
+        return 1;
+    }
+    return 0;
+}
+
 static int cmd_export(struct cmd_ctx *c, int argc, char **argv)
 {
+    const char *keyfile = NULL;
+    if (take_option(&argc, argv, "--sign", &keyfile) < 0) return usage_error("export: %s", "--sign needs a KEYFILE");
     if (argc != 2) return usage_error("export: %s", "give one FILE ('-' for standard output)");
     int to_stdout = !strcmp(argv[1], "-");
     int rc = open_cache(c, 0);
@@ -564,31 +590,80 @@ static int cmd_export(struct cmd_ctx *c, int argc, char **argv)
         fprintf(stderr, "clshim cache: no cache in %s\n", c->dir);
         return 1;
     }
+    /* Signed: the export goes to a private temporary file first, then is
+     * copied out with the signature over exactly what was copied. */
+    FILE *body = keyfile ? tmpfile() : NULL;
+    if (keyfile && !body) {
+        fprintf(stderr, "clshim cache: no temporary file: %s\n", strerror(errno));
+        return 1;
+    }
     FILE *f = to_stdout ? stdout : fopen(argv[1], "wbx");
     if (!f) {
         fprintf(stderr, "clshim cache: cannot create %s: %s%s\n", argv[1], strerror(errno),
                 errno == EEXIST ? " (it is not overwritten)" : "");
+        if (body) fclose(body);
         return 1;
     }
     uint64_t n = 0;
-    rc = store_export(c->s, f, &n);
+    char err[512] = "";
+    rc = store_export(c->s, body ? body : f, &n);
+    if (rc == CLSHIM_OK && body && archive_sign_copy(body, f, keyfile, err, sizeof err) != 0) rc = CLSHIM_EIO;
+    if (body) fclose(body);
     if (!to_stdout && fclose(f) != 0 && rc == CLSHIM_OK) rc = CLSHIM_EIO;
     if (rc) {
-        fprintf(stderr, "clshim cache: export failed: %s\n", clshim_strerror(rc));
+        fprintf(stderr, "clshim cache: export failed: %s\n", *err ? err : clshim_strerror(rc));
+        if (!to_stdout) remove(argv[1]); /* never leave an unsigned file where a signed one was asked for */
         return 1;
     }
-    fprintf(to_stdout ? stderr : stdout, "Exported %llu entr%s to %s.\n", (unsigned long long)n,
-            n == 1 ? "y" : "ies", to_stdout ? "standard output" : argv[1]);
+    fprintf(to_stdout ? stderr : stdout, "Exported %llu entr%s to %s%s.\n", (unsigned long long)n,
+            n == 1 ? "y" : "ies", to_stdout ? "standard output" : argv[1], keyfile ? ", signed" : "");
     return 0;
+}
+
+/* The whole of `in` in a private temporary file (unlinked: no one else can
+ * change it between the signature check and the import). */
+static FILE *private_copy(FILE *in)
+{
+    FILE *t = tmpfile();
+    char buf[65536];
+    size_t n;
+    while (t && (n = fread(buf, 1, sizeof buf, in)) > 0)
+        if (fwrite(buf, 1, n, t) != n) {
+            fclose(t);
+            return NULL;
+        }
+    if (t && (ferror(in) || fflush(t) != 0)) {
+        fclose(t);
+        return NULL;
+    }
+    if (t) rewind(t);
+    return t;
 }
 
 static int cmd_import(struct cmd_ctx *c, int argc, char **argv)
 {
+    const char *pubkey = NULL;
+    if (take_option(&argc, argv, "--trust", &pubkey) < 0) return usage_error("import: %s", "--trust needs a PUBKEY");
     if (argc != 2) return usage_error("import: %s", "give one FILE ('-' for standard input)");
     FILE *f = strcmp(argv[1], "-") ? fopen(argv[1], "rb") : stdin;
     if (!f) {
         fprintf(stderr, "clshim cache: cannot read %s: %s\n", argv[1], strerror(errno));
         return 1;
+    }
+    if (pubkey) {
+        FILE *copy = private_copy(f);
+        if (f != stdin) fclose(f);
+        f = copy;
+        char err[512];
+        if (!f) {
+            fprintf(stderr, "clshim cache: cannot copy %s to a temporary file: %s\n", argv[1], strerror(errno));
+            return 1;
+        }
+        if (archive_verify(f, pubkey, err, sizeof err) != 0) {
+            fprintf(stderr, "clshim cache: %s is refused: %s; nothing imported\n", argv[1], err);
+            fclose(f);
+            return 1;
+        }
     }
     int rc = open_cache(c, 1);
     if (rc) {
@@ -609,6 +684,19 @@ static int cmd_import(struct cmd_ctx *c, int argc, char **argv)
         fprintf(stderr, "clshim cache: %llu entr%s failed verification or the size limits and were skipped\n",
                 (unsigned long long)rejected, rejected == 1 ? "y" : "ies");
     return rc || rejected ? 1 : 0;
+}
+
+static int cmd_keygen(struct cmd_ctx *c, int argc, char **argv)
+{
+    (void)c;
+    if (argc != 2) return usage_error("keygen: %s", "give one FILE (the secret key; FILE.pub gets the public one)");
+    char err[512];
+    if (archive_keygen(argv[1], err, sizeof err) != 0) {
+        fprintf(stderr, "clshim cache: keygen: %s\n", err);
+        return 1;
+    }
+    printf("Wrote the secret key to %s (keep it private) and the public key to %s.pub.\n", argv[1], argv[1]);
+    return 0;
 }
 
 /* ---- dispatch ---- */
@@ -650,6 +738,7 @@ int cache_cmd_main(int argc, char **argv)
         else if (!strcmp(cmd, "compact")) rc = cmd_compact(&c, n, args);
         else if (!strcmp(cmd, "export")) rc = cmd_export(&c, n, args);
         else if (!strcmp(cmd, "import")) rc = cmd_import(&c, n, args);
+        else if (!strcmp(cmd, "keygen")) rc = cmd_keygen(&c, n, args);
         else if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
             fputs(CMD_USAGE, n ? stdout : stderr);
             rc = n ? 0 : 2; /* bare `clshim cache` is a usage error */

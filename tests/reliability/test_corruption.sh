@@ -1,7 +1,9 @@
 #!/bin/bash
 # Corruption, injected for real into the files of a populated cache: entries
 # with a flipped bit, cut short, extended, with a forged size or key length
-# (checksum recomputed, so only the decoder's checks can catch it); data.mdb
+# (checksum recomputed, so only the decoder's checks can catch it), with
+# their binaries swapped between keys (every record self-consistent, so only
+# the binding of binary to key material catches it); data.mdb
 # truncated, replaced by garbage, emptied; lock.mdb replaced by garbage; a
 # reader and a writer that died holding their transactions while another
 # process keeps the cache open. Every time: the app's results equal a plain
@@ -33,7 +35,7 @@ check_recovers() { # label grep-pattern-of-the-warning
 }
 
 n=0
-for mode in flip sizes keylen truncate extend; do
+for mode in flip sizes keylen swap truncate extend; do
     populate
     "$REL/rel_forge" corrupt "$C" $mode >"$TMP/forge.out" || fail "rel_forge $mode"
     grep -q "corrupted 3 entries" "$TMP/forge.out" || fail "$mode: expected 3 entries damaged: $(cat "$TMP/forge.out")"
@@ -46,7 +48,7 @@ for mode in flip sizes keylen truncate extend; do
     if ! "$TOOL" cache verify >"$TMP/v1.out" 2>&1; then
         # A value whose size changed below the store leaves the totals off
         # (they count the damaged size): verify says so and --fix rebuilds them.
-        case $mode in truncate|extend) ;; *) cat "$TMP/v1.out" >&2; fail "$mode: verify fails after the repair" ;; esac
+        case $mode in truncate|extend|swap) ;; *) cat "$TMP/v1.out" >&2; fail "$mode: verify fails after the repair" ;; esac
         "$TOOL" cache verify --fix >/dev/null 2>&1 || true
         "$TOOL" cache verify >"$TMP/v2.out" 2>&1 || { cat "$TMP/v2.out" >&2; fail "$mode: verify --fix did not repair"; }
         ok "$mode: totals off after a size-changing corruption; verify --fix repairs them"

@@ -4,7 +4,8 @@
 # group/others is not read (one warning naming the override) and, with
 # CLSHIM_CACHE_ALLOW_SHARED=1, is read but never written; symlinked data.mdb
 # / lock.mdb are refused (writes cannot be redirected) even with the
-# override; secrets in the environment never appear in clshim's output.
+# override; a directory on the way writable by others (not sticky) is
+# refused; secrets in the environment never appear in clshim's output.
 source "$CLSHIM_ROOT/tests/integration/lib.sh"
 MK=$PROGS/multikernel
 TOOL=$CLSHIM_BUILD/clshim-tool
@@ -40,6 +41,23 @@ for how in group-writable other-writable foreign-owner; do
     ok "$how cache: refused with one warning; with CLSHIM_CACHE_ALLOW_SHARED=1 read, never written"
     chmod 0700 "$C"; chown 0 "$C"
 done
+
+# A directory on the way that others can write (0777, not sticky): another
+# user could swap the cache for theirs (test_security_race), so it is refused
+# with one line naming it, and the app runs as without clshim.
+mkdir -p "$TMP/open"; chmod 0777 "$TMP/open"
+CLSHIM_CACHE_DIR=$TMP/open/cache run_shim openparent "$MK" --scale 2
+same_output ref openparent "cache below an open parent: right results"
+[ "$(count 'clshim:' "$TMP/openparent.err")" = 1 ] || { cat "$TMP/openparent.err" >&2; fail "open parent: not one line"; }
+grep -q "clshim: cache directory $TMP/open/cache is not used: $TMP/open on its way is writable by group or others and not sticky" \
+    "$TMP/openparent.err" || { cat "$TMP/openparent.err" >&2; fail "open parent: the line does not name it"; }
+[ ! -e "$TMP/open/cache" ] || fail "open parent: the cache was created below it"
+chmod 1777 "$TMP/open"
+CLSHIM_CACHE_DIR=$TMP/open/cache run_shim stickyparent "$MK" --scale 2
+CLSHIM_CACHE_DIR=$TMP/open/cache CLSHIM_LOG=info run_shim stickyparent2 "$MK" --scale 2
+same_output ref stickyparent2 "cache below a sticky parent: right results"
+grep -q 'hit .*(disk)' "$TMP/stickyparent2.err" || fail "sticky parent: the cache was not used"
+ok "a cache below an open (0777) parent: refused with one line, nothing created; below a sticky one: used"
 
 # Symlinks cannot redirect writes.
 mkdir -p "$TMP/victim"; : >"$TMP/victim/target"; chmod 600 "$TMP/victim/target"

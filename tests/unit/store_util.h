@@ -180,8 +180,8 @@ static inline void hash_key(struct cache_hash h, unsigned char k[16])
     for (int i = 0; i < 8; i++) k[8 + i] = (unsigned char)(h.lo >> (56 - 8 * i));
 }
 
-/* Flips one bit of the stored value at `at` (negative: from the end). */
-static inline void raw_flip(const char *dir, struct cache_hash h, long at)
+/* XORs one byte of the stored value at `at` (negative: from the end). */
+static inline void raw_xor(const char *dir, struct cache_hash h, long at, unsigned char mask)
 {
     MDB_env *env;
     MDB_txn *txn;
@@ -195,12 +195,15 @@ static inline void raw_flip(const char *dir, struct cache_hash h, long at)
     unsigned char *copy = malloc(v.mv_size);
     memcpy(copy, v.mv_data, v.mv_size);
     size_t i = at >= 0 ? (size_t)at : v.mv_size - (size_t)-at;
-    copy[i] ^= 0x10;
+    copy[i] ^= mask;
     MDB_val nv = {v.mv_size, copy};
     assert_int_equal(mdb_put(txn, dbi, &k, &nv, 0), 0);
     free(copy);
     raw_end(env, txn);
 }
+
+/* Flips one bit of the stored value at `at` (negative: from the end). */
+static inline void raw_flip(const char *dir, struct cache_hash h, long at) { raw_xor(dir, h, at, 0x10); }
 
 /* Adds an LRU index record that points at no entry. */
 static inline void raw_add_stray_atime(const char *dir)

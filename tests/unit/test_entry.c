@@ -45,7 +45,7 @@ static void build(struct built *b, int level, size_t bin_len)
     assert_int_equal(entry_compress(b->bin, bin_len, level, &z, &zs, &flags), CLSHIM_OK);
     struct entry_fields f = {
         .hash = entry_xxh3_128(key_text, sizeof key_text - 1), .flags = flags, .origin = ENTRY_ORIGIN_IL,
-        .binary_size = bin_len, .binary_xxh3 = entry_xxh3_64(b->bin, bin_len), .created = 1000,
+        .binary_size = bin_len, .binding = entry_binding(key_text, sizeof key_text - 1, b->bin, bin_len), .created = 1000,
         .last_access = 2000, .hits = 7, .compile_ns = 123456789, .key = key_text,
         .key_len = sizeof key_text - 1, .device = "cpu-dev", .device_len = 7, .log = "ok", .log_len = 2,
         .payload = z ? z : b->bin, .payload_size = z ? zs : bin_len,
@@ -92,7 +92,7 @@ static void round_trip_keeps_every_field(void **state)
 static void empty_parts_round_trip(void **state)
 {
     (void)state;
-    struct entry_fields f = {.binary_xxh3 = entry_xxh3_64("", 0)};
+    struct entry_fields f = {.binding = entry_binding("", 0, "", 0)};
     size_t len = entry_encoded_size(&f);
     assert_int_equal(len, ENTRY_HEADER_SIZE);
     unsigned char rec[ENTRY_HEADER_SIZE];
@@ -146,15 +146,15 @@ static void lying_lengths_with_valid_checksum_are_refused(void **state)
     build(&b, 3, 3000);
     struct entry_view v;
     static const struct { size_t off; int width; uint64_t value; } lies[] = {
-        {96, 4, 0xFFFFFFFFu},          /* key length past the end */
-        {100, 4, 0x80000000u},         /* device name length */
-        {104, 4, 1},                   /* log length off by one */
+        {104, 4, 0xFFFFFFFFu},         /* key length past the end */
+        {108, 4, 0x80000000u},         /* device name length */
+        {112, 4, 1},                   /* log length off by one */
         {40, 8, UINT64_MAX},           /* payload size */
         {40, 8, 1},                    /* payload size too small */
         {32, 8, (uint64_t)1 << 40},    /* binary size beyond ENTRY_MAX_BINARY */
         {32, 8, 100000000},            /* more than the frame can hold */
         {10, 2, 0x8000},               /* unknown flag */
-        {108, 4, 1},                   /* reserved not zero */
+        {116, 4, 1},                   /* reserved not zero */
     };
     for (size_t i = 0; i < sizeof lies / sizeof lies[0]; i++) {
         unsigned char *r = malloc(b.len);
@@ -166,7 +166,7 @@ static void lying_lengths_with_valid_checksum_are_refused(void **state)
         assert_int_equal(entry_parse(r, b.len, &v), CLSHIM_ECORRUPT);
         free(r);
     }
-    /* a wrong binary checksum passes parse (it is of the binary) but not unpack */
+    /* a wrong binding passes parse (it is of the binary) but not unpack */
     unsigned char *r = malloc(b.len);
     memcpy(r, b.rec, b.len);
     r[48] ^= 1;
@@ -187,6 +187,57 @@ static void newer_version_is_unsupported(void **state)
     b.rec[8] = ENTRY_VERSION + 1;
     struct entry_view v;
     assert_int_equal(entry_parse(b.rec, b.len, &v), CLSHIM_EUNSUPPORTED);
+    free(b.rec);
+}
+
+/* a binary moved under another key, carried with its sizes, flags and
+ * binding and with the record checksum rewritten (every record
+ * self-consistent), parses but fails the binding on unpack */
+static void binary_moved_under_another_key_is_refused(void **state)
+{
+    (void)state;
+    static const char other_key[] = "clshim-key 2\nkind=source\noptions=\ninput=5\nother";
+    unsigned char bin[500];
+    fill_binary(bin, sizeof bin, 7);
+    struct entry_fields f = {
+        .hash = entry_xxh3_128(other_key, sizeof other_key - 1), .origin = ENTRY_ORIGIN_SOURCE,
+        .binary_size = sizeof bin, .binding = entry_binding(other_key, sizeof other_key - 1, bin, sizeof bin),
+        .key = other_key, .key_len = sizeof other_key - 1, .payload = bin, .payload_size = sizeof bin,
+    };
+    struct entry_view v;
+    unsigned char out[500];
+    /* As made for its own key, it verifies. */
+    size_t len = entry_encoded_size(&f);
+    unsigned char *rec = malloc(len);
+    entry_write(rec, &f);
+    assert_int_equal(entry_parse(rec, len, &v), CLSHIM_OK);
+    assert_int_equal(entry_unpack_binary(&v, out), CLSHIM_OK);
+    free(rec);
+    /* Under key_text, with everything else moved along, it does not. */
+    f.hash = entry_xxh3_128(key_text, sizeof key_text - 1);
+    f.key = key_text, f.key_len = sizeof key_text - 1;
+    len = entry_encoded_size(&f);
+    rec = malloc(len);
+    entry_write(rec, &f);
+    assert_int_equal(entry_parse(rec, len, &v), CLSHIM_OK);
+    assert_int_equal(entry_unpack_binary(&v, out), CLSHIM_ECORRUPT);
+    free(rec);
+}
+
+/* a record of format version 1 (whose checksum covered the binary alone) is
+ * never trusted: to the store it is absent, and the next build replaces it */
+static void version_1_record_is_refused(void **state)
+{
+    (void)state;
+    struct built b;
+    build(&b, 0, 100);
+    b.rec[8] = 1;
+    entry_set_access(b.rec, b.len, 1, 1); /* a valid record checksum */
+    struct entry_view v;
+    assert_int_equal(entry_parse(b.rec, b.len, &v), CLSHIM_ENOTFOUND);
+    b.rec[8] = 0;
+    entry_set_access(b.rec, b.len, 1, 1);
+    assert_int_equal(entry_parse(b.rec, b.len, &v), CLSHIM_ECORRUPT);
     free(b.rec);
 }
 
@@ -263,6 +314,8 @@ int main(void)
         cmocka_unit_test(truncated_or_extended_records_are_refused),
         cmocka_unit_test(lying_lengths_with_valid_checksum_are_refused),
         cmocka_unit_test(newer_version_is_unsupported),
+        cmocka_unit_test(binary_moved_under_another_key_is_refused),
+        cmocka_unit_test(version_1_record_is_refused),
         cmocka_unit_test(random_input_is_refused),
         cmocka_unit_test(incompressible_binary_is_stored_raw),
         cmocka_unit_test(origin_names),

@@ -1,7 +1,7 @@
 /* test_store_safety.c — what store_open refuses and how it survives damaged
  * files: private modes, ownership and permission checks, the allow-shared
- * override, symbolic links, garbage and truncated databases, read-only mode
- * that writes nothing.
+ * override, the directories on the way (walked by descriptor), symbolic
+ * links, garbage and truncated databases, read-only mode that writes nothing.
  *
  * These tests run as root, which bypasses permission bits: a directory we
  * cannot write, or a lock.mdb we cannot write (the MDB_NOLOCK fallback),
@@ -142,6 +142,164 @@ static void symlinked_files_are_refused(void **state)
     o.allow_shared = 0;
     assert_int_equal(store_open(&o, &s), CLSHIM_OK);
     assert_int_equal(get_key(s, 0), CLSHIM_OK);
+    store_close(s);
+}
+
+/* Captures the log lines of one store_open (stderr redirected to a file). */
+static int open_logged(struct store_options *o, store **s, char *log, size_t len)
+{
+    char path[4400];
+    snprintf(path, sizeof path, "%s.log", o->dir);
+    fflush(stderr);
+    int saved = dup(2), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    assert_true(saved >= 0 && fd >= 0);
+    dup2(fd, 2);
+    close(fd);
+    int rc = store_open(o, s);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    FILE *f = fopen(path, "r");
+    size_t n = fread(log, 1, len - 1, f);
+    log[n] = 0;
+    fclose(f);
+    return rc;
+}
+
+static int count_lines(const char *text, const char *prefix)
+{
+    int n = 0;
+    for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+        if (strncmp(p, prefix, strlen(prefix)) == 0) n++;
+    return n;
+}
+
+/* a directory on the way to the cache that others can write (0777, not
+ * sticky) or that another user owns is refused with one line naming it; a
+ * sticky one (like /tmp) is fine; nothing is created below a refused one */
+static void open_parent_is_refused(void **state)
+{
+    struct fixture *fx = *state;
+    char parent[4300], log[4096];
+    snprintf(parent, sizeof parent, "%s/open", fx->root);
+    snprintf(fx->dir, sizeof fx->dir, "%s/open/cache", fx->root);
+    populate(fx, 1);
+    struct store_options o = default_options(fx, 3);
+    store *s = NULL;
+    static const mode_t bad[] = {0777, 0775, 0757};
+    for (size_t i = 0; i < 3; i++) {
+        assert_int_equal(chmod(parent, bad[i]), 0);
+        assert_int_equal(open_logged(&o, &s, log, sizeof log), CLSHIM_EPERM);
+        assert_null(s);
+        assert_int_equal(count_lines(log, "clshim:"), 1);
+        assert_non_null(strstr(log, parent));
+        assert_non_null(strstr(log, "writable by group or others and not sticky"));
+        o.allow_shared = 1; /* the override is for the cache itself, not its parents */
+        assert_int_equal(store_open(&o, &s), CLSHIM_EPERM);
+        o.allow_shared = 0;
+    }
+    /* a missing cache below it is not created either */
+    snprintf(fx->dir, sizeof fx->dir, "%s/open/new/cache", fx->root);
+    o = default_options(fx, 3);
+    assert_int_equal(store_open(&o, &s), CLSHIM_EPERM);
+    struct stat st;
+    assert_int_equal(stat(fx->dir, &st), -1);
+    /* sticky, like /tmp: others cannot rename what is not theirs */
+    assert_int_equal(chmod(parent, 01777), 0);
+    snprintf(fx->dir, sizeof fx->dir, "%s/open/cache", fx->root);
+    o = default_options(fx, 3);
+    assert_int_equal(store_open(&o, &s), CLSHIM_OK);
+    assert_int_equal(get_key(s, 0), CLSHIM_OK);
+    store_close(s);
+    /* owned by another user */
+    assert_int_equal(chmod(parent, 0755), 0);
+    assert_int_equal(chown(parent, 65534, 65534), 0);
+    assert_int_equal(open_logged(&o, &s, log, sizeof log), CLSHIM_EPERM);
+    assert_int_equal(count_lines(log, "clshim:"), 1);
+    assert_non_null(strstr(log, "owned by another user"));
+    /* read as shared: the cache's own owner may own the directories above
+     * it (an administrator's cache in their home), nobody else may */
+    o.allow_shared = 1;
+    assert_int_equal(store_open(&o, &s), CLSHIM_EPERM); /* the cache is ours, the parent theirs */
+    assert_int_equal(chown(fx->dir, 65534, 65534), 0);
+    assert_int_equal(store_open(&o, &s), CLSHIM_OK);
+    assert_true(store_is_readonly(s));
+    assert_int_equal(get_key(s, 0), CLSHIM_OK);
+    store_close(s);
+    assert_int_equal(chown(fx->dir, 65533, 65533), 0);
+    assert_int_equal(open_logged(&o, &s, log, sizeof log), CLSHIM_EPERM);
+    assert_non_null(strstr(log, "owned by another user than the cache's owner"));
+    assert_int_equal(chown(fx->dir, geteuid(), getegid()), 0);
+    o.allow_shared = 0;
+    assert_int_equal(chown(parent, geteuid(), getegid()), 0);
+    assert_int_equal(store_open(&o, &s), CLSHIM_OK);
+    store_close(s);
+}
+
+/* symbolic links on the way are followed by hand, each checked: ours are
+ * followed (relative, absolute, "..", chains), another user's are refused */
+static void symlinks_on_the_way_are_checked(void **state)
+{
+    struct fixture *fx = *state;
+    char real[4300], link[4300], rel[4300];
+    snprintf(real, sizeof real, "%s/real", fx->root);
+    snprintf(fx->dir, sizeof fx->dir, "%s/real/cache", fx->root);
+    populate(fx, 2);
+    snprintf(link, sizeof link, "%s/abs", fx->root);
+    assert_int_equal(symlink(real, link), 0);
+    snprintf(rel, sizeof rel, "%s/rel", fx->root);
+    assert_int_equal(symlink("./x/../real", rel), 0);
+    char x[4300];
+    snprintf(x, sizeof x, "%s/x", fx->root);
+    assert_int_equal(mkdir(x, 0700), 0);
+    static const char *via[] = {"abs/cache", "rel/cache", "abs/../real/cache", "chain"};
+    char chain[4300];
+    snprintf(chain, sizeof chain, "%s/chain", fx->root);
+    assert_int_equal(symlink("rel/cache", chain), 0);
+    for (int i = 0; i < 4; i++) {
+        snprintf(fx->dir, sizeof fx->dir, "%s/%s", fx->root, via[i]);
+        struct store_options o = default_options(fx, 3);
+        store *s = NULL;
+        assert_int_equal(store_open(&o, &s), CLSHIM_OK);
+        assert_int_equal(get_key(s, 1), CLSHIM_OK);
+        store_close(s);
+    }
+    /* a link owned by another user is not followed */
+    assert_int_equal(lchown(link, 65534, 65534), 0);
+    snprintf(fx->dir, sizeof fx->dir, "%s/abs/cache", fx->root);
+    struct store_options o = default_options(fx, 3);
+    store *s = NULL;
+    assert_int_equal(store_open(&o, &s), CLSHIM_EPERM);
+    /* a loop ends */
+    char loop[4300];
+    snprintf(loop, sizeof loop, "%s/loop", fx->root);
+    assert_int_equal(symlink("loop", loop), 0);
+    snprintf(fx->dir, sizeof fx->dir, "%s/loop/cache", fx->root);
+    o = default_options(fx, 3);
+    assert_int_equal(store_open(&o, &s), CLSHIM_EIO);
+}
+
+/* an entry of the previous format (version 1, whose checksum covered the
+ * binary alone) is never served: a quiet miss (not counted as corrupt), and
+ * the next store replaces it */
+static void older_format_entry_is_a_quiet_miss(void **state)
+{
+    struct fixture *fx = *state;
+    populate(fx, 2);
+    raw_xor(fx->dir, key_hash_of(1), 8, ENTRY_VERSION ^ 1); /* format version 1 */
+    store *s = open_default(fx, 3);
+    assert_int_equal(get_key(s, 1), CLSHIM_ENOTFOUND);
+    assert_int_equal(get_key(s, 0), CLSHIM_OK);
+    store_flush(s);
+    struct store_stats st;
+    assert_int_equal(store_stats_get(s, &st), CLSHIM_OK);
+    assert_int_equal(st.corrupt, 0);
+    uint64_t checked, bad;
+    assert_int_equal(store_verify(s, 0, &checked, &bad), CLSHIM_OK);
+    assert_int_equal(bad, 1); /* verify still reports it */
+    assert_int_equal(put_key(s, 1, 3000), CLSHIM_OK);
+    assert_int_equal(get_key(s, 1), CLSHIM_OK);
+    assert_true(store_check_invariants(s));
     store_close(s);
 }
 
@@ -286,6 +444,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(writable_by_others_is_refused_unless_shared, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(owned_by_another_user_is_refused, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(symlinked_files_are_refused, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(open_parent_is_refused, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(older_format_entry_is_a_quiet_miss, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(symlinks_on_the_way_are_checked, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(garbage_database_is_moved_aside, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(truncated_database_is_moved_aside, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(readonly_never_writes, fx_setup, fx_teardown),

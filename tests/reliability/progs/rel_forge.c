@@ -9,6 +9,10 @@
  *                 recomputed, so only the decoder's size checks can catch it
  *       keylen    the key-length field made larger than the record, checksum
  *                 recomputed
+ *       swap      each entry gets the next entry's binary, moved with its
+ *                 sizes, flags and binding, the record checksum recomputed:
+ *                 every record self-consistent, every binary under the wrong
+ *                 key (needs two entries)
  *   rel_forge garble DIR          through the store API: every entry's binary
  *                                 replaced by garbage of the same size (the
  *                                 checksums are valid: only the driver can
@@ -44,11 +48,31 @@ static void put32(unsigned char *p, uint32_t v)
     for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
 }
 
-/* Recomputes the record checksum (offset 56, computed with the field zero). */
+/* Recomputes the record checksum (offset 64, computed with the field zero). */
 static void reseal(unsigned char *rec, size_t len)
 {
-    put64(rec + 56, 0);
-    put64(rec + 56, entry_xxh3_64(rec, len));
+    put64(rec + 64, 0);
+    put64(rec + 64, entry_xxh3_64(rec, len));
+}
+
+/* Record a with the binary of record b, moved together with everything that
+ * describes it (flags, sizes, binding) and resealed: a self-consistent record
+ * whose binary belongs to another key. Returns its length (0: unparsable). */
+static size_t swapped_record(const MDB_val *a, const MDB_val *b, unsigned char **out)
+{
+    struct entry_view va, vb;
+    if (entry_parse(a->mv_data, a->mv_size, &va) || entry_parse(b->mv_data, b->mv_size, &vb)) return 0;
+    struct entry_fields f = {
+        .hash = va.hash, .flags = vb.flags, .origin = va.origin, .binary_size = vb.binary_size,
+        .binding = vb.binding, .created = va.created, .last_access = va.last_access, .hits = va.hits,
+        .compile_ns = va.compile_ns, .key = va.key, .key_len = va.key_len, .device = va.device,
+        .device_len = va.device_len, .log = va.log, .log_len = va.log_len, .payload = vb.payload,
+        .payload_size = vb.payload_size,
+    };
+    size_t n = entry_encoded_size(&f);
+    if (!n || !(*out = malloc(n))) return 0;
+    entry_write(*out, &f);
+    return n;
 }
 
 static int env_open(const char *dir, MDB_env **env, MDB_txn **txn, MDB_dbi *dbi)
@@ -90,6 +114,13 @@ static int corrupt(const char *dir, const char *mode)
         n++;
     }
     mdb_cursor_close(c);
+    /* The originals, for "swap" (which reads entry i + 1 after rewriting i). */
+    MDB_val *keep = malloc((n ? n : 1) * sizeof *keep);
+    for (size_t i = 0; i < n; i++) {
+        keep[i].mv_size = vals[i].mv_size;
+        keep[i].mv_data = malloc(vals[i].mv_size);
+        memcpy(keep[i].mv_data, vals[i].mv_data, vals[i].mv_size);
+    }
     int changed = 0;
     for (size_t i = 0; i < n; i++) {
         unsigned char *rec = vals[i].mv_data;
@@ -106,8 +137,14 @@ static int corrupt(const char *dir, const char *mode)
             put64(rec + 32, (uint64_t)1 << 40);
             reseal(rec, len);
         } else if (!strcmp(mode, "keylen")) {
-            put32(rec + 96, (uint32_t)len);
+            put32(rec + 104, (uint32_t)len);
             reseal(rec, len);
+        } else if (!strcmp(mode, "swap")) {
+            if (n < 2) break;
+            unsigned char *out;
+            size_t m = swapped_record(&keep[i], &keep[(i + 1) % n], &out);
+            if (!m) continue;
+            vals[i].mv_data = out, vals[i].mv_size = m;
         } else {
             fprintf(stderr, "rel_forge: unknown mode %s\n", mode);
             return 2;
@@ -224,7 +261,7 @@ static int seed(const char *file)
     if (entry_compress(bin, sizeof bin, 3, &z, &zn, &flags)) return 1;
     struct entry_fields f = {
         .hash = entry_xxh3_128(key, sizeof key - 1), .flags = flags, .origin = ENTRY_ORIGIN_SOURCE,
-        .binary_size = sizeof bin, .binary_xxh3 = entry_xxh3_64(bin, sizeof bin), .created = 1700000000,
+        .binary_size = sizeof bin, .binding = entry_binding(key, sizeof key - 1, bin, sizeof bin), .created = 1700000000,
         .last_access = 1700000100, .hits = 3, .compile_ns = 123456, .key = key, .key_len = sizeof key - 1,
         .device = "pthread", .device_len = 7, .log = "ok", .log_len = 2,
         .payload = z ? z : (void *)bin, .payload_size = z ? zn : sizeof bin,
@@ -249,7 +286,7 @@ int main(int argc, char **argv)
     if (argc == 3 && !strcmp(argv[1], "stale-writer")) return stale_txn(argv[2], 0);
     if (argc == 3 && !strcmp(argv[1], "seed")) return seed(argv[2]);
     if (argc == 3 && !strcmp(argv[1], "hold")) return hold(argv[2]);
-    fprintf(stderr, "usage: rel_forge corrupt DIR flip|truncate|extend|sizes|keylen | garble DIR | huge DIR MIB | "
+    fprintf(stderr, "usage: rel_forge corrupt DIR flip|truncate|extend|sizes|keylen|swap | garble DIR | huge DIR MIB | "
                     "stale-reader DIR | stale-writer DIR | hold DIR | seed FILE\n");
     return 2;
 }
