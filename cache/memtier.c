@@ -227,16 +227,16 @@ void memtier_attach(memtier_entry *e, void *object, const void *tag, void (*rele
     if (object && release) release(object); /* already had one */
 }
 
-void *memtier_object_retain(memtier_entry *e, const void *tag, void (*retain)(void *object))
+void *memtier_object_retain(memtier_entry *e, const void *tag, int (*retain)(void *object))
 {
     pthread_mutex_lock(&lock);
     void *o = e->object && (!tag || e->object_tag == tag) ? e->object : NULL;
-    if (o) retain(o);
+    if (o && retain(o) != 0) o = NULL;
     pthread_mutex_unlock(&lock);
     return o;
 }
 
-void *memtier_any_object_retain(memtier_entry *e, void (*retain)(void *object))
+void *memtier_any_object_retain(memtier_entry *e, int (*retain)(void *object))
 {
     return memtier_object_retain(e, NULL, retain);
 }

@@ -67,9 +67,10 @@ void memtier_attach(memtier_entry *e, void *object, const void *tag, void (*rele
 
 /* The attached object when its tag matches (retained through `retain`
  * under the tier's lock, so a concurrent detach cannot free it first), else
- * NULL. The caller owns the reference it gets. */
-void *memtier_object_retain(memtier_entry *e, const void *tag, void (*retain)(void *object));
-void *memtier_any_object_retain(memtier_entry *e, void (*retain)(void *object));
+ * NULL — also when `retain` fails (returns nonzero). The caller owns the
+ * reference it gets. */
+void *memtier_object_retain(memtier_entry *e, const void *tag, int (*retain)(void *object));
+void *memtier_any_object_retain(memtier_entry *e, int (*retain)(void *object));
 
 /* Detaches `object` from the entry of `key`, if still attached, and
  * releases it. The owner of the object calls this before its own lifetime

@@ -1,4 +1,4 @@
-/* progcache.c — the program layer (see progcache.h for the design).
+/* program.c — the program layer (see program.h for the design).
  *
  * Invariants:
  *  1. rec->refs mirrors the handle's reference count as the app and our
@@ -8,7 +8,7 @@
  *  3. A memtier entry acquired with MEMTIER_FILL is filled or abandoned, and
  *     a cross-process claim released, before pc_build returns.
  */
-#include "cache/progcache.h"
+#include "program/program.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -430,7 +430,8 @@ cl_program pc_create_with_source(cl_context ctx, cl_uint count, const char **str
                                  cl_int *errcode_ret)
 {
     cl_program prog = real->clCreateProgramWithSource(ctx, count, strings, lengths, errcode_ret);
-    if (!prog || !config_get()->cache) return prog;
+    /* Recorded even with CLSHIM_CACHE=0: fusion needs the program's input. */
+    if (!prog) return prog;
     size_t total = 0;
     for (cl_uint i = 0; i < count; i++)
         total += lengths && lengths[i] ? lengths[i] : strlen(strings[i]);
@@ -487,7 +488,7 @@ cl_program pc_create_with_il(cl_context ctx, const void *il, size_t length, cl_i
             return NULL;
         }
         cl_program prog = real->clCreateProgramWithIL(ctx, il, length, errcode_ret);
-        if (prog && cfg->cache) {
+        if (prog) {
             char *copy = malloc(length);
             if (copy) {
                 memcpy(copy, il, length);
@@ -842,7 +843,10 @@ static void release_program_object(void *program) { real->clReleaseProgram((cl_p
 
 /* The binary of a hit entry; read from the attached program of another
  * context when only that is there. NULL when none can be had. */
-static void retain_program_object(void *program) { real->clRetainProgram((cl_program)program); }
+static int retain_program_object(void *program)
+{
+    return real->clRetainProgram((cl_program)program) == CL_SUCCESS ? 0 : -1;
+}
 
 static const unsigned char *entry_binary(memtier_entry *e, const struct pc_dev *d, size_t *size)
 {
@@ -894,14 +898,22 @@ static cl_int substitute(struct pc_program *rec, cl_uint ndev, const cl_device_i
     return CL_SUCCESS;
 }
 
+/* What happens to a binary captured late, as the miss line says it. */
+static const char *late_store_plan(void)
+{
+    const struct clshim_config *cfg = config_get();
+    if (!cfg->cache || !get_store()) return "not stored (no persistent cache)";
+    if (cfg->cache_readonly) return "not stored (read-only cache)";
+    return "to be stored at its first use or release (not stored if neither happens before exit)";
+}
+
 /* Whether this build's binary is stored later (see CLSHIM_CAPTURE). */
 static int capture_late(const struct pc_program *rec)
 {
     const char *policy = config_get()->capture;
     if (!strcmp(policy, "build")) return 0;
     if (!strcmp(policy, "release")) return 1;
-    if (strcmp(policy, "auto"))
-        LOG_ONCE(LOG_WARN, "CLSHIM_CAPTURE=%s is not valid (accepts auto, build or release); using auto", policy);
+    /* "auto": the configuration accepts no other word. */
     int lazy = rec->ndevs > 0;
     for (size_t i = 0; i < rec->ndevs; i++) {
         const struct device_info *info = device_info(real, rec->devs[i].dev);
@@ -921,9 +933,10 @@ static void keep_built(struct pc_program *rec, cl_program built, struct lookup *
         char *log = read_build_log(built, d->dev);
         d->compile_ns = compile_ns / rec->ndevs;
         /* Attach before filling: waiters wake to the program. */
-        real->clRetainProgram(built);
-        memtier_attach(lk[i].entry, built, rec->context, release_program_object);
-        d->attached = built;
+        if (real->clRetainProgram(built) == CL_SUCCESS) {
+            memtier_attach(lk[i].entry, built, rec->context, release_program_object);
+            d->attached = built;
+        }
         memtier_fill(lk[i].entry, NULL, 0, log, d->compile_ns);
         lk[i].filling = 0;
         d->needs_capture = 1;
@@ -934,8 +947,8 @@ static void keep_built(struct pc_program *rec, cl_program built, struct lookup *
         char prefix[17];
         key_prefix(d->hash, prefix);
         const struct device_info *info = device_info(real, d->dev);
-        log_msg(LOG_INFO, "miss %s on '%s': compiled in %.1f ms, stored after first use", prefix,
-                info ? info->name : "?", d->compile_ns / 1e6);
+        log_msg(LOG_INFO, "miss %s on '%s': compiled in %.1f ms, %s", prefix,
+                info ? info->name : "?", d->compile_ns / 1e6, late_store_plan());
         free(log);
     }
 }
@@ -1006,10 +1019,13 @@ static void share_failure(struct pc_program *rec, cl_program built, struct looku
         const struct device_info *info = device_info(real, d->dev);
         log_msg(LOG_INFO, "build failed %s on '%s' in %.1f ms (error %d)", prefix, info ? info->name : "?",
                 compile_ns / rec->ndevs / 1e6, err);
-        if (lk[i].filling) {
+        /* Only a compile error is the inputs' own: a transient fault (out
+         * of resources) is not remembered, waiters then build themselves. */
+        if (lk[i].filling && (err == CL_BUILD_PROGRAM_FAILURE || err == CL_INVALID_BUILD_OPTIONS))
             memtier_fail(lk[i].entry, err, log ? log : "", compile_ns / rec->ndevs);
-            lk[i].filling = 0;
-        }
+        else if (lk[i].filling)
+            memtier_abandon(lk[i].entry), lk[i].entry = NULL;
+        lk[i].filling = 0;
         free(log);
     }
 }
@@ -1532,7 +1548,8 @@ cl_program pc_link(cl_context ctx, cl_uint num_devices, const cl_device_id *devi
         struct pc_program *in = objmap_get(programs, inputs[i]);
         if (in) pthread_mutex_lock(&in->lock);
         mapped[i] = in && in->effective ? in->effective : inputs[i];
-        if (mapped[i] != inputs[i]) real->clRetainProgram(mapped[i]);
+        if (mapped[i] != inputs[i] && real->clRetainProgram(mapped[i]) != CL_SUCCESS)
+            mapped[i] = inputs[i]; /* the driver then answers for the input itself */
         for (cl_uint d = 0; cacheable && d < ndev; d++) {
             const struct pc_dev *found = NULL;
             for (size_t j = 0; in && j < in->ndevs; j++)
@@ -1614,7 +1631,7 @@ cl_program pc_link(cl_context ctx, cl_uint num_devices, const cl_device_id *devi
                 STAT_ADD(proc_stats.misses, 1);
                 char prefix[17];
                 key_prefix(dv[d].hash, prefix);
-                log_msg(LOG_INFO, "miss %s: linked in %.1f ms, stored after first use", prefix, link_ns / 1e6);
+                log_msg(LOG_INFO, "miss %s: linked in %.1f ms, %s", prefix, link_ns / 1e6, late_store_plan());
             }
             if (!capture_late(out)) capture(out);
         }
@@ -1691,14 +1708,16 @@ static int answer_objects(struct pc_program *rec, cl_program_info param, size_t 
     return have;
 }
 
-/* The program that answers `param`, holding a reference the caller drops. */
-static cl_program program_for(struct pc_program *rec, int about_build)
+/* The program that answers `param` into *out, holding a reference the
+ * caller drops; or the driver's error of that retain (then nothing to drop). */
+static cl_int program_for(struct pc_program *rec, int about_build, cl_program *out)
 {
     pthread_mutex_lock(&rec->lock);
     cl_program p = about_build && rec->effective ? rec->effective : rec->handle;
-    real->clRetainProgram(p);
+    cl_int rc = real->clRetainProgram(p);
     pthread_mutex_unlock(&rec->lock);
-    return p;
+    *out = rc == CL_SUCCESS ? p : NULL;
+    return rc;
 }
 
 cl_int pc_get_program_info(cl_program prog, cl_program_info param, size_t size, void *value, size_t *size_ret)
@@ -1722,7 +1741,8 @@ cl_int pc_get_program_info(cl_program prog, cl_program_info param, size_t size, 
                       param == CL_PROGRAM_NUM_KERNELS || param == CL_PROGRAM_KERNEL_NAMES ||
                       param == CL_PROGRAM_SCOPE_GLOBAL_CTORS_PRESENT ||
                       param == CL_PROGRAM_SCOPE_GLOBAL_DTORS_PRESENT;
-    cl_program p = program_for(rec, about_build);
+    cl_program p;
+    if ((rc = program_for(rec, about_build, &p)) != CL_SUCCESS) return rc;
     rc = real->clGetProgramInfo(p, param, size, value, size_ret);
     real->clReleaseProgram(p);
     return rc;
@@ -1753,8 +1773,10 @@ cl_int pc_get_build_info(cl_program prog, cl_device_id dev, cl_program_build_inf
         cl_build_status status = CL_BUILD_ERROR;
         return rc != CL_SUCCESS ? rc : answer(&status, sizeof status, size, value, size_ret);
     }
-    cl_program p = program_for(rec, 1);
-    cl_int rc = real->clGetProgramBuildInfo(p, dev, param, size, value, size_ret);
+    cl_program p;
+    cl_int rc = program_for(rec, 1, &p);
+    if (rc != CL_SUCCESS) return rc;
+    rc = real->clGetProgramBuildInfo(p, dev, param, size, value, size_ret);
     real->clReleaseProgram(p);
     return rc;
 }
@@ -1810,35 +1832,49 @@ struct pc_kernel_rec {
 static struct pc_kernel_rec *kernel_record(cl_kernel k) { return objmap_get(kernels, k); }
 static struct pc_program *kernel_program(struct pc_kernel_rec *kr) { return kr->prog; }
 
-static void track_kernel(struct pc_program *rec, cl_kernel k, const char *name, int substituted)
+/* Records a new kernel of rec. On failure (the error returned) the caller
+ * releases the kernel and fails as the driver would have: an untracked
+ * kernel would let a rebuild through that the driver refuses. */
+static cl_int track_kernel(struct pc_program *rec, cl_kernel k, const char *name, int substituted)
 {
     size_t n = strlen(name);
     struct pc_kernel_rec *kr = malloc(sizeof *kr + n + 1);
-    if (!kr) return;
+    if (!kr) return CL_OUT_OF_HOST_MEMORY;
     kr->prog = rec;
     kr->refs = 1;
     kr->substituted = substituted;
     memcpy(kr->name, name, n + 1);
-    if (substituted && real->clRetainProgram(rec->handle) != CL_SUCCESS) {
+    cl_int rc = substituted ? real->clRetainProgram(rec->handle) : CL_SUCCESS;
+    if (rc != CL_SUCCESS) {
         free(kr);
-        return;
+        return rc;
     }
     if (objmap_put(kernels, k, kr) != 0) {
         if (substituted) real->clReleaseProgram(rec->handle);
         free(kr);
-        return;
+        return CL_OUT_OF_HOST_MEMORY;
     }
     __atomic_add_fetch(&rec->refs, 1, __ATOMIC_RELAXED);
     __atomic_add_fetch(&rec->nkernels, 1, __ATOMIC_RELEASE);
+    return CL_SUCCESS;
 }
 
 cl_kernel pc_create_kernel(cl_program prog, const char *name, cl_int *errcode_ret)
 {
     struct pc_program *rec = objmap_get(programs, prog);
     if (!rec) return real->clCreateKernel(prog, name, errcode_ret);
-    cl_program p = program_for(rec, 1);
+    cl_program p;
+    cl_int rc = program_for(rec, 1, &p);
+    if (rc != CL_SUCCESS) {
+        if (errcode_ret) *errcode_ret = rc;
+        return NULL;
+    }
     cl_kernel k = real->clCreateKernel(p, name, errcode_ret);
-    if (k) track_kernel(rec, k, name, p != prog);
+    if (k && (rc = track_kernel(rec, k, name, p != prog)) != CL_SUCCESS) {
+        real->clReleaseKernel(k);
+        k = NULL;
+        if (errcode_ret) *errcode_ret = rc;
+    }
     real->clReleaseProgram(p);
     return k;
 }
@@ -1847,16 +1883,29 @@ cl_int pc_create_kernels(cl_program prog, cl_uint num, cl_kernel *out, cl_uint *
 {
     struct pc_program *rec = objmap_get(programs, prog);
     if (!rec) return real->clCreateKernelsInProgram(prog, num, out, num_ret);
-    cl_program p = program_for(rec, 1);
+    cl_program p;
+    cl_int rc = program_for(rec, 1, &p);
+    if (rc != CL_SUCCESS) return rc;
     cl_uint made = 0;
-    cl_int rc = real->clCreateKernelsInProgram(p, num, out, &made);
+    rc = real->clCreateKernelsInProgram(p, num, out, &made);
     if (num_ret) *num_ret = made;
+    cl_uint tracked = 0;
     if (rc == CL_SUCCESS && out)
-        for (cl_uint i = 0; i < made; i++) {
+        for (; tracked < made; tracked++) {
             char name[1024] = "";
-            real->clGetKernelInfo(out[i], CL_KERNEL_FUNCTION_NAME, sizeof name, name, NULL);
-            track_kernel(rec, out[i], name, p != prog);
+            rc = real->clGetKernelInfo(out[tracked], CL_KERNEL_FUNCTION_NAME, sizeof name, name, NULL);
+            if (rc == CL_SUCCESS) rc = track_kernel(rec, out[tracked], name, p != prog);
+            if (rc != CL_SUCCESS) break;
         }
+    if (rc != CL_SUCCESS && out && tracked < made) {
+        /* All or nothing, as the driver: the tracked ones go as the app's would. */
+        for (cl_uint i = 0; i < made; i++) {
+            if (i < tracked) pc_release_kernel(out[i]);
+            else real->clReleaseKernel(out[i]);
+            out[i] = NULL;
+        }
+        if (num_ret) *num_ret = 0;
+    }
     real->clReleaseProgram(p);
     return rc;
 }
@@ -1870,7 +1919,12 @@ cl_kernel pc_clone_kernel(cl_kernel source, cl_int *errcode_ret)
     }
     cl_kernel k = real->clCloneKernel(source, errcode_ret);
     struct pc_kernel_rec *kr = k ? objmap_get(kernels, source) : NULL;
-    if (kr) track_kernel(kr->prog, k, kr->name, kr->substituted);
+    cl_int rc = kr ? track_kernel(kr->prog, k, kr->name, kr->substituted) : CL_SUCCESS;
+    if (rc != CL_SUCCESS) {
+        real->clReleaseKernel(k);
+        k = NULL;
+        if (errcode_ret) *errcode_ret = rc;
+    }
     return k;
 }
 
@@ -1911,17 +1965,47 @@ cl_int pc_release_kernel(cl_kernel k)
     return rc;
 }
 
-int pc_kernel_origin(cl_kernel k, int *kind, const void **input, size_t *input_len, const char **options,
-                     const char **name)
+int pc_kernel_origin(cl_kernel k, struct pc_origin *out)
 {
+    memset(out, 0, sizeof *out);
     struct pc_kernel_rec *kr = objmap_get(kernels, k);
     if (!kr) return -1;
-    *kind = kr->prog->kind;
-    *input = kr->prog->input;
-    *input_len = kr->prog->input_len;
-    *options = kr->prog->options ? kr->prog->options : "";
-    *name = kr->name;
+    /* The kernel holds its record (rec->refs): the record outlives this
+     * call; its lock keeps a concurrent build from changing the options. */
+    struct pc_program *rec = kr->prog;
+    pthread_mutex_lock(&rec->lock);
+    out->kind = rec->kind;
+    out->input_len = rec->input_len;
+    out->input = malloc(rec->input_len + 1);
+    out->options = strdup(rec->options ? rec->options : "");
+    out->name = strdup(kr->name);
+    out->specs = rec->nspecs ? calloc(rec->nspecs, sizeof *out->specs) : NULL;
+    int ok = out->input && out->options && out->name && (!rec->nspecs || out->specs);
+    if (ok) {
+        memcpy(out->input, rec->input, rec->input_len);
+        ((char *)out->input)[rec->input_len] = 0;
+        out->nspecs = rec->nspecs;
+        for (size_t i = 0; i < rec->nspecs; i++) {
+            out->specs[i].id = rec->specs[i].id;
+            out->specs[i].size = (uint32_t)rec->specs[i].size;
+            memcpy(&out->specs[i].value, rec->specs[i].value, 8);
+        }
+    }
+    pthread_mutex_unlock(&rec->lock);
+    if (!ok) {
+        pc_origin_free(out);
+        return -1;
+    }
     return 0;
+}
+
+void pc_origin_free(struct pc_origin *o)
+{
+    free(o->input);
+    free(o->options);
+    free(o->name);
+    free(o->specs);
+    memset(o, 0, sizeof *o);
 }
 
 /* ---- devices ------------------------------------------------------------- */
@@ -2088,8 +2172,13 @@ cl_program pc_build_derived(cl_context ctx, cl_device_id dev, const char *option
         if (errcode_ret) *errcode_ret = err;
         return NULL;
     }
-    STAT_ADD(proc_stats.misses, 1);
-    log_msg(LOG_INFO, "miss derived program %s: made and built in %.1f ms", prefix, (now_ns() - t0) / 1e6);
+    if (config_get()->cache) {
+        STAT_ADD(proc_stats.misses, 1);
+        log_msg(LOG_INFO, "miss derived program %s: made and built in %.1f ms", prefix, (now_ns() - t0) / 1e6);
+    } else {
+        log_msg(LOG_INFO, "derived program %s made and built in %.1f ms (CLSHIM_CACHE=0: not cached)", prefix,
+                (now_ns() - t0) / 1e6);
+    }
     *meta = malloc(m_size ? m_size : 1);
     struct derived_pending *d = calloc(1, sizeof *d);
     if (!*meta || !d) {
@@ -2103,12 +2192,17 @@ cl_program pc_build_derived(cl_context ctx, cl_device_id dev, const char *option
     }
     memcpy(*meta, m, m_size);
     *meta_size = m_size;
-    real->clRetainProgram(p);
     /* Stored now: a late capture would have to wait for a release the fusion
      * layer only makes at exit, when reading a PoCL binary is not safe. */
-    *d = (struct derived_pending){p, dev, hash, k.data, k.len, m, m_size, now_ns() - t0};
-    if (st) store_derived(d);
-    free_derived(d);
+    if (real->clRetainProgram(p) == CL_SUCCESS) {
+        *d = (struct derived_pending){p, dev, hash, k.data, k.len, m, m_size, now_ns() - t0};
+        if (st) store_derived(d);
+        free_derived(d);
+    } else {
+        free(m);
+        key_free(&k);
+        free(d);
+    }
     if (errcode_ret) *errcode_ret = CL_SUCCESS;
     return p;
 }
@@ -2132,6 +2226,11 @@ void pc_print_summary(void)
 static void at_exit(void)
 {
     if (idle_child) return; /* a forked child that built nothing: the parent reports */
+    /* Late captures still pending are not stored (see program/origin.h): say so. */
+    size_t never = npending;
+    if (never && the_store && !config_get()->cache_readonly)
+        log_msg(LOG_INFO, "%zu program%s built here never ran nor were released before exit: not stored", never,
+                never == 1 ? "" : "s");
     /* No captures here (see progcache.h): only what is already known is
      * written — statistics and access times. */
     store *st = the_store;
