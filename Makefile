@@ -27,7 +27,7 @@ endif
 CORE_LIBS := -llmdb -lzstd -lpthread -ldl
 TOOL_LIBS := -lsodium
 
-CORE_SRC   := $(sort $(wildcard common/*.c cache/*.c fusion/*.c))
+CORE_SRC   := $(sort $(wildcard common/*.c cache/*.c program/*.c fusion/*.c))
 SHIM_SRC   := $(sort $(wildcard interpose/*.c))
 LLVM_C     := $(sort $(wildcard fusion/llvm/*.c))
 LLVM_CXX   := $(sort $(wildcard fusion/llvm/*.cpp))

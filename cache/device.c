@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/quirks.h"
 #include "common/objmap.h"
 
 static objmap *devices;
@@ -65,6 +66,7 @@ static struct device_info *make_info(const struct cl_api *real, cl_device_id dev
         info->has_native_il = il[0] != 0;
         info->has_spir = has_word(ext, "cl_khr_spir");
         info->lazy_codegen = strstr(pname, "Portable Computing Language") != NULL;
+        info->quirks = quirks_for(pname, drv);
     }
     free(pname); free(pver); free(dname); free(dver); free(drv); free(clc); free(ext); free(il);
     if (info && !info->identity) {

@@ -18,6 +18,7 @@ struct device_info {
     int has_spir;       /* cl_khr_spir */
     int lazy_codegen;   /* PoCL: compiles work-group functions at first
                            enqueue and freezes its binary at the first read */
+    unsigned quirks;    /* enum driver_quirk bits (cache/quirks.h) */
 };
 
 /* NULL when the device cannot be queried (the caller then does not cache). */

@@ -33,7 +33,7 @@ const char *entry_origin_name(uint32_t origin)
     case ENTRY_ORIGIN_BINARY: return "binary";
     case ENTRY_ORIGIN_LINK: return "link";
     case ENTRY_ORIGIN_FUSION: return "fusion";
-    case 6: return "compile"; /* key.h's KEY_COMPILE */
+    case ENTRY_ORIGIN_COMPILE: return "compile";
     }
     return "unknown";
 }

@@ -39,8 +39,8 @@
  * bounded (ENTRY_MAX_BINARY, and what a zstd frame of that payload size can
  * expand to) before anything is allocated.
  */
-#ifndef CLSHIM_ENTRY_H
-#define CLSHIM_ENTRY_H
+#ifndef CLSHIM_CACHE_ENTRY_H
+#define CLSHIM_CACHE_ENTRY_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -55,15 +55,17 @@
 /* Largest whole record the codec accepts. */
 #define ENTRY_MAX_RECORD (ENTRY_MAX_BINARY + ((uint64_t)64 << 20))
 
-/* What built the program: store_record.origin. */
+/* What built the program: store_record.origin. The one list of origin
+ * kinds: the values are on disk, and cache/key.h's key kinds are these. */
 enum entry_origin {
     ENTRY_ORIGIN_SOURCE = 1,
     ENTRY_ORIGIN_IL = 2,
     ENTRY_ORIGIN_BINARY = 3,
     ENTRY_ORIGIN_LINK = 4,
     ENTRY_ORIGIN_FUSION = 5,
+    ENTRY_ORIGIN_COMPILE = 6,
 };
-/* "source", "il", "binary", "link", "fusion", or "unknown"; never NULL. */
+/* "source", "il", "binary", "link", "fusion", "compile", or "unknown"; never NULL. */
 const char *entry_origin_name(uint32_t origin);
 
 /* A parsed record: every pointer points into the buffer given to

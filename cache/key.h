@@ -20,11 +20,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cache/entry.h"
 #include "cache/store.h"
 
 #define KEY_FORMAT_VERSION 1
 
-enum key_kind { KEY_SOURCE = 1, KEY_IL = 2, KEY_BINARY = 3, KEY_LINK = 4, KEY_FUSION = 5, KEY_COMPILE = 6 };
+/* The origin kinds of cache/entry.h, by the names keys use. */
+enum key_kind {
+    KEY_SOURCE = ENTRY_ORIGIN_SOURCE,
+    KEY_IL = ENTRY_ORIGIN_IL,
+    KEY_BINARY = ENTRY_ORIGIN_BINARY,
+    KEY_LINK = ENTRY_ORIGIN_LINK,
+    KEY_FUSION = ENTRY_ORIGIN_FUSION,
+    KEY_COMPILE = ENTRY_ORIGIN_COMPILE,
+};
 const char *key_kind_name(enum key_kind kind);
 
 /* A growing byte buffer for key material. */

@@ -22,6 +22,7 @@ struct memtier_entry {
     size_t size;
     char *build_log;
     uint64_t compile_ns;
+    int error;                /* a failed build's error code; 0 when it succeeded */
     void *object;             /* attached built program, or NULL */
     const void *object_tag;
     void (*object_release)(void *);
@@ -55,7 +56,10 @@ static void lru_push(struct memtier_entry *e) /* most recently used at the tail 
     lru.lru_prev = e;
 }
 
-static size_t entry_cost(const struct memtier_entry *e) { return e->size + (e->object ? MEMTIER_OBJECT_COST : 0); }
+static size_t entry_cost(const struct memtier_entry *e)
+{
+    return e->size + (e->object ? MEMTIER_OBJECT_COST : 0) + (e->error ? strlen(e->build_log) + 1 : 0);
+}
 
 static void unlink_entry(struct memtier_entry *e)
 {
@@ -223,16 +227,16 @@ void memtier_attach(memtier_entry *e, void *object, const void *tag, void (*rele
     if (object && release) release(object); /* already had one */
 }
 
-void *memtier_object_retain(memtier_entry *e, const void *tag, void (*retain)(void *object))
+void *memtier_object_retain(memtier_entry *e, const void *tag, int (*retain)(void *object))
 {
     pthread_mutex_lock(&lock);
     void *o = e->object && (!tag || e->object_tag == tag) ? e->object : NULL;
-    if (o) retain(o);
+    if (o && retain(o) != 0) o = NULL;
     pthread_mutex_unlock(&lock);
     return o;
 }
 
-void *memtier_any_object_retain(memtier_entry *e, void (*retain)(void *object))
+void *memtier_any_object_retain(memtier_entry *e, int (*retain)(void *object))
 {
     return memtier_object_retain(e, NULL, retain);
 }
@@ -254,6 +258,17 @@ void memtier_detach(struct cache_hash key, void *object)
     pthread_mutex_unlock(&lock);
 }
 
+int memtier_fail(memtier_entry *e, int error, const char *build_log, uint64_t compile_ns)
+{
+    pthread_mutex_lock(&lock);
+    e->error = error ? error : -1;
+    pthread_mutex_unlock(&lock);
+    /* Waiters wake in memtier_fill, after the error is set. */
+    return memtier_fill(e, NULL, 0, build_log, compile_ns);
+}
+
+int memtier_failure(const memtier_entry *e) { return e->error; }
+
 void memtier_abandon(memtier_entry *e)
 {
     pthread_mutex_lock(&lock);
@@ -263,6 +278,7 @@ void memtier_abandon(memtier_entry *e)
     free(e->binary);
     e->binary = NULL;
     e->size = 0;
+    e->error = 0;
     e->state = SLOT_EMPTY;
     e->generation++;
     pthread_cond_broadcast(&filled);

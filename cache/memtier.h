@@ -3,10 +3,11 @@
  * The slot-cache scheme of shared/design/slot-cache.md: a slot is EMPTY,
  * FILLING (one thread is building it; others wait on it) or FILLED. The first
  * thread to acquire an EMPTY key gets MEMTIER_FILL and must end with
- * memtier_fill() or memtier_abandon(); threads that acquire the key while it
- * fills wait, then get MEMTIER_HIT — or MEMTIER_FAILED when the filler
- * abandoned (a failed build), so each of them builds itself and sees the
- * driver's own error. Acquired entries are pinned until memtier_release();
+ * memtier_fill(), memtier_fail() or memtier_abandon(); threads that acquire
+ * the key while it fills wait, then get MEMTIER_HIT — a failed build
+ * included (memtier_failure(): single flight shares failures too) — or
+ * MEMTIER_FAILED when the filler abandoned without a result (an internal
+ * fault), so each of them builds itself. Acquired entries are pinned until memtier_release();
  * the tier keeps at most `limit` bytes of unpinned filled binaries, dropping
  * the least recently used first. One process-wide instance; thread-safe.
  */
@@ -35,6 +36,13 @@ enum memtier_result memtier_acquire(struct cache_hash key, int wait, memtier_ent
  * is abandoned). */
 int memtier_fill(memtier_entry *e, const void *binary, size_t size, const char *build_log,
                  uint64_t compile_ns);
+/* Fills the entry with a failed build: its error code (nonzero) and build
+ * log. Acquirers get MEMTIER_HIT and memtier_failure() != 0: the same key
+ * (same inputs) fails the same way, so nobody compiles it again in this
+ * process. Returns as memtier_fill(). */
+int memtier_fail(memtier_entry *e, int error, const char *build_log, uint64_t compile_ns);
+/* The failed build's error code; 0 for an entry filled by a success. */
+int memtier_failure(const memtier_entry *e);
 void memtier_abandon(memtier_entry *e);
 void memtier_release(memtier_entry *e);
 
@@ -59,9 +67,10 @@ void memtier_attach(memtier_entry *e, void *object, const void *tag, void (*rele
 
 /* The attached object when its tag matches (retained through `retain`
  * under the tier's lock, so a concurrent detach cannot free it first), else
- * NULL. The caller owns the reference it gets. */
-void *memtier_object_retain(memtier_entry *e, const void *tag, void (*retain)(void *object));
-void *memtier_any_object_retain(memtier_entry *e, void (*retain)(void *object));
+ * NULL — also when `retain` fails (returns nonzero). The caller owns the
+ * reference it gets. */
+void *memtier_object_retain(memtier_entry *e, const void *tag, int (*retain)(void *object));
+void *memtier_any_object_retain(memtier_entry *e, int (*retain)(void *object));
 
 /* Detaches `object` from the entry of `key`, if still attached, and
  * releases it. The owner of the object calls this before its own lifetime

@@ -125,18 +125,52 @@ static int arena_put(struct arena *a, int knob, const char *text)
     return 0;
 }
 
+/* STRING knobs that take one of a few words, checked like any other value. */
+static const struct {
+    const char *knob;
+    const char *words[4];
+    const char *accepts;
+} choices[] = {
+    {"CAPTURE", {"auto", "build", "release", NULL}, "auto, build or release"},
+};
+
+/* What a knob accepts: its choices, else its type's values. NULL *words
+ * when any text of the type is valid. */
+static const char *knob_accepts(const struct knob_info *k, const char *const **words)
+{
+    *words = NULL;
+    for (size_t i = 0; i < sizeof choices / sizeof choices[0]; i++)
+        if (!strcmp(choices[i].knob, k->name)) {
+            *words = choices[i].words;
+            return choices[i].accepts;
+        }
+    return config_accepts(k->type);
+}
+
+static int knob_parse(const struct knob_info *k, const char *text, uint64_t *num)
+{
+    const char *const *words;
+    knob_accepts(k, &words);
+    if (config_parse(k->type, text, num) != 0) return -1;
+    if (!words) return 0;
+    for (size_t i = 0; words[i]; i++)
+        if (!strcmp(words[i], text)) return 0;
+    return -1;
+}
+
 static void set_value(struct clshim_config *cfg, struct arena *a, int knob, const char *text,
                       enum config_source source, void (*report)(const char *), int *invalid)
 {
     const struct knob_info *k = &knobs[knob];
     char *field = (char *)cfg + k->offset;
     uint64_t num = 0;
-    if (config_parse(k->type, text, &num) != 0) {
+    if (knob_parse(k, text, &num) != 0) {
         if (report) {
             char msg[512];
+            const char *const *words;
             snprintf(msg, sizeof msg,
                      "CLSHIM_%s=%.64s%s is not valid (accepts %s); using the default \"%s\"",
-                     k->name, text, strlen(text) > 64 ? "..." : "", config_accepts(k->type), k->def);
+                     k->name, text, strlen(text) > 64 ? "..." : "", knob_accepts(k, &words), k->def);
             report(msg);
         }
         (*invalid)++;

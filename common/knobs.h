@@ -53,7 +53,8 @@
       "zstd level for stored binaries (1-19); 0 stores them uncompressed.")    \
     X(CAPTURE, STRING, capture, "auto", "0.1",                                 \
       "When a built binary is stored: build (right after clBuildProgram), "    \
-      "release (when the program is released or the process exits, so it "     \
+      "release (at the first synchronisation after a kernel of it ran, or "    \
+      "when it is released, never at exit, so it "                            \
       "holds what the driver compiled at first enqueue) or auto (release on "  \
       "PoCL, build elsewhere).")                                               \
     X(MEM_CACHE_MAX, SIZE, mem_cache_max, "256M", "0.1",                       \

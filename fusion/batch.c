@@ -96,11 +96,9 @@ static void do_init(void)
         if (rc) {
             log_msg(LOG_WARN, "invalid fusion plan: %s; fusion is off", err);
         } else if (plan && plan->nseqs) {
-            if (!cfg->cache) {
-                log_msg(LOG_WARN, "fusion plan ignored: fusion needs the program cache (CLSHIM_CACHE=1) to "
-                                  "know the kernels' source or IL");
-                plan_free(plan);
-            } else if (!(fb_seq_failed = calloc(plan->nseqs, sizeof *fb_seq_failed))) {
+            /* The program layer knows the kernels' source or IL whenever
+             * clshim is enabled, also with CLSHIM_CACHE=0. */
+            if (!(fb_seq_failed = calloc(plan->nseqs, sizeof *fb_seq_failed))) {
                 plan_free(plan);
             } else {
                 fb_plan = plan;

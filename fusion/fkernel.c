@@ -20,7 +20,7 @@
 #include <xxhash.h>
 
 #include "cache/key.h"
-#include "cache/progcache.h"
+#include "program/origin.h"
 #include "common/objmap.h"
 #include "fusion/batch.h"
 #include "fusion/batch_int.h"
@@ -84,23 +84,21 @@ static struct fk_kernel *make_record(cl_kernel k)
     pthread_mutex_init(&r->lock, NULL);
     r->k = k;
     r->id = __atomic_add_fetch(&next_id, 1, __ATOMIC_RELAXED);
-    int kind = 0;
-    const void *input = NULL;
-    size_t len = 0;
-    const char *options = NULL, *name = NULL;
-    if (pc_kernel_origin(k, &kind, &input, &len, &options, &name) == 0 && name) {
-        r->name = strdup(name);
-        r->options = strdup(options ? options : "");
-        r->origin_ok = (kind == KEY_SOURCE || kind == KEY_IL) && r->options;
+    struct pc_origin origin;
+    if (pc_kernel_origin(k, &origin) == 0) {
+        const char *options = origin.options;
+        r->name = strdup(origin.name);
+        r->options = strdup(options);
+        r->origin_ok = (origin.kind == KEY_SOURCE || origin.kind == KEY_IL) && r->options && r->name;
         XXH3_state_t *st = XXH3_createState();
         if (st) {
-            uint64_t kk = (uint64_t)kind, ol = strlen(options), il = len;
+            uint64_t kk = (uint64_t)origin.kind, ol = strlen(options), il = origin.input_len;
             XXH3_128bits_reset(st);
             XXH3_128bits_update(st, &kk, sizeof kk);
             XXH3_128bits_update(st, &ol, sizeof ol);
             XXH3_128bits_update(st, options, ol);
             XXH3_128bits_update(st, &il, sizeof il);
-            XXH3_128bits_update(st, input, len);
+            XXH3_128bits_update(st, origin.input, origin.input_len);
             XXH128_hash_t h = XXH3_128bits_digest(st);
             memcpy(r->origin_hash, &h.low64, 8);
             memcpy(r->origin_hash + 8, &h.high64, 8);
@@ -108,6 +106,7 @@ static struct fk_kernel *make_record(cl_kernel k)
         } else {
             r->origin_ok = 0;
         }
+        pc_origin_free(&origin);
     } else {
         size_t n = 0;
         if (real->clGetKernelInfo(k, CL_KERNEL_FUNCTION_NAME, 0, NULL, &n) == CL_SUCCESS && n && n < 4096) {

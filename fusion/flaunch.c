@@ -28,7 +28,7 @@
 #include <string.h>
 
 #include "cache/key.h"
-#include "cache/progcache.h"
+#include "program/origin.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "fusion/batch.h"
@@ -294,15 +294,17 @@ static int make(void *arg, void **bitcode, size_t *bitcode_size, void **meta, si
     if (!api) return snprintf(m->why, m->why_len, "libclshim-llvm.so cannot be loaded"), -1;
     struct mod {
         const void *input;
+        size_t input_len;
         const char *options;
         void *bc;
         size_t size;
         int llvm_owned;
     } *mods = calloc(n, sizeof *mods);
     struct fuse_kernel *fk = calloc(n, sizeof *fk);
-    uint32_t nmods = 0;
+    struct pc_origin *origins = calloc(n, sizeof *origins);
+    uint32_t nmods = 0, norigins = 0;
     int rc = -1;
-    if (!mods || !fk) {
+    if (!mods || !fk || !origins) {
         snprintf(m->why, m->why_len, "out of memory");
         goto out;
     }
@@ -310,30 +312,33 @@ static int make(void *arg, void **bitcode, size_t *bitcode_size, void **meta, si
     size_t o = 0, at = 0;
     for (uint32_t i = 0; i < n; i++) {
         const struct held *h = &q->held[i];
-        int kind = 0;
-        const void *input = NULL;
-        size_t len = 0;
-        const char *options = NULL, *name = NULL;
-        if (pc_kernel_origin(h->k, &kind, &input, &len, &options, &name) != 0) {
+        struct pc_origin *origin = &origins[i];
+        if (pc_kernel_origin(h->k, origin) != 0) {
             snprintf(m->why, m->why_len, "the program of '%s' is no longer known", h->rec->name);
             goto out;
         }
+        norigins = i + 1;
+        const void *input = origin->input;
+        size_t len = origin->input_len;
+        const char *options = origin->options;
         uint32_t j;
         for (j = 0; j < nmods; j++)
-            if (mods[j].input == input && !strcmp(mods[j].options, options)) break;
+            if (mods[j].input_len == len && !memcmp(mods[j].input, input, len) && !strcmp(mods[j].options, options))
+                break;
         if (j == nmods) {
             char err[512] = "";
             int e;
             mods[j].input = input;
+            mods[j].input_len = len;
             mods[j].options = options;
-            if (kind == 1 /* KEY_SOURCE */) {
+            if (origin->kind == KEY_SOURCE) {
                 e = frontend_compile_source(input, len, options, &mods[j].bc, &mods[j].size, err, sizeof err);
             } else {
                 mods[j].llvm_owned = 1;
                 e = api->spirv_to_spir(input, len, NULL, 0, &mods[j].bc, &mods[j].size, err, sizeof err);
             }
             if (e) {
-                snprintf(m->why, m->why_len, "%s of '%s' failed: %s", kind == 1 ? "compiling the source" :
+                snprintf(m->why, m->why_len, "%s of '%s' failed: %s", origin->kind == KEY_SOURCE ? "compiling the source" :
                          "translating the IL", h->rec->name, err);
                 goto out;
             }
@@ -402,6 +407,8 @@ out:
     }
     free(mods);
     free(fk);
+    for (uint32_t i = 0; i < norigins; i++) pc_origin_free(&origins[i]);
+    free(origins);
     return rc;
 }
 

@@ -6,7 +6,7 @@
  * relaxed load (SLOW() below) — no lock, no map lookup. The first call of
  * the process sees -1 and reads the configuration once.
  */
-#include "cache/progcache.h"
+#include "program/program.h"
 #include "common/log.h"
 #include "fusion/batch.h"
 #include "interpose/entry.h"

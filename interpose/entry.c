@@ -8,7 +8,7 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "cache/progcache.h"
+#include "program/program.h"
 #include "common/config.h"
 #include "common/log.h"
 #include "fusion/batch.h"

@@ -5,8 +5,8 @@
  * the real functions, reads the configuration and starts the enabled
  * modules — nothing happens when the library is merely loaded.
  */
-#ifndef CLSHIM_ENTRY_H
-#define CLSHIM_ENTRY_H
+#ifndef CLSHIM_INTERPOSE_ENTRY_H
+#define CLSHIM_INTERPOSE_ENTRY_H
 
 #include "interpose/real.h"
 

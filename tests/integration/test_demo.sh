@@ -10,7 +10,7 @@ set -e
 [ $rc = 0 ] || { tail -30 "$TMP/demo.log" >&2; fail "demo.sh exited with $rc"; }
 ok "demo runs and its results match the plain run"
 
-grep -q 'clshim: miss .* stored after first use' "$TMP/demo.log" || fail "demo: no miss"
+grep -q 'clshim: miss .* to be stored at its first use' "$TMP/demo.log" || fail "demo: no miss"
 grep -q 'clshim: hit .*(disk)' "$TMP/demo.log" || fail "demo: no hit"
 ok "demo shows a miss and a hit"
 

@@ -25,6 +25,13 @@ grep -q "fusion summary: 3 fused launches replaced 9 kernel launches" "$TMP/chai
 [ "$(count 'building the fused kernel' "$TMP/chain.err")" = 1 ] || fail "chain: fused kernel built more than once"
 ok "chain: offset+scale+square fused, 3 real launches instead of 9"
 
+# 1b. CLSHIM_CACHE=0 turns the cache off, not fusion.
+fresh_pocl; run_shim nocache env CLSHIM_CACHE=0 CLSHIM_FUSE="$PLAN" "$FC" --mode chain
+same_output ref_chain nocache "CLSHIM_CACHE=0: same results"
+[ "$(fused offset+scale+square nocache)" = 3 ] || fail "CLSHIM_CACHE=0: fusion is off"
+[ "$(count 'hit \|miss \|stored ' "$TMP/nocache.err")" = 0 ] || fail "CLSHIM_CACHE=0: the cache was used"
+ok "CLSHIM_CACHE=0: fused as with the cache on, nothing cached"
+
 # 2. Second run: the fused program comes from the cache; LLVM is never loaded.
 fresh_pocl; run_shim second env CLSHIM_FUSE="$PLAN" "$FC" --mode maps
 same_output ref_chain second "second run: same results"

@@ -90,6 +90,24 @@ static void invalid_values_reported(void **state)
     config_free(&c);
 }
 
+/* a word knob takes only its words: CLSHIM_CAPTURE=bogus is reported, the default stays */
+static void capture_takes_its_words(void **state)
+{
+    (void)state;
+    nreports = 0;
+    struct clshim_config c;
+    char *bad[] = {"CLSHIM_CAPTURE=bogus", NULL};
+    assert_int_equal(config_load(&c, bad, NULL, collect), 1);
+    assert_int_equal(nreports, 1);
+    assert_non_null(strstr(reports[0], "CLSHIM_CAPTURE=bogus is not valid (accepts auto, build or release)"));
+    assert_string_equal(c.capture, "auto");
+    config_free(&c);
+    char *good[] = {"CLSHIM_CAPTURE=release", NULL};
+    assert_int_equal(config_load(&c, good, NULL, collect), 0);
+    assert_string_equal(c.capture, "release");
+    config_free(&c);
+}
+
 /* unknown keys in the file are reported with file and line */
 static void unknown_file_key(void **state)
 {
@@ -135,6 +153,7 @@ int main(void)
         cmocka_unit_test(defaults_from_table),  cmocka_unit_test(values_parse),
         cmocka_unit_test(precedence),           cmocka_unit_test(invalid_values_reported),
         cmocka_unit_test(unknown_file_key),     cmocka_unit_test(docs_match_table),
+        cmocka_unit_test(capture_takes_its_words),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

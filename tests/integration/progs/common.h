@@ -46,6 +46,33 @@ static inline char *build_log(cl_program prog, cl_device_id dev)
     return log;
 }
 
+/* The first device, a context of it alone and an in-order queue. */
+static inline void first_context_queue(cl_device_id *dev, cl_context *ctx, cl_command_queue *queue)
+{
+    cl_int err;
+    *dev = first_device(NULL);
+    *ctx = clCreateContext(NULL, 1, dev, NULL, NULL, &err);
+    CHECK(err);
+    *queue = clCreateCommandQueueWithProperties(*ctx, *dev, NULL, &err);
+    CHECK(err);
+}
+
+/* Runs a kernel whose only argument is one int it writes, on one work-item;
+ * returns the int. */
+static inline int run_int_kernel(cl_context ctx, cl_command_queue queue, cl_kernel k)
+{
+    cl_int err;
+    int value = -1;
+    cl_mem out = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof value, &value, &err);
+    CHECK(err);
+    CHECK(clSetKernelArg(k, 0, sizeof out, &out));
+    size_t one = 1;
+    CHECK(clEnqueueNDRangeKernel(queue, k, 1, NULL, &one, NULL, 0, NULL, NULL));
+    CHECK(clEnqueueReadBuffer(queue, out, CL_TRUE, 0, sizeof value, &value, 0, NULL, NULL));
+    clReleaseMemObject(out);
+    return value;
+}
+
 static inline char *read_text_file(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");

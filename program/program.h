@@ -1,4 +1,4 @@
-/* progcache.h — the program layer: creation, build, queries, kernels.
+/* program.h — the program layer: creation, build, queries, kernels.
  *
  * The interposer hands every program- and kernel-related call here when the
  * shim is enabled. Design: the application's cl_program handle is always a
@@ -14,9 +14,16 @@
  *    handle (as a driver's kernel retains its program) and reports it as
  *    CL_KERNEL_PROGRAM.
  *  - On a miss the handle itself is built by the driver, and its binary is
- *    stored at once and captured again when the handle is released or the
- *    process exits (PoCL adds the work-group functions it compiles at first
- *    enqueue; that binary loads several times faster).
+ *    stored at once — or, on PoCL, at the first synchronisation after one of
+ *    its kernels ran, or when the handle is released, never at exit (PoCL
+ *    adds the work-group functions it compiles at first enqueue; that binary
+ *    loads several times faster). See program/origin.h.
+ *  - A hit never hands out another record's program object: every app
+ *    program owns its driver program (program-scope variables, rebuilds).
+ *    A build or compile with kernels attached is refused as the driver
+ *    refuses it; reference counts, build status (a shared failure), build
+ *    options and the binaries of a compile hit are answered as the driver
+ *    answers them for the plain program.
  *  - IL on a device without IL support but with cl_khr_spir: the handle is a
  *    placeholder (an empty source program, so CL_PROGRAM_SOURCE is empty as
  *    for any IL program); the build translates the IL to SPIR (libclshim-llvm,
@@ -24,10 +31,11 @@
  * Any internal failure falls back to the real call; the app sees exactly the
  * driver's error codes and logs.
  */
-#ifndef CLSHIM_PROGCACHE_H
-#define CLSHIM_PROGCACHE_H
+#ifndef CLSHIM_PROGRAM_H
+#define CLSHIM_PROGRAM_H
 
 #include "common/clapi.h"
+#include "program/origin.h"
 
 /* Sets the real-driver table (once, before any other call). */
 void pc_init(const struct cl_api *real);
@@ -65,43 +73,6 @@ cl_int pc_release_kernel(cl_kernel k);
 /* clGetDeviceInfo with CLSHIM_ADVERTISE_IL: IL version and extension. */
 cl_int pc_get_device_info(cl_device_id dev, cl_device_info param, size_t size, void *value, size_t *size_ret);
 
-/* What fusion needs to know about a kernel's program: its IR input. Fills
- * *kind (KEY_SOURCE or KEY_IL), a pointer to the source or IL bytes (valid
- * while the kernel lives), the program's last build options and the kernel's
- * name. Returns 0, or -1 when the kernel's program is not one clshim
- * tracks (e.g. created from a binary). */
-int pc_kernel_origin(cl_kernel k, int *kind, const void **input, size_t *input_len, const char **options,
-                     const char **name);
-
-/* A program clshim derives itself (a fused kernel), built through the cache.
- * `key` is the caller's key material: everything that determines the
- * program (its inputs' keys, kernel names, ranges, argument classes, plan
- * options). The cached value is the caller's metadata plus the device
- * binary. On a hit nothing is made: *meta receives the stored metadata. On a
- * miss make() returns SPIR bitcode and metadata (malloc'd; freed here), the
- * program is created from the bitcode and built, and its device binary is
- * stored (on PoCL at exit, after first use). Returns the built program (the
- * caller owns one reference) and *meta (malloc'd, caller frees), or NULL
- * with *errcode_ret set and nothing to free. Thread-safe. */
-typedef int (*pc_make_fn)(void *arg, void **bitcode, size_t *bitcode_size, void **meta, size_t *meta_size);
-cl_program pc_build_derived(cl_context ctx, cl_device_id dev, const char *options, const void *key, size_t key_len,
-                            pc_make_fn make, void *arg, void **meta, size_t *meta_size, cl_int *errcode_ret);
-
-/* Late capture (PoCL). A program built here whose binary is stored after
- * use is "pending" until its handle is released or the first
- * synchronisation after one of its kernels ran (clFinish, clWaitForEvents,
- * a blocking read or map): then the binary, with the work-group functions
- * PoCL compiled at the first enqueue, is read and stored. Never at exit:
- * reading a PoCL binary may compile, and LLVM is being torn down then.
- * The enqueue and sync wrappers call these only while pc_capture_pending()
- * (one relaxed load). */
-extern int pc_pending_captures;
-static inline int pc_capture_pending(void)
-{
-    return __atomic_load_n(&pc_pending_captures, __ATOMIC_RELAXED) != 0;
-}
-void pc_note_enqueue(cl_kernel kernel);
-void pc_sync_point(void);
 
 /* Per-process statistics and the exit summary. */
 void pc_print_summary(void);

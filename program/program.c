@@ -1,4 +1,4 @@
-/* progcache.c — the program layer (see progcache.h for the design).
+/* program.c — the program layer (see program.h for the design).
  *
  * Invariants:
  *  1. rec->refs mirrors the handle's reference count as the app and our
@@ -8,7 +8,7 @@
  *  3. A memtier entry acquired with MEMTIER_FILL is filled or abandoned, and
  *     a cross-process claim released, before pc_build returns.
  */
-#include "cache/progcache.h"
+#include "program/program.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -22,6 +22,7 @@
 #include "cache/device.h"
 #include "cache/key.h"
 #include "cache/memtier.h"
+#include "cache/quirks.h"
 #include "cache/spirv_scan.h"
 #include "cache/store.h"
 #include "common/config.h"
@@ -36,10 +37,11 @@ struct pc_dev {
     char *key;              /* key material; NULL when the build is not cacheable */
     size_t key_len;
     char *log;              /* the original build's log when served from the cache */
+    void *object;           /* a compile hit: the compiled object in hand (owned) */
+    size_t object_size;
     size_t stored_size;     /* binary size last stored; capture compares */
     uint64_t compile_ns;
     int needs_capture;      /* built by the driver here: store (again) at release */
-    int claimed;            /* holds the cross-process build claim until stored */
     cl_program attached;    /* the built program lent to the in-memory tier */
 };
 
@@ -59,12 +61,14 @@ struct pc_program {
     char *input;            /* source (concatenated) or IL bytes */
     size_t input_len;
     struct spirv_scan *scan; /* translated IL: its spec ids */
+    unsigned nkernels;      /* live kernels (atomic): a build or compile is refused then */
     pthread_mutex_t lock;   /* guards everything below */
     unsigned refs;
     struct spec_value *specs;
     size_t nspecs;
     cl_program effective;
     int answers_options;    /* a link served from the cache: options are ours to answer */
+    int failed;             /* the last build's failure was shared: status is CL_BUILD_ERROR */
     char *options;
     struct pc_dev *devs;
     size_t ndevs;
@@ -76,7 +80,7 @@ static objmap *kernels;  /* kernel from an effective program -> struct pc_kernel
 
 /* Per-process statistics, flushed to the store at exit. */
 static struct store_stats proc_stats;
-static uint64_t stat_memory_hits, stat_uncacheable, stat_translations;
+static uint64_t stat_memory_hits, stat_uncacheable, stat_translations, stat_failed, stat_failed_shared;
 #define STAT_ADD(field, n) __atomic_add_fetch(&(field), (n), __ATOMIC_RELAXED)
 
 static uint64_t now_ns(void)
@@ -130,15 +134,149 @@ static store *get_store(void)
     return the_store;
 }
 
+/* ---- claims held past the compile -----------------------------------------
+ * A late capture stores the binary at the first use of the program, so the
+ * cross-process claim is kept after the compile, for the processes waiting
+ * for that binary — but only for as long again as the compile took: a
+ * process that keeps its program unused never makes others wait longer than
+ * compiling would (they then compile it themselves). One thread, started on
+ * first need, lets expired claims go. */
+
+struct held_claim {
+    struct cache_hash hash;
+    uint64_t deadline_ns;
+};
+
+static pthread_mutex_t claims_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t claims_changed = PTHREAD_COND_INITIALIZER;
+static struct held_claim *claims;
+static size_t nclaims, claims_cap;
+static int reaper_running, reaper_stop;
+static pthread_t reaper;
+
+static void *reap_claims(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&claims_lock);
+    while (!reaper_stop) {
+        uint64_t now = now_ns(), next = 0;
+        for (size_t i = 0; i < nclaims;) {
+            if (claims[i].deadline_ns <= now) {
+                store_release_build(the_store, claims[i].hash);
+                claims[i] = claims[--nclaims];
+                continue;
+            }
+            if (!next || claims[i].deadline_ns < next) next = claims[i].deadline_ns;
+            i++;
+        }
+        if (!next) {
+            pthread_cond_wait(&claims_changed, &claims_lock);
+            continue;
+        }
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        uint64_t wait = next - now;
+        until.tv_sec += (time_t)(wait / 1000000000u);
+        until.tv_nsec += (long)(wait % 1000000000u);
+        if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&claims_changed, &claims_lock, &until);
+    }
+    pthread_mutex_unlock(&claims_lock);
+    return NULL;
+}
+
+/* Keeps this process's claim of `hash` for `grace_ns` more; 0 when it is
+ * held, -1 when the caller must release it now. */
+static int hold_claim(struct cache_hash hash, uint64_t grace_ns)
+{
+    int rc = -1;
+    pthread_mutex_lock(&claims_lock);
+    if (!reaper_running) {
+        pthread_condattr_t attr;
+        pthread_condattr_init(&attr);
+        pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+        pthread_cond_init(&claims_changed, &attr);
+        pthread_condattr_destroy(&attr);
+        reaper_stop = 0;
+        reaper_running = pthread_create(&reaper, NULL, reap_claims, NULL) == 0;
+    }
+    if (reaper_running && nclaims == claims_cap) {
+        size_t cap = claims_cap ? claims_cap * 2 : 8;
+        struct held_claim *n = realloc(claims, cap * sizeof *n);
+        if (n) claims = n, claims_cap = cap;
+    }
+    if (reaper_running && nclaims < claims_cap) {
+        claims[nclaims++] = (struct held_claim){hash, now_ns() + grace_ns};
+        pthread_cond_signal(&claims_changed);
+        rc = 0;
+    }
+    pthread_mutex_unlock(&claims_lock);
+    return rc;
+}
+
+/* Lets the claim of `hash` go now if this process still holds it. */
+static void drop_claim(struct cache_hash hash)
+{
+    pthread_mutex_lock(&claims_lock);
+    for (size_t i = 0; i < nclaims; i++)
+        if (claims[i].hash.lo == hash.lo && claims[i].hash.hi == hash.hi) {
+            store_release_build(the_store, hash);
+            claims[i] = claims[--nclaims];
+            break;
+        }
+    pthread_mutex_unlock(&claims_lock);
+}
+
+/* At exit: the thread stops and every held claim goes. */
+static void drop_all_claims(void)
+{
+    pthread_mutex_lock(&claims_lock);
+    int running = reaper_running;
+    reaper_stop = 1;
+    pthread_cond_signal(&claims_changed);
+    pthread_mutex_unlock(&claims_lock);
+    if (running) pthread_join(reaper, NULL);
+    reaper_running = 0;
+    for (size_t i = 0; i < nclaims; i++) store_release_build(the_store, claims[i].hash);
+    nclaims = 0;
+}
+
 static void at_exit(void);
 static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
 static void register_exit(void) { atexit(at_exit); }
+
+/* A child of fork() that has not built anything since: its exit handler
+ * (inherited) prints and counts nothing. */
+static int idle_child;
 
 /* The exit handler stores late captures, which can make PoCL compile. exit()
  * runs handlers in reverse order of registration, and libLLVM (loaded with
  * PoCL) registers its static destructors when it loads: registering ours
  * only once a program has been built puts it before LLVM's teardown. */
-static void need_exit_handler(void) { pthread_once(&exit_once, register_exit); }
+static void need_exit_handler(void)
+{
+    idle_child = 0;
+    pthread_once(&exit_once, register_exit);
+}
+
+static void pending_captures_reset(void);
+
+/* In the child of fork(): LMDB forbids using an environment opened before
+ * the fork, and the parent's statistics and pending captures are the
+ * parent's. The inherited store handle is dropped (not closed: closing
+ * touches the parent's lock file) and reopened if the child builds. */
+static void after_fork_in_child(void)
+{
+    the_store = NULL;
+    store_once = (pthread_once_t)PTHREAD_ONCE_INIT;
+    memset(&proc_stats, 0, sizeof proc_stats);
+    stat_memory_hits = stat_uncacheable = stat_translations = stat_failed = stat_failed_shared = 0;
+    pending_captures_reset();
+    claims_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    nclaims = 0; /* the parent's; its thread is not in this process */
+    reaper_running = 0;
+    idle_child = 1;
+}
 
 void pc_init(const struct cl_api *real_api)
 {
@@ -146,6 +284,7 @@ void pc_init(const struct cl_api *real_api)
     programs = objmap_new();
     kernels = objmap_new();
     memtier_set_limit(config_get()->mem_cache_max);
+    pthread_atfork(NULL, NULL, after_fork_in_child);
 }
 
 /* ---- records ------------------------------------------------------------- */
@@ -180,6 +319,17 @@ static void add_pending(struct pc_program *rec)
     }
     __atomic_store_n(&pc_pending_captures, npending > 0, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&pending_lock);
+}
+
+/* The child of fork() forgets the parent's pending captures (it never
+ * stores the parent's programs). Single-threaded there: the lock is
+ * reinitialised, as another thread may have held it at the fork. */
+static void pending_captures_reset(void)
+{
+    pending_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    for (size_t i = 0; i < npending; i++) pending[i]->pending = 0;
+    npending = 0;
+    __atomic_store_n(&pc_pending_captures, 0, __ATOMIC_RELAXED);
 }
 
 static void remove_pending_locked(struct pc_program *rec)
@@ -233,10 +383,11 @@ void pc_sync_point(void)
 static void free_devs(struct pc_program *rec)
 {
     for (size_t i = 0; i < rec->ndevs; i++) {
-        if (rec->devs[i].claimed) store_release_build(get_store(), rec->devs[i].hash);
         if (rec->devs[i].attached) memtier_detach(rec->devs[i].hash, rec->devs[i].attached);
+        if (rec->devs[i].needs_capture) drop_claim(rec->devs[i].hash);
         free(rec->devs[i].key);
         free(rec->devs[i].log);
+        free(rec->devs[i].object);
     }
     free(rec->devs);
     rec->devs = NULL;
@@ -279,7 +430,8 @@ cl_program pc_create_with_source(cl_context ctx, cl_uint count, const char **str
                                  cl_int *errcode_ret)
 {
     cl_program prog = real->clCreateProgramWithSource(ctx, count, strings, lengths, errcode_ret);
-    if (!prog || !config_get()->cache) return prog;
+    /* Recorded even with CLSHIM_CACHE=0: fusion needs the program's input. */
+    if (!prog) return prog;
     size_t total = 0;
     for (cl_uint i = 0; i < count; i++)
         total += lengths && lengths[i] ? lengths[i] : strlen(strings[i]);
@@ -336,7 +488,7 @@ cl_program pc_create_with_il(cl_context ctx, const void *il, size_t length, cl_i
             return NULL;
         }
         cl_program prog = real->clCreateProgramWithIL(ctx, il, length, errcode_ret);
-        if (prog && cfg->cache) {
+        if (prog) {
             char *copy = malloc(length);
             if (copy) {
                 memcpy(copy, il, length);
@@ -425,11 +577,19 @@ static int cmp_spec(const void *a, const void *b)
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
+/* Nonzero when clshim caches nothing on this device (cache/quirks.h). */
+static int stands_aside(const struct device_info *info)
+{
+    if (!(info->quirks & QUIRK_STAND_ASIDE_UNCACHED)) return 0;
+    LOG_ONCE(LOG_INFO, "%s", quirk_description(QUIRK_STAND_ASIDE_UNCACHED));
+    return 1;
+}
+
 /* Key material for one device; NULL key when the build must not be cached. */
 static void derive_key(struct pc_program *rec, const char *options, struct pc_dev *d)
 {
     const struct device_info *info = device_info(real, d->dev);
-    if (!info) return;
+    if (!info || stands_aside(info)) return;
     struct key_buf k;
     key_begin(&k, rec->kind, options);
     key_add_text(&k, "device", info->identity);
@@ -462,8 +622,53 @@ static void derive_key(struct pc_program *rec, const char *options, struct pc_de
     d->hash = key_hash(k.data, k.len);
 }
 
-/* Reads the binaries of `prog` for the given devices (in its device order). */
+/* Nonzero when reading the binaries of `prog` would make a device's driver
+ * abort (QUIRK_LONG_KERNEL_NAME_CODEGEN): a kernel name is too long. */
+static int binaries_unsafe(cl_program prog, size_t n, const struct pc_dev *want)
+{
+    int quirk = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct device_info *info = device_info(real, want[i].dev);
+        quirk |= info && (info->quirks & QUIRK_LONG_KERNEL_NAME_CODEGEN);
+    }
+    size_t len = 0;
+    if (!quirk || real->clGetProgramInfo(prog, CL_PROGRAM_KERNEL_NAMES, 0, NULL, &len) != CL_SUCCESS)
+        return 0; /* a compiled object has no kernel names and nothing to generate */
+    char *names = calloc(1, len + 1);
+    if (!names || real->clGetProgramInfo(prog, CL_PROGRAM_KERNEL_NAMES, len, names, NULL) != CL_SUCCESS) {
+        free(names);
+        return 1;
+    }
+    size_t longest = 0;
+    for (char *p = names; *p;) {
+        size_t n = strcspn(p, ";");
+        if (n > longest) longest = n;
+        p += n + (p[n] == ';');
+    }
+    free(names);
+    if (longest <= QUIRK_KERNEL_NAME_MAX) return 0;
+    log_msg(LOG_INFO, "not caching program %p: a kernel name of %zu characters (%s)", (void *)prog, longest,
+            quirk_description(QUIRK_LONG_KERNEL_NAME_CODEGEN));
+    return 1;
+}
+
+static int read_binaries_locked(cl_program prog, size_t n, const struct pc_dev *want, void **bins, size_t *sizes);
+
+/* Reads the binaries of `prog` for the given devices (in its device order).
+ * One reader at a time: on PoCL the first read generates code and grows the
+ * binary, so a second reader between another's size and bytes queries
+ * would copy more than it allocated. */
 static int read_binaries(cl_program prog, size_t n, const struct pc_dev *want, void **bins, size_t *sizes)
+{
+    static pthread_mutex_t one_reader = PTHREAD_MUTEX_INITIALIZER;
+    if (binaries_unsafe(prog, n, want)) return -1;
+    pthread_mutex_lock(&one_reader);
+    int rc = read_binaries_locked(prog, n, want, bins, sizes);
+    pthread_mutex_unlock(&one_reader);
+    return rc;
+}
+
+static int read_binaries_locked(cl_program prog, size_t n, const struct pc_dev *want, void **bins, size_t *sizes)
 {
     cl_uint ndev = 0;
     if (real->clGetProgramInfo(prog, CL_PROGRAM_NUM_DEVICES, sizeof ndev, &ndev, NULL) != CL_SUCCESS || !ndev)
@@ -553,7 +758,7 @@ struct lookup {
     int filling;          /* we own the fill */
     int claimed;          /* we hold the cross-process claim */
     int from_disk;
-    int shared;           /* the effective program is shared from memory */
+    int failed;           /* a concurrent build of the key failed: shared */
 };
 
 /* Translates the IL of rec to SPIR and creates the program from it. */
@@ -638,7 +843,10 @@ static void release_program_object(void *program) { real->clReleaseProgram((cl_p
 
 /* The binary of a hit entry; read from the attached program of another
  * context when only that is there. NULL when none can be had. */
-static void retain_program_object(void *program) { real->clRetainProgram((cl_program)program); }
+static int retain_program_object(void *program)
+{
+    return real->clRetainProgram((cl_program)program) == CL_SUCCESS ? 0 : -1;
+}
 
 static const unsigned char *entry_binary(memtier_entry *e, const struct pc_dev *d, size_t *size)
 {
@@ -654,16 +862,14 @@ static const unsigned char *entry_binary(memtier_entry *e, const struct pc_dev *
     return memtier_binary(e, size);
 }
 
+/* A hit: the record gets a program of its own made from the cached
+ * binaries. Never the program object of another record, even in the same
+ * context: program-scope variables and rebuilds belong to one app program
+ * (share binaries, never program objects). */
 static cl_int substitute(struct pc_program *rec, cl_uint ndev, const cl_device_id *devs, const char *options,
                          struct lookup *lk)
 {
-    cl_program shared =
-        ndev == 1 ? memtier_object_retain(lk[0].entry, rec->context, retain_program_object) : NULL;
-    if (shared) {
-        /* Built in this process and context: share the program itself. */
-        set_effective(rec, shared);
-        lk[0].shared = 1;
-    } else {
+    {
         const unsigned char **bins = calloc(ndev, sizeof *bins);
         size_t *sizes = calloc(ndev, sizeof *sizes);
         cl_int *status = calloc(ndev, sizeof *status);
@@ -692,14 +898,22 @@ static cl_int substitute(struct pc_program *rec, cl_uint ndev, const cl_device_i
     return CL_SUCCESS;
 }
 
+/* What happens to a binary captured late, as the miss line says it. */
+static const char *late_store_plan(void)
+{
+    const struct clshim_config *cfg = config_get();
+    if (!cfg->cache || !get_store()) return "not stored (no persistent cache)";
+    if (cfg->cache_readonly) return "not stored (read-only cache)";
+    return "to be stored at its first use or release (not stored if neither happens before exit)";
+}
+
 /* Whether this build's binary is stored later (see CLSHIM_CAPTURE). */
 static int capture_late(const struct pc_program *rec)
 {
     const char *policy = config_get()->capture;
     if (!strcmp(policy, "build")) return 0;
     if (!strcmp(policy, "release")) return 1;
-    if (strcmp(policy, "auto"))
-        LOG_ONCE(LOG_WARN, "CLSHIM_CAPTURE=%s is not valid (accepts auto, build or release); using auto", policy);
+    /* "auto": the configuration accepts no other word. */
     int lazy = rec->ndevs > 0;
     for (size_t i = 0; i < rec->ndevs; i++) {
         const struct device_info *info = device_info(real, rec->devs[i].dev);
@@ -715,23 +929,26 @@ static void keep_built(struct pc_program *rec, cl_program built, struct lookup *
     for (size_t i = 0; i < rec->ndevs; i++) {
         struct pc_dev *d = &rec->devs[i];
         if (!lk[i].filling) continue;
+        STAT_ADD(proc_stats.misses, 1);
         char *log = read_build_log(built, d->dev);
         d->compile_ns = compile_ns / rec->ndevs;
         /* Attach before filling: waiters wake to the program. */
-        real->clRetainProgram(built);
-        memtier_attach(lk[i].entry, built, rec->context, release_program_object);
-        d->attached = built;
+        if (real->clRetainProgram(built) == CL_SUCCESS) {
+            memtier_attach(lk[i].entry, built, rec->context, release_program_object);
+            d->attached = built;
+        }
         memtier_fill(lk[i].entry, NULL, 0, log, d->compile_ns);
         lk[i].filling = 0;
         d->needs_capture = 1;
         d->stored_size = 0;
-        d->claimed = lk[i].claimed; /* held until the binary is stored */
-        lk[i].claimed = 0;
+        /* Waiting processes want the binary captured at first use: the
+         * claim stays, for as long again as the compile took at most. */
+        if (lk[i].claimed && hold_claim(d->hash, compile_ns) == 0) lk[i].claimed = 0;
         char prefix[17];
         key_prefix(d->hash, prefix);
         const struct device_info *info = device_info(real, d->dev);
-        log_msg(LOG_INFO, "miss %s on '%s': compiled in %.1f ms, stored after first use", prefix,
-                info ? info->name : "?", d->compile_ns / 1e6);
+        log_msg(LOG_INFO, "miss %s on '%s': compiled in %.1f ms, %s", prefix,
+                info ? info->name : "?", d->compile_ns / 1e6, late_store_plan());
         free(log);
     }
 }
@@ -744,13 +961,17 @@ static void store_built(struct pc_program *rec, cl_program built, struct lookup 
     size_t *sizes = calloc(n, sizeof *sizes);
     if (!bins || !sizes || read_binaries(built, n, rec->devs, bins, sizes) != 0) {
         for (size_t i = 0; i < n; i++)
-            if (lk[i].filling) memtier_abandon(lk[i].entry), lk[i].entry = NULL, lk[i].filling = 0;
+            if (lk[i].filling) {
+                STAT_ADD(proc_stats.misses, 1);
+                memtier_abandon(lk[i].entry), lk[i].entry = NULL, lk[i].filling = 0;
+            }
         log_msg(LOG_INFO, "cannot read the built binaries of program %p; not cached", (void *)rec->handle);
         goto out;
     }
     for (size_t i = 0; i < n; i++) {
         struct pc_dev *d = &rec->devs[i];
         if (!lk[i].filling) continue;
+        STAT_ADD(proc_stats.misses, 1);
         char *log = read_build_log(built, d->dev);
         d->compile_ns = compile_ns / n;
         memtier_fill(lk[i].entry, bins[i], sizes[i], log, d->compile_ns);
@@ -783,6 +1004,32 @@ out:
     free(sizes);
 }
 
+/* A failed build: counted as failed, logged once, and its error and log
+ * filled into the in-memory tier so concurrent and later builds of the key
+ * in this process answer the same without compiling again. */
+static void share_failure(struct pc_program *rec, cl_program built, struct lookup *lk, cl_int err,
+                          uint64_t compile_ns)
+{
+    STAT_ADD(stat_failed, 1);
+    for (size_t i = 0; i < rec->ndevs; i++) {
+        struct pc_dev *d = &rec->devs[i];
+        char *log = d->log ? strdup(d->log) : read_build_log(built, d->dev);
+        char prefix[17] = "(uncached)";
+        if (d->key) key_prefix(d->hash, prefix);
+        const struct device_info *info = device_info(real, d->dev);
+        log_msg(LOG_INFO, "build failed %s on '%s' in %.1f ms (error %d)", prefix, info ? info->name : "?",
+                compile_ns / rec->ndevs / 1e6, err);
+        /* Only a compile error is the inputs' own: a transient fault (out
+         * of resources) is not remembered, waiters then build themselves. */
+        if (lk[i].filling && (err == CL_BUILD_PROGRAM_FAILURE || err == CL_INVALID_BUILD_OPTIONS))
+            memtier_fail(lk[i].entry, err, log ? log : "", compile_ns / rec->ndevs);
+        else if (lk[i].filling)
+            memtier_abandon(lk[i].entry), lk[i].entry = NULL;
+        lk[i].filling = 0;
+        free(log);
+    }
+}
+
 /* Looks every device's key up; returns 1 when all hit. */
 static int lookup_all(struct pc_program *rec, struct lookup *lk)
 {
@@ -794,6 +1041,10 @@ static int lookup_all(struct pc_program *rec, struct lookup *lk)
         /* Never wait for another thread while owning a fill: two builders
          * of overlapping device sets could otherwise wait on each other. */
         enum memtier_result r = memtier_acquire(d->hash, !own_fill, &lk[i].entry);
+        if (r == MEMTIER_HIT && memtier_failure(lk[i].entry)) {
+            lk[i].failed = 1; /* a build of this key failed in this process */
+            continue;
+        }
         if (r == MEMTIER_HIT && !memtier_servable(lk[i].entry)) {
             /* Its builder's program is gone and no bytes were kept. */
             memtier_discard(lk[i].entry);
@@ -853,6 +1104,9 @@ static cl_int build_program(cl_program prog, cl_uint num_devices, const cl_devic
     if (!rec) return real->clBuildProgram(prog, num_devices, device_list, options, notify, user_data);
     if ((num_devices == 0) != (device_list == NULL)) return CL_INVALID_VALUE;
     if (!notify && user_data) return CL_INVALID_VALUE;
+    /* The driver refuses to rebuild a program with kernels attached; on a
+     * hit it would not be asked, so refuse here as it would. */
+    if (__atomic_load_n(&rec->nkernels, __ATOMIC_ACQUIRE)) return CL_INVALID_OPERATION;
 
     cl_device_id *owned = NULL;
     cl_uint ndev = num_devices;
@@ -888,7 +1142,27 @@ static cl_int build_program(cl_program prog, cl_uint num_devices, const cl_devic
     int all_hit = lookup_all(rec, lk);
     need_exit_handler(); /* the driver is loaded by now */
     err = CL_BUILD_PROGRAM_FAILURE;
-    if (all_hit) {
+    rec->failed = 0;
+    int shared_failure = 0;
+    for (cl_uint i = 0; all_hit && i < ndev; i++)
+        if (lk[i].failed) shared_failure = memtier_failure(lk[i].entry);
+    if (shared_failure) {
+        /* Single flight shares failures: the app sees the driver's error,
+         * status and log of the one build that ran. */
+        set_effective(rec, NULL);
+        rec->failed = 1;
+        err = shared_failure;
+        for (cl_uint i = 0; i < ndev; i++) {
+            free(rec->devs[i].log);
+            rec->devs[i].log = strdup(memtier_build_log(lk[i].entry));
+            char prefix[17];
+            key_prefix(rec->devs[i].hash, prefix);
+            if (lk[i].failed)
+                log_msg(LOG_INFO, "failed build %s shared: error %d, not compiled again", prefix, err);
+        }
+        STAT_ADD(stat_failed_shared, 1);
+        all_hit = -1;
+    } else if (all_hit) {
         err = substitute(rec, ndev, devs, options, lk);
         if (err == CL_SUCCESS) {
             double ms = (now_ns() - t0) / 1e6;
@@ -900,7 +1174,7 @@ static cl_int build_program(cl_program prog, cl_uint num_devices, const cl_devic
                 STAT_ADD(proc_stats.hits, 1);
                 STAT_ADD(proc_stats.compile_ns_saved, saved > (uint64_t)(ms * 1e6) ? saved - (uint64_t)(ms * 1e6) : 0);
                 log_msg(LOG_INFO, "hit %s on '%s' (%s): %.1f ms instead of %.1f ms", prefix, info ? info->name : "?",
-                        lk[i].from_disk ? "disk" : lk[i].shared ? "memory, shared program" : "memory", ms,
+                        lk[i].from_disk ? "disk" : "memory", ms,
                         saved / 1e6);
             }
         } else {
@@ -922,14 +1196,22 @@ static cl_int build_program(cl_program prog, cl_uint num_devices, const cl_devic
         }
     }
     if (!all_hit) {
-        for (cl_uint i = 0; i < ndev; i++)
-            if (lk[i].filling) STAT_ADD(proc_stats.misses, 1);
         uint64_t b0 = now_ns();
         err = driver_build(rec, ndev, devs, options);
         uint64_t compile_ns = now_ns() - b0;
         cl_program built = rec->effective ? rec->effective : rec->handle;
-        if (err == CL_SUCCESS && capture_late(rec)) keep_built(rec, built, lk, compile_ns);
-        else if (err == CL_SUCCESS) store_built(rec, built, lk, compile_ns);
+        if (err == CL_SUCCESS && binaries_unsafe(built, rec->ndevs, rec->devs)) {
+            /* Built, but its binary must never be read: not cached. */
+            STAT_ADD(stat_uncacheable, 1);
+            for (size_t i = 0; i < rec->ndevs; i++) {
+                if (lk[i].filling) memtier_abandon(lk[i].entry), lk[i].entry = NULL, lk[i].filling = 0;
+                free(rec->devs[i].key);
+                rec->devs[i].key = NULL;
+            }
+        }
+        if (err != CL_SUCCESS) share_failure(rec, built, lk, err, compile_ns);
+        else if (capture_late(rec)) keep_built(rec, built, lk, compile_ns);
+        else store_built(rec, built, lk, compile_ns);
     }
     finish_lookups(rec, lk);
     free(lk);
@@ -964,7 +1246,7 @@ static void capture(struct pc_program *rec)
     store *st = get_store();
     int any = 0;
     for (size_t i = 0; i < rec->ndevs; i++)
-        any |= (rec->devs[i].needs_capture && rec->devs[i].key) || rec->devs[i].claimed || rec->devs[i].attached;
+        any |= (rec->devs[i].needs_capture && rec->devs[i].key) || rec->devs[i].attached;
     if (!any) return;
     cl_program built = rec->effective ? rec->effective : rec->handle;
     void **bins = calloc(rec->ndevs, sizeof *bins);
@@ -996,11 +1278,8 @@ static void capture(struct pc_program *rec)
             d->needs_capture = 0;
         }
     }
-    for (size_t i = 0; st && i < rec->ndevs; i++)
-        if (rec->devs[i].claimed) {
-            store_release_build(st, rec->devs[i].hash);
-            rec->devs[i].claimed = 0;
-        }
+    /* Stored or not, waiting processes have nothing more to wait for. */
+    for (size_t i = 0; i < rec->ndevs; i++) drop_claim(rec->devs[i].hash);
     for (size_t i = 0; bins && i < rec->ndevs; i++) free(bins[i]);
     free(bins);
     free(sizes);
@@ -1081,7 +1360,14 @@ static cl_int compile_program(cl_program prog, cl_uint num_devices, const cl_dev
         return real->clCompileProgram(prog, num_devices, device_list_in, options, num_headers, headers, header_names,
                                       notify, user_data);
     }
+    if (__atomic_load_n(&rec->nkernels, __ATOMIC_ACQUIRE)) {
+        free(owned);
+        free(hrecs);
+        return CL_INVALID_OPERATION; /* as the driver answers: kernels attached */
+    }
     pthread_mutex_lock(&rec->lock);
+    /* A stand-in of an earlier compile hit never answers for this one. */
+    set_effective(rec, NULL);
     free_devs(rec);
     free(rec->options);
     rec->options = strdup(options ? options : "");
@@ -1091,7 +1377,7 @@ static cl_int compile_program(cl_program prog, cl_uint num_devices, const cl_dev
         struct pc_dev *d = &rec->devs[i];
         d->dev = devs[i];
         const struct device_info *info = device_info(real, d->dev);
-        if (!info) continue;
+        if (!info || stands_aside(info)) continue;
         struct key_buf k;
         key_begin(&k, KEY_COMPILE, options);
         key_add_text(&k, "device", info->identity);
@@ -1123,6 +1409,13 @@ static cl_int compile_program(cl_program prog, cl_uint num_devices, const cl_dev
         cl_program p = real->clCreateProgramWithBinary(rec->context, ndev, devs, sizes, bins, NULL, &err);
         if (p) {
             set_effective(rec, p);
+            /* PoCL refuses binary queries on the unbuilt stand-in: they are
+             * answered from these bytes. */
+            for (cl_uint i = 0; i < ndev; i++)
+                if ((rec->devs[i].object = malloc(sizes[i] ? sizes[i] : 1))) {
+                    memcpy(rec->devs[i].object, bins[i], sizes[i]);
+                    rec->devs[i].object_size = sizes[i];
+                }
             log_hits(rec, "compiled object", (now_ns() - t0) / 1e6);
         } else {
             STAT_ADD(proc_stats.rejected, 1);
@@ -1255,7 +1548,8 @@ cl_program pc_link(cl_context ctx, cl_uint num_devices, const cl_device_id *devi
         struct pc_program *in = objmap_get(programs, inputs[i]);
         if (in) pthread_mutex_lock(&in->lock);
         mapped[i] = in && in->effective ? in->effective : inputs[i];
-        if (mapped[i] != inputs[i]) real->clRetainProgram(mapped[i]);
+        if (mapped[i] != inputs[i] && real->clRetainProgram(mapped[i]) != CL_SUCCESS)
+            mapped[i] = inputs[i]; /* the driver then answers for the input itself */
         for (cl_uint d = 0; cacheable && d < ndev; d++) {
             const struct pc_dev *found = NULL;
             for (size_t j = 0; in && j < in->ndevs; j++)
@@ -1337,7 +1631,7 @@ cl_program pc_link(cl_context ctx, cl_uint num_devices, const cl_device_id *devi
                 STAT_ADD(proc_stats.misses, 1);
                 char prefix[17];
                 key_prefix(dv[d].hash, prefix);
-                log_msg(LOG_INFO, "miss %s: linked in %.1f ms, stored after first use", prefix, link_ns / 1e6);
+                log_msg(LOG_INFO, "miss %s: linked in %.1f ms, %s", prefix, link_ns / 1e6, late_store_plan());
             }
             if (!capture_late(out)) capture(out);
         }
@@ -1378,14 +1672,52 @@ static cl_int answer(const void *data, size_t n, size_t size, void *value, size_
     return CL_SUCCESS;
 }
 
-/* The program that answers `param`, holding a reference the caller drops. */
-static cl_program program_for(struct pc_program *rec, int about_build)
+/* CL_PROGRAM_BINARY_SIZES / CL_PROGRAM_BINARIES after a compile hit, from
+ * the compiled objects in hand, in the handle's device order (0 / untouched
+ * for a device without one, as the driver answers). Returns 1 when it
+ * answered into *rc, 0 when the driver answers. */
+static int answer_objects(struct pc_program *rec, cl_program_info param, size_t size, void *value, size_t *size_ret,
+                          cl_int *rc)
+{
+    cl_uint n = 0;
+    if (real->clGetProgramInfo(rec->handle, CL_PROGRAM_NUM_DEVICES, sizeof n, &n, NULL) != CL_SUCCESS || !n)
+        return 0;
+    cl_device_id *devs = calloc(n, sizeof *devs);
+    if (!devs || real->clGetProgramInfo(rec->handle, CL_PROGRAM_DEVICES, n * sizeof *devs, devs, NULL) != CL_SUCCESS) {
+        free(devs);
+        return 0;
+    }
+    pthread_mutex_lock(&rec->lock);
+    int have = 0;
+    for (size_t i = 0; i < rec->ndevs; i++) have |= rec->devs[i].object != NULL;
+    size_t entry = param == CL_PROGRAM_BINARY_SIZES ? sizeof(size_t) : sizeof(unsigned char *);
+    if (have) {
+        *rc = CL_SUCCESS;
+        if (size_ret) *size_ret = n * entry;
+        if (value && size < n * entry) *rc = CL_INVALID_VALUE;
+        for (cl_uint j = 0; value && *rc == CL_SUCCESS && j < n; j++) {
+            const struct pc_dev *d = NULL;
+            for (size_t i = 0; i < rec->ndevs; i++)
+                if (rec->devs[i].dev == devs[j] && rec->devs[i].object) d = &rec->devs[i];
+            if (param == CL_PROGRAM_BINARY_SIZES) ((size_t *)value)[j] = d ? d->object_size : 0;
+            else if (d && ((unsigned char **)value)[j]) memcpy(((unsigned char **)value)[j], d->object, d->object_size);
+        }
+    }
+    pthread_mutex_unlock(&rec->lock);
+    free(devs);
+    return have;
+}
+
+/* The program that answers `param` into *out, holding a reference the
+ * caller drops; or the driver's error of that retain (then nothing to drop). */
+static cl_int program_for(struct pc_program *rec, int about_build, cl_program *out)
 {
     pthread_mutex_lock(&rec->lock);
     cl_program p = about_build && rec->effective ? rec->effective : rec->handle;
-    real->clRetainProgram(p);
+    cl_int rc = real->clRetainProgram(p);
     pthread_mutex_unlock(&rec->lock);
-    return p;
+    *out = rc == CL_SUCCESS ? p : NULL;
+    return rc;
 }
 
 cl_int pc_get_program_info(cl_program prog, cl_program_info param, size_t size, void *value, size_t *size_ret)
@@ -1393,12 +1725,25 @@ cl_int pc_get_program_info(cl_program prog, cl_program_info param, size_t size, 
     struct pc_program *rec = objmap_get(programs, prog);
     if (!rec) return real->clGetProgramInfo(prog, param, size, value, size_ret);
     if (param == CL_PROGRAM_IL && rec->translated) return answer(rec->input, rec->input_len, size, value, size_ret);
+    if (param == CL_PROGRAM_REFERENCE_COUNT) {
+        /* The handle's count includes references clshim holds (the
+         * in-memory tier's, substituted kernels'); rec->refs is the app's
+         * own plus one per kernel, as the driver counts them. */
+        cl_int rc = real->clGetProgramInfo(prog, param, 0, NULL, NULL); /* validates as the driver would */
+        cl_uint refs = __atomic_load_n(&rec->refs, __ATOMIC_RELAXED);
+        return rc != CL_SUCCESS ? rc : answer(&refs, sizeof refs, size, value, size_ret);
+    }
+    cl_int rc;
+    if ((param == CL_PROGRAM_BINARY_SIZES || param == CL_PROGRAM_BINARIES) &&
+        answer_objects(rec, param, size, value, size_ret, &rc))
+        return rc;
     int about_build = param == CL_PROGRAM_BINARY_SIZES || param == CL_PROGRAM_BINARIES ||
                       param == CL_PROGRAM_NUM_KERNELS || param == CL_PROGRAM_KERNEL_NAMES ||
                       param == CL_PROGRAM_SCOPE_GLOBAL_CTORS_PRESENT ||
                       param == CL_PROGRAM_SCOPE_GLOBAL_DTORS_PRESENT;
-    cl_program p = program_for(rec, about_build);
-    cl_int rc = real->clGetProgramInfo(p, param, size, value, size_ret);
+    cl_program p;
+    if ((rc = program_for(rec, about_build, &p)) != CL_SUCCESS) return rc;
+    rc = real->clGetProgramInfo(p, param, size, value, size_ret);
     real->clReleaseProgram(p);
     return rc;
 }
@@ -1423,8 +1768,15 @@ cl_int pc_get_build_info(cl_program prog, cl_device_id dev, cl_program_build_inf
         pthread_mutex_unlock(&rec->lock);
         if (text) return rc;
     }
-    cl_program p = program_for(rec, 1);
-    cl_int rc = real->clGetProgramBuildInfo(p, dev, param, size, value, size_ret);
+    if (param == CL_PROGRAM_BUILD_STATUS && __atomic_load_n(&rec->failed, __ATOMIC_RELAXED)) {
+        cl_int rc = real->clGetProgramBuildInfo(rec->handle, dev, param, 0, NULL, NULL); /* validates */
+        cl_build_status status = CL_BUILD_ERROR;
+        return rc != CL_SUCCESS ? rc : answer(&status, sizeof status, size, value, size_ret);
+    }
+    cl_program p;
+    cl_int rc = program_for(rec, 1, &p);
+    if (rc != CL_SUCCESS) return rc;
+    rc = real->clGetProgramBuildInfo(p, dev, param, size, value, size_ret);
     real->clReleaseProgram(p);
     return rc;
 }
@@ -1480,34 +1832,49 @@ struct pc_kernel_rec {
 static struct pc_kernel_rec *kernel_record(cl_kernel k) { return objmap_get(kernels, k); }
 static struct pc_program *kernel_program(struct pc_kernel_rec *kr) { return kr->prog; }
 
-static void track_kernel(struct pc_program *rec, cl_kernel k, const char *name, int substituted)
+/* Records a new kernel of rec. On failure (the error returned) the caller
+ * releases the kernel and fails as the driver would have: an untracked
+ * kernel would let a rebuild through that the driver refuses. */
+static cl_int track_kernel(struct pc_program *rec, cl_kernel k, const char *name, int substituted)
 {
     size_t n = strlen(name);
     struct pc_kernel_rec *kr = malloc(sizeof *kr + n + 1);
-    if (!kr) return;
+    if (!kr) return CL_OUT_OF_HOST_MEMORY;
     kr->prog = rec;
     kr->refs = 1;
     kr->substituted = substituted;
     memcpy(kr->name, name, n + 1);
-    if (substituted && real->clRetainProgram(rec->handle) != CL_SUCCESS) {
+    cl_int rc = substituted ? real->clRetainProgram(rec->handle) : CL_SUCCESS;
+    if (rc != CL_SUCCESS) {
         free(kr);
-        return;
+        return rc;
     }
     if (objmap_put(kernels, k, kr) != 0) {
         if (substituted) real->clReleaseProgram(rec->handle);
         free(kr);
-        return;
+        return CL_OUT_OF_HOST_MEMORY;
     }
     __atomic_add_fetch(&rec->refs, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&rec->nkernels, 1, __ATOMIC_RELEASE);
+    return CL_SUCCESS;
 }
 
 cl_kernel pc_create_kernel(cl_program prog, const char *name, cl_int *errcode_ret)
 {
     struct pc_program *rec = objmap_get(programs, prog);
     if (!rec) return real->clCreateKernel(prog, name, errcode_ret);
-    cl_program p = program_for(rec, 1);
+    cl_program p;
+    cl_int rc = program_for(rec, 1, &p);
+    if (rc != CL_SUCCESS) {
+        if (errcode_ret) *errcode_ret = rc;
+        return NULL;
+    }
     cl_kernel k = real->clCreateKernel(p, name, errcode_ret);
-    if (k) track_kernel(rec, k, name, p != prog);
+    if (k && (rc = track_kernel(rec, k, name, p != prog)) != CL_SUCCESS) {
+        real->clReleaseKernel(k);
+        k = NULL;
+        if (errcode_ret) *errcode_ret = rc;
+    }
     real->clReleaseProgram(p);
     return k;
 }
@@ -1516,16 +1883,29 @@ cl_int pc_create_kernels(cl_program prog, cl_uint num, cl_kernel *out, cl_uint *
 {
     struct pc_program *rec = objmap_get(programs, prog);
     if (!rec) return real->clCreateKernelsInProgram(prog, num, out, num_ret);
-    cl_program p = program_for(rec, 1);
+    cl_program p;
+    cl_int rc = program_for(rec, 1, &p);
+    if (rc != CL_SUCCESS) return rc;
     cl_uint made = 0;
-    cl_int rc = real->clCreateKernelsInProgram(p, num, out, &made);
+    rc = real->clCreateKernelsInProgram(p, num, out, &made);
     if (num_ret) *num_ret = made;
+    cl_uint tracked = 0;
     if (rc == CL_SUCCESS && out)
-        for (cl_uint i = 0; i < made; i++) {
+        for (; tracked < made; tracked++) {
             char name[1024] = "";
-            real->clGetKernelInfo(out[i], CL_KERNEL_FUNCTION_NAME, sizeof name, name, NULL);
-            track_kernel(rec, out[i], name, p != prog);
+            rc = real->clGetKernelInfo(out[tracked], CL_KERNEL_FUNCTION_NAME, sizeof name, name, NULL);
+            if (rc == CL_SUCCESS) rc = track_kernel(rec, out[tracked], name, p != prog);
+            if (rc != CL_SUCCESS) break;
         }
+    if (rc != CL_SUCCESS && out && tracked < made) {
+        /* All or nothing, as the driver: the tracked ones go as the app's would. */
+        for (cl_uint i = 0; i < made; i++) {
+            if (i < tracked) pc_release_kernel(out[i]);
+            else real->clReleaseKernel(out[i]);
+            out[i] = NULL;
+        }
+        if (num_ret) *num_ret = 0;
+    }
     real->clReleaseProgram(p);
     return rc;
 }
@@ -1539,7 +1919,12 @@ cl_kernel pc_clone_kernel(cl_kernel source, cl_int *errcode_ret)
     }
     cl_kernel k = real->clCloneKernel(source, errcode_ret);
     struct pc_kernel_rec *kr = k ? objmap_get(kernels, source) : NULL;
-    if (kr) track_kernel(kr->prog, k, kr->name, kr->substituted);
+    cl_int rc = kr ? track_kernel(kr->prog, k, kr->name, kr->substituted) : CL_SUCCESS;
+    if (rc != CL_SUCCESS) {
+        real->clReleaseKernel(k);
+        k = NULL;
+        if (errcode_ret) *errcode_ret = rc;
+    }
     return k;
 }
 
@@ -1575,21 +1960,52 @@ cl_int pc_release_kernel(cl_kernel k)
     objmap_remove(kernels, k);
     if (kr->substituted) real->clReleaseProgram(rec->handle);
     free(kr);
+    __atomic_sub_fetch(&rec->nkernels, 1, __ATOMIC_RELEASE);
     drop_reference(rec);
     return rc;
 }
 
-int pc_kernel_origin(cl_kernel k, int *kind, const void **input, size_t *input_len, const char **options,
-                     const char **name)
+int pc_kernel_origin(cl_kernel k, struct pc_origin *out)
 {
+    memset(out, 0, sizeof *out);
     struct pc_kernel_rec *kr = objmap_get(kernels, k);
     if (!kr) return -1;
-    *kind = kr->prog->kind;
-    *input = kr->prog->input;
-    *input_len = kr->prog->input_len;
-    *options = kr->prog->options ? kr->prog->options : "";
-    *name = kr->name;
+    /* The kernel holds its record (rec->refs): the record outlives this
+     * call; its lock keeps a concurrent build from changing the options. */
+    struct pc_program *rec = kr->prog;
+    pthread_mutex_lock(&rec->lock);
+    out->kind = rec->kind;
+    out->input_len = rec->input_len;
+    out->input = malloc(rec->input_len + 1);
+    out->options = strdup(rec->options ? rec->options : "");
+    out->name = strdup(kr->name);
+    out->specs = rec->nspecs ? calloc(rec->nspecs, sizeof *out->specs) : NULL;
+    int ok = out->input && out->options && out->name && (!rec->nspecs || out->specs);
+    if (ok) {
+        memcpy(out->input, rec->input, rec->input_len);
+        ((char *)out->input)[rec->input_len] = 0;
+        out->nspecs = rec->nspecs;
+        for (size_t i = 0; i < rec->nspecs; i++) {
+            out->specs[i].id = rec->specs[i].id;
+            out->specs[i].size = (uint32_t)rec->specs[i].size;
+            memcpy(&out->specs[i].value, rec->specs[i].value, 8);
+        }
+    }
+    pthread_mutex_unlock(&rec->lock);
+    if (!ok) {
+        pc_origin_free(out);
+        return -1;
+    }
     return 0;
+}
+
+void pc_origin_free(struct pc_origin *o)
+{
+    free(o->input);
+    free(o->options);
+    free(o->name);
+    free(o->specs);
+    memset(o, 0, sizeof *o);
 }
 
 /* ---- devices ------------------------------------------------------------- */
@@ -1698,7 +2114,7 @@ cl_program pc_build_derived(cl_context ctx, cl_device_id dev, const char *option
     struct cache_hash hash = key_hash(k.data, k.len);
     char prefix[17];
     key_prefix(hash, prefix);
-    store *st = config_get()->cache ? get_store() : NULL;
+    store *st = config_get()->cache && !stands_aside(info) ? get_store() : NULL;
     cl_program p = NULL;
     if (st) {
         struct store_record sr;
@@ -1756,8 +2172,13 @@ cl_program pc_build_derived(cl_context ctx, cl_device_id dev, const char *option
         if (errcode_ret) *errcode_ret = err;
         return NULL;
     }
-    STAT_ADD(proc_stats.misses, 1);
-    log_msg(LOG_INFO, "miss derived program %s: made and built in %.1f ms", prefix, (now_ns() - t0) / 1e6);
+    if (config_get()->cache) {
+        STAT_ADD(proc_stats.misses, 1);
+        log_msg(LOG_INFO, "miss derived program %s: made and built in %.1f ms", prefix, (now_ns() - t0) / 1e6);
+    } else {
+        log_msg(LOG_INFO, "derived program %s made and built in %.1f ms (CLSHIM_CACHE=0: not cached)", prefix,
+                (now_ns() - t0) / 1e6);
+    }
     *meta = malloc(m_size ? m_size : 1);
     struct derived_pending *d = calloc(1, sizeof *d);
     if (!*meta || !d) {
@@ -1771,12 +2192,17 @@ cl_program pc_build_derived(cl_context ctx, cl_device_id dev, const char *option
     }
     memcpy(*meta, m, m_size);
     *meta_size = m_size;
-    real->clRetainProgram(p);
     /* Stored now: a late capture would have to wait for a release the fusion
      * layer only makes at exit, when reading a PoCL binary is not safe. */
-    *d = (struct derived_pending){p, dev, hash, k.data, k.len, m, m_size, now_ns() - t0};
-    if (st) store_derived(d);
-    free_derived(d);
+    if (real->clRetainProgram(p) == CL_SUCCESS) {
+        *d = (struct derived_pending){p, dev, hash, k.data, k.len, m, m_size, now_ns() - t0};
+        if (st) store_derived(d);
+        free_derived(d);
+    } else {
+        free(m);
+        key_free(&k);
+        free(d);
+    }
     if (errcode_ret) *errcode_ret = CL_SUCCESS;
     return p;
 }
@@ -1789,18 +2215,26 @@ void pc_print_summary(void)
     struct store_stats s = proc_stats;
     double saved = s.compile_ns_saved / 1e6;
     log_msg(LOG_WARN,
-            "summary: %llu hits (%llu from memory), %llu misses, %llu stored, %llu rejected, %llu uncacheable, "
-            "%llu IL translations; compile time saved %.1f ms",
+            "summary: %llu hits (%llu from memory), %llu misses, %llu failed (%llu shared), %llu stored, %llu rejected, "
+            "%llu uncacheable, %llu IL translations; compile time saved %.1f ms",
             (unsigned long long)s.hits, (unsigned long long)stat_memory_hits, (unsigned long long)s.misses,
+            (unsigned long long)stat_failed, (unsigned long long)stat_failed_shared,
             (unsigned long long)s.stores, (unsigned long long)s.rejected, (unsigned long long)stat_uncacheable,
             (unsigned long long)stat_translations, saved);
 }
 
 static void at_exit(void)
 {
+    if (idle_child) return; /* a forked child that built nothing: the parent reports */
+    /* Late captures still pending are not stored (see program/origin.h): say so. */
+    size_t never = npending;
+    if (never && the_store && !config_get()->cache_readonly)
+        log_msg(LOG_INFO, "%zu program%s built here never ran nor were released before exit: not stored", never,
+                never == 1 ? "" : "s");
     /* No captures here (see progcache.h): only what is already known is
      * written — statistics and access times. */
     store *st = the_store;
+    drop_all_claims();
     if (st) {
         store_stats_add(st, &proc_stats);
         store_close(st);

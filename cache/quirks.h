@@ -1,0 +1,38 @@
+/* quirks.h — driver bugs clshim steps around, in one table (like Mesa's
+ * driconf). Each entry names the driver it applies to, the condition, what
+ * clshim does instead (does not capture, or stands aside), and the test that
+ * shows the bug without clshim (tests/integration/test_driver_quirks.sh).
+ *
+ * quirks_for() is asked once per device by device_info(); the program layer
+ * tests the bits. Adding an entry: a row in quirks.c, a bit here, the
+ * check where the bug would be triggered, and a scenario in
+ * tests/integration/progs/driver_quirks.c that shows it plainly.
+ */
+#ifndef CLSHIM_QUIRKS_H
+#define CLSHIM_QUIRKS_H
+
+enum driver_quirk {
+    /* PoCL 3.x: code generation of a kernel whose name has 255 or more
+     * characters aborts the process. Reading CL_PROGRAM_BINARIES makes PoCL
+     * generate code, so such a program is never captured (nor cached). */
+    QUIRK_LONG_KERNEL_NAME_CODEGEN = 1u << 0,
+    /* PoCL 3.x with POCL_KERNEL_CACHE=0: creating, building or releasing
+     * programs made from binaries on several threads at once aborts
+     * ("Can't get stat() on ..._UNCACHED_..."), and programs made from one
+     * binary share their program-scope variables (they load one object
+     * file). An app building from source never meets either, so clshim
+     * stands aside: nothing is cached on that device. */
+    QUIRK_STAND_ASIDE_UNCACHED = 1u << 1,
+};
+
+/* The longest kernel name QUIRK_LONG_KERNEL_NAME_CODEGEN allows. */
+#define QUIRK_KERNEL_NAME_MAX 254
+
+/* The quirk bits that apply to a device of this platform, in this process's
+ * environment. */
+unsigned quirks_for(const char *platform_name, const char *driver_version);
+
+/* A one-line description of a quirk bit, for log lines. */
+const char *quirk_description(unsigned quirk);
+
+#endif

@@ -1,0 +1,68 @@
+/* origin.h — what the program layer offers fusion (fusion/ includes this
+ * header only): a kernel's origin, derived programs built through the cache,
+ * and the enqueue/synchronisation notes of late capture.
+ */
+#ifndef CLSHIM_PROGRAM_ORIGIN_H
+#define CLSHIM_PROGRAM_ORIGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cache/key.h"
+#include "common/clapi.h"
+
+/* What fusion needs to know about a kernel's program: its IR input, as an
+ * owned copy (the program may be rebuilt or released by another thread
+ * meanwhile). */
+struct pc_spec_constant {
+    uint32_t id;
+    uint32_t size;  /* 1, 2, 4 or 8 */
+    uint64_t value; /* the bytes the app set, zero-extended */
+};
+struct pc_origin {
+    enum key_kind kind;       /* KEY_SOURCE or KEY_IL */
+    void *input;              /* the source (NUL-terminated) or IL bytes */
+    size_t input_len;
+    char *options;            /* the program's last build options ("" if none) */
+    char *name;               /* the kernel's name */
+    struct pc_spec_constant *specs; /* the IL program's specialization constants */
+    size_t nspecs;
+};
+/* Fills *out with copies; 0, or -1 when the kernel's program is not one
+ * clshim tracks (e.g. created from a binary) or out of memory (then *out
+ * holds nothing to free). */
+int pc_kernel_origin(cl_kernel k, struct pc_origin *out);
+void pc_origin_free(struct pc_origin *o);
+
+/* A program clshim derives itself (a fused kernel), built through the cache.
+ * `key` is the caller's key material: everything that determines the
+ * program (its inputs' keys, kernel names, ranges, argument classes, plan
+ * options). The cached value is the caller's metadata plus the device
+ * binary. On a hit nothing is made: *meta receives the stored metadata. On a
+ * miss make() returns SPIR bitcode and metadata (malloc'd; freed here), the
+ * program is created from the bitcode and built, and its device binary is
+ * stored right away (a late capture would wait for a release fusion only
+ * makes at exit). Returns the built program (the
+ * caller owns one reference) and *meta (malloc'd, caller frees), or NULL
+ * with *errcode_ret set and nothing to free. Thread-safe. */
+typedef int (*pc_make_fn)(void *arg, void **bitcode, size_t *bitcode_size, void **meta, size_t *meta_size);
+cl_program pc_build_derived(cl_context ctx, cl_device_id dev, const char *options, const void *key, size_t key_len,
+                            pc_make_fn make, void *arg, void **meta, size_t *meta_size, cl_int *errcode_ret);
+
+/* Late capture (PoCL). A program built here whose binary is stored after
+ * use is "pending" until its handle is released or the first
+ * synchronisation after one of its kernels ran (clFinish, clWaitForEvents,
+ * a blocking read or map): then the binary, with the work-group functions
+ * PoCL compiled at the first enqueue, is read and stored. Never at exit:
+ * reading a PoCL binary may compile, and LLVM is being torn down then.
+ * The enqueue and sync wrappers call these only while pc_capture_pending()
+ * (one relaxed load). */
+extern int pc_pending_captures;
+static inline int pc_capture_pending(void)
+{
+    return __atomic_load_n(&pc_pending_captures, __ATOMIC_RELAXED) != 0;
+}
+void pc_note_enqueue(cl_kernel kernel);
+void pc_sync_point(void);
+
+#endif

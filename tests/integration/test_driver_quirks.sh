@@ -1,0 +1,44 @@
+#!/bin/bash
+# The driver quirks table (cache/quirks.c): each entry's bug shown without
+# clshim, and the app that meets its condition without triggering it plainly
+# run under clshim (cold and warm) with the plain run's results.
+source "$(dirname "$0")/lib.sh"
+Q=$PROGS/driver_quirks
+
+# QUIRK_LONG_KERNEL_NAME_CODEGEN: reading the binary aborts plainly ...
+fresh_pocl; run_plain longbin "$Q" long-name-binaries
+[ "$(cat "$TMP/longbin.rc")" != 0 ] || fail "long name: PoCL no longer aborts reading the binary; revisit the quirk"
+ok "long name: the driver aborts when its binary is read (shown without clshim)"
+# ... so clshim never reads it: the app works as plainly.
+fresh_pocl; run_plain long-plain "$Q" long-name
+fresh_pocl; CLSHIM_LOG=info run_shim long-cold "$Q" long-name
+same_output long-plain long-cold "long name: cold run under clshim works as plainly"
+grep -q "not caching program .*a kernel name of 270 characters" "$TMP/long-cold.err" || fail "long name: not logged"
+fresh_pocl; run_shim long-warm "$Q" long-name
+same_output long-plain long-warm "long name: warm run under clshim works as plainly"
+
+# QUIRK_STAND_ASIDE_UNCACHED: with POCL_KERNEL_CACHE=0, programs made from
+# one binary share program-scope variables, and threads making them abort.
+export POCL_KERNEL_CACHE=0
+fresh_pocl; run_plain globals "$Q" binary-globals
+grep -q "program 2 from the binary: counter 7" "$TMP/globals.out" ||
+    fail "binary globals: PoCL no longer shares them; revisit the quirk ($(cat "$TMP/globals.out"))"
+ok "binary globals: two programs from one binary share a variable (shown without clshim)"
+aborted=0
+for _ in 1 2 3 4 5; do
+    fresh_pocl; run_plain race "$Q" uncached-binary-race
+    [ "$(cat "$TMP/race.rc")" != 0 ] && { aborted=1; break; }
+done
+[ "$aborted" = 1 ] || fail "binary race: PoCL did not abort in 5 runs; revisit the quirk"
+grep -q "Can't get stat()" "$TMP/race.err" || fail "binary race: aborted for another reason: $(tail -2 "$TMP/race.err")"
+ok "binary race: concurrent programs from binaries abort (shown without clshim)"
+# An app building from source on threads, run under clshim: it stands aside.
+fresh_pocl; run_plain src-plain "$Q" threads-from-source
+for run in cold warm; do
+    fresh_pocl; CLSHIM_LOG=info run_shim "src-$run" "$Q" threads-from-source
+    same_output src-plain "src-$run" "uncached PoCL: $run run from source on threads works as plainly"
+    [ "$(count 'hit ' "$TMP/src-$run.err")" = 0 ] || fail "uncached PoCL: clshim served a binary"
+done
+grep -q "POCL_KERNEL_CACHE=0 .*clshim does not cache" "$TMP/src-cold.err" || fail "uncached PoCL: standing aside not logged"
+ok "uncached PoCL: clshim stands aside"
+finish
