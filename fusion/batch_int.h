@@ -164,6 +164,7 @@ struct fq {
     int in_order;
     int dead;             /* the queue was destroyed; the record stays reachable */
     int ext;              /* clStartFusionCLSHIM is active */
+    int off;              /* an internal invariant broke here: never hold again */
     struct held *held;
     uint32_t nheld;       /* written under lock, read atomically */
     uint32_t cap;
@@ -186,6 +187,10 @@ void fb_held_clear(struct held *h);
 void fb_cancel(struct fq *q, const char *why);
 /* The real event carrying a held-or-submitted event's work, else e itself. */
 cl_event fb_subst(struct fq *own, cl_event e);
+
+/* Logs a line at info level the first time this text comes, at debug level
+ * after that; the exit summary counts the repeats ("again N times: ..."). */
+void fb_log_kind(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* ---- fused launch (flaunch.c) ---- */
 
