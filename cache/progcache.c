@@ -1592,6 +1592,19 @@ int pc_kernel_origin(cl_kernel k, int *kind, const void **input, size_t *input_l
     return 0;
 }
 
+int pc_kernel_spec_constants(cl_kernel k, struct llvm_spec_const *out, size_t max)
+{
+    struct pc_kernel_rec *kr = objmap_get(kernels, k);
+    if (!kr) return -1;
+    const struct pc_program *rec = kr->prog;
+    for (size_t i = 0; i < rec->nspecs && i < max; i++) {
+        out[i].id = rec->specs[i].id;
+        out[i].size = (uint32_t)rec->specs[i].size;
+        memcpy(&out[i].value, rec->specs[i].value, 8);
+    }
+    return (int)rec->nspecs;
+}
+
 /* ---- devices ------------------------------------------------------------- */
 
 #define ADVERTISED_IL "SPIR-V_1.0 SPIR-V_1.1 SPIR-V_1.2 SPIR-V_1.3 SPIR-V_1.4"

@@ -73,6 +73,13 @@ cl_int pc_get_device_info(cl_device_id dev, cl_device_info param, size_t size, v
 int pc_kernel_origin(cl_kernel k, int *kind, const void **input, size_t *input_len, const char **options,
                      const char **name);
 
+/* The specialization constants set on the kernel's program (an IL program;
+ * none for source): copies at most `max` into out (any order) and returns
+ * how many there are, or -1 when the kernel's program is not tracked.
+ * Fusion translates the IL with them, as the program's own build did. */
+struct llvm_spec_const;
+int pc_kernel_spec_constants(cl_kernel k, struct llvm_spec_const *out, size_t max);
+
 /* A program clshim derives itself (a fused kernel), built through the cache.
  * `key` is the caller's key material: everything that determines the
  * program (its inputs' keys, kernel names, ranges, argument classes, plan

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "common/clapi.h"
+#include "fusion/llvm_api.h"
 #include "fusion/plan.h"
 
 extern const struct cl_api *fb_real;
@@ -55,6 +56,8 @@ static inline int fk_arg_equal(const struct fk_arg *a, const struct fk_arg *b)
     return !memcmp(a->v.heap, b->v.heap, a->size);
 }
 
+#define FK_MAX_SPECS 32 /* a kernel whose program sets more is never fused */
+
 struct fk_kernel {
     pthread_mutex_t lock; /* args, and the driver's copy of them (see fk_submit) */
     cl_kernel k;
@@ -66,8 +69,10 @@ struct fk_kernel {
     int in_plan;
     int svm;              /* an SVM pointer argument was set: never held */
     int origin_ok;        /* pc_kernel_origin knows it: it can be fused */
-    unsigned char origin_hash[16]; /* XXH3-128 of its program's kind, options and input */
+    unsigned char origin_hash[16]; /* XXH3-128 of its program's kind, options, input, spec constants */
     char *options;        /* its program's build options ("" when unknown) */
+    uint32_t nspecs;      /* its IL program's specialization constants, sorted by id */
+    struct llvm_spec_const specs[FK_MAX_SPECS];
     cl_uint nargs;
     struct fk_arg *args;  /* the arguments as the application last set them */
     cl_device_id wg_dev;  /* CL_KERNEL_WORK_GROUP_SIZE cached for this device */
