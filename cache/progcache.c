@@ -1592,6 +1592,16 @@ int pc_kernel_origin(cl_kernel k, int *kind, const void **input, size_t *input_l
     return 0;
 }
 
+int pc_program_input(cl_program prog, int *kind, const void **input, size_t *input_len)
+{
+    struct pc_program *rec = objmap_get(programs, prog);
+    if (!rec) return -1;
+    *kind = rec->kind;
+    *input = rec->input;
+    *input_len = rec->input_len;
+    return 0;
+}
+
 int pc_kernel_spec_constants(cl_kernel k, struct llvm_spec_const *out, size_t max)
 {
     struct pc_kernel_rec *kr = objmap_get(kernels, k);

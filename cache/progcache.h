@@ -73,6 +73,10 @@ cl_int pc_get_device_info(cl_device_id dev, cl_device_info param, size_t size, v
 int pc_kernel_origin(cl_kernel k, int *kind, const void **input, size_t *input_len, const char **options,
                      const char **name);
 
+/* A tracked program's kind (KEY_SOURCE or KEY_IL) and its source or IL
+ * bytes (valid while the program lives). 0, or -1 when not tracked. */
+int pc_program_input(cl_program prog, int *kind, const void **input, size_t *input_len);
+
 /* The specialization constants set on the kernel's program (an IL program;
  * none for source): copies at most `max` into out (any order) and returns
  * how many there are, or -1 when the kernel's program is not tracked.

@@ -26,6 +26,8 @@
 #include <string.h>
 
 #include "CL/clshim_ext.h"
+#include "cache/key.h"
+#include "cache/progcache.h"
 #include "common/config.h"
 #include "common/log.h"
 #include "common/objmap.h"
@@ -199,6 +201,18 @@ int fusion_init(const struct cl_api *real, int enabled)
         pthread_once(&init_once, do_init);
     }
     return __atomic_load_n(&fusion_armed, __ATOMIC_ACQUIRE);
+}
+
+int fusion_wants_arg_info(cl_program prog)
+{
+    int armed = __atomic_load_n(&fusion_armed, __ATOMIC_ACQUIRE);
+    if (armed <= 0) return 0;
+    if (armed & FUSION_ARMED_EXT) return 1;
+    int kind = 0;
+    const void *input = NULL;
+    size_t len = 0;
+    if (pc_program_input(prog, &kind, &input, &len) != 0) return 0; /* untracked: its kernels are never held */
+    return plan_names_in_program(fb_plan, input, len, kind == KEY_IL);
 }
 
 /* ---- queue records ------------------------------------------------------------ */

@@ -56,6 +56,14 @@ static inline int fusion_hot(void) { return __atomic_load_n(&fusion_armed, __ATO
  * Idempotent and thread-safe; returns the armed bits. */
 int fusion_init(const struct cl_api *real, int enabled);
 
+/* Whether a build of `prog` gets -cl-kernel-arg-info added (fusion needs
+ * to know which arguments are buffers; PoCL answers clGetKernelArgInfo only
+ * for programs built with it or without options): only while armed, and
+ * under a plan only when the program's source or IL names a planned kernel,
+ * so arming does not change the builds (and cache keys) of other programs.
+ * With the extension API armed any kernel may be held: every program. */
+int fusion_wants_arg_info(cl_program prog);
+
 /* ---- the slow paths of the wrappers (only when fusion_hot()) ---- */
 
 cl_int fusion_set_arg(cl_kernel k, cl_uint index, size_t size, const void *value);

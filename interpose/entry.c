@@ -90,7 +90,7 @@ SHIM_EXPORT cl_int clBuildProgram(cl_program program, cl_uint num_devices, const
     NEED_INT(clBuildProgram);
     if (!entry_enabled || !program)
         return r->clBuildProgram(program, num_devices, device_list, options, pfn_notify, user_data);
-    int arg_info = fusion_hot() && fusion_init(r, entry_enabled) > 0; /* fusion classifies arguments */
+    int arg_info = fusion_hot() && fusion_init(r, entry_enabled) > 0 && fusion_wants_arg_info(program);
     return pc_build(program, num_devices, device_list, options, arg_info, pfn_notify, user_data);
 }
 
@@ -104,7 +104,7 @@ SHIM_EXPORT cl_int clCompileProgram(cl_program program, cl_uint num_devices, con
     if (!entry_enabled || !program)
         return r->clCompileProgram(program, num_devices, device_list, options, num_input_headers, input_headers,
                                    header_include_names, pfn_notify, user_data);
-    int arg_info = fusion_hot() && fusion_init(r, entry_enabled) > 0;
+    int arg_info = fusion_hot() && fusion_init(r, entry_enabled) > 0 && fusion_wants_arg_info(program);
     return pc_compile(program, num_devices, device_list, options, arg_info, num_input_headers, input_headers,
                       header_include_names, pfn_notify, user_data);
 }

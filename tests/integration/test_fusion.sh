@@ -50,6 +50,17 @@ same_output ref_opts opts2 "options, second run: same results"
 [ "$(count 'hit derived program' "$TMP/opts2.err")" = 1 ] || fail "options, second run: the fused program was not a hit"
 ok "options: a program built with options fuses, cold and from the cache"
 
+# 2b'. Arming changes the build of a program only when its source names a
+#      planned kernel: under a plan naming none of its kernels, a program
+#      built with options keeps its options, so its cache entry is the one
+#      an unarmed run stored (a hit).
+fresh_pocl; run_shim unarmed_x "$FC" --mode chain --options "-DX=1"
+fresh_pocl; run_shim other_plan env CLSHIM_FUSE="nothere+absent" "$FC" --mode chain --options "-DX=1"
+same_output unarmed_x other_plan "other plan: same results"
+[ "$(count '^clshim: hit [0-9a-f]* on' "$TMP/other_plan.err")" = 1 ] || fail "other plan: the unarmed run's entry was not hit"
+[ "$(count 'kernel-arg-info added' "$TMP/other_plan.err")" = 0 ] || fail "other plan: -cl-kernel-arg-info was added"
+ok "a plan naming none of a program's kernels leaves its build and cache key alone"
+
 # 2c. A program created from SPIR-V (the same kernels): its IR comes from the
 #     IL through the translator; same results as the source program plainly.
 "$FC" --print-source >"$TMP/chain.cl"
