@@ -257,7 +257,25 @@ static struct fq *fq_get(cl_command_queue q, int create)
     return r;
 }
 
-void fusion_queue_created(cl_command_queue q) { fq_get(q, 1); }
+void fusion_queue_created(cl_command_queue q)
+{
+    if (!queues || !q) return;
+    pthread_mutex_lock(&create_lock);
+    struct fq *stale = objmap_get(queues, q);
+    if (stale) { /* its queue was destroyed with the driver's references outstanding */
+        objmap_remove(queues, q);
+        __atomic_store_n(&stale->dead, 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&create_lock);
+    if (stale) log_msg(LOG_DEBUG, "fusion: a new queue has the handle of a destroyed one; its record is dropped");
+    fq_get(q, 1);
+}
+
+void fusion_kernels_created(const cl_kernel *kernels, cl_uint n)
+{
+    for (cl_uint i = 0; i < n; i++)
+        if (kernels[i]) fk_forget(kernels[i]);
+}
 
 void fusion_release_queue(cl_command_queue q)
 {

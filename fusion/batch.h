@@ -93,7 +93,12 @@ cl_int fusion_release_event(cl_event e);
 void fusion_release_mem(cl_mem m);
 void fusion_release_kernel(cl_kernel k);
 void fusion_release_queue(cl_command_queue q);
+/* A new queue or new kernels: a record kept under the same handle belongs
+ * to a destroyed object whose handle the driver reused (records of objects
+ * the driver still references at the application's last release linger),
+ * and is dropped. */
 void fusion_queue_created(cl_command_queue q);
+void fusion_kernels_created(const cl_kernel *kernels, cl_uint n);
 
 /* The extension functions by name (clStartFusionCLSHIM, ...), or NULL.
  * Looking one up arms argument recording for every kernel. */

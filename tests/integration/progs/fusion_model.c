@@ -18,6 +18,14 @@
  * enqueues the named kernels back to back N times on one queue (no events)
  * and prints the buffers: the shape of application that once aborted when a
  * plan sequence was never completed.
+ *   fusion_model --queue-reuse N
+ * N times: k0 then k1 on a new in-order queue, released with its events
+ * alive (the driver keeps the queue), then the same on a new out-of-order
+ * queue (k1 waiting for k0), which the driver may give the old handle.
+ *   fusion_model --kernel-reuse N
+ * N times: a k1 released while the driver still references it (its launch
+ * waits for a user event), then a new k0, which the driver may give k1's
+ * handle, launched and relaunched with another scalar set in between.
  */
 #define CL_USE_DEPRECATED_OPENCL_1_2_APIS
 #include <pthread.h>
@@ -252,6 +260,8 @@ static void ooo_command(struct stream *st)
     st->ooo_last = done;
 }
 
+static int trace; /* --trace: each operation to stderr, for reducing a failing case */
+
 static void one_op(struct stream *st, int *seq, int *pos)
 {
     float host[NELEM];
@@ -259,6 +269,7 @@ static void one_op(struct stream *st, int *seq, int *pos)
     cl_uint nw;
     int b = (int)below(&st->r, NBUF);
     uint32_t op = below(&st->r, 100);
+    if (trace) fprintf(stderr, "op %u b%d\n", op, b);
     if (op < 55) {
         enqueue_kernel(st, st->q, pick_kernel(st, seq, pos));
     } else if (op < 58) { /* a blocking read */
@@ -448,6 +459,78 @@ static void run_sequence(const char *list, int iters)
     }
 }
 
+static void run_queue_reuse(int iters)
+{
+    struct stream st;
+    memset(&st, 0, sizeof st);
+    for (int i = 0; i < NKERN; i++) st.k[i] = new_kernel(i);
+    for (int i = 0; i < NBUF; i++) st.b[i] = new_buffer(&st, i);
+    float s = 0.5f;
+    CHECK(clSetKernelArg(st.k[0], 0, sizeof(cl_mem), &st.b[0]));
+    CHECK(clSetKernelArg(st.k[0], 1, sizeof s, &s));
+    CHECK(clSetKernelArg(st.k[1], 0, sizeof(cl_mem), &st.b[0]));
+    CHECK(clSetKernelArg(st.k[1], 1, sizeof(cl_mem), &st.b[1]));
+    CHECK(clSetKernelArg(st.k[1], 2, sizeof s, &s));
+    size_t gws = NELEM;
+    for (int it = 0; it < iters; it++)
+        for (int ooo = 0; ooo < 2; ooo++) {
+            cl_command_queue q = new_queue(ooo);
+            cl_event e[2];
+            CHECK(clEnqueueNDRangeKernel(q, st.k[0], 1, NULL, &gws, NULL, 0, NULL, &e[0]));
+            CHECK(clEnqueueNDRangeKernel(q, st.k[1], 1, NULL, &gws, NULL, 1, &e[0], &e[1]));
+            CHECK(clFinish(q));
+            CHECK(clReleaseCommandQueue(q)); /* events still alive */
+            CHECK(clReleaseEvent(e[0]));
+            CHECK(clReleaseEvent(e[1]));
+        }
+    for (int i = 0; i < NBUF; i++) {
+        float host[NELEM];
+        cl_command_queue q = new_queue(0);
+        CHECK(clEnqueueReadBuffer(q, st.b[i], CL_TRUE, 0, sizeof host, host, 0, NULL, NULL));
+        CHECK(clReleaseCommandQueue(q));
+        printf("b%d=%016llx\n", i, (unsigned long long)fnv(host, sizeof host));
+    }
+}
+
+static void run_kernel_reuse(int iters)
+{
+    struct stream st;
+    memset(&st, 0, sizeof st);
+    cl_command_queue q = new_queue(0);
+    for (int i = 0; i < NBUF; i++) st.b[i] = new_buffer(&st, i);
+    size_t gws = NELEM;
+    for (int it = 0; it < iters; it++) {
+        cl_int err;
+        cl_event gate = clCreateUserEvent(ctx, &err);
+        CHECK(err);
+        cl_kernel k1 = new_kernel(1);
+        float s = 1.5f;
+        CHECK(clSetKernelArg(k1, 0, sizeof(cl_mem), &st.b[0]));
+        CHECK(clSetKernelArg(k1, 1, sizeof(cl_mem), &st.b[1]));
+        CHECK(clSetKernelArg(k1, 2, sizeof s, &s));
+        CHECK(clEnqueueNDRangeKernel(q, k1, 1, NULL, &gws, NULL, 1, &gate, NULL));
+        CHECK(clReleaseKernel(k1)); /* the pending launch keeps it */
+        CHECK(clSetUserEventStatus(gate, CL_COMPLETE));
+        CHECK(clFinish(q));
+        CHECK(clReleaseEvent(gate));
+        cl_kernel k0 = new_kernel(0);
+        CHECK(clSetKernelArg(k0, 0, sizeof(cl_mem), &st.b[2]));
+        CHECK(clSetKernelArg(k0, 1, sizeof s, &s));
+        CHECK(clEnqueueNDRangeKernel(q, k0, 1, NULL, &gws, NULL, 0, NULL, NULL));
+        float s2 = -0.25f;
+        CHECK(clSetKernelArg(k0, 1, sizeof s2, &s2));
+        CHECK(clEnqueueNDRangeKernel(q, k0, 1, NULL, &gws, NULL, 0, NULL, NULL));
+        CHECK(clFinish(q));
+        CHECK(clReleaseKernel(k0));
+    }
+    for (int i = 0; i < NBUF; i++) {
+        float host[NELEM];
+        CHECK(clEnqueueReadBuffer(q, st.b[i], CL_TRUE, 0, sizeof host, host, 0, NULL, NULL));
+        printf("b%d=%016llx\n", i, (unsigned long long)fnv(host, sizeof host));
+    }
+    CHECK(clReleaseCommandQueue(q));
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && !strcmp(argv[1], "--plan")) {
@@ -457,11 +540,14 @@ int main(int argc, char **argv)
         return 0;
     }
     const char *sequence = NULL;
-    int iters = 30;
+    int iters = 30, queue_reuse = 0, kernel_reuse = 0;
     uint64_t plan_seed = 0, first = 0, count = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--sequence") && i + 1 < argc) sequence = argv[++i];
         else if (!strcmp(argv[i], "--iterations") && i + 1 < argc) iters = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--trace")) trace = 1;
+        else if (!strcmp(argv[i], "--queue-reuse") && i + 1 < argc) queue_reuse = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--kernel-reuse") && i + 1 < argc) kernel_reuse = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--plan-seed") && i + 1 < argc) plan_seed = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--cases") && i + 2 < argc) {
             first = strtoull(argv[++i], NULL, 10);
@@ -483,6 +569,8 @@ int main(int argc, char **argv)
         return 2;
     }
     if (sequence) run_sequence(sequence, iters);
+    if (queue_reuse) run_queue_reuse(queue_reuse);
+    if (kernel_reuse) run_kernel_reuse(kernel_reuse);
     for (uint64_t s = first; s < first + count; s++) run_case(plan_seed, s);
     CHECK(clReleaseProgram(prog));
     CHECK(clReleaseContext(ctx));
