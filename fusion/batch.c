@@ -78,7 +78,7 @@ static const char *fq_broken(const struct fq *q)
  * queue, one line is logged, and the caller submits what is held unfused,
  * so the application goes on with plain results. Caller holds q->lock.
  * Returns 1 when an invariant was broken. */
-static int fq_check(struct fq *q, const char *where)
+int fq_check(struct fq *q, const char *where)
 {
     const char *broken = fq_broken(q);
     if (!broken) return 0;

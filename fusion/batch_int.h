@@ -183,6 +183,12 @@ struct fq {
     struct fq *next_all;
 };
 
+/* Checks q's invariants (batch.c): 0 when they hold; 1 when one is broken,
+ * after logging it and turning fusion off for q (held kernels must then be
+ * submitted unfused by the caller) — or abort()s under CLSHIM_STRICT=1.
+ * Caller holds q->lock. */
+int fq_check(struct fq *q, const char *where);
+
 /* Submits every held kernel individually, in order (caller holds q->lock). */
 void fb_submit_held(struct fq *q, struct fb_pending *p);
 /* Releases what a held entry owns (not its event); keeps its argument
