@@ -7,7 +7,7 @@
 # be equal, with no abort (run-all.sh sets CLSHIM_STRICT=1: a broken
 # internal invariant aborts) and no internal error logged.
 #   make check: PLANS plan seeds x CASES cases (a few hundred, fixed);
-#   CLSHIM_LONG=1 (make check-long): 100 plans x 50 cases = 5,000 cases.
+#   CLSHIM_LONG=1 (make check-long): 40 plans x 125 cases = 5,000 cases.
 source "$(dirname "$0")/lib.sh"
 export CLSHIM_LOG=info
 FM=$PROGS/fusion_model
@@ -52,7 +52,7 @@ regress queue_reuse "k0+k1" --queue-reuse 10
 #    6:0:32  case 31 (under load, about 1 run in 30): a buffer differed: a new kernel
 #            inherited the record of a released one with the same handle (1b).
 REGRESSIONS="1:0:1 6:0:32"
-if [ "${CLSHIM_LONG:-0}" = 1 ]; then PLANS=100; CASES=50; else PLANS=7; CASES=40; fi
+if [ "${CLSHIM_LONG:-0}" = 1 ]; then PLANS=40; CASES=125; else PLANS=7; CASES=40; fi
 model() { # plan_seed first count
     local ps=$1 first=$2 n=$3 plan tag=m$1_$2
     plan=$("$FM" --plan "$ps")
