@@ -93,6 +93,11 @@
     X(DOCTOR, BOOL, doctor, "0", "0.1",                                        \
       "1 prints one line at exit naming the entry mode that delivered the "    \
       "process's OpenCL calls to clshim (preload, loader or layer) and "       \
-      "whether this copy intercepted or forwarded them (`clshim doctor`).")
+      "whether this copy intercepted or forwarded them (`clshim doctor`).")  \
+    X(STRICT, BOOL, strict, "0", "0.1",                                        \
+      "1 makes a broken internal invariant of clshim abort the process "       \
+      "(the test suite sets it, to find bugs). 0 falls back instead: the "     \
+      "work involved goes to the driver unchanged, the feature concerned "     \
+      "(e.g. fusion on that queue) is turned off, and one line is logged.")
 
 #endif

@@ -1,6 +1,8 @@
 /* batch.c — the per-queue state machine (see batch.h for the design).
  *
- * Invariants of a queue record (checked by fq_invariants() in debug builds):
+ * Invariants of a queue record (checked by fq_check() before held kernels
+ * are submitted or fused; a broken one aborts under CLSHIM_STRICT, else
+ * turns fusion off for the queue):
  *   1. nheld > 0 only on an in-order, live queue;
  *   2. held entries are in enqueue order, each with a complete snapshot
  *      (rec->nargs arguments) and retained wait events; the kernel is not
@@ -18,11 +20,14 @@
  */
 #include "fusion/batch.h"
 
-#include <assert.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "CL/clshim_ext.h"
+#include "cache/key.h"
+#include "program/origin.h"
 #include "common/config.h"
 #include "common/log.h"
 #include "common/objmap.h"
@@ -44,26 +49,93 @@ static pthread_mutex_t create_lock = PTHREAD_MUTEX_INITIALIZER;
 
 #define STAT_ADD(v, n) __atomic_add_fetch(&(v), (n), __ATOMIC_RELAXED)
 
-#ifndef NDEBUG
-static int fq_invariants(const struct fq *q)
+/* The first broken invariant of q (see the top of this file), or NULL.
+ * Cheap: run before every submission or fusion of held kernels, never on
+ * the path of a kernel that is only held. Caller holds q->lock. */
+static const char *fq_broken(const struct fq *q)
 {
-    if (q->nheld) assert(q->in_order && !q->dead);
+    if (q->nheld && (!q->in_order || q->dead)) return "kernels held on an out-of-order or destroyed queue";
     for (uint32_t i = 0; i < q->nheld; i++) {
         const struct held *h = &q->held[i];
-        assert(h->k && h->rec && h->args && h->nargs == h->rec->nargs);
-        if (h->ev) assert(h->ev->held == 1 && h->ev->q == q);
+        if (!h->k || !h->rec || (h->nargs && !h->args) || h->nargs != h->rec->nargs)
+            return "a held kernel without its argument snapshot";
+        if (h->ev && (h->ev->held != 1 || h->ev->q != q)) return "a held event not marked held on its queue";
     }
     if (!q->ext && q->nheld) {
-        assert(q->ncand > 0);
+        if (!q->ncand) return "held kernels matching no plan sequence";
         for (uint32_t c = 0; c < q->ncand; c++) {
             const struct plan_seq *s = &fb_plan->seqs[q->cand[c]];
-            assert(s->n >= q->nheld);
-            for (uint32_t i = 0; i < q->nheld; i++) assert(!strcmp(s->names[i], q->held[i].rec->name));
+            if (s->n < q->nheld) return "more kernels held than a candidate sequence has";
+            for (uint32_t i = 0; i < q->nheld; i++)
+                if (strcmp(s->names[i], q->held[i].rec->name)) return "held kernels not a prefix of a candidate";
         }
     }
+    return NULL;
+}
+
+/* A broken invariant is a clshim bug. Under CLSHIM_STRICT (tests, debugging)
+ * it aborts, where it is found; otherwise fusion is turned off for the
+ * queue, one line is logged, and the caller submits what is held unfused,
+ * so the application goes on with plain results. Caller holds q->lock.
+ * Returns 1 when an invariant was broken. */
+int fq_check(struct fq *q, const char *where)
+{
+    const char *broken = fq_broken(q);
+    if (!broken) return 0;
+    if (config_get()->strict) {
+        log_msg(LOG_ERROR, "fusion: internal error in %s: %s; aborting (CLSHIM_STRICT=1)", where, broken);
+        abort();
+    }
+    log_msg(LOG_ERROR, "fusion: internal error in %s: %s; held kernels submitted unfused, fusion off for this queue",
+            where, broken);
+    q->off = 1;
+    q->ext = 0;
     return 1;
 }
-#endif
+
+/* ---- log lines, one per kind ---------------------------------------------------- */
+
+/* A loop that fuses (or cancels) the same way each iteration would log a
+ * line per iteration: each distinct line is logged once at info level, its
+ * repeats at debug level, and the exit summary says how often it recurred. */
+#define LOG_KINDS 256
+static struct log_kind {
+    uint64_t hash;
+    uint64_t again;
+    char *text;
+} log_kinds[LOG_KINDS];
+static uint32_t log_nkinds;
+static pthread_mutex_t log_kinds_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void fb_log_kind(const char *fmt, ...)
+{
+    if (!log_enabled(LOG_INFO)) return;
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    uint64_t h = 1469598103934665603ull;
+    for (const char *c = line; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    int repeat = 0;
+    pthread_mutex_lock(&log_kinds_lock);
+    for (uint32_t i = 0; i < log_nkinds && !repeat; i++)
+        if (log_kinds[i].hash == h && !strcmp(log_kinds[i].text, line)) repeat = 1, log_kinds[i].again++;
+    if (!repeat && log_nkinds < LOG_KINDS && (log_kinds[log_nkinds].text = strdup(line)))
+        log_kinds[log_nkinds++].hash = h;
+    pthread_mutex_unlock(&log_kinds_lock);
+    log_msg(repeat ? LOG_DEBUG : LOG_INFO, "%s", line);
+}
+
+static void log_kinds_summary(void)
+{
+    pthread_mutex_lock(&log_kinds_lock);
+    for (uint32_t i = 0; i < log_nkinds; i++)
+        if (log_kinds[i].again)
+            log_msg(LOG_INFO, "fusion: again %llu times: %s", (unsigned long long)log_kinds[i].again,
+                    log_kinds[i].text);
+    pthread_mutex_unlock(&log_kinds_lock);
+}
 
 /* ---- start-up and exit ------------------------------------------------------ */
 
@@ -77,8 +149,9 @@ static void at_exit(void)
     const struct clshim_config *cfg = config_get();
     if (__atomic_load_n(&fusion_armed, __ATOMIC_RELAXED) <= 0) return; /* no plan, no extension use */
     if (!cfg->stats && !log_enabled(LOG_INFO)) return;
-    if (!log_enabled(LOG_WARN)) log_set_level(LOG_WARN);
-    log_msg(LOG_WARN,
+    log_kinds_summary();
+    if (!log_enabled(LOG_INFO)) log_set_level(LOG_INFO); /* CLSHIM_STATS below level info */
+    log_msg(LOG_INFO,
             "fusion summary: %llu fused launches replaced %llu kernel launches; %llu held kernels submitted "
             "unfused; %llu fusions refused",
             (unsigned long long)fb_stat_fused, (unsigned long long)fb_stat_replaced,
@@ -128,6 +201,20 @@ int fusion_init(const struct cl_api *real, int enabled)
     return __atomic_load_n(&fusion_armed, __ATOMIC_ACQUIRE);
 }
 
+int fusion_wants_arg_info(cl_program prog)
+{
+    int armed = __atomic_load_n(&fusion_armed, __ATOMIC_ACQUIRE);
+    if (armed <= 0) return 0;
+    if (armed & FUSION_ARMED_EXT) return 1;
+    enum key_kind kind;
+    void *input;
+    size_t len;
+    if (pc_program_input(prog, &kind, &input, &len) != 0) return 0; /* untracked: its kernels are never held */
+    int named = plan_names_in_program(fb_plan, input, len, kind == KEY_IL);
+    free(input);
+    return named;
+}
+
 /* ---- queue records ------------------------------------------------------------ */
 
 static struct fq *fq_get(cl_command_queue q, int create)
@@ -170,7 +257,25 @@ static struct fq *fq_get(cl_command_queue q, int create)
     return r;
 }
 
-void fusion_queue_created(cl_command_queue q) { fq_get(q, 1); }
+void fusion_queue_created(cl_command_queue q)
+{
+    if (!queues || !q) return;
+    pthread_mutex_lock(&create_lock);
+    struct fq *stale = objmap_get(queues, q);
+    if (stale) { /* its queue was destroyed with the driver's references outstanding */
+        objmap_remove(queues, q);
+        __atomic_store_n(&stale->dead, 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&create_lock);
+    if (stale) log_msg(LOG_DEBUG, "fusion: a new queue has the handle of a destroyed one; its record is dropped");
+    fq_get(q, 1);
+}
+
+void fusion_kernels_created(const cl_kernel *kernels, cl_uint n)
+{
+    for (cl_uint i = 0; i < n; i++)
+        if (kernels[i]) fk_forget(kernels[i]);
+}
 
 void fusion_release_queue(cl_command_queue q)
 {
@@ -220,10 +325,18 @@ static cl_event *subst_waits(cl_uint n, const cl_event *wl, cl_event *buf, size_
 
 void fb_submit_held(struct fq *q, struct fb_pending *p)
 {
-    assert(fq_invariants(q));
+    fq_check(q, "submitting held kernels");
     uint32_t n = q->nheld;
     for (uint32_t i = 0; i < n; i++) {
         struct held *h = &q->held[i];
+        if (!h->k || !h->rec || (h->nargs && !h->args)) { /* only after a broken invariant (logged) */
+            if (h->ev) {
+                h->ev->held = 0;
+                fb_pending_add(p, h->ev, NULL, CL_OUT_OF_RESOURCES);
+            }
+            fb_held_clear(h);
+            continue;
+        }
         cl_event buf[16], rev = NULL;
         cl_event *waits = subst_waits(h->nwaits, h->waits, buf, 16);
         pthread_mutex_lock(&h->rec->lock);
@@ -270,7 +383,7 @@ void fb_cancel(struct fq *q, const char *why)
         if (log_enabled(LOG_INFO)) {
             char names[512];
             names_of(q, names, sizeof names);
-            log_msg(LOG_INFO, "fusion: held %s submitted unfused: %s", names, why);
+            fb_log_kind("fusion: held %s submitted unfused: %s", names, why);
         }
         fb_submit_held(q, &p);
     }
@@ -376,7 +489,9 @@ static int plan_start(struct fq *q, const char *name)
     return q->ncand > 0;
 }
 
-/* Keeps the candidates whose next kernel is `name`; returns how many. */
+/* Keeps the candidates whose next kernel is `name`; returns how many.
+ * When none continues with `name` the candidates are left as they were:
+ * the held kernels still match them until they are submitted (invariant 4). */
 static uint32_t plan_filter(struct fq *q, const char *name)
 {
     uint32_t m = 0;
@@ -384,9 +499,31 @@ static uint32_t plan_filter(struct fq *q, const char *name)
         const struct plan_seq *s = &fb_plan->seqs[q->cand[c]];
         if (s->n > q->nheld && !strcmp(s->names[q->nheld], name) &&
             !__atomic_load_n(&fb_seq_failed[q->cand[c]], __ATOMIC_RELAXED))
-            q->cand[m++] = q->cand[c];
+            q->cand[m++] = q->cand[c]; /* m <= c: compacting in place only moves matches */
     }
-    return q->ncand = m;
+    if (m) q->ncand = m;
+    return m;
+}
+
+/* The kernels the candidates expect next, "'a' or 'b'", for the log. */
+static void expected_next(const struct fq *q, char *out, size_t len)
+{
+    size_t o = 0;
+    out[0] = 0;
+    for (uint32_t c = 0; c < q->ncand && o + 1 < len; c++) {
+        const struct plan_seq *s = &fb_plan->seqs[q->cand[c]];
+        if (s->n <= q->nheld) continue;
+        const char *next = s->names[q->nheld];
+        int seen = 0;
+        for (uint32_t d = 0; d < c && !seen; d++) {
+            const struct plan_seq *t = &fb_plan->seqs[q->cand[d]];
+            seen = t->n > q->nheld && !strcmp(t->names[q->nheld], next);
+        }
+        if (seen) continue;
+        int w = snprintf(out + o, len - o, "%s'%s'", o ? " or " : "", next);
+        if (w < 0) break;
+        o += (size_t)w;
+    }
 }
 
 /* The candidate completed by the held kernels, or -1. */
@@ -401,6 +538,10 @@ static int plan_done(const struct fq *q)
 static void fuse_or_submit(struct fq *q, int force, int seq, struct fb_pending *p, cl_event *out)
 {
     char why[600], names[512] = "";
+    if (fq_check(q, "fusing held kernels")) {
+        fb_submit_held(q, p);
+        return;
+    }
     if (log_enabled(LOG_INFO)) names_of(q, names, sizeof names); /* costly: only for the log */
     uint32_t n = q->nheld, nargs = 0;
     for (uint32_t i = 0; i < n; i++) nargs += q->held[i].nargs;
@@ -408,7 +549,7 @@ static void fuse_or_submit(struct fq *q, int force, int seq, struct fb_pending *
     if (fb_fuse_held(q, force, seq, p, out, &nparams, why, sizeof why) == 0) {
         STAT_ADD(fb_stat_fused, 1);
         STAT_ADD(fb_stat_replaced, n);
-        log_msg(LOG_INFO, "fused %s into one launch (%u parameters for %u arguments)", names, (unsigned)nparams,
+        fb_log_kind("fused %s into one launch (%u parameters for %u arguments)", names, (unsigned)nparams,
                 (unsigned)nargs);
         return;
     }
@@ -460,13 +601,17 @@ cl_int fusion_enqueue_kernel(cl_command_queue queue, cl_kernel k, cl_uint dim, c
     cl_int rc = CL_SUCCESS;
     const char *why = NULL;
     pthread_mutex_lock(&q->lock);
-    int want = !task && r && (q->ext || (fb_plan && r->in_plan && q->in_order));
+    int want = !task && r && !q->off && (q->ext || (fb_plan && r->in_plan && q->in_order));
     if (want && !q->ext) {
         /* Plan mode: does it continue (or start) a sequence? */
         if (q->nheld && !plan_filter(q, r->name)) {
-            char names[512];
-            names_of(q, names, sizeof names);
-            log_msg(LOG_INFO, "fusion: held %s submitted unfused: '%s' breaks the sequence", names, r->name);
+            if (log_enabled(LOG_INFO)) {
+                char names[512], next[512];
+                names_of(q, names, sizeof names);
+                expected_next(q, next, sizeof next);
+                fb_log_kind("fusion: held %s submitted unfused: '%s' breaks the sequence (expected %s)",
+                        names, r->name, next[0] ? next : "the sequence to end");
+            }
             fb_submit_held(q, &p);
         }
         if (!q->nheld && !plan_start(q, r->name)) want = 0;
@@ -491,7 +636,7 @@ cl_int fusion_enqueue_kernel(cl_command_queue queue, cl_kernel k, cl_uint dim, c
         if (q->nheld) {
             char names[512];
             names_of(q, names, sizeof names);
-            log_msg(LOG_INFO, "fusion: held %s submitted unfused: '%s' cannot be held (%s)", names,
+            fb_log_kind("fusion: held %s submitted unfused: '%s' cannot be held (%s)", names,
                     r && r->name ? r->name : "?", why ? why : task ? "clEnqueueTask" : "not in the sequence");
             fb_submit_held(q, &p);
         }
@@ -609,7 +754,7 @@ static cl_int CL_API_CALL ext_start(cl_command_queue queue)
     pthread_mutex_lock(&q->lock);
     if (q->ext) {
         rc = CL_INVALID_OPERATION;
-    } else if (q->in_order) {
+    } else if (q->in_order && !q->off) {
         if (q->nheld) fb_submit_held(q, &p); /* a plan sequence in progress */
         q->ext = 1;
     }

@@ -56,6 +56,14 @@ static inline int fusion_hot(void) { return __atomic_load_n(&fusion_armed, __ATO
  * Idempotent and thread-safe; returns the armed bits. */
 int fusion_init(const struct cl_api *real, int enabled);
 
+/* Whether a build of `prog` gets -cl-kernel-arg-info added (fusion needs
+ * to know which arguments are buffers; PoCL answers clGetKernelArgInfo only
+ * for programs built with it or without options): only while armed, and
+ * under a plan only when the program's source or IL names a planned kernel,
+ * so arming does not change the builds (and cache keys) of other programs.
+ * With the extension API armed any kernel may be held: every program. */
+int fusion_wants_arg_info(cl_program prog);
+
 /* ---- the slow paths of the wrappers (only when fusion_hot()) ---- */
 
 cl_int fusion_set_arg(cl_kernel k, cl_uint index, size_t size, const void *value);
@@ -85,7 +93,12 @@ cl_int fusion_release_event(cl_event e);
 void fusion_release_mem(cl_mem m);
 void fusion_release_kernel(cl_kernel k);
 void fusion_release_queue(cl_command_queue q);
+/* A new queue or new kernels: a record kept under the same handle belongs
+ * to a destroyed object whose handle the driver reused (records of objects
+ * the driver still references at the application's last release linger),
+ * and is dropped. */
 void fusion_queue_created(cl_command_queue q);
+void fusion_kernels_created(const cl_kernel *kernels, cl_uint n);
 
 /* The extension functions by name (clStartFusionCLSHIM, ...), or NULL.
  * Looking one up arms argument recording for every kernel. */

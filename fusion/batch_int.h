@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "common/clapi.h"
+#include "fusion/llvm_api.h"
 #include "fusion/plan.h"
 
 extern const struct cl_api *fb_real;
@@ -55,6 +56,8 @@ static inline int fk_arg_equal(const struct fk_arg *a, const struct fk_arg *b)
     return !memcmp(a->v.heap, b->v.heap, a->size);
 }
 
+#define FK_MAX_SPECS 32 /* a kernel whose program sets more is never fused */
+
 struct fk_kernel {
     pthread_mutex_t lock; /* args, and the driver's copy of them (see fk_submit) */
     cl_kernel k;
@@ -66,8 +69,10 @@ struct fk_kernel {
     int in_plan;
     int svm;              /* an SVM pointer argument was set: never held */
     int origin_ok;        /* pc_kernel_origin knows it: it can be fused */
-    unsigned char origin_hash[16]; /* XXH3-128 of its program's kind, options and input */
+    unsigned char origin_hash[16]; /* XXH3-128 of its program's kind, options, input, spec constants */
     char *options;        /* its program's build options ("" when unknown) */
+    uint32_t nspecs;      /* its IL program's specialization constants, sorted by id */
+    struct llvm_spec_const specs[FK_MAX_SPECS];
     cl_uint nargs;
     struct fk_arg *args;  /* the arguments as the application last set them */
     cl_device_id wg_dev;  /* CL_KERNEL_WORK_GROUP_SIZE cached for this device */
@@ -164,6 +169,7 @@ struct fq {
     int in_order;
     int dead;             /* the queue was destroyed; the record stays reachable */
     int ext;              /* clStartFusionCLSHIM is active */
+    int off;              /* an internal invariant broke here: never hold again */
     struct held *held;
     uint32_t nheld;       /* written under lock, read atomically */
     uint32_t cap;
@@ -177,6 +183,12 @@ struct fq {
     struct fq *next_all;
 };
 
+/* Checks q's invariants (batch.c): 0 when they hold; 1 when one is broken,
+ * after logging it and turning fusion off for q (held kernels must then be
+ * submitted unfused by the caller) — or abort()s under CLSHIM_STRICT=1.
+ * Caller holds q->lock. */
+int fq_check(struct fq *q, const char *where);
+
 /* Submits every held kernel individually, in order (caller holds q->lock). */
 void fb_submit_held(struct fq *q, struct fb_pending *p);
 /* Releases what a held entry owns (not its event); keeps its argument
@@ -186,6 +198,10 @@ void fb_held_clear(struct held *h);
 void fb_cancel(struct fq *q, const char *why);
 /* The real event carrying a held-or-submitted event's work, else e itself. */
 cl_event fb_subst(struct fq *own, cl_event e);
+
+/* Logs a line at info level the first time this text comes, at debug level
+ * after that; the exit summary counts the repeats ("again N times: ..."). */
+void fb_log_kind(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* ---- fused launch (flaunch.c) ---- */
 

@@ -90,6 +90,19 @@ static struct fk_kernel *make_record(cl_kernel k)
         r->name = strdup(origin.name);
         r->options = strdup(options);
         r->origin_ok = (origin.kind == KEY_SOURCE || origin.kind == KEY_IL) && r->options && r->name;
+        /* An IL program's specialization constants change its code: the
+         * fused module is translated with them, and they are part of the
+         * origin (so of the fused program's cache key). */
+        if (origin.nspecs > FK_MAX_SPECS) r->origin_ok = 0;
+        r->nspecs = origin.nspecs > FK_MAX_SPECS ? 0 : (uint32_t)origin.nspecs;
+        for (uint32_t i = 0; i < r->nspecs; i++)
+            r->specs[i] = (struct llvm_spec_const){origin.specs[i].id, origin.specs[i].size, origin.specs[i].value};
+        for (uint32_t i = 1; i < r->nspecs; i++) /* insertion sort: a handful at most */
+            for (uint32_t j = i; j > 0 && r->specs[j - 1].id > r->specs[j].id; j--) {
+                struct llvm_spec_const t = r->specs[j];
+                r->specs[j] = r->specs[j - 1];
+                r->specs[j - 1] = t;
+            }
         XXH3_state_t *st = XXH3_createState();
         if (st) {
             uint64_t kk = (uint64_t)origin.kind, ol = strlen(options), il = origin.input_len;
@@ -99,6 +112,10 @@ static struct fk_kernel *make_record(cl_kernel k)
             XXH3_128bits_update(st, options, ol);
             XXH3_128bits_update(st, &il, sizeof il);
             XXH3_128bits_update(st, origin.input, origin.input_len);
+            for (uint32_t i = 0; i < r->nspecs; i++) {
+                uint64_t spec[3] = {r->specs[i].id, r->specs[i].size, r->specs[i].value};
+                XXH3_128bits_update(st, spec, sizeof spec);
+            }
             XXH128_hash_t h = XXH3_128bits_digest(st);
             memcpy(r->origin_hash, &h.low64, 8);
             memcpy(r->origin_hash + 8, &h.high64, 8);

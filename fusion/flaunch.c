@@ -335,7 +335,9 @@ static int make(void *arg, void **bitcode, size_t *bitcode_size, void **meta, si
                 e = frontend_compile_source(input, len, options, &mods[j].bc, &mods[j].size, err, sizeof err);
             } else {
                 mods[j].llvm_owned = 1;
-                e = api->spirv_to_spir(input, len, NULL, 0, &mods[j].bc, &mods[j].size, err, sizeof err);
+                /* With the program's specialization constants, as its own build had them. */
+                e = api->spirv_to_spir(input, len, h->rec->specs, h->rec->nspecs, &mods[j].bc, &mods[j].size,
+                                       err, sizeof err);
             }
             if (e) {
                 snprintf(m->why, m->why_len, "%s of '%s' failed: %s", origin->kind == KEY_SOURCE ? "compiling the source" :

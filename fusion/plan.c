@@ -437,6 +437,46 @@ int plan_has_kernel(const struct fusion_plan *plan, const char *name)
     return 0;
 }
 
+static int ident_char(unsigned char c) { return c == '_' || (c >= '0' && c <= '9') || ((c | 32) >= 'a' && (c | 32) <= 'z'); }
+
+static int plan_has_name(const struct fusion_plan *plan, const unsigned char *name, size_t n)
+{
+    for (uint32_t i = 0; i < plan->nseqs; i++)
+        for (uint32_t j = 0; j < plan->seqs[i].n; j++) {
+            const char *candidate = plan->seqs[i].names[j];
+            if (candidate[0] == name[0] && strlen(candidate) == n && !memcmp(candidate, name, n)) return 1;
+        }
+    return 0;
+}
+
+int plan_names_in_program(const struct fusion_plan *plan, const void *text, size_t len, int il)
+{
+    if (!plan || !text) return 0;
+    const unsigned char *t = text, *end = t + len;
+    if (il) { /* SPIR-V: literal strings are NUL-terminated, at word boundaries */
+        for (uint32_t i = 0; i < plan->nseqs; i++)
+            for (uint32_t j = 0; j < plan->seqs[i].n; j++) {
+                const char *name = plan->seqs[i].names[j];
+                size_t n = strlen(name) + 1; /* with its NUL */
+                for (const unsigned char *p = t; p < end && (p = memmem(p, (size_t)(end - p), name, n)); p++)
+                    if ((size_t)(p - t) % 4 == 0) return 1;
+            }
+        return 0;
+    }
+    /* OpenCL C: one pass over the identifiers (a name is at most PLAN_MAX_NAME bytes). */
+    for (const unsigned char *p = t; p < end;) {
+        if (!ident_char(*p)) {
+            p++;
+            continue;
+        }
+        const unsigned char *start = p;
+        while (p < end && ident_char(*p)) p++;
+        size_t n = (size_t)(p - start);
+        if (n <= PLAN_MAX_NAME && !(*start >= '0' && *start <= '9') && plan_has_name(plan, start, n)) return 1;
+    }
+    return 0;
+}
+
 void plan_free(struct fusion_plan *plan)
 {
     if (!plan) return;

@@ -73,6 +73,13 @@ int plan_check(const struct fusion_plan *plan, char *err, size_t err_len);
 /* Nonzero when `name` appears in some sequence of the plan. */
 int plan_has_kernel(const struct fusion_plan *plan, const char *name);
 
+/* Nonzero when the program text (OpenCL C source, or a SPIR-V module with
+ * `il` set) may define a kernel the plan names: some name occurs as an
+ * identifier (in SPIR-V, as a NUL-terminated string). Over-approximates
+ * (a name in a comment counts); a name made by a macro is missed, which only
+ * leaves that kernel without argument info (docs/fusion.md). */
+int plan_names_in_program(const struct fusion_plan *plan, const void *text, size_t len, int il);
+
 void plan_free(struct fusion_plan *plan);
 
 #endif

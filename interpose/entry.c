@@ -90,7 +90,7 @@ SHIM_EXPORT cl_int clBuildProgram(cl_program program, cl_uint num_devices, const
     NEED_INT(clBuildProgram);
     if (!entry_enabled || !program)
         return r->clBuildProgram(program, num_devices, device_list, options, pfn_notify, user_data);
-    int arg_info = fusion_hot() && fusion_init(r, entry_enabled) > 0; /* fusion classifies arguments */
+    int arg_info = fusion_hot() && fusion_init(r, entry_enabled) > 0 && fusion_wants_arg_info(program);
     return pc_build(program, num_devices, device_list, options, arg_info, pfn_notify, user_data);
 }
 
@@ -104,7 +104,7 @@ SHIM_EXPORT cl_int clCompileProgram(cl_program program, cl_uint num_devices, con
     if (!entry_enabled || !program)
         return r->clCompileProgram(program, num_devices, device_list, options, num_input_headers, input_headers,
                                    header_include_names, pfn_notify, user_data);
-    int arg_info = fusion_hot() && fusion_init(r, entry_enabled) > 0;
+    int arg_info = fusion_hot() && fusion_init(r, entry_enabled) > 0 && fusion_wants_arg_info(program);
     return pc_compile(program, num_devices, device_list, options, arg_info, num_input_headers, input_headers,
                       header_include_names, pfn_notify, user_data);
 }
@@ -180,7 +180,9 @@ SHIM_EXPORT cl_kernel clCreateKernel(cl_program program, const char *kernel_name
     const struct cl_api *r = entry_real();
     NEED_PTR(clCreateKernel);
     if (!entry_enabled || !program || !kernel_name) return r->clCreateKernel(program, kernel_name, errcode_ret);
-    return pc_create_kernel(program, kernel_name, errcode_ret);
+    cl_kernel k = pc_create_kernel(program, kernel_name, errcode_ret);
+    if (k && fusion_hot()) fusion_kernels_created(&k, 1);
+    return k;
 }
 
 SHIM_EXPORT cl_int clCreateKernelsInProgram(cl_program program, cl_uint num_kernels, cl_kernel *kernels,
@@ -189,7 +191,9 @@ SHIM_EXPORT cl_int clCreateKernelsInProgram(cl_program program, cl_uint num_kern
     const struct cl_api *r = entry_real();
     NEED_INT(clCreateKernelsInProgram);
     if (!entry_enabled || !program) return r->clCreateKernelsInProgram(program, num_kernels, kernels, num_kernels_ret);
-    return pc_create_kernels(program, num_kernels, kernels, num_kernels_ret);
+    cl_int rc = pc_create_kernels(program, num_kernels, kernels, num_kernels_ret);
+    if (rc == CL_SUCCESS && kernels && fusion_hot()) fusion_kernels_created(kernels, num_kernels);
+    return rc;
 }
 
 SHIM_EXPORT cl_kernel clCloneKernel(cl_kernel source_kernel, cl_int *errcode_ret)
@@ -197,7 +201,9 @@ SHIM_EXPORT cl_kernel clCloneKernel(cl_kernel source_kernel, cl_int *errcode_ret
     const struct cl_api *r = entry_real();
     NEED_PTR(clCloneKernel);
     if (!entry_enabled || !source_kernel) return r->clCloneKernel(source_kernel, errcode_ret);
-    return pc_clone_kernel(source_kernel, errcode_ret);
+    cl_kernel k = pc_clone_kernel(source_kernel, errcode_ret);
+    if (k && fusion_hot()) fusion_kernels_created(&k, 1);
+    return k;
 }
 
 SHIM_EXPORT cl_int clGetKernelInfo(cl_kernel kernel, cl_kernel_info param_name, size_t param_value_size,

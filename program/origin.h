@@ -34,6 +34,11 @@ struct pc_origin {
 int pc_kernel_origin(cl_kernel k, struct pc_origin *out);
 void pc_origin_free(struct pc_origin *o);
 
+/* A tracked program's kind (KEY_SOURCE or KEY_IL) and a copy of its source
+ * (NUL-terminated) or IL bytes in *input (malloc'd; the caller frees). 0, or
+ * -1 when the program is not tracked or out of memory (nothing to free). */
+int pc_program_input(cl_program prog, enum key_kind *kind, void **input, size_t *input_len);
+
 /* A program clshim derives itself (a fused kernel), built through the cache.
  * `key` is the caller's key material: everything that determines the
  * program (its inputs' keys, kernel names, ranges, argument classes, plan

@@ -2008,6 +2008,22 @@ void pc_origin_free(struct pc_origin *o)
     memset(o, 0, sizeof *o);
 }
 
+int pc_program_input(cl_program prog, enum key_kind *kind, void **input, size_t *input_len)
+{
+    struct pc_program *rec = objmap_get(programs, prog);
+    if (!rec) return -1;
+    pthread_mutex_lock(&rec->lock);
+    *kind = rec->kind;
+    *input_len = rec->input_len;
+    *input = malloc(rec->input_len + 1);
+    if (*input) {
+        memcpy(*input, rec->input, rec->input_len);
+        ((char *)*input)[rec->input_len] = 0;
+    }
+    pthread_mutex_unlock(&rec->lock);
+    return *input ? 0 : -1;
+}
+
 /* ---- devices ------------------------------------------------------------- */
 
 #define ADVERTISED_IL "SPIR-V_1.0 SPIR-V_1.1 SPIR-V_1.2 SPIR-V_1.3 SPIR-V_1.4"

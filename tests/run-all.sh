@@ -19,6 +19,8 @@ done
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$(cd "$ROOT" && cd "$BUILD" && pwd)
 export CLSHIM_BUILD=$BUILD CLSHIM_ROOT=$ROOT
+# A broken internal invariant aborts in tests (release runs fall back).
+export CLSHIM_STRICT=1
 # Sanitized builds (make check-sanitize): PoCL and the ICD loader leak by
 # design (LeakSanitizer off; the preloaded shim precedes the ASan runtime in
 # the initial library list, which is safe here: link-order check off), and TSan reports races inside PoCL's own

@@ -23,6 +23,13 @@ same_output() { # tagA tagB what
 }
 
 count() { grep -c -- "$1" "$2" || true; }
+# How often a fusion log line came: fusion logs each distinct line once and
+# counts its repeats in an exit line "fusion: again N times: LINE".
+occurrences() {
+    awk -v pat="$1" '!index($0, pat) { next }
+        match($0, /fusion: again [0-9]+ times: /) { n += substr($0, RSTART + 14, RLENGTH - 22); next }
+        { n++ } END { print n + 0 }' "$2"
+}
 
 fresh_pocl() { rm -rf "$POCL_CACHE_DIR"; mkdir -p "$POCL_CACHE_DIR"; }
 

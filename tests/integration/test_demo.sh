@@ -14,7 +14,7 @@ grep -q 'clshim: miss .* to be stored at its first use' "$TMP/demo.log" || fail 
 grep -q 'clshim: hit .*(disk)' "$TMP/demo.log" || fail "demo: no hit"
 ok "demo shows a miss and a hit"
 
-[ "$(count 'fused standardize+gain+clamp01 into one launch' "$TMP/demo.log")" -ge 6 ] ||
+[ "$(occurrences 'fused standardize+gain+clamp01 into one launch' "$TMP/demo.log")" -ge 6 ] ||
     fail "demo: the chain was not fused in both fusion runs"
 grep -q 'hit derived program' "$TMP/demo.log" || fail "demo: the fused kernel did not come from the cache"
 ok "demo fuses the chain, then takes the fused kernel from the cache"

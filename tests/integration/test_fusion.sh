@@ -15,7 +15,7 @@ shim_vs_plain() {
     fresh_pocl; run_shim "$tag" env CLSHIM_FUSE="$plan" "$@"
     same_output "ref_$tag" "$tag" "$tag: same results as without clshim"
 }
-fused() { count "fused $1 into one launch" "$TMP/$2.err"; }
+fused() { occurrences "fused $1 into one launch" "$TMP/$2.err"; }
 
 # 1. A 3-kernel chain fused by plan: one launch instead of three, each time.
 shim_vs_plain chain "$PLAN" "$FC" --mode chain
@@ -57,6 +57,17 @@ same_output ref_opts opts2 "options, second run: same results"
 [ "$(count 'hit derived program' "$TMP/opts2.err")" = 1 ] || fail "options, second run: the fused program was not a hit"
 ok "options: a program built with options fuses, cold and from the cache"
 
+# 2b'. Arming changes the build of a program only when its source names a
+#      planned kernel: under a plan naming none of its kernels, a program
+#      built with options keeps its options, so its cache entry is the one
+#      an unarmed run stored (a hit).
+fresh_pocl; run_shim unarmed_x "$FC" --mode chain --options "-DX=1"
+fresh_pocl; run_shim other_plan env CLSHIM_FUSE="nothere+absent" "$FC" --mode chain --options "-DX=1"
+same_output unarmed_x other_plan "other plan: same results"
+[ "$(count '^clshim: hit [0-9a-f]* on' "$TMP/other_plan.err")" = 1 ] || fail "other plan: the unarmed run's entry was not hit"
+[ "$(count 'kernel-arg-info added' "$TMP/other_plan.err")" = 0 ] || fail "other plan: -cl-kernel-arg-info was added"
+ok "a plan naming none of a program's kernels leaves its build and cache key alone"
+
 # 2c. A program created from SPIR-V (the same kernels): its IR comes from the
 #     IL through the translator; same results as the source program plainly.
 "$FC" --print-source >"$TMP/chain.cl"
@@ -91,15 +102,15 @@ ok "pyopencl: ElementwiseKernel chains fuse into one loop; differently offset sl
 
 # 3. A sync call in the middle cancels.
 shim_vs_plain sync "$PLAN" "$FC" --mode sync
-[ "$(count 'held offset submitted unfused: clFinish' "$TMP/sync.err")" = 3 ] || fail "sync: clFinish did not cancel"
+[ "$(occurrences 'held offset submitted unfused: clFinish' "$TMP/sync.err")" = 3 ] || fail "sync: clFinish did not cancel"
 [ "$(count 'into one launch' "$TMP/sync.err")" = 0 ] || fail "sync: fused across a clFinish"
 ok "sync: clFinish mid-sequence submits the held kernel unfused"
 
 # 4. Held events: waited, queried, called back, profiled, in other queues' wait lists.
 shim_vs_plain events "$PLAN" "$FC" --mode events
 [ "$(fused offset+scale+square events)" = 3 ] || fail "events: expected 3 fused launches"
-[ "$(count 'a status query on a held event' "$TMP/events.err")" = 3 ] || fail "events: status query did not cancel"
-[ "$(count 'another queue waits for a held event' "$TMP/events.err")" = 3 ] ||
+[ "$(occurrences 'a status query on a held event' "$TMP/events.err")" = 3 ] || fail "events: status query did not cancel"
+[ "$(occurrences 'another queue waits for a held event' "$TMP/events.err")" = 3 ] ||
     fail "events: other queue's wait list did not cancel"
 grep -q "^callbacks 12$" "$TMP/events.out" || fail "events: callbacks missing"
 ok "events: held events work in waits, queries, callbacks, profiling and other queues"
@@ -116,7 +127,7 @@ ok "sizes: kernels over different global sizes fuse"
 
 # 7. Identical arguments are elided: 9 arguments, 4 distinct (a, b, c, s).
 shim_vs_plain elide "$PLAN" "$FC" --mode elide
-[ "$(count 'fused blend+offset+square into one launch (4 parameters for 9 arguments)' "$TMP/elide.err")" = 3 ] ||
+[ "$(occurrences 'fused blend+offset+square into one launch (4 parameters for 9 arguments)' "$TMP/elide.err")" = 3 ] ||
     fail "elide: expected 3 launches with 4 parameters"
 ok "elide: identical buffers and scalars become one parameter"
 
@@ -125,7 +136,7 @@ ok "elide: identical buffers and scalars become one parameter"
 #     only the aliased step needs another fused kernel.
 shim_vs_plain vary "$PLAN" "$FC" --mode vary --iterations 2
 [ "$(fused offset+scale+square vary)" = 12 ] || fail "vary: expected 12 fused launches"
-[ "$(count 'fused offset+scale+square into one launch (4 parameters' "$TMP/vary.err")" = 2 ] ||
+[ "$(occurrences 'fused offset+scale+square into one launch (4 parameters' "$TMP/vary.err")" = 2 ] ||
     fail "vary: the in-place step should fuse with 4 parameters, twice"
 ok "vary: repeats, other buffers, scalars and aliasing give the unfused results"
 
@@ -142,7 +153,7 @@ ok "barrier: refused with the reason, forced failure falls back, never retried"
 
 # 9. Releasing a buffer a held kernel uses cancels.
 shim_vs_plain release "$PLAN" "$FC" --mode release
-[ "$(count 'release of a buffer a held kernel uses' "$TMP/release.err")" = 3 ] || fail "release: did not cancel"
+[ "$(occurrences 'release of a buffer a held kernel uses' "$TMP/release.err")" = 3 ] || fail "release: did not cancel"
 ok "release: a held kernel's buffer released mid-sequence"
 
 # 10. Two threads with two queues fusing at once.
@@ -161,7 +172,7 @@ grep -q "ext: present" "$TMP/ext.err" || fail "extension: lookup under the shim 
 [ "$(count 'ext: bad properties rc=-30' "$TMP/ext.err")" = 2 ] || fail "extension: bad properties not refused"
 [ "$(count 'ext: complete after sync rc=0 event=1' "$TMP/ext.err")" = 2 ] ||
     fail "extension: complete after a cancelling sync gives no event"
-[ "$(count 'submitted unfused: clFinish' "$TMP/ext.err")" = 2 ] || fail "extension: clFinish did not cancel"
+[ "$(occurrences 'submitted unfused: clFinish' "$TMP/ext.err")" = 2 ] || fail "extension: clFinish did not cancel"
 ok "extension: start/complete/cancel, early cancel, properties"
 
 # 12. A plan file; and an invalid one: file:line:column, fusion off, the app runs.

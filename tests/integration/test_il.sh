@@ -48,6 +48,19 @@ grep -q "spec values 5 6 7 8" "$TMP/spec5b.out" || fail "spec constant 5 not app
 [ "$(count 'hit ' "$TMP/spec5b.err")" = 1 ] || fail "the same spec value must hit"
 ok "specialisation constants change results and are part of the key"
 
+# Fusing an IL program's kernels keeps its specialisation constants: the
+# fused module is translated with them (without, it computed with the
+# defaults: 42 + 100), and they are part of the fused program's key.
+fresh_pocl; run_shim specchain "$IL" --spec-chain "$TMP/spec.spv" 5
+fresh_pocl; run_shim specfused env CLSHIM_FUSE=spec+spec_add "$IL" --spec-chain "$TMP/spec.spv" 5
+same_output specchain specfused "fused spec+spec_add: same results as unfused"
+grep -q "spec values 55 56 57 58" "$TMP/specfused.out" || fail "fused: the specialisation constants were not applied"
+[ "$(count 'fused spec+spec_add into one launch' "$TMP/specfused.err")" = 1 ] || fail "spec+spec_add did not fuse"
+fresh_pocl; run_shim specfused6 env CLSHIM_FUSE=spec+spec_add "$IL" --spec-chain "$TMP/spec.spv" 6
+grep -q "spec values 66 67 68 69" "$TMP/specfused6.out" || fail "fused, other values: the fused program of 5 was reused"
+[ "$(count 'fused spec+spec_add into one launch' "$TMP/specfused6.err")" = 1 ] || fail "spec+spec_add (6) did not fuse"
+ok "fused kernels of an IL program keep its specialisation constants"
+
 # Invalid modules: CL_INVALID_VALUE (-30), one log line each, the app goes on.
 fresh_pocl; run_shim invalid "$IL" --invalid "$TMP/features.spv"
 grep -q "random bytes: -30 null" "$TMP/invalid.out" || fail "random bytes not refused"

@@ -26,9 +26,9 @@ worker() { # id mode
         fi
         cmp -s "$TMP/ref_$m.out" "$TMP/w$id.out" || { echo "worker $id ($m): results differ" >>"$TMP/errors"; return; }
         grep 'clshim:' "$TMP/w$id.err" |
-            grep -v 'fused .* into one launch\|building the fused kernel\|submitted unfused: \|fusion summary\|fusion plan:\|summary:\|hit \|miss \|stored ' \
+            grep -v 'fused .* into one launch\|fusion: again [0-9]* times: \|building the fused kernel\|submitted unfused: \|fusion summary\|fusion plan:\|summary:\|hit \|miss \|stored ' \
             >>"$TMP/lines" || true
-        count 'fused .* into one launch' "$TMP/w$id.err" >>"$TMP/fused$id"
+        occurrences ' into one launch' "$TMP/w$id.err" >>"$TMP/fused$id"
         n=$((n + 1))
     done
     echo $n >"$TMP/runs$id"

@@ -192,12 +192,37 @@ static void random_input(void **state)
     }
 }
 
+/* Whether a program may define a planned kernel: identifiers of OpenCL C,
+ * NUL-terminated word-aligned strings of SPIR-V. */
+static void names_in_program(void **state)
+{
+    (void)state;
+    int rc;
+    struct fusion_plan *p = parse("scale+offset;blur+blur", PLAN_INLINE_FORM, &rc);
+    assert_int_equal(rc, 0);
+    const char *with = "__kernel void scale(__global float *a) { a[0] *= 2; }";
+    assert_true(plan_names_in_program(p, with, strlen(with), 0));
+    const char *at_end = "kernel void x(void) {}\n// blur";
+    assert_true(plan_names_in_program(p, at_end, strlen(at_end), 0));
+    const char *longer = "__kernel void scale2(__global float *a) { rescale(a); offset_x(a); a[0] = blurry; }";
+    assert_false(plan_names_in_program(p, longer, strlen(longer), 0));
+    assert_false(plan_names_in_program(p, with, 16, 0)); /* "scale" lies past the length given */
+    assert_false(plan_names_in_program(NULL, with, strlen(with), 0));
+    static const unsigned char il[] = {3, 2, 35, 7, 'b', 'l', 'u', 'r', 0, 0, 0, 0};
+    assert_true(plan_names_in_program(p, il, sizeof il, 1));
+    static const unsigned char il_unaligned[] = {3, 2, 35, 'b', 'l', 'u', 'r', 0, 0};
+    assert_false(plan_names_in_program(p, il_unaligned, sizeof il_unaligned, 1));
+    static const unsigned char il_prefix[] = {3, 2, 35, 7, 'b', 'l', 'u', 'r', 's', 0, 0, 0};
+    assert_false(plan_names_in_program(p, il_prefix, sizeof il_prefix, 1));
+    plan_free(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(file_form),        cmocka_unit_test(inline_form), cmocka_unit_test(errors),
         cmocka_unit_test(whole_plan_checks), cmocka_unit_test(limits),      cmocka_unit_test(load),
-        cmocka_unit_test(random_input),
+        cmocka_unit_test(random_input),     cmocka_unit_test(names_in_program),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

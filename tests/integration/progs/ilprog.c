@@ -3,6 +3,8 @@
  * tests/integration/data/features.cl and prints checksums.
  *   ilprog --il FILE.spv | --source FILE.cl     run the features kernels
  *   ilprog --spec FILE.spv [VALUE]              run the spec-constant kernel
+ *   ilprog --spec-chain FILE.spv VALUE          the spec constants 7 = VALUE and
+ *       8 = 10 * VALUE; kernels spec and spec_add back to back (a fusion plan's shape)
  *   ilprog --invalid FILE.spv                   invalid modules, then the valid one
  *   --khr: create through clCreateProgramWithILKHR */
 #include "common.h"
@@ -90,7 +92,7 @@ static void run_features(cl_context ctx, cl_device_id dev, cl_program prog)
     clReleaseCommandQueue(q);
 }
 
-static void run_spec(cl_context ctx, cl_device_id dev, cl_program prog)
+static void run_spec(cl_context ctx, cl_device_id dev, cl_program prog, int chain)
 {
     cl_int err;
     cl_command_queue q = clCreateCommandQueueWithProperties(ctx, dev, NULL, &err);
@@ -101,7 +103,15 @@ static void run_spec(cl_context ctx, cl_device_id dev, cl_program prog)
     size_t g = 4;
     int out[4];
     CHECK(clEnqueueNDRangeKernel(q, k, 1, NULL, &g, NULL, 0, NULL, NULL));
+    cl_kernel k2 = NULL;
+    if (chain) {
+        k2 = clCreateKernel(prog, "spec_add", &err);
+        CHECK(err);
+        CHECK(clSetKernelArg(k2, 0, sizeof b, &b));
+        CHECK(clEnqueueNDRangeKernel(q, k2, 1, NULL, &g, NULL, 0, NULL, NULL));
+    }
     CHECK(clEnqueueReadBuffer(q, b, CL_TRUE, 0, sizeof out, out, 0, NULL, NULL));
+    if (k2) clReleaseKernel(k2);
     printf("spec values %d %d %d %d\n", out[0], out[1], out[2], out[3]);
     clReleaseKernel(k);
     clReleaseMemObject(b);
@@ -156,10 +166,16 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "--source")) prog = clCreateProgramWithSource(ctx, 1, (const char **)&data, &len, &err);
     else prog = create_il(ctx, data, len, &err);
     CHECK(err);
+    int chain = !strcmp(mode, "--spec-chain");
     if (!strcmp(mode, "--spec") && spec_value) {
         int v = atoi(spec_value);
         CHECK(clSetProgramSpecializationConstant(prog, 7, sizeof v, &v));
         printf("unknown spec id: %d\n", clSetProgramSpecializationConstant(prog, 99, sizeof v, &v));
+    }
+    if (chain && spec_value) {
+        int v = atoi(spec_value), v10 = v * 10;
+        CHECK(clSetProgramSpecializationConstant(prog, 7, sizeof v, &v));
+        CHECK(clSetProgramSpecializationConstant(prog, 8, sizeof v10, &v10));
     }
     /* Left in stdout's buffer across the build: a translator child must not
      * write it out a second time. */
@@ -178,7 +194,7 @@ int main(int argc, char **argv)
         printf("CL_PROGRAM_IL returns the module: %s\n", il_size == len && !memcmp(il, data, len) ? "yes" : "no");
         free(il);
     }
-    if (!strcmp(mode, "--spec")) run_spec(ctx, dev, prog);
+    if (!strcmp(mode, "--spec") || chain) run_spec(ctx, dev, prog, chain);
     else run_features(ctx, dev, prog);
     fprintf(stderr, "llvm loaded: %s\n", llvm_loaded() ? "yes" : "no");
     clReleaseProgram(prog);
