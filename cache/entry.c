@@ -30,6 +30,7 @@ const char *entry_origin_name(uint32_t origin)
     case ENTRY_ORIGIN_LINK: return "link";
     case ENTRY_ORIGIN_FUSION: return "fusion";
     case 6: return "compile"; /* key.h's KEY_COMPILE */
+    case 7: return "manifest"; /* key.h's KEY_MANIFEST: a header list, no binary */
     }
     return "unknown";
 }
