@@ -318,7 +318,8 @@ static int resolve_include(struct include_ctx *c, const char *name, int quoted, 
  * accepts), then lexes it the way the preprocessor does: comments (block
  * and line), string and character literals (a "/ *" inside one opens
  * nothing), and directives introduced by '#' or the digraph "%:" as the
- * first token of a line, comments allowed around it. Every #include and
+ * first token of a line, comments and NUL bytes (clang ignores them) allowed
+ * around it. Every #include and
  * #import counts whatever #if surrounds it (a superset). Handed to the
  * preprocessor: trigraphs, #include_next, __has_include, an include whose
  * operand is not a plain "..." or <...> (macros), a name found nowhere. */
@@ -345,7 +346,7 @@ static char *remove_splices(const char *src, size_t len, size_t *out_len)
     return out;
 }
 
-static int is_blank(char ch) { return ch == ' ' || ch == '\t' || ch == '\r' || ch == '\f' || ch == '\v'; }
+static int is_blank(char ch) { return ch == ' ' || ch == '\t' || ch == '\r' || ch == '\f' || ch == '\v' || ch == 0; }
 static int is_ident(char ch) { return isalnum((unsigned char)ch) || ch == '_' || ch == '$' || (ch & 0x80); }
 
 /* Skips blanks and comments within the line; sets *newline when a block
