@@ -433,8 +433,9 @@ static int source_headers(struct key_buf *k, const struct key_source *in, const 
 {
     char why[1024];
     enum preproc_route route;
+    store *st = get_store(); /* opened first: the time below is the key's alone */
     uint64_t t0 = now_ns();
-    if (preproc_add_headers(k, get_store(), in, info->identity, &route, why, sizeof why) != 0) {
+    if (preproc_add_headers(k, st, in, info->identity, &route, why, sizeof why) != 0) {
         STAT_ADD(proc_stats.uncacheable, 1);
         log_msg(LOG_INFO, "not caching program %p: %s", handle, why);
         key_free(k);
