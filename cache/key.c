@@ -450,8 +450,12 @@ int key_scan_headers(struct key_buf *k, const struct key_source *in, char *why, 
         return -1;
     }
     rc = parse_include_dirs(&c, argv, argc);
-    /* Most programs include nothing: the scan is one pass over the text. */
-    if (rc == 0) rc = scan_source(&c, in->source, in->len, NULL, 0);
+    /* Most programs include nothing. Without the words "include" and
+     * "import" and without a backslash (a line splice), no directive can
+     * open a file: the scan is skipped. */
+    int may_include = memmem(in->source, in->len, "include", 7) || memmem(in->source, in->len, "import", 6) ||
+                      memchr(in->source, '\\', in->len) || memmem(in->source, in->len, "??", 2);
+    if (rc == 0 && may_include) rc = scan_source(&c, in->source, in->len, NULL, 0);
     for (size_t i = 0; rc == 0 && i < in->nembedded; i++)
         rc = scan_source(&c, in->embedded[i].source, in->embedded[i].len, NULL, 1);
     for (size_t i = 0; i < c.nseen; i++) free(c.seen[i]);
