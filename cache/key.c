@@ -4,6 +4,7 @@
 #include "common/error.h"
 
 #include <ctype.h>
+#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -274,13 +275,38 @@ static int add_header(struct include_ctx *c, const char *path, int depth)
     return rc;
 }
 
+/* A name in no -I directory, nor the including file's, nor the working
+ * directory: the compiler would search its system directories next. When
+ * the name exists in one (clang's resource directories, /usr/local/include,
+ * /usr/include and its multiarch directories), only the preprocessor can
+ * say what is opened. Otherwise the include sits in an inactive #if branch
+ * (else the compile fails and nothing is stored): its absence is recorded,
+ * and a scan after the file appears anywhere takes another path. */
+static int not_found(struct include_ctx *c, const char *name)
+{
+    static const char *const system_dirs[] = {"/usr/lib/llvm-*/lib/clang/*/include", "/usr/local/include",
+                                              "/usr/include/*-linux-gnu*", "/usr/include"};
+    for (size_t i = 0; i < sizeof system_dirs / sizeof *system_dirs; i++) {
+        char pattern[1200];
+        snprintf(pattern, sizeof pattern, "%s/%s", system_dirs[i], name);
+        glob_t g;
+        int rc = glob(pattern, GLOB_NOSORT | GLOB_NOESCAPE, NULL, &g);
+        globfree(&g);
+        if (rc != GLOB_NOMATCH)
+            return hand_off(c, "#include of %s, a name the compiler's own directories may have", name);
+    }
+    char field[1100];
+    snprintf(field, sizeof field, "header-absent %s", name);
+    key_add_text(c->k, field, "");
+    return 0;
+}
+
 /* Every place the name could come from, in any search order: the including
  * file's directory (quoted), the -I directories, the working directory (the
  * directory of a program's source for a driver that reads it from memory).
  * Each existing candidate is hashed and followed and each missing one is
  * recorded as absent, so neither the search order nor a file appearing
- * later can make a key stale. A name found nowhere would come from the
- * compiler's own system directories: that is for the preprocessor to say. */
+ * later can make a key stale. A name found nowhere: not_found(). */
 static int resolve_include(struct include_ctx *c, const char *name, int quoted, const char *from_dir, int depth)
 {
     for (size_t i = 0; i < c->nembedded; i++)
@@ -308,7 +334,7 @@ static int resolve_include(struct include_ctx *c, const char *name, int quoted, 
             key_add_text(c->k, field, "");
         }
     }
-    if (!found) return hand_off(c, "#include of %s, found in no -I directory", name);
+    if (!found) return not_found(c, name);
     return 0;
 }
 
@@ -383,7 +409,11 @@ static int scan_directive(struct include_ctx *c, const char **pp, const char *en
     const char *eol = memchr(p, '\n', (size_t)(end - p));
     if (!eol) eol = end;
     const char *q = close && p < eol ? memchr(p + 1, close, (size_t)(eol - p - 1)) : NULL;
-    if (!q) return hand_off(c, "a computed #%s", n == 6 ? "import" : "include");
+    if (!q) {
+        snprintf(c->why, c->why_len, "a computed #%s %.*s", n == 6 ? "import" : "include",
+                 (int)(eol - p > 200 ? 200 : eol - p), p);
+        return -1;
+    }
     char name[1024];
     n = (size_t)(q - p - 1);
     if (n == 0 || n >= sizeof name || memchr(p + 1, 0, n)) return hand_off(c, "a malformed #%s", "include");

@@ -88,8 +88,11 @@ struct key_source {
  * like the preprocessor: comments, line splices, string literals, the "%:"
  * digraph. Returns 0, or -1 when it cannot be certain: a computed include,
  * #include_next, __has_include, trigraphs, an option that changes what the
- * preprocessor reads (-include, -isystem, ...), a name found in no
- * directory, an unreadable header. `why` gets the reason; the caller then
+ * preprocessor reads (-include, -isystem, ...), a name found in none of
+ * those directories but present in a system directory of the compiler
+ * (clang's resource directories, /usr/local/include, /usr/include and its
+ * multiarch directories), an unreadable header. A name found nowhere at all
+ * is recorded as absent (its #include is in an inactive #if branch). `why` gets the reason; the caller then
  * asks the preprocessor (cache/preproc.h). Embedded headers resolve by name
  * first; their contents are the caller's to key. */
 int key_scan_headers(struct key_buf *k, const struct key_source *in, char *why, size_t why_len);

@@ -124,7 +124,7 @@ static int add_app_options(struct args *a, const char *options, int *has_std)
                 add_arg(a, "%s", t);
                 add_arg(a, "%s", argv[++i]);
                 taken = 1;
-            } else if (t[n] && n == 2) {
+            } else if (t[n]) { /* joined: -DX, -Idir, -includefile.h */
                 add_arg(a, "%s", t);
                 taken = 1;
             }

@@ -19,8 +19,8 @@
  *              [app options that reach the preprocessor] -
  *      with the source on its standard input. Its dependency list is every
  *      file it opened; each is hashed, and a new manifest is stored.
- * The app options passed on: -D, -U, -I (joined or separate, quotes
- * respected), -include, -imacros, -isystem, -iquote, -idirafter, -nostdinc,
+ * The app options passed on (joined or separate, quotes respected): -D,
+ * -U, -I, -include, -imacros, -isystem, -iquote, -idirafter; -nostdinc,
  * -cl-std=, -cl-ext= and the -cl-* math options (some define macros).
  * -cl-std defaults to the device's OpenCL C version. The predefines are the
  * driver's, read from the device identity (cache/device.h): one macro per
@@ -35,6 +35,9 @@
  *      as a listed one exists under another search root (the working
  *      directory, an -I directory, a listed file's directory): it could be
  *      found first now, so the preprocessor decides again.
+ *
+ * A manifest is an ordinary store record: evicted, or refused by
+ * CLSHIM_CACHE_MIN_ENTRY, it is rebuilt by the next preprocessor run.
  *
  * What is not seen: macros a driver predefines beyond the list above (the
  * key holds the device identity, so only the header selection could

@@ -137,6 +137,15 @@ static void has_include_and_include_next(void **state)
     check_keys("#include <n.h>\n", "-I inc -I other", "other/n.h", NULL, 0, 0);
 }
 
+/* options that name files: -include, separate or joined */
+static void include_options(void **state)
+{
+    cwd_to_dir();
+    hit_then_miss("__kernel void k(){}\n", "-include inc/j.h", "inc/j.h", NULL, 0);
+    hit_then_miss("__kernel void k(){}\n", "-includeinc/j2.h", "inc/j2.h", NULL, 0);
+    hit_then_miss("#include <m.h>\n", "-isystem inc", "inc/m.h", NULL, 0);
+}
+
 /* the driver's predefined macros decide which header is included */
 static void device_macros_select_headers(void **state)
 {
@@ -186,7 +195,7 @@ static void preprocessor_failure_is_uncacheable(void **state)
     struct result r = key_of("#define H \"missing.h\"\n#include H\n__kernel void first(){}\nkernel void second(){}\n",
                              "", NULL, 0);
     assert_int_equal(r.rc, -1);
-    assert_non_null(strstr(r.why, "computed #include"));
+    assert_non_null(strstr(r.why, "computed #include H")); /* the include line */
     assert_non_null(strstr(r.why, "missing.h"));
     assert_non_null(strstr(r.why, "first, second"));
 }
@@ -235,6 +244,7 @@ int main(void)
         cmocka_unit_test(computed_include_from_options),
         cmocka_unit_test(computed_include_from_source),
         cmocka_unit_test(has_include_and_include_next),
+        cmocka_unit_test(include_options),
         cmocka_unit_test(device_macros_select_headers),
         cmocka_unit_test(embedded_headers),
         cmocka_unit_test(include_order_shadowing),
