@@ -758,6 +758,9 @@ static void store_built(struct pc_program *rec, cl_program built, struct lookup 
 {
     store *st = get_store();
     size_t n = rec->ndevs;
+    int any_key = 0; /* binaries are read only to be kept (uncacheable: none) */
+    for (size_t i = 0; i < n; i++) any_key |= rec->devs[i].key != NULL || lk[i].filling;
+    if (!any_key) return;
     void **bins = calloc(n, sizeof *bins);
     size_t *sizes = calloc(n, sizeof *sizes);
     if (!bins || !sizes || read_binaries(built, n, rec->devs, bins, sizes) != 0) {
