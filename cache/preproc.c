@@ -433,7 +433,7 @@ void preproc_kernel_names(const char *source, size_t len, char *out, size_t out_
     size_t o = 0;
     out[0] = 0;
     for (size_t i = 0; i + 6 < len && o + 1 < out_len; i++) {
-        size_t kw = !memcmp(source + i, "__kernel", 8) && i + 8 < len ? 8 : !memcmp(source + i, "kernel", 6) ? 6 : 0;
+        size_t kw = i + 8 <= len && !memcmp(source + i, "__kernel", 8) ? 8 : !memcmp(source + i, "kernel", 6) ? 6 : 0;
         if (!kw || (i && (isalnum((unsigned char)source[i - 1]) || source[i - 1] == '_'))) continue;
         size_t j = i + kw;
         if (j < len && (isalnum((unsigned char)source[j]) || source[j] == '_')) continue;
