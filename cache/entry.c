@@ -34,6 +34,7 @@ const char *entry_origin_name(uint32_t origin)
     case ENTRY_ORIGIN_LINK: return "link";
     case ENTRY_ORIGIN_FUSION: return "fusion";
     case ENTRY_ORIGIN_COMPILE: return "compile";
+    case ENTRY_ORIGIN_MANIFEST: return "manifest";
     }
     return "unknown";
 }

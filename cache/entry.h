@@ -64,8 +64,9 @@ enum entry_origin {
     ENTRY_ORIGIN_LINK = 4,
     ENTRY_ORIGIN_FUSION = 5,
     ENTRY_ORIGIN_COMPILE = 6,
+    ENTRY_ORIGIN_MANIFEST = 7, /* direct mode's header list (cache/preproc.h), not a binary */
 };
-/* "source", "il", "binary", "link", "fusion", "compile", or "unknown"; never NULL. */
+/* "source", "il", "binary", "link", "fusion", "compile", "manifest", or "unknown"; never NULL. */
 const char *entry_origin_name(uint32_t origin);
 
 /* A parsed record: every pointer points into the buffer given to

@@ -1,7 +1,10 @@
 /* key.c — key material and its XXH3-128 hash. */
 #include "cache/key.h"
 
+#include "common/error.h"
+
 #include <ctype.h>
+#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,11 +22,12 @@ const char *key_kind_name(enum key_kind kind)
     case KEY_LINK: return "link";
     case KEY_FUSION: return "fusion";
     case KEY_COMPILE: return "compile";
+    case KEY_MANIFEST: return "manifest";
     }
     return "?";
 }
 
-static void append(struct key_buf *k, const void *data, size_t len)
+void key_append(struct key_buf *k, const void *data, size_t len)
 {
     if (k->oom) return;
     if (k->len + len > k->cap) {
@@ -40,24 +44,24 @@ static void append(struct key_buf *k, const void *data, size_t len)
 
 void key_add_text(struct key_buf *k, const char *name, const char *value)
 {
-    append(k, name, strlen(name));
-    append(k, "=", 1);
+    key_append(k, name, strlen(name));
+    key_append(k, "=", 1);
     /* Newlines in a value would blur field boundaries: escape them. */
     for (const char *p = value ? value : ""; *p; p++) {
-        if (*p == '\n') append(k, "\\n", 2);
-        else if (*p == '\\') append(k, "\\\\", 2);
-        else append(k, p, 1);
+        if (*p == '\n') key_append(k, "\\n", 2);
+        else if (*p == '\\') key_append(k, "\\\\", 2);
+        else key_append(k, p, 1);
     }
-    append(k, "\n", 1);
+    key_append(k, "\n", 1);
 }
 
 void key_add_blob(struct key_buf *k, const char *name, const void *data, size_t len)
 {
     char head[128];
     int n = snprintf(head, sizeof head, "%s=%zu bytes\n", name, len);
-    append(k, head, (size_t)n);
-    append(k, data, len);
-    append(k, "\n", 1);
+    key_append(k, head, (size_t)n);
+    key_append(k, data, len);
+    key_append(k, "\n", 1);
 }
 
 void key_add_u64(struct key_buf *k, const char *name, uint64_t value)
@@ -72,7 +76,7 @@ void key_begin(struct key_buf *k, enum key_kind kind, const char *options)
     memset(k, 0, sizeof *k);
     char head[64];
     int n = snprintf(head, sizeof head, "clshim-key %d\n", KEY_FORMAT_VERSION);
-    append(k, head, (size_t)n);
+    key_append(k, head, (size_t)n);
     key_add_text(k, "kind", key_kind_name(kind));
     char *norm = key_normalize_options(options);
     if (!norm) { k->oom = 1; return; }
@@ -102,16 +106,74 @@ char *key_normalize_options(const char *options)
     const char *p = options ? options : "";
     char *out = malloc(strlen(p) + 1), *o = out;
     if (!out) return NULL;
-    int space = 0;
+    int space = 0, quoted = 0;
     while (isspace((unsigned char)*p)) p++;
     for (; *p; p++) {
-        if (isspace((unsigned char)*p)) { space = 1; continue; }
+        /* Inside double quotes white space is part of a value (-D "A=1  2"):
+         * kept byte for byte, so programs that differ never share a key. */
+        if (!quoted && isspace((unsigned char)*p)) { space = 1; continue; }
         if (space) *o++ = ' ';
         space = 0;
+        if (*p == '\\' && p[1]) {
+            *o++ = *p++;
+        } else if (*p == '"') {
+            quoted = !quoted;
+        }
         *o++ = *p;
     }
     *o = 0;
     return out;
+}
+
+int key_split_options(const char *options, char ***argv_out, int *argc_out)
+{
+    *argv_out = NULL;
+    *argc_out = 0;
+    size_t n = options ? strlen(options) : 0;
+    char **argv = calloc(n / 2 + 2, sizeof *argv);
+    char *tok = malloc(n + 1);
+    if (!argv || !tok) {
+        free(argv);
+        free(tok);
+        return CLSHIM_ENOMEM;
+    }
+    int argc = 0, rc = 0;
+    const char *p = options;
+    while (p && *p && rc == 0) {
+        while (isspace((unsigned char)*p)) p++;
+        if (!*p) break;
+        size_t len = 0;
+        int quoted = 0;
+        while (*p && (quoted || !isspace((unsigned char)*p))) {
+            if (*p == '"') {
+                quoted = !quoted;
+                p++;
+            } else if (*p == '\\' && p[1]) {
+                tok[len++] = p[1];
+                p += 2;
+            } else {
+                tok[len++] = *p++;
+            }
+        }
+        tok[len] = 0;
+        if (quoted) rc = CLSHIM_EINVAL;
+        else if (!(argv[argc] = strdup(tok))) rc = CLSHIM_ENOMEM;
+        else argc++;
+    }
+    free(tok);
+    if (rc) {
+        key_free_options(argv, argc);
+        return rc;
+    }
+    *argv_out = argv;
+    *argc_out = argc;
+    return 0;
+}
+
+void key_free_options(char **argv, int argc)
+{
+    for (int i = 0; argv && i < argc; i++) free(argv[i]);
+    free(argv);
 }
 
 /* ---- header discovery ------------------------------------------------- */
@@ -126,24 +188,33 @@ struct include_ctx {
     size_t ndirs;
     char *seen[MAX_HEADERS];
     size_t nseen;
+    const struct key_embedded *embedded;
+    size_t nembedded;
     struct key_buf *k;
     char *why;
     size_t why_len;
 };
 
-/* Splits options into -I directories; flags options that pull in files. */
-static int parse_include_dirs(struct include_ctx *c, char *opts)
+static int hand_off(struct include_ctx *c, const char *fmt, const char *detail)
 {
-    char *save = NULL;
-    for (char *tok = strtok_r(opts, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
-        if (!strcmp(tok, "-include") || !strcmp(tok, "-imacros")) {
-            snprintf(c->why, c->why_len, "option %s names a file", tok);
-            return -1;
-        }
+    snprintf(c->why, c->why_len, fmt, detail);
+    return -1;
+}
+
+/* Takes the options' -I directories; any other option that changes where or
+ * what the preprocessor reads (-include, -imacros, -isystem, -iquote,
+ * -nostdinc, --...) hands the program to the preprocessor. */
+static int parse_include_dirs(struct include_ctx *c, char **argv, int argc)
+{
+    for (int i = 0; i < argc; i++) {
+        const char *tok = argv[i];
+        if (!strncmp(tok, "-i", 2) || !strncmp(tok, "--", 2) || !strncmp(tok, "-nostd", 6))
+            return hand_off(c, "option %s changes what the preprocessor reads", tok);
         if (strncmp(tok, "-I", 2) != 0) continue;
-        const char *dir = tok[2] ? tok + 2 : strtok_r(NULL, " ", &save);
-        if (!dir) break;
-        if (c->ndirs < MAX_INCLUDE_DIRS) c->dirs[c->ndirs++] = dir;
+        const char *dir = tok[2] ? tok + 2 : (i + 1 < argc ? argv[++i] : NULL);
+        if (!dir) return hand_off(c, "option %s has no directory", tok);
+        if (c->ndirs == MAX_INCLUDE_DIRS) return hand_off(c, "more than %s -I directories", "64");
+        c->dirs[c->ndirs++] = dir;
     }
     return 0;
 }
@@ -168,26 +239,29 @@ static char *read_file(const char *path, size_t *len)
     return buf;
 }
 
+int key_hash_file(const char *path, char hex[33])
+{
+    size_t len;
+    char *text = read_file(path, &len);
+    if (!text) return -1;
+    key_hash_hex(key_hash(text, len), hex);
+    free(text);
+    return 0;
+}
+
 static int scan_source(struct include_ctx *c, const char *src, size_t len, const char *from_dir, int depth);
 
 static int add_header(struct include_ctx *c, const char *path, int depth)
 {
     for (size_t i = 0; i < c->nseen; i++)
         if (!strcmp(c->seen[i], path)) return 0;
-    if (c->nseen == MAX_HEADERS) {
-        snprintf(c->why, c->why_len, "more than %d headers", MAX_HEADERS);
-        return -1;
-    }
+    if (c->nseen == MAX_HEADERS) return hand_off(c, "more than %s headers", "256");
     size_t len;
     char *text = read_file(path, &len);
-    if (!text) {
-        snprintf(c->why, c->why_len, "cannot read header %s", path);
-        return -1;
-    }
+    if (!text) return hand_off(c, "cannot read header %s", path);
     c->seen[c->nseen++] = strdup(path);
-    XXH128_hash_t h = XXH3_128bits(text, len);
-    char field[64];
-    snprintf(field, sizeof field, "%016llx%016llx", (unsigned long long)h.high64, (unsigned long long)h.low64);
+    char field[33];
+    key_hash_hex(key_hash(text, len), field);
     char name[4200];
     snprintf(name, sizeof name, "header %s", path);
     key_add_text(c->k, name, field);
@@ -201,83 +275,227 @@ static int add_header(struct include_ctx *c, const char *path, int depth)
     return rc;
 }
 
-static int resolve_include(struct include_ctx *c, const char *name, int quoted, const char *from_dir, int depth)
+/* A name in no -I directory, nor the including file's, nor the working
+ * directory: the compiler would search its system directories next. When
+ * the name exists in one (clang's resource directories, /usr/local/include,
+ * /usr/include and its multiarch directories), only the preprocessor can
+ * say what is opened. Otherwise the include sits in an inactive #if branch
+ * (else the compile fails and nothing is stored): its absence is recorded,
+ * and a scan after the file appears anywhere takes another path. */
+static int not_found(struct include_ctx *c, const char *name)
 {
-    char path[4096];
-    struct stat st;
-    if (name[0] == '/') return add_header(c, name, depth);
-    if (quoted && from_dir) {
-        snprintf(path, sizeof path, "%s/%s", from_dir, name);
-        if (stat(path, &st) == 0) return add_header(c, path, depth);
+    static const char *const system_dirs[] = {"/usr/lib/llvm-*/lib/clang/*/include", "/usr/local/include",
+                                              "/usr/include/*-linux-gnu*", "/usr/include"};
+    for (size_t i = 0; i < sizeof system_dirs / sizeof *system_dirs; i++) {
+        char pattern[1200];
+        snprintf(pattern, sizeof pattern, "%s/%s", system_dirs[i], name);
+        glob_t g;
+        int rc = glob(pattern, GLOB_NOSORT | GLOB_NOESCAPE, NULL, &g);
+        globfree(&g);
+        if (rc != GLOB_NOMATCH)
+            return hand_off(c, "#include of %s, a name the compiler's own directories may have", name);
     }
-    for (size_t i = 0; i < c->ndirs; i++) {
-        snprintf(path, sizeof path, "%s/%s", c->dirs[i], name);
-        if (stat(path, &st) == 0) return add_header(c, path, depth);
-    }
-    if (stat(name, &st) == 0) return add_header(c, name, depth);
-    /* Not found anywhere: the #include must sit in an inactive #if branch
-     * (else the compile fails and nothing is stored). Its absence is part of
-     * the key, so the key changes if the file appears later. */
     char field[1100];
-    snprintf(field, sizeof field, "header-absent %c%s%c", quoted ? '"' : '<', name, quoted ? '"' : '>');
+    snprintf(field, sizeof field, "header-absent %s", name);
     key_add_text(c->k, field, "");
     return 0;
 }
 
-static int scan_source(struct include_ctx *c, const char *src, size_t len, const char *from_dir, int depth)
+/* Every place the name could come from, in any search order: the including
+ * file's directory (quoted), the -I directories, the working directory (the
+ * directory of a program's source for a driver that reads it from memory).
+ * Each existing candidate is hashed and followed and each missing one is
+ * recorded as absent, so neither the search order nor a file appearing
+ * later can make a key stale. A name found nowhere: not_found(). */
+static int resolve_include(struct include_ctx *c, const char *name, int quoted, const char *from_dir, int depth)
 {
-    if (depth > MAX_DEPTH) {
-        snprintf(c->why, c->why_len, "includes nested deeper than %d", MAX_DEPTH);
-        return -1;
+    for (size_t i = 0; i < c->nembedded; i++)
+        if (!strcmp(c->embedded[i].name, name)) {
+            /* An embedded header shadows files of the same name (the
+             * driver writes it where its search finds it first); its
+             * content is in the key already. Its own includes count. */
+            return scan_source(c, c->embedded[i].source, c->embedded[i].len, NULL, depth + 1);
+        }
+    if (name[0] == '/') return add_header(c, name, depth);
+    char path[4096];
+    struct stat st;
+    int found = 0;
+    for (size_t i = 0; i <= c->ndirs + 1; i++) {
+        const char *dir = i == 0 ? (quoted ? from_dir : NULL) : i <= c->ndirs ? c->dirs[i - 1] : ".";
+        if (!dir) continue;
+        if (!strcmp(dir, ".")) snprintf(path, sizeof path, "%s", name);
+        else snprintf(path, sizeof path, "%s/%s", dir, name);
+        if (stat(path, &st) == 0) {
+            found = 1;
+            if (add_header(c, path, depth) != 0) return -1;
+        } else {
+            char field[4200];
+            snprintf(field, sizeof field, "header-absent %s", path);
+            key_add_text(c->k, field, "");
+        }
     }
-    const char *end = src + len;
-    for (const char *line = src; line < end;) {
-        const char *eol = memchr(line, '\n', (size_t)(end - line));
-        if (!eol) eol = end;
-        const char *p = line;
-        while (p < eol && (*p == ' ' || *p == '\t')) p++;
-        if (p < eol && *p == '#') {
-            p++;
-            while (p < eol && (*p == ' ' || *p == '\t')) p++;
-            if ((size_t)(eol - p) >= 7 && !strncmp(p, "include", 7)) {
-                p += 7;
-                while (p < eol && (*p == ' ' || *p == '\t')) p++;
-                char close = p < eol && *p == '"' ? '"' : p < eol && *p == '<' ? '>' : 0;
-                const char *q = close ? memchr(p + 1, close, (size_t)(eol - p - 1)) : NULL;
-                if (!q) {
-                    snprintf(c->why, c->why_len, "a computed #include");
-                    return -1;
-                }
-                char name[1024];
-                size_t n = (size_t)(q - p - 1);
-                if (n == 0 || n >= sizeof name) {
-                    snprintf(c->why, c->why_len, "a malformed #include");
-                    return -1;
-                }
-                memcpy(name, p + 1, n);
-                name[n] = 0;
-                if (resolve_include(c, name, close == '"', from_dir, depth) != 0) return -1;
+    if (!found) return not_found(c, name);
+    return 0;
+}
+
+/* ---- the scanner -----------------------------------------------------------
+ * Exact or hands off. Works on the source after translation phase 2 (line
+ * splices removed, including a backslash followed by blanks, which clang
+ * accepts), then lexes it the way the preprocessor does: comments (block
+ * and line), string and character literals (a "/ *" inside one opens
+ * nothing), and directives introduced by '#' or the digraph "%:" as the
+ * first token of a line, comments and NUL bytes (clang ignores them) allowed
+ * around it. Every #include and
+ * #import counts whatever #if surrounds it (a superset). Handed to the
+ * preprocessor: trigraphs, #include_next, __has_include, an include whose
+ * operand is not a plain "..." or <...> (macros), a name found nowhere. */
+
+static char *remove_splices(const char *src, size_t len, size_t *out_len)
+{
+    char *out = malloc(len + 1);
+    if (!out) return NULL;
+    size_t o = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (src[i] == '\\') {
+            size_t j = i + 1;
+            while (j < len && (src[j] == ' ' || src[j] == '\t' || src[j] == '\f' || src[j] == '\v')) j++;
+            if (j < len && src[j] == '\r') j++;
+            if (j < len && src[j] == '\n') {
+                i = j;
+                continue;
             }
         }
-        line = eol + 1;
+        out[o++] = src[i];
     }
-    return 0;
+    out[o] = 0;
+    *out_len = o;
+    return out;
+}
+
+static int is_blank(char ch) { return ch == ' ' || ch == '\t' || ch == '\r' || ch == '\f' || ch == '\v' || ch == 0; }
+static int is_ident(char ch) { return isalnum((unsigned char)ch) || ch == '_' || ch == '$' || (ch & 0x80); }
+
+/* Skips blanks and comments within the line; sets *newline when a block
+ * comment spanned lines. */
+static const char *skip_blanks(const char *p, const char *end, int *newline)
+{
+    for (;;) {
+        while (p < end && is_blank(*p)) p++;
+        if (end - p >= 2 && p[0] == '/' && p[1] == '*') {
+            const char *q = p + 2;
+            while (q + 1 < end && !(q[0] == '*' && q[1] == '/')) q++;
+            const char *stop = q + 1 < end ? q + 2 : end;
+            if (newline && memchr(p, '\n', (size_t)(stop - p))) *newline = 1;
+            p = stop;
+            continue;
+        }
+        return p;
+    }
+}
+
+static int scan_directive(struct include_ctx *c, const char **pp, const char *end, const char *from_dir,
+                          int depth)
+{
+    const char *p = skip_blanks(*pp, end, NULL);
+    const char *id = p;
+    while (p < end && is_ident(*p)) p++;
+    size_t n = (size_t)(p - id);
+    *pp = p;
+    int include = (n == 7 && !memcmp(id, "include", 7)) || (n == 6 && !memcmp(id, "import", 6));
+    if (n == 12 && !memcmp(id, "include_next", 12)) return hand_off(c, "an %s", "#include_next");
+    if (!include) return 0;
+    p = skip_blanks(p, end, NULL);
+    char close = p < end && *p == '"' ? '"' : p < end && *p == '<' ? '>' : 0;
+    const char *eol = memchr(p, '\n', (size_t)(end - p));
+    if (!eol) eol = end;
+    const char *q = close && p < eol ? memchr(p + 1, close, (size_t)(eol - p - 1)) : NULL;
+    if (!q) {
+        snprintf(c->why, c->why_len, "a computed #%s %.*s", n == 6 ? "import" : "include",
+                 (int)(eol - p > 200 ? 200 : eol - p), p);
+        return -1;
+    }
+    char name[1024];
+    n = (size_t)(q - p - 1);
+    if (n == 0 || n >= sizeof name || memchr(p + 1, 0, n)) return hand_off(c, "a malformed #%s", "include");
+    memcpy(name, p + 1, n);
+    name[n] = 0;
+    *pp = q + 1;
+    return resolve_include(c, name, close == '"', from_dir, depth);
+}
+
+static int scan_source(struct include_ctx *c, const char *raw, size_t raw_len, const char *from_dir, int depth)
+{
+    if (depth > MAX_DEPTH) return hand_off(c, "includes nested deeper than %s", "32");
+    if (memmem(raw, raw_len, "??", 2)) return hand_off(c, "a possible %s", "trigraph");
+    size_t len;
+    char *src = remove_splices(raw, raw_len, &len);
+    if (!src) return hand_off(c, "%s", "out of memory");
+    const char *p = src, *end = src + len;
+    int line_start = 1, rc = 0;
+    while (rc == 0 && p < end) {
+        char ch = *p;
+        if (ch == '\n') {
+            line_start = 1;
+            p++;
+        } else if (is_blank(ch) || (ch == '/' && p + 1 < end && p[1] == '*')) {
+            p = skip_blanks(p, end, &line_start);
+        } else if (ch == '/' && p + 1 < end && p[1] == '/') {
+            while (p < end && *p != '\n') p++;
+        } else if (line_start && (ch == '#' || (ch == '%' && p + 1 < end && p[1] == ':'))) {
+            p += ch == '#' ? 1 : 2;
+            line_start = 0;
+            rc = scan_directive(c, &p, end, from_dir, depth);
+        } else if (ch == '"' || ch == '\'') {
+            line_start = 0;
+            for (p++; p < end && *p != ch && *p != '\n'; p++)
+                if (*p == '\\' && p + 1 < end && p[1] != '\n') p++;
+            if (p < end && *p == ch) p++;
+        } else if (is_ident(ch)) {
+            line_start = 0;
+            const char *id = p;
+            while (p < end && is_ident(*p)) p++;
+            if ((size_t)(p - id) >= 13 && !memcmp(id, "__has_include", 13))
+                rc = hand_off(c, "a %s", "__has_include");
+        } else {
+            line_start = 0;
+            p++;
+        }
+    }
+    free(src);
+    return rc;
+}
+
+int key_scan_headers(struct key_buf *k, const struct key_source *in, char *why, size_t why_len)
+{
+    char none[8];
+    if (!why) { why = none; why_len = sizeof none; }
+    why[0] = 0;
+    struct include_ctx c = {.k = k, .why = why, .why_len = why_len, .embedded = in->embedded,
+                            .nembedded = in->nembedded};
+    char **argv;
+    int argc;
+    int rc = key_split_options(in->options, &argv, &argc);
+    if (rc) {
+        snprintf(why, why_len, "%s", rc == CLSHIM_ENOMEM ? "out of memory" : "an unclosed quote in the options");
+        return -1;
+    }
+    rc = parse_include_dirs(&c, argv, argc);
+    /* Most programs include nothing. Without the words "include" and
+     * "import" and without a backslash (a line splice), no directive can
+     * open a file: the scan is skipped. */
+    int may_include = memmem(in->source, in->len, "include", 7) || memmem(in->source, in->len, "import", 6) ||
+                      memchr(in->source, '\\', in->len) || memmem(in->source, in->len, "??", 2);
+    if (rc == 0 && may_include) rc = scan_source(&c, in->source, in->len, NULL, 0);
+    for (size_t i = 0; rc == 0 && i < in->nembedded; i++)
+        rc = scan_source(&c, in->embedded[i].source, in->embedded[i].len, NULL, 1);
+    for (size_t i = 0; i < c.nseen; i++) free(c.seen[i]);
+    key_free_options(argv, argc);
+    return rc;
 }
 
 int key_add_headers(struct key_buf *k, const char *source, size_t len, const char *options, char *why,
                     size_t why_len)
 {
-    char none[8];
-    if (!why) { why = none; why_len = sizeof none; }
-    why[0] = 0;
-    /* Most programs include nothing: skip the scan unless "include" occurs. */
-    if (!memmem(source, len, "include", 7) && !(options && strstr(options, "-include"))) return 0;
-    struct include_ctx c = {.k = k, .why = why, .why_len = why_len};
-    char *opts = key_normalize_options(options);
-    if (!opts) { snprintf(why, why_len, "out of memory"); return -1; }
-    int rc = parse_include_dirs(&c, opts);
-    if (rc == 0) rc = scan_source(&c, source, len, NULL, 0);
-    for (size_t i = 0; i < c.nseen; i++) free(c.seen[i]);
-    free(opts);
-    return rc;
+    struct key_source in = {.source = source, .len = len, .options = options};
+    return key_scan_headers(k, &in, why, why_len);
 }

@@ -9,7 +9,8 @@
  *    version, driver version, vendor id, OpenCL C version, extensions,
  *    address bits, device type>
  *   spec.<id>=<value hex>            (specialisation constants, sorted)
- *   header=<path> xxh128=<hash>      (every header the source can include)
+ *   header <path>=<xxh128 hex>        (every header the source can include,
+ *   header-absent <path>=             and every place one could appear)
  *   input=<n bytes>\n<the input bytes: source, IL or binaries>
  * The hash is XXH3-128 of the whole material, which is stored beside the
  * value and compared on every hit, so a collision is detected, never served.
@@ -23,7 +24,7 @@
 #include "cache/entry.h"
 #include "cache/store.h"
 
-#define KEY_FORMAT_VERSION 1
+#define KEY_FORMAT_VERSION 2
 
 /* The origin kinds of cache/entry.h, by the names keys use. */
 enum key_kind {
@@ -33,6 +34,7 @@ enum key_kind {
     KEY_LINK = ENTRY_ORIGIN_LINK,
     KEY_FUSION = ENTRY_ORIGIN_FUSION,
     KEY_COMPILE = ENTRY_ORIGIN_COMPILE,
+    KEY_MANIFEST = ENTRY_ORIGIN_MANIFEST, /* direct mode's header list (cache/preproc.h), not a binary */
 };
 const char *key_kind_name(enum key_kind kind);
 
@@ -44,6 +46,8 @@ struct key_buf {
 };
 
 void key_begin(struct key_buf *k, enum key_kind kind, const char *options);
+/* Raw bytes (a zeroed key_buf is an empty buffer: also a plain byte buffer). */
+void key_append(struct key_buf *k, const void *data, size_t len);
 void key_add_text(struct key_buf *k, const char *name, const char *value);
 void key_add_blob(struct key_buf *k, const char *name, const void *data, size_t len);
 void key_add_u64(struct key_buf *k, const char *name, uint64_t value);
@@ -59,14 +63,50 @@ void key_hash_hex(struct cache_hash h, char out[33]);
  * trimmed. Returns malloc'd text ("" for NULL), NULL on out-of-memory. */
 char *key_normalize_options(const char *options);
 
-/* Adds a "header=" field for every file the source can #include, searching
- * the options' -I directories, the including file's directory and the
- * working directory, recursively (every #include line counts, whatever
- * #if surrounds it, so the set is a superset). A name found nowhere is
- * recorded as absent, so the key changes when such a file appears. Returns
- * 0, or -1 when the includes cannot be known (a computed #include, a
- * -include option, a header that cannot be read): the program must then not
- * be cached, because a header could change unseen. `why` gets the reason. */
+/* Splits build options as a driver does: white space separates, double
+ * quotes group, a backslash escapes the next character. 0, CLSHIM_EINVAL
+ * (an unclosed quote) or CLSHIM_ENOMEM; free with key_free_options(). */
+int key_split_options(const char *options, char ***argv, int *argc);
+void key_free_options(char **argv, int argc);
+
+/* XXH3-128 hex of a file's content; -1 when it cannot be read. */
+int key_hash_file(const char *path, char hex[33]);
+
+/* A header passed to clCompileProgram by name (input_headers). */
+struct key_embedded {
+    const char *name;
+    const char *source;
+    size_t len;
+};
+
+/* What a source program's headers are found from. */
+struct key_source {
+    const char *source;           /* the program text, not NUL-terminated */
+    size_t len;
+    const char *options;          /* the application's build options */
+    const struct key_embedded *embedded;
+    size_t nembedded;
+};
+
+/* The scanner: the fast path, exact or nothing. Adds a "header" field (path
+ * and content hash) for every file the source and its headers can #include
+ * or #import, whatever #if surrounds the line, so the set is a superset of
+ * what the compiler opens; every other place a name could be found (the
+ * including file's directory, each -I directory, the working directory) is
+ * recorded as absent, so a file appearing there changes the key. It lexes
+ * like the preprocessor: comments, line splices, string literals, the "%:"
+ * digraph. Returns 0, or -1 when it cannot be certain: a computed include,
+ * #include_next, __has_include, trigraphs, an option that changes what the
+ * preprocessor reads (-include, -isystem, ...), a name found in none of
+ * those directories but present in a system directory of the compiler
+ * (clang's resource directories, /usr/local/include, /usr/include and its
+ * multiarch directories), an unreadable header. A name found nowhere at all
+ * is recorded as absent (its #include is in an inactive #if branch). `why` gets the reason; the caller then
+ * asks the preprocessor (cache/preproc.h). Embedded headers resolve by name
+ * first; their contents are the caller's to key. */
+int key_scan_headers(struct key_buf *k, const struct key_source *in, char *why, size_t why_len);
+
+/* key_scan_headers() for a program without embedded headers. */
 int key_add_headers(struct key_buf *k, const char *source, size_t len, const char *options,
                     char *why, size_t why_len);
 

@@ -696,7 +696,8 @@ static int stats_add_fn(store *s, MDB_txn *txn, void *arg)
     struct store_acct a;
     int rc = store_acct_load(s, txn, &a);
     const uint64_t add[ST_COUNT] = {d->hits, d->misses, d->stores, d->evictions_size, d->evictions_age,
-                                    d->rejected, d->collisions, d->corrupt, d->compile_ns_saved};
+                                    d->rejected, d->collisions, d->corrupt, d->compile_ns_saved,
+                                    d->uncacheable};
     for (int i = 0; i < ST_COUNT; i++) a.stat[i] += add[i];
     return rc ? rc : store_acct_save(s, txn, &a);
 }
@@ -750,7 +751,7 @@ int store_stats_get(store *s, struct store_stats *out)
     *out = (struct store_stats){a.stat[ST_HITS], a.stat[ST_MISSES], a.stat[ST_STORES],
                                 a.stat[ST_EVICT_SIZE], a.stat[ST_EVICT_AGE], a.stat[ST_REJECTED],
                                 a.stat[ST_COLLISIONS], a.stat[ST_CORRUPT], a.stat[ST_SAVED],
-                                a.count, a.bytes, a.ubytes, s->opt.max_size};
+                                a.stat[ST_UNCACHEABLE], a.count, a.bytes, a.ubytes, s->opt.max_size};
     return CLSHIM_OK;
 }
 

@@ -32,7 +32,7 @@
  * Statistics. The store counts what only it sees: evictions_size and
  * evictions_age (in the transaction that does them), collisions and corrupt
  * (found by store_get, queued and written by store_flush). Callers count
- * hits, misses, stores, rejected and compile_ns_saved and add them with
+ * hits, misses, stores, rejected, uncacheable and compile_ns_saved and add them with
  * store_stats_add(); they must not add the store's own counters again.
  *
  * Files and safety. The directory is opened by walking its path from "/"
@@ -180,6 +180,7 @@ struct store_stats {
     uint64_t rejected;        /* binaries the driver refused */
     uint64_t collisions, corrupt;
     uint64_t compile_ns_saved;
+    uint64_t uncacheable;     /* programs whose headers not even the preprocessor could list */
     /* read-only figures filled by store_stats_get(): */
     uint64_t entries, stored_bytes, uncompressed_bytes, max_size;
 };

@@ -82,7 +82,8 @@
       "Inline fusion plan: sequences like \"k1+k2+k3\" separated by ';'.")     \
     X(CLANG, PATH, clang, "clang-15", "0.1",                                   \
       "The clang that compiles OpenCL C to SPIR for fusion of source "         \
-      "programs.")                                                             \
+      "programs, and preprocesses sources whose includes the program cache "  \
+      "cannot list by itself (cache/preproc.h).")                              \
     X(LLVM_LIB, PATH, llvm_lib, "", "0.1",                                     \
       "Path of libclshim-llvm.so (translation and fusion). Empty means the "   \
       "directory libclshim.so was loaded from.")                               \

@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cache/key.h"
 #include "common/config.h"
 #include "common/error.h"
 
@@ -130,34 +131,14 @@ static int buf_append(struct byte_buf *b, const char *p, size_t n)
     return 0;
 }
 
-/* Splits options into tokens (white space separates; "..." groups; \x is x). */
+/* Splits options into tokens as the program cache does (cache/key.h). */
 static int tokenize(const char *options, struct argv_list *out)
 {
-    size_t n = options ? strlen(options) : 0;
-    char *tok = malloc(n + 1);
-    if (!tok) return CLSHIM_ENOMEM;
-    const char *p = options;
-    int rc = 0;
-    while (p && *p && rc == 0) {
-        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
-        if (!*p) break;
-        size_t len = 0;
-        int quoted = 0;
-        while (*p && (quoted || !(*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))) {
-            if (*p == '"') {
-                quoted = !quoted;
-                p++;
-            } else if (*p == '\\' && p[1]) {
-                tok[len++] = p[1];
-                p += 2;
-            } else {
-                tok[len++] = *p++;
-            }
-        }
-        tok[len] = '\0';
-        rc = quoted ? CLSHIM_EINVAL : argv_add(out, tok);
-    }
-    free(tok);
+    char **argv;
+    int argc;
+    int rc = key_split_options(options, &argv, &argc);
+    for (int i = 0; rc == 0 && i < argc; i++) rc = argv_add(out, argv[i]);
+    if (rc == 0) key_free_options(argv, argc);
     return rc;
 }
 
@@ -337,11 +318,38 @@ static int run_clang(struct argv_list *av, const char *source, size_t len, struc
     } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
         if (err && err_len) first_error(&errs, err, err_len);
         rc = CLSHIM_EINVAL;
-    } else if (out->len < 4 || memcmp(out->data, "BC\xc0\xde", 4) != 0) {
-        rc = set_err(err, err_len, CLSHIM_EINVAL, "%s wrote no bitcode", av->arg[0]);
     }
     free(errs.data);
     return rc;
+}
+
+int frontend_run_clang(const char *const *args, const char *input, size_t len, char **out, size_t *out_len,
+                       char *err, size_t err_len)
+{
+    if (err && err_len) err[0] = '\0';
+    *out = NULL;
+    *out_len = 0;
+    const char *clang = config_get()->clang;
+    if (!clang || !*clang) clang = "clang-15";
+    struct argv_list av = {.count = 0};
+    int rc = argv_add(&av, clang);
+    for (size_t i = 0; rc == 0 && args[i]; i++) rc = argv_add(&av, args[i]);
+    if (rc != 0) {
+        argv_free(&av);
+        return set_err(err, err_len, rc, "frontend: %s", clshim_strerror(rc));
+    }
+    struct byte_buf buf = {0};
+    rc = run_clang(&av, input, len, &buf, err, err_len);
+    argv_free(&av);
+    if (rc == 0 && !buf.data) rc = buf_append(&buf, "", 0);
+    if (rc != 0) {
+        free(buf.data);
+        if (rc == CLSHIM_ENOMEM) set_err(err, err_len, rc, "out of memory%s", "");
+        return rc;
+    }
+    *out = buf.data;
+    *out_len = buf.len;
+    return 0;
 }
 
 int frontend_compile_source(const char *source, size_t len, const char *options, void **bitcode,
@@ -374,6 +382,8 @@ int frontend_compile_source(const char *source, size_t len, const char *options,
     }
     struct byte_buf out = {0};
     rc = run_clang(&av, source, len, &out, err, err_len);
+    if (rc == 0 && (out.len < 4 || memcmp(out.data, "BC\xc0\xde", 4) != 0))
+        rc = set_err(err, err_len, CLSHIM_EINVAL, "%s wrote no bitcode", av.arg[0]);
     argv_free(&av);
     if (rc != 0) {
         free(out.data);

@@ -23,6 +23,7 @@
 #include "cache/key.h"
 #include "cache/memtier.h"
 #include "cache/quirks.h"
+#include "cache/preproc.h"
 #include "cache/spirv_scan.h"
 #include "cache/store.h"
 #include "common/config.h"
@@ -80,7 +81,7 @@ static objmap *kernels;  /* kernel from an effective program -> struct pc_kernel
 
 /* Per-process statistics, flushed to the store at exit. */
 static struct store_stats proc_stats;
-static uint64_t stat_memory_hits, stat_uncacheable, stat_translations, stat_failed, stat_failed_shared;
+static uint64_t stat_memory_hits, stat_translations, stat_failed, stat_failed_shared;
 #define STAT_ADD(field, n) __atomic_add_fetch(&(field), (n), __ATOMIC_RELAXED)
 
 static uint64_t now_ns(void)
@@ -270,7 +271,7 @@ static void after_fork_in_child(void)
     the_store = NULL;
     store_once = (pthread_once_t)PTHREAD_ONCE_INIT;
     memset(&proc_stats, 0, sizeof proc_stats);
-    stat_memory_hits = stat_uncacheable = stat_translations = stat_failed = stat_failed_shared = 0;
+    stat_memory_hits = stat_translations = stat_failed = stat_failed_shared = 0;
     pending_captures_reset();
     claims_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
     nclaims = 0; /* the parent's; its thread is not in this process */
@@ -585,6 +586,28 @@ static int stands_aside(const struct device_info *info)
     return 1;
 }
 
+/* The header fields of a source program's key (cache/preproc.h): -1, with
+ * the key freed, when the program cannot be cached. */
+static int source_headers(struct key_buf *k, const struct key_source *in, const struct device_info *info,
+                          void *handle)
+{
+    char why[1024];
+    enum preproc_route route;
+    store *st = get_store(); /* opened first: the time below is the key's alone */
+    uint64_t t0 = now_ns();
+    if (preproc_add_headers(k, st, in, info->identity, &route, why, sizeof why) != 0) {
+        STAT_ADD(proc_stats.uncacheable, 1);
+        log_msg(LOG_INFO, "not caching program %p: %s", handle, why);
+        key_free(k);
+        return -1;
+    }
+    if (route != PREPROC_SCANNER)
+        log_msg(LOG_INFO, "program %p: headers from %s in %.2f ms", handle,
+                route == PREPROC_DIRECT ? "its manifest (direct mode)" : "the preprocessor",
+                (now_ns() - t0) / 1e6);
+    return 0;
+}
+
 /* Key material for one device; NULL key when the build must not be cached. */
 static void derive_key(struct pc_program *rec, const char *options, struct pc_dev *d)
 {
@@ -604,13 +627,8 @@ static void derive_key(struct pc_program *rec, const char *options, struct pc_de
         key_add_text(&k, name, value);
     }
     if (rec->kind == KEY_SOURCE) {
-        char why[256];
-        if (key_add_headers(&k, rec->input, rec->input_len, options, why, sizeof why) != 0) {
-            STAT_ADD(stat_uncacheable, 1);
-            log_msg(LOG_INFO, "not caching program %p: %s", (void *)rec->handle, why);
-            key_free(&k);
-            return;
-        }
+        struct key_source in = {.source = rec->input, .len = rec->input_len, .options = options};
+        if (source_headers(&k, &in, info, (void *)rec->handle) != 0) return;
     }
     key_add_blob(&k, "input", rec->input, rec->input_len);
     if (k.oom) {
@@ -957,6 +975,9 @@ static void store_built(struct pc_program *rec, cl_program built, struct lookup 
 {
     store *st = get_store();
     size_t n = rec->ndevs;
+    int any_key = 0; /* binaries are read only to be kept (uncacheable: none) */
+    for (size_t i = 0; i < n; i++) any_key |= rec->devs[i].key != NULL || lk[i].filling;
+    if (!any_key) return;
     void **bins = calloc(n, sizeof *bins);
     size_t *sizes = calloc(n, sizeof *sizes);
     if (!bins || !sizes || read_binaries(built, n, rec->devs, bins, sizes) != 0) {
@@ -1202,7 +1223,7 @@ static cl_int build_program(cl_program prog, cl_uint num_devices, const cl_devic
         cl_program built = rec->effective ? rec->effective : rec->handle;
         if (err == CL_SUCCESS && binaries_unsafe(built, rec->ndevs, rec->devs)) {
             /* Built, but its binary must never be read: not cached. */
-            STAT_ADD(stat_uncacheable, 1);
+            STAT_ADD(proc_stats.uncacheable, 1);
             for (size_t i = 0; i < rec->ndevs; i++) {
                 if (lk[i].filling) memtier_abandon(lk[i].entry), lk[i].entry = NULL, lk[i].filling = 0;
                 free(rec->devs[i].key);
@@ -1365,6 +1386,7 @@ static cl_int compile_program(cl_program prog, cl_uint num_devices, const cl_dev
         free(hrecs);
         return CL_INVALID_OPERATION; /* as the driver answers: kernels attached */
     }
+    struct key_embedded *embedded = num_headers ? calloc(num_headers, sizeof *embedded) : NULL;
     pthread_mutex_lock(&rec->lock);
     /* A stand-in of an earlier compile hit never answers for this one. */
     set_effective(rec, NULL);
@@ -1385,11 +1407,14 @@ static cl_int compile_program(cl_program prog, cl_uint num_devices, const cl_dev
             char name[1100];
             snprintf(name, sizeof name, "embedded-header %s", header_names[h]);
             key_add_blob(&k, name, hrecs[h]->input, hrecs[h]->input_len);
+            if (embedded) embedded[h] = (struct key_embedded){header_names[h], hrecs[h]->input, hrecs[h]->input_len};
         }
-        char why[256];
-        if (key_add_headers(&k, rec->input, rec->input_len, options, why, sizeof why) != 0 || k.oom) {
-            STAT_ADD(stat_uncacheable, 1);
-            log_msg(LOG_INFO, "not caching the compile of program %p: %s", (void *)prog, k.oom ? "out of memory" : why);
+        struct key_source in = {rec->input, rec->input_len, options, embedded, embedded ? num_headers : 0};
+        if ((num_headers && !embedded) || source_headers(&k, &in, info, (void *)prog) != 0) {
+            key_free(&k);
+            continue;
+        }
+        if (k.oom) {
             key_free(&k);
             continue;
         }
@@ -1399,6 +1424,9 @@ static cl_int compile_program(cl_program prog, cl_uint num_devices, const cl_dev
         d->hash = key_hash(k.data, k.len);
     }
     free(hrecs);
+    free(embedded);
+    int any_key = 0;
+    for (size_t i = 0; i < rec->ndevs; i++) any_key |= rec->devs[i].key != NULL;
     const unsigned char **bins = calloc(ndev, sizeof *bins);
     size_t *sizes = calloc(ndev, sizeof *sizes);
     void **arenas = calloc(ndev, sizeof *arenas);
@@ -1433,7 +1461,9 @@ static cl_int compile_program(cl_program prog, cl_uint num_devices, const cl_dev
         uint64_t compile_ns = now_ns() - c0;
         store *st = get_store();
         void **got = calloc(ndev, sizeof *got);
-        if (err == CL_SUCCESS && st && got && read_binaries(prog, rec->ndevs, rec->devs, got, sizes) == 0) {
+        /* Binaries are read only to be stored (a hashcat object is ~5 MB). */
+        if (err == CL_SUCCESS && st && any_key && got &&
+            read_binaries(prog, rec->ndevs, rec->devs, got, sizes) == 0) {
             for (size_t i = 0; i < rec->ndevs; i++) {
                 struct pc_dev *d = &rec->devs[i];
                 if (!d->key) continue;
@@ -2235,7 +2265,7 @@ void pc_print_summary(void)
             "%llu uncacheable, %llu IL translations; compile time saved %.1f ms",
             (unsigned long long)s.hits, (unsigned long long)stat_memory_hits, (unsigned long long)s.misses,
             (unsigned long long)stat_failed, (unsigned long long)stat_failed_shared,
-            (unsigned long long)s.stores, (unsigned long long)s.rejected, (unsigned long long)stat_uncacheable,
+            (unsigned long long)s.stores, (unsigned long long)s.rejected, (unsigned long long)s.uncacheable,
             (unsigned long long)stat_translations, saved);
 }
 

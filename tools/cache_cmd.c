@@ -149,13 +149,14 @@ static int cmd_stats(struct cmd_ctx *c, int argc, char **argv)
         printf(", \"exists\": %s, \"hits\": %llu, \"misses\": %llu, \"hit_rate\": %.4f, \"stores\": %llu, "
                "\"evictions_size\": %llu, \"evictions_age\": %llu, \"rejected\": %llu, \"collisions\": %llu, "
                "\"corrupt\": %llu, \"entries\": %llu, \"stored_bytes\": %llu, \"uncompressed_bytes\": %llu, "
-               "\"compression_ratio\": %.3f, \"max_size\": %llu, \"compile_ns_saved\": %llu}\n",
+               "\"compression_ratio\": %.3f, \"max_size\": %llu, \"compile_ns_saved\": %llu, \"uncacheable\": %llu}\n",
                c->s ? "true" : "false", (unsigned long long)st.hits, (unsigned long long)st.misses,
                rate / 100, (unsigned long long)st.stores, (unsigned long long)st.evictions_size,
                (unsigned long long)st.evictions_age, (unsigned long long)st.rejected,
                (unsigned long long)st.collisions, (unsigned long long)st.corrupt, (unsigned long long)st.entries,
                (unsigned long long)st.stored_bytes, (unsigned long long)st.uncompressed_bytes, ratio,
-               (unsigned long long)st.max_size, (unsigned long long)st.compile_ns_saved);
+               (unsigned long long)st.max_size, (unsigned long long)st.compile_ns_saved,
+               (unsigned long long)st.uncacheable);
         return 0;
     }
     char a[32], b[32], lim[32];
@@ -171,6 +172,7 @@ static int cmd_stats(struct cmd_ctx *c, int argc, char **argv)
     printf("Rejected by the driver   %llu\n", (unsigned long long)st.rejected);
     printf("Collisions               %llu\n", (unsigned long long)st.collisions);
     printf("Corrupt entries          %llu\n", (unsigned long long)st.corrupt);
+    printf("Uncacheable programs     %llu\n", (unsigned long long)st.uncacheable);
     printf("Entries                  %llu\n", (unsigned long long)st.entries);
     printf("Stored size              %s", a);
     if (st.stored_bytes) printf(" (%s uncompressed, ratio %.2f)", b, ratio);

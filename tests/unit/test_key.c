@@ -60,16 +60,23 @@ static void inputs_change_the_key(void **state)
     key_free(&k2);
 }
 
+/* A private directory; opts "-I <dir>", path "<dir>/h.h". */
+static void header_dir(char dir[23], char opts[256], char path[512])
+{
+    strcpy(dir, "/tmp/clshim-key-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    snprintf(opts, 256, "-I %s", dir);
+    snprintf(path, 512, "%s/h.h", dir);
+}
+
 /* an included header's content is part of the key; so is its absence */
 static void headers_are_part_of_the_key(void **state)
 {
-    char dir[] = "/tmp/clshim-key-XXXXXX";
-    assert_non_null(mkdtemp(dir));
-    char opts[256], path[512];
-    snprintf(opts, sizeof opts, "-I %s", dir);
-    snprintf(path, sizeof path, "%s/h.h", dir);
+    char dir[23], opts[256], path[512];
+    header_dir(dir, opts, path);
     const char *src = "#include \"h.h\"\n__kernel void k(){}";
     int rc;
+    /* found nowhere (an inactive #if branch): recorded as absent */
     struct cache_hash absent = key_of(src, opts, &rc);
     assert_int_equal(rc, 0);
     FILE *f = fopen(path, "w");
@@ -103,14 +110,115 @@ static void headers_are_part_of_the_key(void **state)
     rmdir(dir);
 }
 
-/* a computed #include or -include makes the program uncacheable */
-static void unknowable_includes_refused(void **state)
+/* what the scanner cannot be sure of goes to the preprocessor (-1) */
+static void unknowable_includes_handed_off(void **state)
 {
     int rc;
     key_of("#define H \"x.h\"\n#include H\n", "", &rc);
     assert_int_equal(rc, -1);
     key_of("__kernel void k(){}", "-include foo.h", &rc);
     assert_int_equal(rc, -1);
+    key_of("__kernel void k(){}", "-isystem /usr/include", &rc);
+    assert_int_equal(rc, -1);
+    key_of("#if __has_include(\"x.h\")\n#endif\n", "", &rc);
+    assert_int_equal(rc, -1);
+    key_of("#include_next <x.h>\n", "", &rc);
+    assert_int_equal(rc, -1);
+    key_of("?\?=include \"x.h\"\n", "", &rc);
+    assert_int_equal(rc, -1);
+    /* a name only the compiler's own directories have (clang's stddef.h) */
+    key_of("#include <stddef.h>\n", "", &rc);
+    assert_int_equal(rc, -1);
+    key_of("__kernel void k(){}", "-D \"A=1", &rc); /* unclosed quote */
+    assert_int_equal(rc, -1);
+}
+
+/* Every spelling of an include the compiler accepts is seen by the scanner:
+ * the header's content reaches the key. */
+static void every_spelling_is_seen(void **state)
+{
+    char dir[23], opts[256], path[512];
+    header_dir(dir, opts, path);
+    static const char *const spellings[] = {
+        "#include \"h.h\"\n",
+        "#/**/include \"h.h\"\n",
+        "#inc\\\nlude \"h.h\"\n",
+        "#inc\\  \nlude \"h.h\"\n", /* blanks after the backslash: clang splices too */
+        "%:include \"h.h\"\n",
+        "#import \"h.h\"\n",
+        "/* c */ #include \"h.h\"\n",
+        "/* a\ncomment */ #include \"h.h\"\n",
+        "  #  include <h.h>\n",
+        "#include \"h.h\" // trailing\n",
+        "#if 0\n#include \"h.h\"\n#endif\n",
+        "char *s = \"/*\";\n#include \"h.h\"\n/* */\n",
+        "char c = '\"';\n#include \"h.h\"\n",
+    };
+    for (size_t i = 0; i < sizeof spellings / sizeof *spellings; i++) {
+        FILE *f = fopen(path, "w");
+        fputs("#define X 1\n", f);
+        fclose(f);
+        int rc;
+        struct cache_hash one = key_of(spellings[i], opts, &rc);
+        assert_int_equal(rc, 0);
+        struct cache_hash again = key_of(spellings[i], opts, &rc);
+        assert_true(same(one, again));
+        f = fopen(path, "w");
+        fputs("#define X 2\n", f);
+        fclose(f);
+        struct cache_hash two = key_of(spellings[i], opts, &rc);
+        assert_int_equal(rc, 0);
+        if (same(one, two)) fail_msg("spelling %zu (%s) missed the header", i, spellings[i]);
+    }
+    unlink(path);
+    rmdir(dir);
+}
+
+/* options: white space inside quotes is part of a -D value */
+static void quoted_option_values_kept(void **state)
+{
+    char *n = key_normalize_options("-D \"A=1  2\"   -D B=\"x \\\" y\"");
+    assert_string_equal(n, "-D \"A=1  2\" -D B=\"x \\\" y\"");
+    free(n);
+    int rc;
+    assert_false(same(key_of("__kernel void k(){}", "-D \"A=1  2\"", &rc),
+                      key_of("__kernel void k(){}", "-D \"A=1 2\"", &rc)));
+    char **argv;
+    int argc;
+    assert_int_equal(key_split_options("-D \"A=1  2\" -I\"a b\" x\\ y", &argv, &argc), 0);
+    assert_int_equal(argc, 4);
+    assert_string_equal(argv[1], "A=1  2");
+    assert_string_equal(argv[2], "-Ia b");
+    assert_string_equal(argv[3], "x y");
+    key_free_options(argv, argc);
+}
+
+/* a header created in another -I directory changes the key (it could be
+ * found first, whatever the search order) */
+static void new_header_elsewhere_changes_the_key(void **state)
+{
+    char a[] = "/tmp/clshim-key-a-XXXXXX", b[] = "/tmp/clshim-key-b-XXXXXX";
+    assert_non_null(mkdtemp(a));
+    assert_non_null(mkdtemp(b));
+    char opts[256], in_a[512], in_b[512];
+    snprintf(opts, sizeof opts, "-I %s -I%s", a, b);
+    snprintf(in_a, sizeof in_a, "%s/h.h", a);
+    snprintf(in_b, sizeof in_b, "%s/h.h", b);
+    FILE *f = fopen(in_b, "w");
+    fputs("#define X 1\n", f);
+    fclose(f);
+    const char *src = "#include <h.h>\n";
+    int rc;
+    struct cache_hash before = key_of(src, opts, &rc);
+    assert_int_equal(rc, 0);
+    f = fopen(in_a, "w");
+    fputs("#define X 1\n", f);
+    fclose(f);
+    assert_false(same(before, key_of(src, opts, &rc)));
+    unlink(in_a);
+    unlink(in_b);
+    rmdir(a);
+    rmdir(b);
 }
 
 int main(void)
@@ -119,7 +227,10 @@ int main(void)
         cmocka_unit_test(deterministic_and_normalised),
         cmocka_unit_test(inputs_change_the_key),
         cmocka_unit_test(headers_are_part_of_the_key),
-        cmocka_unit_test(unknowable_includes_refused),
+        cmocka_unit_test(unknowable_includes_handed_off),
+        cmocka_unit_test(every_spelling_is_seen),
+        cmocka_unit_test(quoted_option_values_kept),
+        cmocka_unit_test(new_header_elsewhere_changes_the_key),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -73,6 +73,21 @@ static inline int run_int_kernel(cl_context ctx, cl_command_queue queue, cl_kern
     return value;
 }
 
+/* Runs kernel `k` (argument 0: a float buffer) over n items on y, in place. */
+static inline void run_on_floats(cl_context ctx, cl_device_id dev, cl_kernel k, float *y, size_t n)
+{
+    cl_int err;
+    cl_command_queue q = clCreateCommandQueueWithProperties(ctx, dev, NULL, &err);
+    CHECK(err);
+    cl_mem b = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, n * sizeof *y, y, &err);
+    CHECK(err);
+    CHECK(clSetKernelArg(k, 0, sizeof b, &b));
+    CHECK(clEnqueueNDRangeKernel(q, k, 1, NULL, &n, NULL, 0, NULL, NULL));
+    CHECK(clEnqueueReadBuffer(q, b, CL_TRUE, 0, n * sizeof *y, y, 0, NULL, NULL));
+    clReleaseMemObject(b);
+    clReleaseCommandQueue(q);
+}
+
 static inline char *read_text_file(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");

@@ -1,0 +1,521 @@
+/* preproc.c — header discovery by the real preprocessor, with manifests
+ * (preproc.h). */
+#include "cache/preproc.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/error.h"
+#include "fusion/frontend.h"
+
+#define MANIFEST_MAGIC "clshim-manifest 1\n"
+#define MAX_ARGS 1024
+
+/* ---- the device's predefined macros ------------------------------------- */
+
+/* The value of "name=" in the identity text, up to the line end. */
+static int identity_field(const char *identity, const char *name, char *out, size_t out_len)
+{
+    size_t n = strlen(name);
+    for (const char *p = identity; p && *p;) {
+        const char *eol = strchr(p, '\n');
+        size_t len = eol ? (size_t)(eol - p) : strlen(p);
+        if (len > n && !strncmp(p, name, n) && p[n] == '=') {
+            snprintf(out, out_len, "%.*s", (int)(len - n - 1), p + n + 1);
+            return 0;
+        }
+        p = eol ? eol + 1 : NULL;
+    }
+    out[0] = 0;
+    return -1;
+}
+
+/* "OpenCL C 1.2 pocl" -> major 1, minor 2 (the first "d.d" in the text). */
+static int parse_version(const char *text, int *major, int *minor)
+{
+    for (const char *p = text; *p; p++)
+        if (isdigit((unsigned char)p[0]) && p[1] == '.' && isdigit((unsigned char)p[2])) {
+            *major = p[0] - '0';
+            *minor = p[2] - '0';
+            return 0;
+        }
+    return -1;
+}
+
+struct args {
+    char *arg[MAX_ARGS + 1];
+    int count;
+    int oom;
+};
+
+static void add_arg(struct args *a, const char *fmt, const char *value)
+{
+    if (a->oom) return;
+    if (a->count == MAX_ARGS) {
+        a->oom = 1;
+        return;
+    }
+    char *s = NULL;
+    if (asprintf(&s, fmt, value) < 0) s = NULL;
+    if (!s) {
+        a->oom = 1;
+        return;
+    }
+    a->arg[a->count++] = s;
+    a->arg[a->count] = NULL;
+}
+
+static void free_args(struct args *a)
+{
+    for (int i = 0; i < a->count; i++) free(a->arg[i]);
+    a->count = 0;
+}
+
+static void add_predefines(struct args *a, const char *identity, int *has_default_std, char *std, size_t std_len)
+{
+    char value[8192];
+    identity_field(identity, "device.extensions", value, sizeof value);
+    for (char *save = NULL, *ext = strtok_r(value, " ", &save); ext; ext = strtok_r(NULL, " ", &save))
+        add_arg(a, "-D%s=1", ext);
+    int major, minor;
+    identity_field(identity, "device.version", value, sizeof value);
+    if (parse_version(value, &major, &minor) == 0) {
+        char v[16];
+        snprintf(v, sizeof v, "%d", major * 100 + minor * 10);
+        add_arg(a, "-D__OPENCL_VERSION__=%s", v);
+    }
+    add_arg(a, "-D__ENDIAN_LITTLE__=%s", "1");
+    add_arg(a, "-D__IMAGE_SUPPORT__=%s", "1");
+    identity_field(identity, "platform.name", value, sizeof value);
+    if (strstr(value, "Portable Computing Language")) {
+        identity_field(identity, "device.address_bits", value, sizeof value);
+        add_arg(a, "-DPOCL_DEVICE_ADDRESS_BITS=%s", value[0] ? value : "64");
+        add_arg(a, "-D__USE_CLANG_OPENCL_C_H%s", "");
+    }
+    identity_field(identity, "device.opencl_c", value, sizeof value);
+    *has_default_std = parse_version(value, &major, &minor) == 0;
+    snprintf(std, std_len, "-cl-std=CL%d.%d", *has_default_std ? major : 1, *has_default_std ? minor : 2);
+}
+
+/* The application options the preprocessor must see; *has_std when -cl-std
+ * is among them. -1 on a malformed option list. */
+static int add_app_options(struct args *a, const char *options, int *has_std)
+{
+    static const char *const with_value[] = {"-D", "-U", "-I", "-include", "-imacros", "-isystem", "-iquote",
+                                             "-idirafter"};
+    static const char *const math[] = {"-cl-fast-relaxed-math", "-cl-finite-math-only",
+                                       "-cl-unsafe-math-optimizations", "-cl-single-precision-constant",
+                                       "-cl-denorms-are-zero", "-cl-no-signed-zeros", "-cl-mad-enable"};
+    char **argv;
+    int argc;
+    if (key_split_options(options, &argv, &argc) != 0) return -1;
+    for (int i = 0; i < argc; i++) {
+        const char *t = argv[i];
+        int taken = 0;
+        for (size_t w = 0; w < sizeof with_value / sizeof *with_value && !taken; w++) {
+            size_t n = strlen(with_value[w]);
+            if (strncmp(t, with_value[w], n) != 0) continue;
+            if (t[n] == 0 && i + 1 < argc) {
+                add_arg(a, "%s", t);
+                add_arg(a, "%s", argv[++i]);
+                taken = 1;
+            } else if (t[n]) { /* joined: -DX, -Idir, -includefile.h */
+                add_arg(a, "%s", t);
+                taken = 1;
+            }
+        }
+        if (taken) continue;
+        if (!strncmp(t, "-cl-std=", 8)) *has_std = 1;
+        if (!strncmp(t, "-cl-std=", 8) || !strncmp(t, "-cl-ext=", 8) || !strcmp(t, "-nostdinc")) {
+            add_arg(a, "%s", t);
+            continue;
+        }
+        for (size_t m = 0; m < sizeof math / sizeof *math; m++)
+            if (!strcmp(t, math[m])) add_arg(a, "%s", t);
+    }
+    key_free_options(argv, argc);
+    return 0;
+}
+
+/* ---- embedded headers: a private directory ------------------------------- */
+
+struct embed_dir {
+    char path[256];
+    char **made; /* files and directories created, in creation order */
+    size_t nmade;
+};
+
+static int remember(struct embed_dir *d, const char *path)
+{
+    char **m = realloc(d->made, (d->nmade + 1) * sizeof *m);
+    if (!m) return -1;
+    d->made = m;
+    if (!(m[d->nmade] = strdup(path))) return -1;
+    d->nmade++;
+    return 0;
+}
+
+static void remove_embed_dir(struct embed_dir *d)
+{
+    for (size_t i = d->nmade; i-- > 0;) {
+        if (unlink(d->made[i]) != 0) rmdir(d->made[i]);
+        free(d->made[i]);
+    }
+    free(d->made);
+    if (d->path[0]) rmdir(d->path);
+    memset(d, 0, sizeof *d);
+}
+
+static int write_embedded(struct embed_dir *d, const struct key_source *in, char *why, size_t why_len)
+{
+    const char *tmp = getenv("TMPDIR");
+    snprintf(d->path, sizeof d->path, "%s/clshim-pp.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(d->path)) {
+        snprintf(why, why_len, "cannot make a directory for embedded headers: %s", strerror(errno));
+        d->path[0] = 0;
+        return -1;
+    }
+    for (size_t i = 0; i < in->nembedded; i++) {
+        const char *name = in->embedded[i].name;
+        if (name[0] == '/' || strstr(name, "..") || strlen(name) > 2000) {
+            snprintf(why, why_len, "embedded header name %.200s", name);
+            return -1;
+        }
+        char path[2300];
+        snprintf(path, sizeof path, "%s/%s", d->path, name);
+        for (char *s = path + strlen(d->path) + 1; (s = strchr(s, '/')); s++) {
+            *s = 0;
+            if (mkdir(path, 0700) == 0 && remember(d, path) != 0) return -1;
+            *s = '/';
+        }
+        FILE *f = fopen(path, "wbx");
+        if (!f || remember(d, path) != 0) {
+            if (f) fclose(f);
+            snprintf(why, why_len, "cannot write embedded header %.200s", name);
+            return -1;
+        }
+        int ok = fwrite(in->embedded[i].source, 1, in->embedded[i].len, f) == in->embedded[i].len;
+        if (fclose(f) != 0 || !ok) {
+            snprintf(why, why_len, "cannot write embedded header %.200s", name);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ---- preprocessor mode ---------------------------------------------------- */
+
+void preproc_free_files(char **files, size_t n)
+{
+    for (size_t i = 0; files && i < n; i++) free(files[i]);
+    free(files);
+}
+
+/* Make's dependency syntax as clang writes it: "k: a b\ c \<newline> d". */
+static int parse_deps(const char *text, const char *skip_dir, char ***files, size_t *n)
+{
+    *files = NULL;
+    *n = 0;
+    const char *p = strchr(text, ':');
+    if (!p) return -1;
+    p++;
+    size_t tlen = strlen(p);
+    char *tok = malloc(tlen + 1);
+    if (!tok) return -1;
+    size_t skip_len = skip_dir ? strlen(skip_dir) : 0;
+    int rc = 0;
+    while (*p && rc == 0) {
+        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r' || (*p == '\\' && (p[1] == '\n' || p[1] == '\r')))
+            p++;
+        if (!*p) break;
+        size_t len = 0;
+        while (*p && *p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
+            if (*p == '\\' && (p[1] == ' ' || p[1] == '#' || p[1] == '\\')) p++;
+            else if (*p == '\\' && (p[1] == '\n' || p[1] == '\r')) break;
+            else if (*p == '$' && p[1] == '$') p++;
+            tok[len++] = *p++;
+        }
+        tok[len] = 0;
+        if (!len || (skip_len && !strncmp(tok, skip_dir, skip_len) && tok[skip_len] == '/')) continue;
+        char **f = realloc(*files, (*n + 1) * sizeof *f);
+        if (!f || !(f[*n] = strdup(tok))) {
+            if (f) *files = f;
+            rc = -1;
+            break;
+        }
+        *files = f;
+        (*n)++;
+    }
+    free(tok);
+    if (rc) {
+        preproc_free_files(*files, *n);
+        *files = NULL;
+        *n = 0;
+    }
+    return rc;
+}
+
+int preproc_files(const struct key_source *in, const char *identity, char ***files, size_t *n, char *why,
+                  size_t why_len)
+{
+    *files = NULL;
+    *n = 0;
+    struct args a = {.count = 0};
+    struct embed_dir d = {.nmade = 0};
+    add_arg(&a, "%s", "-x");
+    add_arg(&a, "%s", "cl");
+    add_arg(&a, "%s", "-M");
+    add_arg(&a, "%s", "-MT");
+    add_arg(&a, "%s", "k");
+    int has_default_std = 0, has_std = 0;
+    char std[32];
+    add_predefines(&a, identity ? identity : "", &has_default_std, std, sizeof std);
+    int rc = 0;
+    if (in->nembedded) {
+        rc = write_embedded(&d, in, why, why_len);
+        add_arg(&a, "-I%s", d.path);
+    }
+    if (rc == 0 && add_app_options(&a, in->options, &has_std) != 0) {
+        snprintf(why, why_len, "an unclosed quote in the build options");
+        rc = -1;
+    }
+    if (!has_std) add_arg(&a, "%s", std);
+    add_arg(&a, "%s", "-");
+    if (rc == 0 && a.oom) {
+        snprintf(why, why_len, "out of memory or too many options");
+        rc = -1;
+    }
+    if (rc == 0) {
+        char *out = NULL, err[512];
+        size_t out_len = 0;
+        int crc = frontend_run_clang((const char *const *)a.arg, in->source, in->len, &out, &out_len, err,
+                                     sizeof err);
+        if (crc != 0) {
+            snprintf(why, why_len, "%s", err[0] ? err : "the preprocessor failed");
+            rc = -1;
+        } else if (parse_deps(out, d.path[0] ? d.path : NULL, files, n) != 0) {
+            snprintf(why, why_len, "cannot read the preprocessor's dependency list");
+            rc = -1;
+        }
+        free(out);
+    }
+    remove_embed_dir(&d);
+    free_args(&a);
+    return rc;
+}
+
+/* ---- direct mode: manifests ------------------------------------------------ */
+
+/* The manifest's key: everything in the key so far (kind, options, device,
+ * embedded headers), the working directory (relative paths) and the source. */
+static int manifest_key(const struct key_buf *k, const struct key_source *in, struct key_buf *m)
+{
+    char cwd[4096];
+    if (!getcwd(cwd, sizeof cwd)) return -1;
+    memset(m, 0, sizeof *m);
+    key_add_blob(m, "manifest-of", k->data, k->len);
+    key_add_text(m, "cwd", cwd);
+    key_add_blob(m, "input", in->source, in->len);
+    return m->oom ? -1 : 0;
+}
+
+static void add_header_field(struct key_buf *k, const char *path, const char *hex)
+{
+    char name[4200];
+    snprintf(name, sizeof name, "header %s", path);
+    key_add_text(k, name, hex);
+}
+
+/* Search roots for the shadowing check: "" (the working directory), each
+ * -I directory, the directory of each listed file. */
+struct roots {
+    char **dir;
+    size_t n;
+};
+
+static void add_root(struct roots *r, const char *dir, size_t len)
+{
+    for (size_t i = 0; i < r->n; i++)
+        if (strlen(r->dir[i]) == len && !memcmp(r->dir[i], dir, len)) return;
+    char **d = realloc(r->dir, (r->n + 1) * sizeof *d);
+    if (!d) return;
+    r->dir = d;
+    if ((d[r->n] = strndup(dir, len))) r->n++;
+}
+
+/* 1 when a file of the same relative name as `path` exists under another
+ * search root: it could now be found first (a header created earlier in
+ * the search path), so the manifest is not trusted and the preprocessor
+ * decides again. Conservative: any such file counts, whatever the order. */
+static int maybe_shadowed(const struct roots *r, const char *path)
+{
+    struct stat self;
+    if (stat(path, &self) != 0) return 1;
+    for (size_t i = 0; i < r->n; i++) {
+        size_t len = strlen(r->dir[i]);
+        const char *rel = !len ? path : !strncmp(path, r->dir[i], len) && path[len] == '/' ? path + len + 1 : NULL;
+        if (!rel || !*rel || rel[0] == '/') continue;
+        for (size_t j = 0; j < r->n; j++) {
+            if (j == i) continue;
+            char other[8300];
+            if (r->dir[j][0]) snprintf(other, sizeof other, "%s/%s", r->dir[j], rel);
+            else snprintf(other, sizeof other, "%s", rel);
+            struct stat st;
+            if (stat(other, &st) == 0 && (st.st_ino != self.st_ino || st.st_dev != self.st_dev)) return 1;
+        }
+    }
+    return 0;
+}
+
+/* Adds the manifest's fields when every listed file still has its hash and
+ * none may be shadowed by a new one. */
+static int use_manifest(struct key_buf *k, const struct key_source *in, const char *text, size_t len)
+{
+    size_t magic = sizeof MANIFEST_MAGIC - 1;
+    if (len < magic || memcmp(text, MANIFEST_MAGIC, magic) != 0) return -1;
+    size_t mark = k->len;
+    struct roots r = {NULL, 0};
+    add_root(&r, "", 0);
+    char **argv;
+    int argc;
+    if (key_split_options(in->options, &argv, &argc) != 0) return -1;
+    for (int i = 0; i < argc; i++)
+        if (!strncmp(argv[i], "-I", 2)) {
+            const char *dir = argv[i][2] ? argv[i] + 2 : i + 1 < argc ? argv[++i] : "";
+            size_t dl = strlen(dir);
+            while (dl > 1 && dir[dl - 1] == '/') dl--;
+            add_root(&r, dir, dl);
+        }
+    key_free_options(argv, argc);
+    const char *body = text + magic, *end = text + len;
+    for (const char *p = body; p < end;) {
+        const char *eol = memchr(p, '\n', (size_t)(end - p));
+        if (!eol) break;
+        const char *slash = memrchr(p + 33, '/', (size_t)(eol - p - 33));
+        if (slash) add_root(&r, p + 33, (size_t)(slash - p - 33));
+        p = eol + 1;
+    }
+    int rc = 0;
+    for (const char *p = body; p < end && rc == 0;) {
+        const char *eol = memchr(p, '\n', (size_t)(end - p));
+        char want[33], got[33], path[4096];
+        if (!eol || eol - p < 34 || p[32] != ' ' || eol - p - 33 >= 4096) {
+            rc = -1;
+            break;
+        }
+        memcpy(want, p, 32);
+        want[32] = 0;
+        memcpy(path, p + 33, (size_t)(eol - p - 33));
+        path[eol - p - 33] = 0;
+        if (key_hash_file(path, got) != 0 || strcmp(got, want) != 0 || maybe_shadowed(&r, path)) rc = -1;
+        else add_header_field(k, path, want);
+        p = eol + 1;
+    }
+    for (size_t i = 0; i < r.n; i++) free(r.dir[i]);
+    free(r.dir);
+    if (rc) k->len = mark;
+    return rc;
+}
+
+static const char *device_name_of(const char *identity, char *out, size_t out_len)
+{
+    identity_field(identity ? identity : "", "device.name", out, out_len);
+    return out;
+}
+
+void preproc_kernel_names(const char *source, size_t len, char *out, size_t out_len)
+{
+    size_t o = 0;
+    out[0] = 0;
+    for (size_t i = 0; i + 6 < len && o + 1 < out_len; i++) {
+        size_t kw = i + 8 <= len && !memcmp(source + i, "__kernel", 8) ? 8 : !memcmp(source + i, "kernel", 6) ? 6 : 0;
+        if (!kw || (i && (isalnum((unsigned char)source[i - 1]) || source[i - 1] == '_'))) continue;
+        size_t j = i + kw;
+        if (j < len && (isalnum((unsigned char)source[j]) || source[j] == '_')) continue;
+        /* the name is the identifier right before the first '(' */
+        const char *paren = memchr(source + j, '(', len - j);
+        if (!paren || paren - (source + j) > 512) continue;
+        const char *e = paren;
+        while (e > source + j && isspace((unsigned char)e[-1])) e--;
+        const char *s = e;
+        while (s > source + j && (isalnum((unsigned char)s[-1]) || s[-1] == '_')) s--;
+        if (s == e) continue;
+        int w = snprintf(out + o, out_len - o, "%s%.*s", o ? ", " : "", (int)(e - s), s);
+        if (w < 0 || (size_t)w >= out_len - o) break;
+        o += (size_t)w;
+        i = (size_t)(paren - source);
+    }
+    if (!o) snprintf(out, out_len, "(none found)");
+}
+
+int preproc_add_headers(struct key_buf *k, store *st, const struct key_source *in, const char *identity,
+                        enum preproc_route *route, char *why, size_t why_len)
+{
+    char none[8];
+    if (!why) { why = none; why_len = sizeof none; }
+    why[0] = 0;
+    enum preproc_route dummy;
+    if (!route) route = &dummy;
+    size_t mark = k->len;
+    char scan_why[512];
+    *route = PREPROC_SCANNER;
+    if (key_scan_headers(k, in, scan_why, sizeof scan_why) == 0) return 0;
+    k->len = mark; /* the scanner's partial fields */
+
+    struct key_buf m;
+    int have_mkey = manifest_key(k, in, &m) == 0;
+    struct cache_hash mhash = have_mkey ? key_hash(m.data, m.len) : (struct cache_hash){0, 0};
+    if (st && have_mkey) {
+        struct store_record rec;
+        void *arena = NULL;
+        if (store_get(st, mhash, m.data, m.len, &rec, &arena) == CLSHIM_OK &&
+            use_manifest(k, in, rec.binary, rec.binary_size) == 0) {
+            store_record_free(arena);
+            key_free(&m);
+            *route = PREPROC_DIRECT;
+            return 0;
+        }
+        store_record_free(arena);
+    }
+
+    *route = PREPROC_PREPROCESSOR;
+    char **files = NULL, pp_why[512];
+    size_t n = 0;
+    int rc = preproc_files(in, identity, &files, &n, pp_why, sizeof pp_why);
+    struct key_buf text = {0}; /* the manifest: "<hash hex> <path>" lines */
+    key_append(&text, MANIFEST_MAGIC, sizeof MANIFEST_MAGIC - 1);
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        char hex[33];
+        if (key_hash_file(files[i], hex) != 0) {
+            snprintf(pp_why, sizeof pp_why, "cannot read %s", files[i]);
+            rc = -1;
+            break;
+        }
+        add_header_field(k, files[i], hex);
+        if (strchr(files[i], '\n') || strlen(files[i]) >= 4096) text.oom = 1; /* no manifest then */
+        key_append(&text, hex, 32);
+        key_append(&text, " ", 1);
+        key_append(&text, files[i], strlen(files[i]));
+        key_append(&text, "\n", 1);
+    }
+    preproc_free_files(files, n);
+    if (rc != 0) {
+        k->len = mark;
+        char kernels[256];
+        preproc_kernel_names(in->source, in->len, kernels, sizeof kernels);
+        snprintf(why, why_len, "%s; the preprocessor failed: %s; kernels: %s", scan_why, pp_why, kernels);
+    } else if (st && have_mkey && !text.oom && !store_is_readonly(st)) {
+        char dev[256];
+        struct store_record rec = {text.data, text.len, "", 0, KEY_MANIFEST,
+                                   device_name_of(identity, dev, sizeof dev)};
+        store_put(st, mhash, m.data, m.len, &rec);
+    }
+    key_free(&text);
+    key_free(&m);
+    return rc;
+}

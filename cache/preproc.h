@@ -1,0 +1,77 @@
+/* preproc.h — the headers of a source program, as exact as the compiler:
+ * the ccache model, direct mode backed by preprocessor mode.
+ *
+ * preproc_add_headers() is the one call key derivation makes for a program
+ * built or compiled from source. It adds to the key material the "header"
+ * fields (path and content hash) of every file the program's preprocessing
+ * opens, taken from the first of:
+ *   1. the scanner (key_scan_headers in cache/key.h), when it is exact:
+ *      plain #include "..." / <...> lines, found in the -I directories;
+ *   2. direct mode: a manifest stored by an earlier preprocessor run for the
+ *      same source, options, embedded headers, device and working
+ *      directory (a store record of kind "manifest", keyed by that), listing
+ *      each file's path and content hash. Every listed file is hashed again;
+ *      when all match, the fields come from the manifest and no process is
+ *      started: a warm run does not pay the preprocessor;
+ *   3. preprocessor mode: clang (CLSHIM_CLANG, default clang-15), spawned
+ *      without clshim in LD_PRELOAD, as
+ *        clang -x cl -M -MT k <predefines> -cl-std=<...> [-I <embedded dir>]
+ *              [app options that reach the preprocessor] -
+ *      with the source on its standard input. Its dependency list is every
+ *      file it opened; each is hashed, and a new manifest is stored.
+ * The app options passed on (joined or separate, quotes respected): -D,
+ * -U, -I, -include, -imacros, -isystem, -iquote, -idirafter; -nostdinc,
+ * -cl-std=, -cl-ext= and the -cl-* math options (some define macros).
+ * -cl-std defaults to the device's OpenCL C version. The predefines are the
+ * driver's, read from the device identity (cache/device.h): one macro per
+ * extension the device reports, __OPENCL_VERSION__ from the device version,
+ * __ENDIAN_LITTLE__, __IMAGE_SUPPORT__, and on PoCL its
+ * POCL_DEVICE_ADDRESS_BITS and __USE_CLANG_OPENCL_C_H. Embedded headers
+ * (clCompileProgram's input_headers) are written under their names into a
+ * private temporary directory searched first; they appear in the key as
+ * content already (the caller adds them), not by path.
+ *
+ *      A manifest is not trusted either when a file of the same relative name
+ *      as a listed one exists under another search root (the working
+ *      directory, an -I directory, a listed file's directory): it could be
+ *      found first now, so the preprocessor decides again.
+ *
+ * A manifest is an ordinary store record: evicted, or refused by
+ * CLSHIM_CACHE_MIN_ENTRY, it is rebuilt by the next preprocessor run.
+ *
+ * What is not seen: macros a driver predefines beyond the list above (the
+ * key holds the device identity, so only the header selection could
+ * differ).
+ *
+ * Returns 0, or -1 when the preprocessor itself fails (the program is then
+ * not cacheable; `why` says the include line that needed it and clang's
+ * first error line). Thread-safe.
+ */
+#ifndef CLSHIM_PREPROC_H
+#define CLSHIM_PREPROC_H
+
+#include <stddef.h>
+
+#include "cache/key.h"
+#include "cache/store.h"
+
+/* How the header fields were found, for the log and tests. */
+enum preproc_route { PREPROC_SCANNER = 1, PREPROC_DIRECT = 2, PREPROC_PREPROCESSOR = 3 };
+
+/* `st` may be NULL (no direct mode). `identity` is the device identity text
+ * already in the key. `route` (may be NULL) receives how. */
+int preproc_add_headers(struct key_buf *k, store *st, const struct key_source *in, const char *identity,
+                        enum preproc_route *route, char *why, size_t why_len);
+
+/* Preprocessor mode alone: the files clang opens for `in` on the device,
+ * as a malloc'd array of malloc'd paths (*n of them; free with
+ * preproc_free_files). Files of the embedded-header directory are left out.
+ * 0, or -1 with `why`. For tests and the fuzz target. */
+int preproc_files(const struct key_source *in, const char *identity, char ***files, size_t *n, char *why,
+                  size_t why_len);
+void preproc_free_files(char **files, size_t n);
+
+/* The kernel names a source declares ("a, b"), for log lines about it. */
+void preproc_kernel_names(const char *source, size_t len, char *out, size_t out_len);
+
+#endif

@@ -1,0 +1,256 @@
+/* test_preproc.c — keys as exact as the compiler: preprocessor mode (clang)
+ * for what the scanner hands off, direct mode (manifests in the store) for
+ * warm runs. Each case: the same inputs hit, a changed header misses. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "cache/preproc.h"
+#include "common/error.h"
+
+static const char identity[] = "platform.name=Portable Computing Language\nplatform.version=OpenCL 3.0 PoCL\n"
+                               "device.name=test-cpu\ndevice.version=OpenCL 3.0 PoCL\n"
+                               "device.opencl_c=OpenCL C 1.2 pocl\n"
+                               "device.extensions=cl_khr_fp64 cl_khr_byte_addressable_store\n"
+                               "device.address_bits=64\ndevice.type=0x2\n";
+
+static char dir[64];
+static store *st;
+
+static void put(const char *rel, const char *text)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, rel);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static int setup(void **state)
+{
+    snprintf(dir, sizeof dir, "/tmp/clshim-pp-XXXXXX");
+    if (!mkdtemp(dir)) return -1;
+    char sub[128], cache[128];
+    snprintf(sub, sizeof sub, "%s/inc", dir);
+    mkdir(sub, 0700);
+    snprintf(sub, sizeof sub, "%s/other", dir);
+    mkdir(sub, 0700);
+    snprintf(cache, sizeof cache, "%s/cache", dir);
+    struct store_options o = {.dir = cache};
+    return store_open(&o, &st) == CLSHIM_OK ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    store_close(st);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+struct result {
+    struct cache_hash hash;
+    enum preproc_route route;
+    int rc;
+    char why[1024];
+};
+
+static struct result key_of(const char *src, const char *opts, const struct key_embedded *emb, size_t nemb)
+{
+    struct result r;
+    struct key_buf k;
+    key_begin(&k, KEY_SOURCE, opts);
+    key_add_text(&k, "device", identity);
+    struct key_source in = {src, strlen(src), opts, emb, nemb};
+    r.rc = preproc_add_headers(&k, st, &in, identity, &r.route, r.why, sizeof r.why);
+    key_add_blob(&k, "input", src, strlen(src));
+    r.hash = key_hash(k.data, k.len);
+    key_free(&k);
+    return r;
+}
+
+static int same(struct cache_hash a, struct cache_hash b) { return a.lo == b.lo && a.hi == b.hi; }
+
+/* The common check: first run via the preprocessor, second via the
+ * manifest (direct mode) with the same key; a changed header misses. */
+static void check_keys(const char *src, const char *opts, const char *header, const struct key_embedded *emb,
+                       size_t nemb, int direct)
+{
+    put(header, "#define V 1\n");
+    struct result one = key_of(src, opts, emb, nemb);
+    if (one.rc != 0) fail_msg("not cacheable: %s", one.why);
+    assert_int_equal(one.route, PREPROC_PREPROCESSOR);
+    struct result warm = key_of(src, opts, emb, nemb);
+    assert_int_equal(warm.rc, 0);
+    assert_int_equal(warm.route, direct ? PREPROC_DIRECT : PREPROC_PREPROCESSOR);
+    assert_true(same(one.hash, warm.hash));
+    put(header, "#define V 2\n");
+    struct result changed = key_of(src, opts, emb, nemb);
+    assert_int_equal(changed.rc, 0);
+    assert_int_equal(changed.route, PREPROC_PREPROCESSOR); /* the manifest no longer matched */
+    if (same(one.hash, changed.hash)) fail_msg("stale: %s", src);
+    struct result again = key_of(src, opts, emb, nemb);
+    assert_int_equal(again.route, direct ? PREPROC_DIRECT : PREPROC_PREPROCESSOR);
+    assert_true(same(changed.hash, again.hash));
+}
+
+static void hit_then_miss(const char *src, const char *opts, const char *header, const struct key_embedded *emb,
+                          size_t nemb)
+{
+    check_keys(src, opts, header, emb, nemb, 1);
+}
+
+static void cwd_to_dir(void) { assert_int_equal(chdir(dir), 0); }
+
+/* hashcat's spelling: #include M2S(INCLUDE_PATH/inc_vendor.h) with the
+ * macros from -D options (quoted, with a parenthesised macro name) */
+static void computed_include_from_options(void **state)
+{
+    cwd_to_dir();
+    hit_then_miss("#include M2S(INCLUDE_PATH/a.h)\n__kernel void k(){}\n",
+                  "-D INCLUDE_PATH=inc -D \"XM2S(x)=#x\" -D \"M2S(x)=XM2S(x)\"", "inc/a.h", NULL, 0);
+}
+
+/* a macro defined in the kernel file itself (#include COMPARE_M) */
+static void computed_include_from_source(void **state)
+{
+    cwd_to_dir();
+    hit_then_miss("#define COMPARE_M \"inc/b.h\"\n#include COMPARE_M\n", "-I inc", "inc/b.h", NULL, 0);
+}
+
+static void has_include_and_include_next(void **state)
+{
+    cwd_to_dir();
+    hit_then_miss("#if __has_include(\"c.h\")\n#include \"c.h\"\n#endif\n", "-I inc", "inc/c.h", NULL, 0);
+    /* two n.h in the search path: direct mode does not trust the manifest
+     * (either could be found first), the preprocessor decides each time */
+    put("inc/n.h", "#include_next <n.h>\n");
+    check_keys("#include <n.h>\n", "-I inc -I other", "other/n.h", NULL, 0, 0);
+}
+
+/* options that name files: -include, separate or joined */
+static void include_options(void **state)
+{
+    cwd_to_dir();
+    hit_then_miss("__kernel void k(){}\n", "-include inc/j.h", "inc/j.h", NULL, 0);
+    hit_then_miss("__kernel void k(){}\n", "-includeinc/j2.h", "inc/j2.h", NULL, 0);
+    hit_then_miss("#include <m.h>\n", "-isystem inc", "inc/m.h", NULL, 0);
+}
+
+/* the driver's predefined macros decide which header is included */
+static void device_macros_select_headers(void **state)
+{
+    cwd_to_dir();
+    put("inc/nofp64.h", "#define W 0\n");
+    hit_then_miss("#define H \"inc/fp64.h\"\n#if defined(cl_khr_fp64) && POCL_DEVICE_ADDRESS_BITS == 64 && "
+                  "__OPENCL_C_VERSION__ == 120\n#include H\n#else\n#include \"inc/nofp64.h\"\n#endif\n",
+                  "", "inc/fp64.h", NULL, 0);
+}
+
+/* clCompileProgram's embedded headers, and a file one of them includes */
+static void embedded_headers(void **state)
+{
+    cwd_to_dir();
+    const char *emb_src = "#define E 1\n#include \"inc/d.h\"\n";
+    struct key_embedded emb = {"sub/e.h", emb_src, strlen(emb_src)};
+    char opts[128];
+    snprintf(opts, sizeof opts, "-I %s", dir); /* the embedded header's include resolves there */
+    hit_then_miss("#define H \"sub/e.h\"\n#include H\n", opts, "inc/d.h", &emb, 1);
+}
+
+/* a header created earlier in the -I order is seen in direct mode too */
+static void include_order_shadowing(void **state)
+{
+    cwd_to_dir();
+    put("other/s.h", "#define S 1\n");
+    const char *src = "#define H <s.h>\n#include H\n";
+    struct result one = key_of(src, "-I inc -I other", NULL, 0);
+    assert_int_equal(one.rc, 0);
+    struct result warm = key_of(src, "-I inc -I other", NULL, 0);
+    assert_int_equal(warm.route, PREPROC_DIRECT);
+    put("inc/s.h", "#define S 2\n");
+    struct result shadowed = key_of(src, "-I inc -I other", NULL, 0);
+    assert_int_equal(shadowed.rc, 0);
+    assert_int_equal(shadowed.route, PREPROC_PREPROCESSOR);
+    assert_false(same(one.hash, shadowed.hash));
+    /* -I order is part of the options, and picks another file */
+    struct result swapped = key_of(src, "-I other -I inc", NULL, 0);
+    assert_false(same(shadowed.hash, swapped.hash));
+}
+
+/* only a failing preprocessor makes a program uncacheable; the reason
+ * names the include line's trouble and the kernels */
+static void preprocessor_failure_is_uncacheable(void **state)
+{
+    cwd_to_dir();
+    struct result r = key_of("#define H \"missing.h\"\n#include H\n__kernel void first(){}\nkernel void second(){}\n",
+                             "", NULL, 0);
+    assert_int_equal(r.rc, -1);
+    assert_non_null(strstr(r.why, "computed #include H")); /* the include line */
+    assert_non_null(strstr(r.why, "missing.h"));
+    assert_non_null(strstr(r.why, "first, second"));
+}
+
+/* a plain program never starts clang; a warm direct-mode key is cheap */
+static void routes_and_cost(void **state)
+{
+    cwd_to_dir();
+    put("inc/p.h", "#define P 1\n");
+    struct result plain = key_of("#include \"inc/p.h\"\n", "", NULL, 0);
+    assert_int_equal(plain.rc, 0);
+    assert_int_equal(plain.route, PREPROC_SCANNER);
+    const char *src = "#define H \"inc/p.h\"\n#include H\n";
+    key_of(src, "", NULL, 0);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    struct result warm = key_of(src, "", NULL, 0);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    assert_int_equal(warm.route, PREPROC_DIRECT);
+    double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
+    assert_true(ms < 50); /* no process started (clang alone takes tens of ms) */
+}
+
+/* the preprocessor's file list, checked against what the scanner sees */
+static void file_list(void **state)
+{
+    cwd_to_dir();
+    put("inc/l1.h", "#include \"l2.h\"\n");
+    put("inc/l2.h", "#define L 2\n");
+    struct key_source in = {"#include \"inc/l1.h\"\n", 19, "", NULL, 0};
+    char **files, why[512];
+    size_t n;
+    assert_int_equal(preproc_files(&in, identity, &files, &n, why, sizeof why), 0);
+    int l1 = 0, l2 = 0;
+    for (size_t i = 0; i < n; i++) {
+        l1 |= !strcmp(files[i], "inc/l1.h");
+        l2 |= !strcmp(files[i], "inc/l2.h");
+    }
+    assert_true(l1 && l2);
+    preproc_free_files(files, n);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(computed_include_from_options),
+        cmocka_unit_test(computed_include_from_source),
+        cmocka_unit_test(has_include_and_include_next),
+        cmocka_unit_test(include_options),
+        cmocka_unit_test(device_macros_select_headers),
+        cmocka_unit_test(embedded_headers),
+        cmocka_unit_test(include_order_shadowing),
+        cmocka_unit_test(preprocessor_failure_is_uncacheable),
+        cmocka_unit_test(routes_and_cost),
+        cmocka_unit_test(file_list),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
