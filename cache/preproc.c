@@ -10,8 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/clang.h"
 #include "common/error.h"
-#include "fusion/frontend.h"
 
 #define MANIFEST_MAGIC "clshim-manifest 1\n"
 #define MAX_ARGS 1024
@@ -293,7 +293,7 @@ int preproc_files(const struct key_source *in, const char *identity, char ***fil
     if (rc == 0) {
         char *out = NULL, err[512];
         size_t out_len = 0;
-        int crc = frontend_run_clang((const char *const *)a.arg, in->source, in->len, &out, &out_len, err,
+        int crc = clang_run((const char *const *)a.arg, in->source, in->len, &out, &out_len, err,
                                      sizeof err);
         if (crc != 0) {
             snprintf(why, why_len, "%s", err[0] ? err : "the preprocessor failed");

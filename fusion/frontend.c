@@ -1,96 +1,23 @@
 /* frontend.c — runs clang to turn OpenCL C into SPIR bitcode (frontend.h).
  *
- * Invariants:
- *   1. clang is started with posix_spawnp and an argv built here; no shell,
- *      and nothing in the argv comes from the cache's files (only the
- *      configured clang name and the application's own build options).
- *   2. All three pipes are serviced by one poll loop, so neither side can
- *      block the other however much clang prints.
- *   3. The child is always reaped, killed first when it overruns.
+ * Invariant: nothing in clang's argv comes from the cache's files (only the
+ * application's own build options); common/clang.c spawns and reaps it.
  */
 #include "fusion/frontend.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
-#include <pthread.h>
-#include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "cache/key.h"
-#include "common/config.h"
+#include "common/clang.h"
 #include "common/error.h"
 
-extern char **environ;
-
-/* clang's environment: ours without clshim in LD_PRELOAD. clang makes no
- * OpenCL call, and a sanitizer-built shim would stop it from starting (the
- * sanitizer runtime must come first). NULL on out-of-memory: use environ. */
-static char **child_environ(void)
-{
-    size_t n = 0;
-    while (environ[n]) n++;
-    char **env = calloc(n + 1, sizeof *env);
-    if (!env) return NULL;
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (strncmp(environ[i], "LD_PRELOAD=", 11) != 0) {
-            env[k] = strdup(environ[i]);
-        } else {
-            const char *list = environ[i] + 11;
-            char *kept = malloc(strlen(environ[i]) + 1);
-            if (kept) {
-                char *o = kept + sprintf(kept, "LD_PRELOAD=");
-                int any = 0;
-                for (const char *p = list; *p;) {
-                    size_t len = strcspn(p, ": ");
-                    if (len && !memmem(p, len, "libclshim", 9)) {
-                        o += sprintf(o, "%s%.*s", any ? ":" : "", (int)len, p);
-                        any = 1;
-                    }
-                    p += len;
-                    p += strspn(p, ": ");
-                }
-                if (!any) {
-                    free(kept);
-                    continue;
-                }
-            }
-            env[k] = kept;
-        }
-        if (!env[k]) {
-            for (size_t j = 0; j < k; j++) free(env[j]);
-            free(env);
-            return NULL;
-        }
-        k++;
-    }
-    return env;
-}
-
-static void free_environ(char **env)
-{
-    for (size_t i = 0; env && env[i]; i++) free(env[i]);
-    free(env);
-}
-
-#define FRONTEND_TIMEOUT_MS 120000
 #define FRONTEND_MAX_ARGS 512
 
 struct argv_list {
     char *arg[FRONTEND_MAX_ARGS + 1];
     int count;
-};
-
-struct byte_buf {
-    char *data;
-    size_t len, cap;
 };
 
 static int set_err(char *err, size_t err_len, int code, const char *fmt, const char *detail)
@@ -113,22 +40,6 @@ static void argv_free(struct argv_list *av)
 {
     for (int i = 0; i < av->count; i++) free(av->arg[i]);
     av->count = 0;
-}
-
-static int buf_append(struct byte_buf *b, const char *p, size_t n)
-{
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 65536;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *d = realloc(b->data, cap);
-        if (!d) return CLSHIM_ENOMEM;
-        b->data = d;
-        b->cap = cap;
-    }
-    memcpy(b->data + b->len, p, n);
-    b->len += n;
-    b->data[b->len] = '\0';
-    return 0;
 }
 
 /* Splits options into tokens as the program cache does (cache/key.h). */
@@ -186,172 +97,6 @@ static int add_app_options(const char *options, struct argv_list *av, int *has_s
     return rc;
 }
 
-static long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* Feeds stdin, drains stdout and stderr until both close. -1 on timeout or error. */
-static int pump(int in_fd, const char *src, size_t len, int out_fd, int err_fd,
-                struct byte_buf *out, struct byte_buf *errs)
-{
-    size_t sent = 0;
-    long deadline = now_ms() + FRONTEND_TIMEOUT_MS;
-    struct pollfd fds[3] = {{in_fd, POLLOUT, 0}, {out_fd, POLLIN, 0}, {err_fd, POLLIN, 0}};
-    if (len == 0) {
-        close(in_fd);
-        fds[0].fd = -1;
-    }
-    char buf[65536];
-    while (fds[1].fd >= 0 || fds[2].fd >= 0) {
-        long left = deadline - now_ms();
-        if (left <= 0) return -1;
-        int n = poll(fds, 3, (int)left);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) return -1;
-        if (fds[0].fd >= 0 && fds[0].revents) {
-            ssize_t w = write(fds[0].fd, src + sent, len - sent);
-            if (w > 0) sent += (size_t)w;
-            if ((w < 0 && errno != EINTR && errno != EAGAIN) || sent == len) {
-                close(fds[0].fd); /* EPIPE: clang is gone; its exit status tells */
-                fds[0].fd = -1;
-            }
-        }
-        for (int i = 1; i < 3; i++) {
-            if (fds[i].fd < 0 || !fds[i].revents) continue;
-            ssize_t r = read(fds[i].fd, buf, sizeof buf);
-            if (r < 0 && errno == EINTR) continue;
-            if (r <= 0) {
-                fds[i].fd = -1;
-                continue;
-            }
-            struct byte_buf *dst = i == 1 ? out : errs;
-            if (i == 2 && errs->len > 65536) continue; /* enough diagnostics */
-            if (buf_append(dst, buf, (size_t)r) != 0) return -1;
-        }
-    }
-    if (fds[0].fd >= 0) close(fds[0].fd);
-    return 0;
-}
-
-/* The first line of clang's stderr that says "error", else its first line. */
-static void first_error(const struct byte_buf *errs, char *err, size_t err_len)
-{
-    const char *text = errs->data ? errs->data : "";
-    const char *line = strstr(text, "error:");
-    if (line) {
-        while (line > text && line[-1] != '\n') line--;
-    } else {
-        line = text;
-    }
-    size_t n = strcspn(line, "\n");
-    if (n == 0) snprintf(err, err_len, "clang failed to compile the source");
-    else snprintf(err, err_len, "clang: %.*s", (int)n, line);
-}
-
-static int run_clang(struct argv_list *av, const char *source, size_t len, struct byte_buf *out,
-                     char *err, size_t err_len)
-{
-    int pin[2], pout[2], perr[2];
-    if (pipe2(pin, O_CLOEXEC)) return set_err(err, err_len, CLSHIM_EIO, "pipe: %s", strerror(errno));
-    if (pipe2(pout, O_CLOEXEC)) {
-        close(pin[0]), close(pin[1]);
-        return set_err(err, err_len, CLSHIM_EIO, "pipe: %s", strerror(errno));
-    }
-    if (pipe2(perr, O_CLOEXEC)) {
-        close(pin[0]), close(pin[1]), close(pout[0]), close(pout[1]);
-        return set_err(err, err_len, CLSHIM_EIO, "pipe: %s", strerror(errno));
-    }
-    posix_spawn_file_actions_t fa;
-    posix_spawnattr_t attr;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, pin[0], 0);
-    posix_spawn_file_actions_adddup2(&fa, pout[1], 1);
-    posix_spawn_file_actions_adddup2(&fa, perr[1], 2);
-    posix_spawnattr_init(&attr);
-    sigset_t none, def;
-    sigemptyset(&none);
-    sigemptyset(&def);
-    sigaddset(&def, SIGPIPE);
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setsigdefault(&attr, &def);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-    pid_t pid;
-    char **envp = child_environ();
-    int sp = posix_spawnp(&pid, av->arg[0], &fa, &attr, av->arg, envp ? envp : environ);
-    free_environ(envp);
-    posix_spawn_file_actions_destroy(&fa);
-    posix_spawnattr_destroy(&attr);
-    close(pin[0]), close(pout[1]), close(perr[1]);
-    if (sp != 0) {
-        close(pin[1]), close(pout[0]), close(perr[0]);
-        if (err && err_len) snprintf(err, err_len, "cannot run %s: %s", av->arg[0], strerror(sp));
-        return CLSHIM_EIO;
-    }
-
-    /* Non-blocking, so a write never waits past what poll() promised. */
-    fcntl(pin[1], F_SETFL, fcntl(pin[1], F_GETFL) | O_NONBLOCK);
-    /* A clang that exits before reading all of stdin must not SIGPIPE the app. */
-    sigset_t pipe_set, old;
-    sigemptyset(&pipe_set);
-    sigaddset(&pipe_set, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
-    struct byte_buf errs = {0};
-    int pumped = pump(pin[1], source, len, pout[0], perr[0], out, &errs);
-    if (!sigismember(&old, SIGPIPE)) {
-        struct timespec zero = {0, 0};
-        while (sigtimedwait(&pipe_set, NULL, &zero) > 0) {
-        }
-    }
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    close(pout[0]), close(perr[0]);
-    if (pumped != 0) kill(pid, SIGKILL);
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    int rc = 0;
-    if (pumped != 0) {
-        rc = set_err(err, err_len, CLSHIM_EIO, "%s ran too long or its output failed; killed",
-                     av->arg[0]);
-    } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        if (err && err_len) first_error(&errs, err, err_len);
-        rc = CLSHIM_EINVAL;
-    }
-    free(errs.data);
-    return rc;
-}
-
-int frontend_run_clang(const char *const *args, const char *input, size_t len, char **out, size_t *out_len,
-                       char *err, size_t err_len)
-{
-    if (err && err_len) err[0] = '\0';
-    *out = NULL;
-    *out_len = 0;
-    const char *clang = config_get()->clang;
-    if (!clang || !*clang) clang = "clang-15";
-    struct argv_list av = {.count = 0};
-    int rc = argv_add(&av, clang);
-    for (size_t i = 0; rc == 0 && args[i]; i++) rc = argv_add(&av, args[i]);
-    if (rc != 0) {
-        argv_free(&av);
-        return set_err(err, err_len, rc, "frontend: %s", clshim_strerror(rc));
-    }
-    struct byte_buf buf = {0};
-    rc = run_clang(&av, input, len, &buf, err, err_len);
-    argv_free(&av);
-    if (rc == 0 && !buf.data) rc = buf_append(&buf, "", 0);
-    if (rc != 0) {
-        free(buf.data);
-        if (rc == CLSHIM_ENOMEM) set_err(err, err_len, rc, "out of memory%s", "");
-        return rc;
-    }
-    *out = buf.data;
-    *out_len = buf.len;
-    return 0;
-}
-
 int frontend_compile_source(const char *source, size_t len, const char *options, void **bitcode,
                             size_t *size, char *err, size_t err_len)
 {
@@ -360,14 +105,11 @@ int frontend_compile_source(const char *source, size_t len, const char *options,
         return set_err(err, err_len, CLSHIM_EINVAL, "frontend: missing argument%s", "");
     *bitcode = NULL;
     *size = 0;
-    const char *clang = config_get()->clang;
-    if (!clang || !*clang) clang = "clang-15";
-
     static const char *const fixed[] = {"-x", "cl", "-target", "spir64", "-emit-llvm", "-c",
                                         "-O2", "-cl-kernel-arg-info", "-Xclang",
                                         "-no-opaque-pointers"};
     struct argv_list av = {.count = 0};
-    int rc = argv_add(&av, clang);
+    int rc = 0;
     for (size_t i = 0; rc == 0 && i < sizeof fixed / sizeof fixed[0]; i++) rc = argv_add(&av, fixed[i]);
     int has_std = 0;
     if (rc == 0) rc = add_app_options(options, &av, &has_std, err, err_len);
@@ -380,16 +122,17 @@ int frontend_compile_source(const char *source, size_t len, const char *options,
         if (err && err_len && !err[0]) set_err(err, err_len, rc, "frontend: %s", clshim_strerror(rc));
         return rc;
     }
-    struct byte_buf out = {0};
-    rc = run_clang(&av, source, len, &out, err, err_len);
-    if (rc == 0 && (out.len < 4 || memcmp(out.data, "BC\xc0\xde", 4) != 0))
-        rc = set_err(err, err_len, CLSHIM_EINVAL, "%s wrote no bitcode", av.arg[0]);
+    char *out = NULL;
+    size_t out_len = 0;
+    rc = clang_run((const char *const *)av.arg, source, len, &out, &out_len, err, err_len);
     argv_free(&av);
+    if (rc == 0 && (out_len < 4 || memcmp(out, "BC\xc0\xde", 4) != 0))
+        rc = set_err(err, err_len, CLSHIM_EINVAL, "%s wrote no bitcode", clang_name());
     if (rc != 0) {
-        free(out.data);
+        free(out);
         return rc;
     }
-    *bitcode = out.data;
-    *size = out.len;
+    *bitcode = out;
+    *size = out_len;
     return 0;
 }

@@ -51,13 +51,4 @@
 int frontend_compile_source(const char *source, size_t len, const char *options, void **bitcode,
                             size_t *size, char *err, size_t err_len);
 
-/* Runs clang with `args` (NULL-terminated, after clang's name) and `input`
- * (`len` bytes) on its standard input, as above: posix_spawnp, clshim taken
- * out of LD_PRELOAD, killed after 120 s. Returns 0 with *out (malloc'd,
- * NUL-terminated, free()) holding its standard output, or CLSHIM_EINVAL
- * when clang exits non-zero (err: its first error line), CLSHIM_EIO,
- * CLSHIM_ENOMEM. The preprocessor mode of the program cache uses it. */
-int frontend_run_clang(const char *const *args, const char *input, size_t len, char **out, size_t *out_len,
-                       char *err, size_t err_len);
-
 #endif
