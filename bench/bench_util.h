@@ -315,10 +315,25 @@ static inline int bu_file_count(const char *path, const char *needle)
 }
 
 /* clshim's exit summary in a child's log (CLSHIM_STATS=1): hits, misses
- * and IL translations. Returns 0, or -1 when there is no summary line. */
+ * and IL translations, each read as the number before its word ("3 hits",
+ * "0 misses", ...), so fields the summary gains later do not break it.
+ * Returns 0, or -1 when there is no summary line. */
 struct bu_summary {
-    unsigned long long hits, mem_hits, misses, stored, rejected, uncacheable, translations;
+    unsigned long long hits, misses, stored, rejected, uncacheable, translations;
 };
+static inline unsigned long long bu_count_before(const char *line, const char *word)
+{
+    size_t wl = strlen(word);
+    for (const char *p = strstr(line, word); p; p = strstr(p + 1, word)) {
+        if (p[wl] != ',' && p[wl] != ';' && p[wl] != ' ' && p[wl] != '\n' && p[wl] != 0) continue;
+        const char *q = p;
+        while (q > line && q[-1] == ' ') q--;
+        const char *digits = q;
+        while (digits > line && digits[-1] >= '0' && digits[-1] <= '9') digits--;
+        if (digits < q) return strtoull(digits, NULL, 10);
+    }
+    return 0;
+}
 static inline int bu_log_summary(const char *path, struct bu_summary *s)
 {
     FILE *f = fopen(path, "r");
@@ -327,12 +342,15 @@ static inline int bu_log_summary(const char *path, struct bu_summary *s)
     int found = -1;
     memset(s, 0, sizeof *s);
     while (fgets(line, sizeof line, f)) {
-        const char *p = strstr(line, "summary: ");
-        if (p && sscanf(p, "summary: %llu hits (%llu from memory), %llu misses, %llu stored, %llu rejected, "
-                           "%llu uncacheable, %llu IL translations",
-                        &s->hits, &s->mem_hits, &s->misses, &s->stored, &s->rejected, &s->uncacheable,
-                        &s->translations) == 7)
-            found = 0;
+        const char *p = strstr(line, "clshim: summary: ");
+        if (!p) continue;
+        s->hits = bu_count_before(p, "hits");
+        s->misses = bu_count_before(p, "misses");
+        s->stored = bu_count_before(p, "stored");
+        s->rejected = bu_count_before(p, "rejected");
+        s->uncacheable = bu_count_before(p, "uncacheable");
+        s->translations = bu_count_before(p, "IL translations");
+        found = 0;
     }
     fclose(f);
     return found;
