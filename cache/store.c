@@ -119,22 +119,30 @@ static int grow_map(store *s)
     return rc;
 }
 
+/* mdb_txn_begin for reading, guarded (it reads the meta pages): an LMDB
+ * code, or CLSHIM_EIO when the map faulted. */
+static int guarded_read_txn(store *s, MDB_txn **txn)
+{
+    struct store_guard g;
+    store_guard_arm(&g);
+    if (sigsetjmp(g.jb, 0)) return CLSHIM_EIO;
+    int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, txn);
+    store_guard_disarm(&g);
+    return rc;
+}
+
 int store_read_begin(store *s, MDB_txn **txn)
 {
     if (__atomic_load_n(&s->faulted, __ATOMIC_RELAXED)) return CLSHIM_EIO;
     for (int i = 0; i < 4; i++) {
         pthread_rwlock_rdlock(&s->maplock);
-        struct store_guard g;
-        store_guard_arm(&g);
-        if (sigsetjmp(g.jb, 0)) { /* the meta pages are gone */
-            pthread_rwlock_unlock(&s->maplock);
+        int rc = guarded_read_txn(s, txn);
+        if (rc == 0) return CLSHIM_OK;
+        pthread_rwlock_unlock(&s->maplock);
+        if (rc == CLSHIM_EIO) { /* the meta pages are gone */
             store_fault_noted(s);
             return CLSHIM_EIO;
         }
-        int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, txn);
-        store_guard_disarm(&g);
-        if (rc == 0) return CLSHIM_OK;
-        pthread_rwlock_unlock(&s->maplock);
         if (rc != MDB_MAP_RESIZED) return store_map_err(rc);
         adopt_mapsize(s);
     }
