@@ -296,10 +296,11 @@ static inline int bu_file_count(const char *path, const char *needle)
     return n;
 }
 
-/* clshim's exit summary in a child's log (CLSHIM_STATS=1): hits, misses
- * and IL translations. Returns 0, or -1 when there is no summary line. */
+/* clshim's exit summary in a child's log (CLSHIM_STATS=1): hits, misses,
+ * failed builds and IL translations. Returns 0, or -1 when there is no
+ * summary line. */
 struct bu_summary {
-    unsigned long long hits, mem_hits, misses, stored, rejected, uncacheable, translations;
+    unsigned long long hits, mem_hits, misses, failed, failed_shared, stored, rejected, uncacheable, translations;
 };
 static inline int bu_log_summary(const char *path, struct bu_summary *s)
 {
@@ -310,10 +311,10 @@ static inline int bu_log_summary(const char *path, struct bu_summary *s)
     memset(s, 0, sizeof *s);
     while (fgets(line, sizeof line, f)) {
         const char *p = strstr(line, "summary: ");
-        if (p && sscanf(p, "summary: %llu hits (%llu from memory), %llu misses, %llu stored, %llu rejected, "
-                           "%llu uncacheable, %llu IL translations",
-                        &s->hits, &s->mem_hits, &s->misses, &s->stored, &s->rejected, &s->uncacheable,
-                        &s->translations) == 7)
+        if (p && sscanf(p, "summary: %llu hits (%llu from memory), %llu misses, %llu failed (%llu shared), "
+                           "%llu stored, %llu rejected, %llu uncacheable, %llu IL translations",
+                        &s->hits, &s->mem_hits, &s->misses, &s->failed, &s->failed_shared, &s->stored, &s->rejected,
+                        &s->uncacheable, &s->translations) == 9)
             found = 0;
     }
     fclose(f);
