@@ -385,29 +385,11 @@ int store_put(store *s, struct cache_hash hash, const void *key, size_t key_len,
     if (rec->binary_size < s->opt.min_entry || (s->opt.max_entry && rec->binary_size > s->opt.max_entry) ||
         rec->binary_size > ENTRY_MAX_BINARY)
         return CLSHIM_ETOOBIG;
-    void *z;
-    size_t zsize;
-    uint32_t flags;
-    int rc = entry_compress(rec->binary, rec->binary_size, s->opt.compress_level, &z, &zsize, &flags);
-    if (rc) return rc;
     uint64_t now = store_now();
-    const char *dev = rec->device_name ? rec->device_name : "";
-    const char *log = rec->build_log ? rec->build_log : "";
-    struct entry_fields f = {
-        .hash = hash, .flags = flags, .origin = rec->origin, .binary_size = rec->binary_size,
-        .binary_xxh3 = entry_xxh3_64(rec->binary, rec->binary_size), .created = now,
-        .last_access = now, .hits = 0, .compile_ns = rec->compile_ns, .key = key, .key_len = key_len,
-        .device = dev, .device_len = strlen(dev), .log = log, .log_len = strlen(log),
-        .payload = z ? z : rec->binary, .payload_size = z ? zsize : rec->binary_size,
-    };
-    size_t len = entry_encoded_size(&f);
-    void *buf = len ? malloc(len) : NULL;
-    if (!buf) {
-        free(z);
-        return len ? CLSHIM_ENOMEM : CLSHIM_ETOOBIG;
-    }
-    entry_write(buf, &f);
-    free(z);
+    void *buf;
+    size_t len;
+    int rc = entry_encode_record(hash, key, key_len, rec, s->opt.compress_level, now, &buf, &len);
+    if (rc) return rc;
     rc = store_put_encoded(s, hash, buf, len, rec->binary_size, now, 0);
     free(buf);
     return rc;
@@ -460,36 +442,15 @@ int store_get(store *s, struct cache_hash hash, const void *key, size_t key_len,
     unsigned char k16[STORE_KEY_LEN];
     store_hash_key(hash, k16);
     MDB_val k = {sizeof k16, k16}, v;
-    struct entry_view e;
     rc = mdb_get(txn, s->db_entries, &k, &v);
     if (rc) {
         store_read_end(s, txn);
         return store_map_err(rc);
     }
-    rc = entry_parse(v.mv_data, v.mv_size, &e);
-    if (rc == CLSHIM_OK && (e.hash.lo != hash.lo || e.hash.hi != hash.hi)) rc = CLSHIM_ECORRUPT;
-    if (rc == CLSHIM_OK && (e.key_len != key_len || (key_len && memcmp(e.key, key, key_len) != 0)))
-        rc = CLSHIM_ECOLLISION;
-    unsigned char *mem = NULL;
-    if (rc == CLSHIM_OK) {
-        mem = malloc((size_t)e.binary_size + e.log_len + e.device_len + 2);
-        if (!mem) rc = CLSHIM_ENOMEM;
-    }
-    if (rc == CLSHIM_OK) {
-        unsigned char *bin = mem;
-        char *log = (char *)bin + e.binary_size, *dev = log + e.log_len + 1;
-        rc = entry_unpack_binary(&e, bin);
-        memcpy(log, e.log, e.log_len);
-        log[e.log_len] = 0;
-        memcpy(dev, e.device, e.device_len);
-        dev[e.device_len] = 0;
-        *out = (struct store_record){bin, (size_t)e.binary_size, log, e.compile_ns, e.origin, dev};
-    }
+    void *mem = NULL;
+    rc = entry_open_record(v.mv_data, v.mv_size, hash, key, key_len, out, &mem);
     store_read_end(s, txn);
-    if (rc == CLSHIM_EUNSUPPORTED) rc = CLSHIM_ECORRUPT; /* a newer clshim's entry: not ours to serve */
     if (rc != CLSHIM_OK) {
-        free(mem);
-        memset(out, 0, sizeof *out);
         if (rc == CLSHIM_ECOLLISION || rc == CLSHIM_ECORRUPT) {
             count_bad(s, rc);
             log_msg(LOG_INFO, "cache: entry %016llx: %s", (unsigned long long)hash.hi, clshim_strerror(rc));
