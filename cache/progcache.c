@@ -22,6 +22,7 @@
 #include "cache/device.h"
 #include "cache/key.h"
 #include "cache/memtier.h"
+#include "cache/remote.h"
 #include "cache/spirv_scan.h"
 #include "cache/store.h"
 #include "common/config.h"
@@ -128,6 +129,62 @@ static store *get_store(void)
 {
     pthread_once(&store_once, open_store);
     return the_store;
+}
+
+/* ---- the remote tier (cache/remote.h), behind the store ------------------
+ * Three call sites: remote_lookup() after a local miss, remote_store() after
+ * a local store, remote_release() when a claimed build produced nothing. */
+
+static remote *the_remote;
+static pthread_once_t remote_once = PTHREAD_ONCE_INIT;
+
+static void open_remote(void)
+{
+    const struct clshim_config *cfg = config_get();
+    if (!cfg->cache || !*cfg->remote) return;
+    struct remote_options opt = {
+        .url = cfg->remote,
+        .password_file = cfg->remote_password_file,
+        .ns = cfg->remote_namespace,
+        .timeout_ms = cfg->remote_timeout_ms,
+        .max_value = cfg->remote_max_value,
+        .expire_s = cfg->remote_expire_days * 86400,
+        .readonly = cfg->remote_readonly,
+        .compress_level = (int)cfg->cache_compress_level,
+    };
+    if (remote_open(&opt, &the_remote) != CLSHIM_OK) {
+        char name[512];
+        config_redact_url(cfg->remote, name, sizeof name);
+        log_msg(LOG_WARN, "CLSHIM_REMOTE=%s: not a redis:// or unix:// URL, or its password file cannot be "
+                          "read; remote tier off", name);
+        the_remote = NULL;
+    }
+}
+
+static remote *get_remote(void)
+{
+    pthread_once(&remote_once, open_remote);
+    return the_remote;
+}
+
+/* After a local miss: the remote tier, waiting for another runner compiling
+ * the same key (fleet single flight). A hit is stored locally. */
+static int remote_lookup(store *st, const struct pc_dev *d, struct store_record *sr, void **arena)
+{
+    remote *rm = get_remote();
+    if (!rm || remote_fetch(rm, d->hash, d->key, d->key_len, config_get()->build_wait_ms, sr, arena) != CLSHIM_OK)
+        return CLSHIM_ENOTFOUND;
+    int rc = store_put(st, d->hash, d->key, d->key_len, sr);
+    if (rc == CLSHIM_OK) STAT_ADD(proc_stats.stores, 1);
+    return CLSHIM_OK;
+}
+
+/* After a local store: the same record to the remote tier, in the background
+ * (this also gives up the fleet claim on it). */
+static void remote_store(const struct pc_dev *d, const struct store_record *sr)
+{
+    remote *rm = get_remote();
+    if (rm) remote_push(rm, d->hash, d->key, d->key_len, sr);
 }
 
 static void at_exit(void);
@@ -553,6 +610,7 @@ struct lookup {
     int filling;          /* we own the fill */
     int claimed;          /* we hold the cross-process claim */
     int from_disk;
+    int from_remote;      /* found on the remote tier (and stored locally) */
     int shared;           /* the effective program is shared from memory */
 };
 
@@ -764,6 +822,7 @@ static void store_built(struct pc_program *rec, cl_program built, struct lookup 
             struct store_record sr = {bins[i], sizes[i], log ? log : "", d->compile_ns, (uint32_t)rec->kind,
                                       info ? info->name : ""};
             int rc = store_put(st, d->hash, d->key, d->key_len, &sr);
+            remote_store(d, &sr);
             if (rc == CLSHIM_OK) STAT_ADD(proc_stats.stores, 1);
             else if (rc != CLSHIM_EREADONLY && rc != CLSHIM_ETOOBIG)
                 LOG_ONCE(LOG_WARN, "cannot store a built program (%s); the app goes on uncached",
@@ -810,6 +869,7 @@ static int lookup_all(struct pc_program *rec, struct lookup *lk)
         struct store_record sr;
         void *arena = NULL;
         int rc = store_get(st, d->hash, d->key, d->key_len, &sr, &arena);
+        if (rc == CLSHIM_ENOTFOUND && remote_lookup(st, d, &sr, &arena) == CLSHIM_OK) rc = CLSHIM_OK, lk[i].from_remote = 1;
         if (rc == CLSHIM_ENOTFOUND) rc = wait_for_other_builder(st, d, &sr, &arena, &lk[i].claimed) == 0
                                               ? CLSHIM_OK : CLSHIM_ENOTFOUND;
         if (log_enabled(LOG_DEBUG)) {
@@ -840,6 +900,7 @@ static void finish_lookups(struct pc_program *rec, struct lookup *lk)
 {
     store *st = get_store();
     for (size_t i = 0; i < rec->ndevs; i++) {
+        if (lk[i].filling && get_remote()) remote_release(get_remote(), rec->devs[i].hash);
         if (lk[i].filling) memtier_abandon(lk[i].entry);
         else if (lk[i].entry) memtier_release(lk[i].entry);
         if (lk[i].claimed && st) store_release_build(st, rec->devs[i].hash);
@@ -900,7 +961,7 @@ static cl_int build_program(cl_program prog, cl_uint num_devices, const cl_devic
                 STAT_ADD(proc_stats.hits, 1);
                 STAT_ADD(proc_stats.compile_ns_saved, saved > (uint64_t)(ms * 1e6) ? saved - (uint64_t)(ms * 1e6) : 0);
                 log_msg(LOG_INFO, "hit %s on '%s' (%s): %.1f ms instead of %.1f ms", prefix, info ? info->name : "?",
-                        lk[i].from_disk ? "disk" : lk[i].shared ? "memory, shared program" : "memory", ms,
+                        lk[i].from_remote ? "remote" : lk[i].from_disk ? "disk" : lk[i].shared ? "memory, shared program" : "memory", ms,
                         saved / 1e6);
             }
         } else {
@@ -979,6 +1040,7 @@ static void capture(struct pc_program *rec)
             struct store_record sr = {bins[i], sizes[i], log ? log : "", d->compile_ns, (uint32_t)rec->kind,
                                       info ? info->name : ""};
             int rc = store_put(st, d->hash, d->key, d->key_len, &sr);
+            remote_store(d, &sr);
             char prefix[17];
             key_prefix(d->hash, prefix);
             if (rc == CLSHIM_OK) {
@@ -1801,6 +1863,14 @@ static void at_exit(void)
     /* No captures here (see progcache.h): only what is already known is
      * written — statistics and access times. */
     store *st = the_store;
+    if (the_remote) {
+        struct remote_counters rc;
+        remote_close(the_remote, &rc); /* waits a bounded time for queued pushes */
+        the_remote = NULL;
+        proc_stats.remote_hits = rc.hits, proc_stats.remote_misses = rc.misses;
+        proc_stats.remote_errors = rc.errors, proc_stats.remote_corrupt = rc.corrupt;
+        proc_stats.remote_pushes = rc.pushes;
+    }
     if (st) {
         store_stats_add(st, &proc_stats);
         store_close(st);

@@ -600,7 +600,9 @@ static int stats_add_fn(store *s, MDB_txn *txn, void *arg)
     struct store_acct a;
     int rc = store_acct_load(s, txn, &a);
     const uint64_t add[ST_COUNT] = {d->hits, d->misses, d->stores, d->evictions_size, d->evictions_age,
-                                    d->rejected, d->collisions, d->corrupt, d->compile_ns_saved};
+                                    d->rejected, d->collisions, d->corrupt, d->compile_ns_saved,
+                                    d->remote_hits, d->remote_misses, d->remote_errors, d->remote_corrupt,
+                                    d->remote_pushes};
     for (int i = 0; i < ST_COUNT; i++) a.stat[i] += add[i];
     return rc ? rc : store_acct_save(s, txn, &a);
 }
@@ -644,10 +646,17 @@ int store_stats_get(store *s, struct store_stats *out)
     rc = store_acct_load(s, txn, &a);
     store_read_end(s, txn);
     if (rc) return store_map_err(rc);
-    *out = (struct store_stats){a.stat[ST_HITS], a.stat[ST_MISSES], a.stat[ST_STORES],
-                                a.stat[ST_EVICT_SIZE], a.stat[ST_EVICT_AGE], a.stat[ST_REJECTED],
-                                a.stat[ST_COLLISIONS], a.stat[ST_CORRUPT], a.stat[ST_SAVED],
-                                a.count, a.bytes, a.ubytes, s->opt.max_size};
+    *out = (struct store_stats){.hits = a.stat[ST_HITS], .misses = a.stat[ST_MISSES],
+                                .stores = a.stat[ST_STORES], .evictions_size = a.stat[ST_EVICT_SIZE],
+                                .evictions_age = a.stat[ST_EVICT_AGE], .rejected = a.stat[ST_REJECTED],
+                                .collisions = a.stat[ST_COLLISIONS], .corrupt = a.stat[ST_CORRUPT],
+                                .compile_ns_saved = a.stat[ST_SAVED], .remote_hits = a.stat[ST_REMOTE_HITS],
+                                .remote_misses = a.stat[ST_REMOTE_MISSES],
+                                .remote_errors = a.stat[ST_REMOTE_ERRORS],
+                                .remote_corrupt = a.stat[ST_REMOTE_CORRUPT],
+                                .remote_pushes = a.stat[ST_REMOTE_PUSHES], .entries = a.count,
+                                .stored_bytes = a.bytes, .uncompressed_bytes = a.ubytes,
+                                .max_size = s->opt.max_size};
     return CLSHIM_OK;
 }
 

@@ -5,7 +5,8 @@ set -eu
 
 PACKAGES="build-essential pkg-config clang-15 llvm-15-dev libllvmspirvlib-15-dev llvm-spirv-15
 ocl-icd-opencl-dev ocl-icd-libopencl1 opencl-c-headers pocl-opencl-icd clinfo python3-pyopencl
-liblmdb-dev lmdb-utils libcmocka-dev libxxhash-dev libzstd-dev zstd python3"
+liblmdb-dev lmdb-utils libcmocka-dev libxxhash-dev libzstd-dev zstd python3
+libhiredis-dev redis-server redis-tools"
 
 missing=""
 for p in $PACKAGES; do
