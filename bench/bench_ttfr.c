@@ -130,24 +130,10 @@ static int run_mode(struct ctx *c, int mode, int prime, double f[F_COUNT])
     unlink(log);
     const char *child_mode = mode == M_LIMIT ? (prime ? "source-save" : "binary") : "source";
     char *argv[] = {(char *)bu_self(), "--child", (char *)child_mode, "--file", c->bin_path, NULL};
-    int rc = bu_run(argv, e.v, log, out, sizeof out, NULL);
-    bu_env_free(&e);
-    if (rc != 0 || bu_field(out, "ttfr_us", -1) < 0) {
-        fprintf(stderr, "bench_ttfr: %s run failed (exit %d); its log:\n", mode_names[mode], rc);
-        char cmd[4300];
-        snprintf(cmd, sizeof cmd, "tail -n 20 '%s' >&2", log);
-        if (system(cmd) != 0) {}
-        c->failures++;
-        return -1;
-    }
+    int rc = bu_run_checked("bench_ttfr", mode_names[mode], argv, &e, log, out, sizeof out, &c->checksum);
+    if (rc) c->failures++;
+    if (rc < 0) return -1;
     for (int i = 0; i < F_COUNT; i++) f[i] = bu_field(out, field_names[i], 0);
-    uint64_t sum = bu_field_hex(out, "checksum");
-    if (!c->checksum) c->checksum = sum;
-    if (sum != c->checksum) {
-        fprintf(stderr, "bench_ttfr: %s run: results differ (checksum %016llx, expected %016llx)\n",
-                mode_names[mode], (unsigned long long)sum, (unsigned long long)c->checksum);
-        c->failures++;
-    }
     if (mode == M_SHIM || mode == M_SHIM_BUILD) {
         struct bu_summary s;
         int want_hit = !prime;

@@ -6,6 +6,7 @@
 # Builds nothing (make bench built $BUILD first). Runs, in order:
 #   bench_passthrough  per-call and start-up cost with nothing enabled (issue 2)
 #   bench_ttfr         time to first result: cold, PoCL warm, clshim warm, limit (issue 3)
+#   bench_remote       time to first result: cold, local hit, remote (Redis) hit (issue 20)
 #   bench_il           SPIR-V time to first result, cold vs warm cache (issue 5)
 #   bench_store        the persistent store with many entries (always --quick here)
 #   bench_fusion       kernel fusion: unfused, fused, hand-written (always --quick here),
@@ -64,6 +65,7 @@ run() {
 
 run bench_passthrough --shim "$BUILD/libclshim.so" $QUICK
 run bench_ttfr --shim "$BUILD/libclshim.so" $QUICK
+run bench_remote --shim "$BUILD/libclshim.so" $QUICK
 run bench_il --shim "$BUILD/libclshim.so" $QUICK
 run bench_store --quick --dir "$TMP"
 run bench_fusion --quick
