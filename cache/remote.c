@@ -206,7 +206,7 @@ int remote_open(const struct remote_options *opt, remote **out)
     gethostname(host, sizeof host - 1);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    snprintf(r->token, sizeof r->token, "%s:%ld:%lx", host, (long)getpid(),
+    snprintf(r->token, sizeof r->token, "%.64s:%ld:%lx", host, (long)getpid(),
              (unsigned long)(ts.tv_nsec ^ (ts.tv_sec << 20)));
     *out = r;
     return CLSHIM_OK;

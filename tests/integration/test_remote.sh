@@ -47,7 +47,8 @@ ok "clshim cache remote ping and stats"
 pids=""
 for i in 1 2 3 4; do
     mkdir -p "$TMP/pocl-r$i"
-    (POCL_CACHE_DIR=$TMP/pocl-r$i CLSHIM_CACHE_DIR=$TMP/cache-r$i CLSHIM_REMOTE_NAMESPACE=four LD_PRELOAD=$SHIM \
+    (POCL_CACHE_DIR=$TMP/pocl-r$i CLSHIM_CACHE_DIR=$TMP/cache-r$i CLSHIM_REMOTE_NAMESPACE=four \
+        CLSHIM_REMOTE_EXPIRE=2 LD_PRELOAD=$SHIM \
         "$MK" >"$TMP/r$i.out" 2>"$TMP/r$i.err"; echo $? >"$TMP/r$i.rc") &
     pids="$pids $!"
 done
@@ -61,6 +62,9 @@ for i in 1 2 3 4; do
 done
 [ $misses = 1 ] && [ $remote_hits = 3 ] || fail "4 runners together: $misses compiles, $remote_hits remote hits"
 ok "4 runners started together: one compile, three remote hits, same results"
+ttl=$(R ttl "$(R --scan --pattern 'four:e:*')")
+[ "$ttl" -gt 172000 ] && [ "$ttl" -le 172800 ] || fail "CLSHIM_REMOTE_EXPIRE=2: the entry's TTL is $ttl s"
+ok "CLSHIM_REMOTE_EXPIRE: entries expire after the given days"
 
 # A corrupt remote value is ignored (and counted), then replaced.
 key=$(R --scan --pattern 'clshim:e:*')
