@@ -869,7 +869,8 @@ static int lookup_all(struct pc_program *rec, struct lookup *lk)
         struct store_record sr;
         void *arena = NULL;
         int rc = store_get(st, d->hash, d->key, d->key_len, &sr, &arena);
-        if (rc == CLSHIM_ENOTFOUND && remote_lookup(st, d, &sr, &arena) == CLSHIM_OK) rc = CLSHIM_OK, lk[i].from_remote = 1;
+        if (rc == CLSHIM_ENOTFOUND && remote_lookup(st, d, &sr, &arena) == CLSHIM_OK)
+            rc = CLSHIM_OK, lk[i].from_remote = 1;
         if (rc == CLSHIM_ENOTFOUND) rc = wait_for_other_builder(st, d, &sr, &arena, &lk[i].claimed) == 0
                                               ? CLSHIM_OK : CLSHIM_ENOTFOUND;
         if (log_enabled(LOG_DEBUG)) {
@@ -961,8 +962,11 @@ static cl_int build_program(cl_program prog, cl_uint num_devices, const cl_devic
                 STAT_ADD(proc_stats.hits, 1);
                 STAT_ADD(proc_stats.compile_ns_saved, saved > (uint64_t)(ms * 1e6) ? saved - (uint64_t)(ms * 1e6) : 0);
                 log_msg(LOG_INFO, "hit %s on '%s' (%s): %.1f ms instead of %.1f ms", prefix, info ? info->name : "?",
-                        lk[i].from_remote ? "remote" : lk[i].from_disk ? "disk" : lk[i].shared ? "memory, shared program" : "memory", ms,
-                        saved / 1e6);
+                        lk[i].from_remote ? "remote"
+                        : lk[i].from_disk ? "disk"
+                        : lk[i].shared    ? "memory, shared program"
+                                          : "memory",
+                        ms, saved / 1e6);
             }
         } else {
             /* The driver refused a cached binary: rebuild and replace it. */
