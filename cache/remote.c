@@ -417,7 +417,12 @@ int remote_fetch(remote *r, struct cache_hash hash, const void *key, size_t key_
     unsigned sleep_us = 10000;
     for (;;) {
         rc = try_claim(r, hash, wait_ms);
-        if (rc == CLSHIM_OK) return count_outcome(r, hash, CLSHIM_ENOTFOUND); /* ours to compile */
+        if (rc == CLSHIM_OK) {
+            /* The last holder may have pushed and released just before. */
+            rc = get_value(r, hash, key, key_len, out, arena);
+            if (rc == CLSHIM_OK) remote_release(r, hash);
+            return count_outcome(r, hash, rc); /* ENOTFOUND: ours to compile */
+        }
         if (rc != CLSHIM_EBUSY) return count_outcome(r, hash, rc);
         if (now_ns() > deadline) {
             log_msg(LOG_INFO, "waited %llu ms for another runner compiling the same program; compiling here",
