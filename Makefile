@@ -24,7 +24,7 @@ CFLAGS_C  += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=und
 LDFLAGS_C += -fsanitize=$(SAN)
 endif
 
-CORE_LIBS := -llmdb -lzstd -lpthread -ldl
+CORE_LIBS := -llmdb -lzstd -lhiredis -lpthread -ldl
 TOOL_LIBS := -lsodium
 
 CORE_SRC   := $(sort $(wildcard common/*.c cache/*.c program/*.c fusion/*.c))

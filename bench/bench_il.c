@@ -106,11 +106,7 @@ static int run_mode(struct ctx *c, int mode, int no_shim, struct run *r)
     bu_env_free(&e);
     memset(r, 0, sizeof *r);
     if (no_shim) return rc == 0 ? (int)bu_field(out, "create_error", 1) : -1;
-    if (rc != 0 || bu_field(out, "ttfr_us", -1) < 0) {
-        fprintf(stderr, "bench_il: %s run failed (exit %d); its log:\n", mode_names[mode], rc);
-        char cmd[4300];
-        snprintf(cmd, sizeof cmd, "tail -n 20 '%s' >&2", log);
-        if (system(cmd) != 0) {}
+    if (bu_child_failed("bench_il", mode_names[mode], rc, out, log)) {
         c->failures++;
         return -1;
     }

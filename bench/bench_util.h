@@ -268,6 +268,18 @@ static inline int bu_run(char *const argv[], char *const envp[], const char *err
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+/* Whether a child run failed (non-zero exit, or no `result ... ttfr_us=`
+ * line); if so says which mode, with the tail of its log. */
+static inline int bu_child_failed(const char *bench, const char *mode, int rc, const char *out, const char *log)
+{
+    if (rc == 0 && strstr(out, "result ") && strstr(out, " ttfr_us=")) return 0;
+    fprintf(stderr, "%s: %s run failed (exit %d); its log:\n", bench, mode, rc);
+    char cmd[4300];
+    snprintf(cmd, sizeof cmd, "tail -n 20 '%s' >&2", log);
+    if (system(cmd) != 0) {}
+    return 1;
+}
+
 /* The value of `key=` in a child's `result ...` line, or `dflt`. */
 static inline double bu_field(const char *out, const char *key, double dflt)
 {
@@ -436,5 +448,24 @@ static inline void bu_csv(const char *bench, const char *cas, const char *varian
 
 /* "met"/"missed" for a target line. */
 static inline const char *bu_verdict(int met) { return met ? "target met" : "target MISSED"; }
+
+
+/* Runs a child (bu_run) with environment e (freed here) and checks it: it
+ * ran and printed a result line, and its checksum equals *checksum (the
+ * first run's, recorded when *checksum is 0). Returns 0; -1 when the run
+ * failed (no results); 1 when its results differ. Says why on stderr. */
+static inline int bu_run_checked(const char *bench, const char *mode, char *const argv[], struct bu_env *e,
+                                 const char *log, char *out, size_t size, uint64_t *checksum)
+{
+    int rc = bu_run(argv, e->v, log, out, size, NULL);
+    bu_env_free(e);
+    if (bu_child_failed(bench, mode, rc, out, log)) return -1;
+    uint64_t sum = bu_field_hex(out, "checksum");
+    if (!*checksum) *checksum = sum;
+    if (sum == *checksum) return 0;
+    fprintf(stderr, "%s: %s run: results differ (checksum %016llx, expected %016llx)\n", bench, mode,
+            (unsigned long long)sum, (unsigned long long)*checksum);
+    return 1;
+}
 
 #endif

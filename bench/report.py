@@ -186,6 +186,16 @@ class Report:
             self.parts.append("### SPIR-V time to first result\n\n`bench_il`, ms:\n\n" +
                               table(["mode", "ms"], [[r.variant, cell(r)] for r in rows]) + "\n")
 
+    def remote(self):
+        rows = self.of("remote")
+        if not rows:
+            return
+        cold = next((r for r in rows if r.variant == "cold"), None)
+        body = [[r.variant, cell(r), "%.1fx" % (cold.med / r.med) if cold else ""] for r in rows]
+        self.parts.append("### The remote tier\n\nTime to first result of the mixed program: cold, a local hit, "
+                          "and a remote (Redis) hit in an empty local cache (`bench_remote`), ms:\n\n" +
+                          table(["mode", "ms", "speed-up vs cold"], body) + "\n")
+
     def passthrough(self):
         rows = self.of("passthrough") + self.of("startup")
         if not rows:
@@ -268,7 +278,8 @@ class Report:
                  m.get("versions", "?"), m.get("load_before", "?"), m.get("load_after", "?"),
                  " **Quick run: fewer repetitions and sizes; a check, not figures to quote.**"
                  if m.get("quick") == "1" else "")]
-        for section in (self.ttfr, self.ci, self.clients, self.il, self.passthrough, self.fusion, self.store):
+        for section in (self.ttfr, self.ci, self.clients, self.remote, self.il, self.passthrough, self.fusion,
+                        self.store):
             section()
         return "\n".join(head + self.parts)
 

@@ -18,6 +18,8 @@
 #   bench_fusion                   fusion speed-up vs N for K = 2, 4, 8 (stored
 #                                  intermediates) against a hand-written kernel
 #   bench_store --entries N        the store at 10^3..10^5 entries
+#   bench_remote                   (full runs only) time to first result with a
+#                                  remote (Redis) hit vs a local hit vs cold
 # Then bench/report.py writes BUILD/bench-report/{results.csv,meta.txt,
 # report.md,*.png}; a full run also rewrites the generated part of
 # docs/benchmarks.md and docs/img/bench-*.png (--no-docs: not). --quick runs
@@ -133,6 +135,7 @@ else
     bench bench_fusion
     bench bench_fusion --shape grid --k 4 --mode latency
     for n in 1000 10000 100000; do bench bench_store --entries $n --dir "$TMP"; done
+    bench bench_remote "${SHIM[@]}"
 fi
 echo "load_after: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/meta.txt"
 

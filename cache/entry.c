@@ -250,3 +250,60 @@ int entry_compress(const void *binary, size_t size, int level, void **out, size_
     *out = buf, *out_size = n, *flags = ENTRY_F_ZSTD;
     return CLSHIM_OK;
 }
+
+int entry_encode_record(struct cache_hash hash, const void *key, size_t key_len, const struct store_record *rec,
+                        int level, uint64_t now, void **out, size_t *out_len)
+{
+    *out = NULL, *out_len = 0;
+    if (rec->binary_size > ENTRY_MAX_BINARY) return CLSHIM_ETOOBIG;
+    void *z;
+    size_t zsize;
+    uint32_t flags;
+    int rc = entry_compress(rec->binary, rec->binary_size, level, &z, &zsize, &flags);
+    if (rc) return rc;
+    const char *dev = rec->device_name ? rec->device_name : "";
+    const char *log = rec->build_log ? rec->build_log : "";
+    struct entry_fields f = {
+        .hash = hash, .flags = flags, .origin = rec->origin, .binary_size = rec->binary_size,
+        .binding = entry_binding(key, key_len, rec->binary, rec->binary_size), .created = now,
+        .last_access = now, .hits = 0, .compile_ns = rec->compile_ns, .key = key, .key_len = key_len,
+        .device = dev, .device_len = strlen(dev), .log = log, .log_len = strlen(log),
+        .payload = z ? z : rec->binary, .payload_size = z ? zsize : rec->binary_size,
+    };
+    size_t len = entry_encoded_size(&f);
+    void *buf = len ? malloc(len) : NULL;
+    if (buf) entry_write(buf, &f);
+    free(z);
+    if (!buf) return len ? CLSHIM_ENOMEM : CLSHIM_ETOOBIG;
+    *out = buf, *out_len = len;
+    return CLSHIM_OK;
+}
+
+int entry_open_record(const void *buf, size_t len, struct cache_hash hash, const void *key, size_t key_len,
+                      struct store_record *out, void **arena)
+{
+    struct entry_view e;
+    *arena = NULL;
+    memset(out, 0, sizeof *out);
+    int rc = entry_parse(buf, len, &e);
+    if (rc == CLSHIM_EUNSUPPORTED) return CLSHIM_ECORRUPT; /* a newer clshim's entry: not ours to serve */
+    if (rc) return rc;
+    if (e.hash.lo != hash.lo || e.hash.hi != hash.hi) return CLSHIM_ECORRUPT;
+    if (e.key_len != key_len || (key_len && memcmp(e.key, key, key_len) != 0)) return CLSHIM_ECOLLISION;
+    unsigned char *mem = malloc((size_t)e.binary_size + e.log_len + e.device_len + 2);
+    if (!mem) return CLSHIM_ENOMEM;
+    *arena = mem; /* from here on the caller can free it, e.g. after a fault reading buf */
+    char *log = (char *)mem + e.binary_size, *dev = log + e.log_len + 1;
+    rc = entry_unpack_binary(&e, mem); /* checks the binding: a binary moved under another key fails */
+    if (rc) {
+        *arena = NULL;
+        free(mem);
+        return rc;
+    }
+    memcpy(log, e.log, e.log_len);
+    log[e.log_len] = 0;
+    memcpy(dev, e.device, e.device_len);
+    dev[e.device_len] = 0;
+    *out = (struct store_record){mem, (size_t)e.binary_size, log, e.compile_ns, e.origin, dev};
+    return CLSHIM_OK;
+}

@@ -141,6 +141,24 @@ int entry_compress(const void *binary, size_t size, int level, void **out, size_
  * compute it (store.h says what guards against them). */
 struct cache_hash entry_binding(const void *key, size_t key_len, const void *binary, size_t size);
 
+/* A whole record for one build, as store_put() stores it and the remote tier
+ * sends it: compresses rec's binary at zstd `level` (0: raw), stamps created
+ * and last access with `now`, zero hits. *out is malloc'd (*out_len bytes).
+ * CLSHIM_ETOOBIG when a part is too large for the format; CLSHIM_ENOMEM. */
+int entry_encode_record(struct cache_hash hash, const void *key, size_t key_len, const struct store_record *rec,
+                        int level, uint64_t now, void **out, size_t *out_len);
+
+/* Verifies a record for `hash` whose key material must be key[0..key_len)
+ * and unpacks it: CLSHIM_OK with *out pointing into *arena (one malloc'd
+ * block: free() or store_record_free()). CLSHIM_ECORRUPT when it fails any
+ * check (a newer format, or a binary whose binding is not to this key),
+ * CLSHIM_ECOLLISION when it is another key's, CLSHIM_ENOTFOUND when it is an
+ * older format (never trusted), CLSHIM_ENOMEM; nothing to free then. *arena
+ * holds the block from its allocation on, so a caller reading buf from a
+ * mapping that may fault (store.c's SIGBUS guard) can free it on that path. */
+int entry_open_record(const void *buf, size_t len, struct cache_hash hash, const void *key, size_t key_len,
+                      struct store_record *out, void **arena);
+
 /* XXH3-64 / XXH3-128 as the codec and the store use them. */
 uint64_t entry_xxh3_64(const void *p, size_t n);
 struct cache_hash entry_xxh3_128(const void *p, size_t n);

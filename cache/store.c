@@ -440,29 +440,11 @@ int store_put(store *s, struct cache_hash hash, const void *key, size_t key_len,
     if (rec->binary_size < s->opt.min_entry || (s->opt.max_entry && rec->binary_size > s->opt.max_entry) ||
         rec->binary_size > ENTRY_MAX_BINARY)
         return CLSHIM_ETOOBIG;
-    void *z;
-    size_t zsize;
-    uint32_t flags;
-    int rc = entry_compress(rec->binary, rec->binary_size, s->opt.compress_level, &z, &zsize, &flags);
-    if (rc) return rc;
     uint64_t now = store_now();
-    const char *dev = rec->device_name ? rec->device_name : "";
-    const char *log = rec->build_log ? rec->build_log : "";
-    struct entry_fields f = {
-        .hash = hash, .flags = flags, .origin = rec->origin, .binary_size = rec->binary_size,
-        .binding = entry_binding(key, key_len, rec->binary, rec->binary_size), .created = now,
-        .last_access = now, .hits = 0, .compile_ns = rec->compile_ns, .key = key, .key_len = key_len,
-        .device = dev, .device_len = strlen(dev), .log = log, .log_len = strlen(log),
-        .payload = z ? z : rec->binary, .payload_size = z ? zsize : rec->binary_size,
-    };
-    size_t len = entry_encoded_size(&f);
-    void *buf = len ? malloc(len) : NULL;
-    if (!buf) {
-        free(z);
-        return len ? CLSHIM_ENOMEM : CLSHIM_ETOOBIG;
-    }
-    entry_write(buf, &f);
-    free(z);
+    void *buf;
+    size_t len;
+    int rc = entry_encode_record(hash, key, key_len, rec, s->opt.compress_level, now, &buf, &len);
+    if (rc) return rc;
     rc = store_put_encoded(s, hash, buf, len, rec->binary_size, now, 0);
     free(buf);
     return rc;
@@ -512,11 +494,11 @@ int store_get(store *s, struct cache_hash hash, const void *key, size_t key_len,
     MDB_txn *txn;
     int rc = store_read_begin(s, &txn);
     if (rc) return rc;
-    unsigned char *volatile mem = NULL;
     struct store_guard g;
     store_guard_arm(&g);
     if (sigsetjmp(g.jb, 0)) { /* a page of the entry or the tree is past the end of data.mdb */
-        free(mem);
+        store_record_free(*arena);
+        *arena = NULL;
         memset(out, 0, sizeof *out);
         abort_after_fault(s, txn);
         return CLSHIM_EIO;
@@ -524,44 +506,23 @@ int store_get(store *s, struct cache_hash hash, const void *key, size_t key_len,
     unsigned char k16[STORE_KEY_LEN];
     store_hash_key(hash, k16);
     MDB_val k = {sizeof k16, k16}, v;
-    struct entry_view e;
     rc = mdb_get(txn, s->db_entries, &k, &v);
     if (rc) {
         store_guard_disarm(&g);
         store_read_end(s, txn);
         return store_map_err(rc);
     }
-    rc = entry_parse(v.mv_data, v.mv_size, &e); /* ENOTFOUND: an older format, a quiet miss */
-    if (rc == CLSHIM_OK && (e.hash.lo != hash.lo || e.hash.hi != hash.hi)) rc = CLSHIM_ECORRUPT;
-    if (rc == CLSHIM_OK && (e.key_len != key_len || (key_len && memcmp(e.key, key, key_len) != 0)))
-        rc = CLSHIM_ECOLLISION;
-    if (rc == CLSHIM_OK) {
-        mem = malloc((size_t)e.binary_size + e.log_len + e.device_len + 2);
-        if (!mem) rc = CLSHIM_ENOMEM;
-    }
-    if (rc == CLSHIM_OK) {
-        unsigned char *bin = mem;
-        char *log = (char *)bin + e.binary_size, *dev = log + e.log_len + 1;
-        rc = entry_unpack_binary(&e, bin);
-        memcpy(log, e.log, e.log_len);
-        log[e.log_len] = 0;
-        memcpy(dev, e.device, e.device_len);
-        dev[e.device_len] = 0;
-        *out = (struct store_record){bin, (size_t)e.binary_size, log, e.compile_ns, e.origin, dev};
-    }
+    /* *arena owns the copy from its malloc on, so a fault part way frees it */
+    rc = entry_open_record(v.mv_data, v.mv_size, hash, key, key_len, out, arena);
     store_guard_disarm(&g);
     store_read_end(s, txn);
-    if (rc == CLSHIM_EUNSUPPORTED) rc = CLSHIM_ECORRUPT; /* a newer clshim's entry: not ours to serve */
     if (rc != CLSHIM_OK) {
-        free(mem);
-        memset(out, 0, sizeof *out);
         if (rc == CLSHIM_ECOLLISION || rc == CLSHIM_ECORRUPT) {
             count_bad(s, rc);
             log_msg(LOG_INFO, "cache: entry %016llx: %s", (unsigned long long)hash.hi, clshim_strerror(rc));
         }
         return rc;
     }
-    *arena = mem;
     if (!s->readonly && queue_hit(s, hash, store_now())) store_flush(s);
     return CLSHIM_OK;
 }
@@ -705,7 +666,8 @@ static int stats_add_fn(store *s, MDB_txn *txn, void *arg)
     int rc = store_acct_load(s, txn, &a);
     const uint64_t add[ST_COUNT] = {d->hits, d->misses, d->stores, d->evictions_size, d->evictions_age,
                                     d->rejected, d->collisions, d->corrupt, d->compile_ns_saved,
-                                    d->uncacheable};
+                                    d->uncacheable, d->remote_hits, d->remote_misses, d->remote_errors,
+                                    d->remote_corrupt, d->remote_pushes};
     for (int i = 0; i < ST_COUNT; i++) a.stat[i] += add[i];
     return rc ? rc : store_acct_save(s, txn, &a);
 }
@@ -756,10 +718,18 @@ int store_stats_get(store *s, struct store_stats *out)
     store_guard_disarm(&g);
     store_read_end(s, txn);
     if (rc) return store_map_err(rc);
-    *out = (struct store_stats){a.stat[ST_HITS], a.stat[ST_MISSES], a.stat[ST_STORES],
-                                a.stat[ST_EVICT_SIZE], a.stat[ST_EVICT_AGE], a.stat[ST_REJECTED],
-                                a.stat[ST_COLLISIONS], a.stat[ST_CORRUPT], a.stat[ST_SAVED],
-                                a.stat[ST_UNCACHEABLE], a.count, a.bytes, a.ubytes, s->opt.max_size};
+    *out = (struct store_stats){.hits = a.stat[ST_HITS], .misses = a.stat[ST_MISSES],
+                                .stores = a.stat[ST_STORES], .evictions_size = a.stat[ST_EVICT_SIZE],
+                                .evictions_age = a.stat[ST_EVICT_AGE], .rejected = a.stat[ST_REJECTED],
+                                .collisions = a.stat[ST_COLLISIONS], .corrupt = a.stat[ST_CORRUPT],
+                                .compile_ns_saved = a.stat[ST_SAVED],
+                                .uncacheable = a.stat[ST_UNCACHEABLE], .remote_hits = a.stat[ST_REMOTE_HITS],
+                                .remote_misses = a.stat[ST_REMOTE_MISSES],
+                                .remote_errors = a.stat[ST_REMOTE_ERRORS],
+                                .remote_corrupt = a.stat[ST_REMOTE_CORRUPT],
+                                .remote_pushes = a.stat[ST_REMOTE_PUSHES], .entries = a.count,
+                                .stored_bytes = a.bytes, .uncompressed_bytes = a.ubytes,
+                                .max_size = s->opt.max_size};
     return CLSHIM_OK;
 }
 

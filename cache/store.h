@@ -181,6 +181,10 @@ struct store_stats {
     uint64_t collisions, corrupt;
     uint64_t compile_ns_saved;
     uint64_t uncacheable;     /* programs whose headers not even the preprocessor could list */
+    /* the remote tier (cache/remote.h), counted by its caller: lookups it
+     * answered, lookups it did not, failed or timed-out commands, values
+     * that failed verification (ignored), values pushed */
+    uint64_t remote_hits, remote_misses, remote_errors, remote_corrupt, remote_pushes;
     /* read-only figures filled by store_stats_get(): */
     uint64_t entries, stored_bytes, uncompressed_bytes, max_size;
 };

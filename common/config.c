@@ -326,6 +326,21 @@ static void format_value(const struct clshim_config *cfg, int knob, char *buf, s
     case CONFIG_PATH:
     case CONFIG_STRING: snprintf(buf, len, "%s", *(const char *const *)field); break;
     }
+    if (knob == CONFIG_KNOB_REMOTE) config_redact_url(*(const char *const *)field, buf, len);
+}
+
+void config_redact_url(const char *url, char *buf, size_t len)
+{
+    const char *scheme = strstr(url, "://");
+    const char *rest = scheme ? scheme + 3 : url;
+    const char *at = strrchr(rest, '@');
+    const char *colon = at ? memchr(rest, ':', (size_t)(at - rest)) : NULL;
+    if (!colon) {
+        snprintf(buf, len, "%s", url);
+        return;
+    }
+    /* user:password@ -> user:***@ */
+    snprintf(buf, len, "%.*s***%s", (int)(colon + 1 - url), url, at);
 }
 
 void config_print(FILE *out, const struct clshim_config *cfg)

@@ -66,6 +66,11 @@ int config_parse(enum config_type type, const char *text, uint64_t *out_num);
 /* What a knob of this type accepts, for messages ("0 or 1", ...). */
 const char *config_accepts(enum config_type type);
 
+/* Copies a URL into buf with the password of its user part (between ':' and
+ * '@' after the scheme) replaced by "***": what logs and `clshim config` show
+ * of CLSHIM_REMOTE. */
+void config_redact_url(const char *url, char *buf, size_t len);
+
 /* `clshim config`: every knob, its effective value and where it came from. */
 void config_print(FILE *out, const struct clshim_config *cfg);
 

@@ -51,6 +51,32 @@
       "read, never written. Whoever can write it can run code in your apps.")  \
     X(CACHE_COMPRESS_LEVEL, UINT, cache_compress_level, "3", "0.1",            \
       "zstd level for stored binaries (1-19); 0 stores them uncompressed.")    \
+    X(REMOTE, STRING, remote, "", "0.1",                                      \
+      "A shared second tier behind the local cache, on Redis: "                \
+      "redis://[user:password@]host[:port][/db] or "                           \
+      "unix://[user:password@]/path/to/socket[?db=N]. Lookups go memory, "     \
+      "local cache, remote, compile; a remote hit is stored locally; a "       \
+      "compile is pushed in the background. Empty means no remote tier "       \
+      "(docs/cache.md, docs/security.md).")                                    \
+    X(REMOTE_READONLY, BOOL, remote_readonly, "0", "0.1",                      \
+      "1 reads the remote tier but never writes it: no pushes, no build "      \
+      "claims, no statistics (untrusted jobs).")                               \
+    X(REMOTE_NAMESPACE, STRING, remote_namespace, "clshim", "0.1",             \
+      "Prefix of every key clshim uses on the server, so projects can share "  \
+      "one server without sharing entries.")                                   \
+    X(REMOTE_PASSWORD_FILE, PATH, remote_password_file, "", "0.1",             \
+      "A file whose first line is the server password (instead of one in "     \
+      "CLSHIM_REMOTE). Never logged.")                                         \
+    X(REMOTE_TIMEOUT, UINT, remote_timeout_ms, "50", "0.1",                    \
+      "Milliseconds a connect, and each wait for the server within a "         \
+      "command, may take. A failure opens the circuit breaker: the remote "    \
+      "tier is skipped for 30 s, with one log line.")                          \
+    X(REMOTE_MAX_VALUE, SIZE, remote_max_value, "64M", "0.1",                  \
+      "Largest value read from or written to the remote tier (bytes of the "   \
+      "encoded entry); larger ones are neither pushed nor accepted.")          \
+    X(REMOTE_EXPIRE, UINT, remote_expire_days, "0", "0.1",                     \
+      "Remote entries expire this many days after their last push or hit; "    \
+      "0 leaves eviction to the server (maxmemory + allkeys-lru).")            \
     X(CAPTURE, STRING, capture, "auto", "0.1",                                 \
       "When a built binary is stored: build (right after clBuildProgram), "    \
       "release (at the first synchronisation after a kernel of it ran, or "    \

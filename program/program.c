@@ -24,6 +24,7 @@
 #include "cache/memtier.h"
 #include "cache/quirks.h"
 #include "cache/preproc.h"
+#include "cache/remote.h"
 #include "cache/spirv_scan.h"
 #include "cache/store.h"
 #include "common/config.h"
@@ -43,6 +44,7 @@ struct pc_dev {
     size_t stored_size;     /* binary size last stored; capture compares */
     uint64_t compile_ns;
     int needs_capture;      /* built by the driver here: store (again) at release */
+    int from_remote;        /* a compile or link hit served by the remote tier */
     cl_program attached;    /* the built program lent to the in-memory tier */
 };
 
@@ -240,6 +242,76 @@ static void drop_all_claims(void)
     reaper_running = 0;
     for (size_t i = 0; i < nclaims; i++) store_release_build(the_store, claims[i].hash);
     nclaims = 0;
+}
+
+/* ---- the remote tier (cache/remote.h), behind the store ------------------
+ * Every lookup of the program layer goes memory, store, then tier_get();
+ * every store goes through tier_put(): builds, compiles, links and derived
+ * programs alike. Only builds (lookup_all) take part in the fleet's single
+ * flight (remote_fetch() claims the key); compile, link and derived lookups
+ * only read (remote_get()), so no claim of theirs can outlive a failure.
+ * Manifests (cache/preproc.h) stay local: see docs/cache.md. */
+
+static remote *the_remote;
+static pthread_once_t remote_once = PTHREAD_ONCE_INIT;
+
+static void open_remote(void)
+{
+    const struct clshim_config *cfg = config_get();
+    if (!cfg->cache || !*cfg->remote) return;
+    struct remote_options opt = {
+        .url = cfg->remote,
+        .password_file = cfg->remote_password_file,
+        .ns = cfg->remote_namespace,
+        .timeout_ms = cfg->remote_timeout_ms,
+        .max_value = cfg->remote_max_value,
+        .expire_s = cfg->remote_expire_days * 86400,
+        .readonly = cfg->remote_readonly,
+        .compress_level = (int)cfg->cache_compress_level,
+    };
+    if (remote_open(&opt, &the_remote) != CLSHIM_OK) {
+        char name[512];
+        config_redact_url(cfg->remote, name, sizeof name);
+        log_msg(LOG_WARN, "CLSHIM_REMOTE=%s: not a redis:// or unix:// URL, or its password file cannot be "
+                          "read; remote tier off", name);
+        the_remote = NULL;
+    }
+}
+
+static remote *get_remote(void)
+{
+    pthread_once(&remote_once, open_remote);
+    return the_remote;
+}
+
+/* The store, then (on a local miss) the remote tier; a remote hit is stored
+ * locally. fleet_wait: wait for, or claim, another runner's build of the
+ * key (remote_fetch()); the claim then goes with tier_put() or
+ * remote_release(). *from_remote (may be NULL) says which tier answered. */
+static int tier_get(store *st, struct cache_hash hash, const void *key, size_t key_len, int fleet_wait,
+                    struct store_record *sr, void **arena, int *from_remote)
+{
+    if (from_remote) *from_remote = 0;
+    int rc = store_get(st, hash, key, key_len, sr, arena);
+    remote *rm = rc == CLSHIM_ENOTFOUND ? get_remote() : NULL;
+    if (!rm) return rc;
+    int got = fleet_wait ? remote_fetch(rm, hash, key, key_len, config_get()->build_wait_ms, sr, arena)
+                         : remote_get(rm, hash, key, key_len, sr, arena);
+    if (got != CLSHIM_OK) return CLSHIM_ENOTFOUND;
+    if (store_put(st, hash, key, key_len, sr) == CLSHIM_OK) STAT_ADD(proc_stats.stores, 1);
+    if (from_remote) *from_remote = 1;
+    return CLSHIM_OK;
+}
+
+/* A local store, and the same record to the remote tier in the background
+ * (which also gives up this process's fleet claim on it). */
+static int tier_put(store *st, struct cache_hash hash, const void *key, size_t key_len,
+                    const struct store_record *sr)
+{
+    int rc = store_put(st, hash, key, key_len, sr);
+    remote *rm = get_remote();
+    if (rm) remote_push(rm, hash, key, key_len, sr);
+    return rc;
 }
 
 static void at_exit(void);
@@ -777,6 +849,7 @@ struct lookup {
     int claimed;          /* we hold the cross-process claim */
     int from_disk;
     int failed;           /* a concurrent build of the key failed: shared */
+    int from_remote;      /* found on the remote tier (and stored locally) */
 };
 
 /* Translates the IL of rec to SPIR and creates the program from it. */
@@ -1005,7 +1078,7 @@ static void store_built(struct pc_program *rec, cl_program built, struct lookup 
         if (st) {
             struct store_record sr = {bins[i], sizes[i], log ? log : "", d->compile_ns, (uint32_t)rec->kind,
                                       info ? info->name : ""};
-            int rc = store_put(st, d->hash, d->key, d->key_len, &sr);
+            int rc = tier_put(st, d->hash, d->key, d->key_len, &sr);
             if (rc == CLSHIM_OK) STAT_ADD(proc_stats.stores, 1);
             else if (rc != CLSHIM_EREADONLY && rc != CLSHIM_ETOOBIG)
                 LOG_ONCE(LOG_WARN, "cannot store a built program (%s); the app goes on uncached",
@@ -1081,7 +1154,7 @@ static int lookup_all(struct pc_program *rec, struct lookup *lk)
         if (!st) continue;
         struct store_record sr;
         void *arena = NULL;
-        int rc = store_get(st, d->hash, d->key, d->key_len, &sr, &arena);
+        int rc = tier_get(st, d->hash, d->key, d->key_len, 1, &sr, &arena, &lk[i].from_remote);
         if (rc == CLSHIM_ENOTFOUND) rc = wait_for_other_builder(st, d, &sr, &arena, &lk[i].claimed) == 0
                                               ? CLSHIM_OK : CLSHIM_ENOTFOUND;
         if (log_enabled(LOG_DEBUG)) {
@@ -1112,6 +1185,11 @@ static void finish_lookups(struct pc_program *rec, struct lookup *lk)
 {
     store *st = get_store();
     for (size_t i = 0; i < rec->ndevs; i++) {
+        /* The fleet claim goes now unless a capture still owes the binary
+         * (a push gave it up already; an uncacheable or failed build never
+         * pushes). */
+        if (!rec->devs[i].needs_capture && get_remote())
+            remote_release(get_remote(), rec->devs[i].hash);
         if (lk[i].filling) memtier_abandon(lk[i].entry);
         else if (lk[i].entry) memtier_release(lk[i].entry);
         if (lk[i].claimed && st) store_release_build(st, rec->devs[i].hash);
@@ -1195,7 +1273,7 @@ static cl_int build_program(cl_program prog, cl_uint num_devices, const cl_devic
                 STAT_ADD(proc_stats.hits, 1);
                 STAT_ADD(proc_stats.compile_ns_saved, saved > (uint64_t)(ms * 1e6) ? saved - (uint64_t)(ms * 1e6) : 0);
                 log_msg(LOG_INFO, "hit %s on '%s' (%s): %.1f ms instead of %.1f ms", prefix, info ? info->name : "?",
-                        lk[i].from_disk ? "disk" : "memory", ms,
+                        lk[i].from_remote ? "remote" : lk[i].from_disk ? "disk" : "memory", ms,
                         saved / 1e6);
             }
         } else {
@@ -1281,7 +1359,7 @@ static void capture(struct pc_program *rec)
             char *log = read_build_log(built, d->dev);
             struct store_record sr = {bins[i], sizes[i], log ? log : "", d->compile_ns, (uint32_t)rec->kind,
                                       info ? info->name : ""};
-            int rc = store_put(st, d->hash, d->key, d->key_len, &sr);
+            int rc = tier_put(st, d->hash, d->key, d->key_len, &sr);
             char prefix[17];
             key_prefix(d->hash, prefix);
             if (rc == CLSHIM_OK) {
@@ -1300,7 +1378,11 @@ static void capture(struct pc_program *rec)
         }
     }
     /* Stored or not, waiting processes have nothing more to wait for. */
-    for (size_t i = 0; i < rec->ndevs; i++) drop_claim(rec->devs[i].hash);
+    remote *rm = get_remote();
+    for (size_t i = 0; i < rec->ndevs; i++) {
+        drop_claim(rec->devs[i].hash);
+        if (rm) remote_release(rm, rec->devs[i].hash); /* a no-op after the push above */
+    }
     for (size_t i = 0; bins && i < rec->ndevs; i++) free(bins[i]);
     free(bins);
     free(sizes);
@@ -1333,7 +1415,8 @@ static int lookup_disk_all(struct pc_program *rec, const unsigned char **bins, s
     for (size_t i = 0; i < rec->ndevs; i++) {
         struct pc_dev *d = &rec->devs[i];
         struct store_record sr;
-        if (!d->key || store_get(st, d->hash, d->key, d->key_len, &sr, &arenas[i]) != CLSHIM_OK) return 0;
+        if (!d->key || tier_get(st, d->hash, d->key, d->key_len, 0, &sr, &arenas[i], &d->from_remote) != CLSHIM_OK)
+            return 0;
         bins[i] = sr.binary;
         sizes[i] = sr.binary_size;
         free(d->log);
@@ -1353,8 +1436,8 @@ static void log_hits(struct pc_program *rec, const char *what, double ms)
         STAT_ADD(proc_stats.hits, 1);
         uint64_t used = (uint64_t)(ms * 1e6);
         STAT_ADD(proc_stats.compile_ns_saved, rec->devs[i].compile_ns > used ? rec->devs[i].compile_ns - used : 0);
-        log_msg(LOG_INFO, "hit %s on '%s' (disk, %s): %.1f ms instead of %.1f ms", prefix, info ? info->name : "?",
-                what, ms, rec->devs[i].compile_ns / 1e6);
+        log_msg(LOG_INFO, "hit %s on '%s' (%s, %s): %.1f ms instead of %.1f ms", prefix, info ? info->name : "?",
+                rec->devs[i].from_remote ? "remote" : "disk", what, ms, rec->devs[i].compile_ns / 1e6);
     }
 }
 
@@ -1472,7 +1555,7 @@ static cl_int compile_program(cl_program prog, cl_uint num_devices, const cl_dev
                 d->compile_ns = compile_ns / rec->ndevs;
                 struct store_record sr = {got[i], sizes[i], log ? log : "", d->compile_ns, KEY_COMPILE,
                                           info ? info->name : ""};
-                int rc = store_put(st, d->hash, d->key, d->key_len, &sr);
+                int rc = tier_put(st, d->hash, d->key, d->key_len, &sr);
                 STAT_ADD(proc_stats.misses, 1);
                 if (rc == CLSHIM_OK) STAT_ADD(proc_stats.stores, 1);
                 char prefix[17];
@@ -2122,7 +2205,7 @@ static void store_derived(struct derived_pending *d)
         memcpy(value + 8 + d->meta_size, bin, size);
         const struct device_info *info = device_info(real, d->dev);
         struct store_record sr = {value, total, "", d->compile_ns, KEY_FUSION, info ? info->name : ""};
-        if (store_put(st, d->hash, d->key, d->key_len, &sr) == CLSHIM_OK) {
+        if (tier_put(st, d->hash, d->key, d->key_len, &sr) == CLSHIM_OK) {
             STAT_ADD(proc_stats.stores, 1);
             char prefix[17];
             key_prefix(d->hash, prefix);
@@ -2165,7 +2248,8 @@ cl_program pc_build_derived(cl_context ctx, cl_device_id dev, const char *option
     if (st) {
         struct store_record sr;
         void *arena = NULL;
-        if (store_get(st, hash, k.data, k.len, &sr, &arena) == CLSHIM_OK) {
+        int from_remote;
+        if (tier_get(st, hash, k.data, k.len, 0, &sr, &arena, &from_remote) == CLSHIM_OK) {
             uint64_t m = 0;
             if (sr.binary_size >= 8) memcpy(&m, sr.binary, 8);
             if (m <= sr.binary_size - 8 && (*meta = malloc(m ? m : 1))) {
@@ -2180,7 +2264,7 @@ cl_program pc_build_derived(cl_context ctx, cl_device_id dev, const char *option
                 }
                 if (p) {
                     STAT_ADD(proc_stats.hits, 1);
-                    log_msg(LOG_INFO, "hit derived program %s (disk)", prefix);
+                    log_msg(LOG_INFO, "hit derived program %s (%s)", prefix, from_remote ? "remote" : "disk");
                 } else {
                     STAT_ADD(proc_stats.rejected, 1);
                     free(*meta);
@@ -2281,6 +2365,14 @@ static void at_exit(void)
      * written — statistics and access times. */
     store *st = the_store;
     drop_all_claims();
+    if (the_remote) {
+        struct remote_counters rc;
+        remote_close(the_remote, &rc); /* waits a bounded time for queued pushes */
+        the_remote = NULL;
+        proc_stats.remote_hits = rc.hits, proc_stats.remote_misses = rc.misses;
+        proc_stats.remote_errors = rc.errors, proc_stats.remote_corrupt = rc.corrupt;
+        proc_stats.remote_pushes = rc.pushes;
+    }
     if (st) {
         store_stats_add(st, &proc_stats);
         store_close(st);

@@ -5,7 +5,9 @@
  * real program of the driver (so the ICD loader dispatches it as usual).
  *  - Source (and native IL) programs: the handle is the program the app
  *    created. At clBuildProgram, per device, the key is looked up in the
- *    in-memory tier, then the persistent store. When every device hits, a
+ *    in-memory tier, then the persistent store, then the remote tier
+ *    (cache/remote.h, CLSHIM_REMOTE; compile, link and derived programs
+ *    too). When every device hits, a
  *    second real program is created from the cached binaries and built (the
  *    "effective" program); the handle stays unbuilt and queries about the
  *    build, binaries and kernels are answered from the effective program —

@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "cache/entry.h"
+#include "cache/remote.h"
 #include "cache/store.h"
 #include "common/config.h"
 #include "common/error.h"
@@ -149,14 +150,18 @@ static int cmd_stats(struct cmd_ctx *c, int argc, char **argv)
         printf(", \"exists\": %s, \"hits\": %llu, \"misses\": %llu, \"hit_rate\": %.4f, \"stores\": %llu, "
                "\"evictions_size\": %llu, \"evictions_age\": %llu, \"rejected\": %llu, \"collisions\": %llu, "
                "\"corrupt\": %llu, \"entries\": %llu, \"stored_bytes\": %llu, \"uncompressed_bytes\": %llu, "
-               "\"compression_ratio\": %.3f, \"max_size\": %llu, \"compile_ns_saved\": %llu, \"uncacheable\": %llu}\n",
+               "\"compression_ratio\": %.3f, \"max_size\": %llu, \"compile_ns_saved\": %llu, \"uncacheable\": %llu, "
+               "\"remote_hits\": %llu, \"remote_misses\": %llu, \"remote_errors\": %llu, \"remote_corrupt\": %llu, "
+               "\"remote_pushes\": %llu}\n",
                c->s ? "true" : "false", (unsigned long long)st.hits, (unsigned long long)st.misses,
                rate / 100, (unsigned long long)st.stores, (unsigned long long)st.evictions_size,
                (unsigned long long)st.evictions_age, (unsigned long long)st.rejected,
                (unsigned long long)st.collisions, (unsigned long long)st.corrupt, (unsigned long long)st.entries,
                (unsigned long long)st.stored_bytes, (unsigned long long)st.uncompressed_bytes, ratio,
                (unsigned long long)st.max_size, (unsigned long long)st.compile_ns_saved,
-               (unsigned long long)st.uncacheable);
+               (unsigned long long)st.uncacheable, (unsigned long long)st.remote_hits,
+               (unsigned long long)st.remote_misses, (unsigned long long)st.remote_errors,
+               (unsigned long long)st.remote_corrupt, (unsigned long long)st.remote_pushes);
         return 0;
     }
     char a[32], b[32], lim[32];
@@ -184,6 +189,11 @@ static int cmd_stats(struct cmd_ctx *c, int argc, char **argv)
         printf("\nSize limit               none\n");
     }
     printf("Compile time saved       %.2f s\n", (double)st.compile_ns_saved / 1e9);
+    printf("Remote hits              %llu\n", (unsigned long long)st.remote_hits);
+    printf("Remote misses            %llu\n", (unsigned long long)st.remote_misses);
+    printf("Remote errors            %llu\n", (unsigned long long)st.remote_errors);
+    printf("Remote values ignored    %llu (failed verification)\n", (unsigned long long)st.remote_corrupt);
+    printf("Remote pushes            %llu\n", (unsigned long long)st.remote_pushes);
     return 0;
 }
 
@@ -701,6 +711,87 @@ static int cmd_keygen(struct cmd_ctx *c, int argc, char **argv)
     return 0;
 }
 
+/* ---- remote ---- */
+
+static int open_remote(remote **r)
+{
+    const struct clshim_config *cfg = config_get();
+    if (!*cfg->remote) {
+        fprintf(stderr, "clshim cache: no remote tier configured (set CLSHIM_REMOTE)\n");
+        return 1;
+    }
+    struct remote_options o = {
+        .url = cfg->remote, .password_file = cfg->remote_password_file, .ns = cfg->remote_namespace,
+        .timeout_ms = cfg->remote_timeout_ms, .max_value = cfg->remote_max_value, .readonly = 1,
+    };
+    if (remote_open(&o, r) != CLSHIM_OK) {
+        char name[512];
+        config_redact_url(cfg->remote, name, sizeof name);
+        fprintf(stderr, "clshim cache: CLSHIM_REMOTE=%s: not a redis:// or unix:// URL, or its password file "
+                        "cannot be read\n", name);
+        return 1;
+    }
+    return 0;
+}
+
+static int cmd_remote(int argc, char **argv)
+{
+    const char *sub = argc > 1 ? argv[1] : "";
+    int json = argc > 2 && !strcmp(argv[2], "--json");
+    if (strcmp(sub, "ping") && strcmp(sub, "stats")) return usage_error("remote: say %s", "ping or stats");
+    if (argc > 2 + json || (!strcmp(sub, "ping") && argc > 2))
+        return usage_error("remote: unexpected argument '%s'", argv[argc - 1]);
+    remote *r;
+    if (open_remote(&r)) return 1;
+    char why[256] = "";
+    int rc;
+    if (!strcmp(sub, "ping")) {
+        double ms;
+        rc = remote_ping(r, &ms, why, sizeof why);
+        if (rc == CLSHIM_OK) printf("%s: PONG in %.2f ms\n", remote_name(r), ms);
+    } else {
+        struct remote_server_stats st;
+        rc = remote_server_stats(r, &st, why, sizeof why);
+        const struct clshim_config *cfg = config_get();
+        if (rc == CLSHIM_OK && json) {
+            printf("{\"server\": ");
+            json_string(stdout, remote_name(r));
+            printf(", \"namespace\": ");
+            json_string(stdout, cfg->remote_namespace);
+            printf(", \"version\": ");
+            json_string(stdout, st.version);
+            printf(", \"maxmemory_policy\": ");
+            json_string(stdout, st.policy);
+            printf(", \"used_memory\": %llu, \"maxmemory\": %llu, \"entries\": %llu, \"entry_bytes\": %llu, "
+                   "\"claims\": %llu, \"hits\": %llu, \"misses\": %llu, \"pushes\": %llu}\n",
+                   (unsigned long long)st.used_memory, (unsigned long long)st.maxmemory,
+                   (unsigned long long)st.entries, (unsigned long long)st.entry_bytes,
+                   (unsigned long long)st.claims, (unsigned long long)st.hits, (unsigned long long)st.misses,
+                   (unsigned long long)st.pushes);
+        } else if (rc == CLSHIM_OK) {
+            char used[32], max[32], bytes[32];
+            human_size(st.used_memory, used, sizeof used);
+            human_size(st.maxmemory, max, sizeof max);
+            human_size(st.entry_bytes, bytes, sizeof bytes);
+            printf("Server                   %s (Redis %s)\n", remote_name(r), st.version);
+            printf("Namespace                %s\n", cfg->remote_namespace);
+            printf("Entries                  %llu (%s)\n", (unsigned long long)st.entries, bytes);
+            printf("Builds in progress       %llu\n", (unsigned long long)st.claims);
+            printf("Fleet hits               %llu\n", (unsigned long long)st.hits);
+            printf("Fleet misses             %llu\n", (unsigned long long)st.misses);
+            printf("Fleet pushes             %llu\n", (unsigned long long)st.pushes);
+            printf("Server memory            %s used, limit %s, policy %s\n", used,
+                   st.maxmemory ? max : "none", st.policy);
+            if (!st.maxmemory || strncmp(st.policy, "allkeys-", 8))
+                printf("Note: without maxmemory and an allkeys-* policy the server never evicts "
+                       "(docs/cache.md)\n");
+        }
+    }
+    if (rc) fprintf(stderr, "clshim cache: remote %s: %s: %s\n", sub, remote_name(r), why);
+    remote_close(r, NULL);
+    return rc ? 1 : 0;
+}
+
 /* ---- dispatch ---- */
 
 int cache_cmd_main(int argc, char **argv)
@@ -741,6 +832,7 @@ int cache_cmd_main(int argc, char **argv)
         else if (!strcmp(cmd, "export")) rc = cmd_export(&c, n, args);
         else if (!strcmp(cmd, "import")) rc = cmd_import(&c, n, args);
         else if (!strcmp(cmd, "keygen")) rc = cmd_keygen(&c, n, args);
+        else if (!strcmp(cmd, "remote")) rc = cmd_remote(n, args);
         else if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
             fputs(CMD_USAGE, n ? stdout : stderr);
             rc = n ? 0 : 2; /* bare `clshim cache` is a usage error */

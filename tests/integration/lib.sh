@@ -34,3 +34,28 @@ occurrences() {
 fresh_pocl() { rm -rf "$POCL_CACHE_DIR"; mkdir -p "$POCL_CACHE_DIR"; }
 
 finish() { echo "$checks checks passed"; }
+
+# A private redis-server (Debian's) for remote-tier tests: on a unix socket
+# in $TMP, or with `start_redis tcp` on 127.0.0.1 and a free port; never any
+# other address, nothing saved to disk. Extra arguments go to redis-server.
+# Sets REDIS_URL and REDIS_PID; stopped when the test exits.
+REDIS_PIDS=""
+start_redis() {
+    local mode=unix; [ "${1:-}" = tcp ] && { mode=tcp; shift; }
+    local dir; dir=$(mktemp -d "$TMP/redis.XXXXXX")
+    local where=(--port 0 --unixsocket "$dir/redis.sock" --unixsocketperm 700)
+    REDIS_URL=unix://$dir/redis.sock; REDIS_CLI=(redis-cli -s "$dir/redis.sock")
+    if [ $mode = tcp ]; then
+        local port; port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+        where=(--port "$port" --bind 127.0.0.1)
+        REDIS_URL=redis://127.0.0.1:$port; REDIS_CLI=(redis-cli -h 127.0.0.1 -p "$port")
+    fi
+    redis-server "${where[@]}" --dir "$dir" --save '' --appendonly no --daemonize yes \
+        --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" "$@" || fail "cannot start redis-server"
+    for _ in $(seq 100); do [ -s "$dir/redis.pid" ] && grep -q "Ready to accept" "$dir/redis.log" && break; sleep 0.05; done
+    REDIS_PID=$(cat "$dir/redis.pid")
+    REDIS_PIDS="$REDIS_PIDS $REDIS_PID"
+    trap stop_redis EXIT
+}
+# Stops every server this test started (a stopped one is killed).
+stop_redis() { local p; for p in $REDIS_PIDS; do kill -KILL "$p" 2>/dev/null || true; done; REDIS_PIDS=""; }

@@ -193,6 +193,57 @@ static void newer_version_is_unsupported(void **state)
 /* a binary moved under another key, carried with its sizes, flags and
  * binding and with the record checksum rewritten (every record
  * self-consistent), parses but fails the binding on unpack */
+/* The whole-record pair the store and the remote tier share: what
+ * entry_encode_record() writes, entry_open_record() opens for its own key
+ * only, and a binary resealed under another key's record is refused. */
+static void encoded_record_opens_for_its_key_only(void **state)
+{
+    (void)state;
+    static const char other_key[] = "clshim-key 2\nkind=source\noptions=\ninput=5\nother";
+    unsigned char bin[3000], other_bin[700];
+    fill_binary(bin, sizeof bin, 11);
+    fill_binary(other_bin, sizeof other_bin, 12);
+    struct cache_hash h = entry_xxh3_128(key_text, sizeof key_text - 1);
+    struct cache_hash oh = entry_xxh3_128(other_key, sizeof other_key - 1);
+    struct store_record in = {bin, sizeof bin, "a log", 42, ENTRY_ORIGIN_SOURCE, "dev"}, out;
+    struct store_record other_in = {other_bin, sizeof other_bin, "", 7, ENTRY_ORIGIN_SOURCE, "dev"};
+    void *rec, *other_rec, *arena;
+    size_t len, other_len;
+    assert_int_equal(entry_encode_record(h, key_text, sizeof key_text - 1, &in, 3, 1000, &rec, &len), CLSHIM_OK);
+    assert_int_equal(entry_encode_record(oh, other_key, sizeof other_key - 1, &other_in, 0, 1000, &other_rec,
+                                         &other_len), CLSHIM_OK);
+    assert_int_equal(entry_open_record(rec, len, h, key_text, sizeof key_text - 1, &out, &arena), CLSHIM_OK);
+    assert_int_equal(out.binary_size, sizeof bin);
+    assert_memory_equal(out.binary, bin, sizeof bin);
+    assert_string_equal(out.build_log, "a log");
+    assert_string_equal(out.device_name, "dev");
+    assert_int_equal(out.compile_ns, 42);
+    free(arena);
+    /* Asked for under another key: refused, nothing to free. */
+    assert_int_equal(entry_open_record(rec, len, oh, other_key, sizeof other_key - 1, &out, &arena),
+                     CLSHIM_ECORRUPT);
+    assert_null(arena);
+    /* Our record resealed around the other key's binary (with its binding):
+     * every checksum valid, the binding not ours. */
+    struct entry_view mine, theirs;
+    assert_int_equal(entry_parse(rec, len, &mine), CLSHIM_OK);
+    assert_int_equal(entry_parse(other_rec, other_len, &theirs), CLSHIM_OK);
+    struct entry_fields f = {
+        .hash = mine.hash, .flags = theirs.flags, .origin = mine.origin, .binary_size = theirs.binary_size,
+        .binding = theirs.binding, .key = mine.key, .key_len = mine.key_len, .payload = theirs.payload,
+        .payload_size = theirs.payload_size,
+    };
+    size_t moved_len = entry_encoded_size(&f);
+    unsigned char *moved = malloc(moved_len);
+    entry_write(moved, &f);
+    assert_int_equal(entry_open_record(moved, moved_len, h, key_text, sizeof key_text - 1, &out, &arena),
+                     CLSHIM_ECORRUPT);
+    assert_null(arena);
+    free(moved);
+    free(rec);
+    free(other_rec);
+}
+
 static void binary_moved_under_another_key_is_refused(void **state)
 {
     (void)state;
@@ -315,6 +366,7 @@ int main(void)
         cmocka_unit_test(lying_lengths_with_valid_checksum_are_refused),
         cmocka_unit_test(newer_version_is_unsupported),
         cmocka_unit_test(binary_moved_under_another_key_is_refused),
+        cmocka_unit_test(encoded_record_opens_for_its_key_only),
         cmocka_unit_test(version_1_record_is_refused),
         cmocka_unit_test(random_input_is_refused),
         cmocka_unit_test(incompressible_binary_is_stored_raw),

@@ -286,7 +286,7 @@ static void older_format_entry_is_a_quiet_miss(void **state)
 {
     struct fixture *fx = *state;
     populate(fx, 2);
-    raw_xor(fx->dir, key_hash_of(1), 8, ENTRY_VERSION ^ 1); /* format version 1 */
+    raw_xor(fx->dir, key_hash_of(1), 8, ENTRY_VERSION ^ 0x1); /* xor 3: format version 2 becomes 1 */
     store *s = open_default(fx, 3);
     assert_int_equal(get_key(s, 1), CLSHIM_ENOTFOUND);
     assert_int_equal(get_key(s, 0), CLSHIM_OK);

@@ -26,6 +26,8 @@
  *   rel_forge hold DIR            keeps the environment open until killed (so
  *                                 the next opener does not reset lock.mdb)
  *   rel_forge seed FILE           writes one valid encoded entry (fuzz seed)
+ *   rel_forge swap-files A B OUT  "swap" on two records in files (the remote
+ *                                 tier's values): OUT is A with B's binary
  * Prints how many values it changed; exit 1 when none. */
 #include <lmdb.h>
 #include <signal.h>
@@ -277,6 +279,42 @@ static int seed(const char *file)
     return 0;
 }
 
+/* The whole of file `path` in a malloc'd buffer (v->mv_size bytes); 1 on failure. */
+static int read_whole(const char *path, MDB_val *v)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return 1;
+    size_t cap = 1 << 16, n = 0, got;
+    unsigned char *buf = malloc(cap);
+    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0)
+        if ((n += got) == cap) buf = realloc(buf, cap *= 2);
+    fclose(f);
+    v->mv_data = buf;
+    v->mv_size = n;
+    return buf ? 0 : 1;
+}
+
+/* The "swap" of two records outside a cache (the remote tier's values are
+ * the same records): OUT gets record A resealed around B's binary. */
+static int swap_files(const char *a_path, const char *b_path, const char *out_path)
+{
+    MDB_val a, b;
+    unsigned char *rec = NULL;
+    if (read_whole(a_path, &a) || read_whole(b_path, &b)) {
+        fprintf(stderr, "rel_forge: cannot read %s or %s\n", a_path, b_path);
+        return 1;
+    }
+    size_t n = swapped_record(&a, &b, &rec);
+    FILE *f = n ? fopen(out_path, "wb") : NULL;
+    int rc = !f || fwrite(rec, 1, n, f) != n;
+    if (f) rc |= fclose(f) != 0;
+    if (rc) fprintf(stderr, "rel_forge: %s\n", n ? "cannot write the swapped record" : "unparsable records");
+    free(rec);
+    free(a.mv_data);
+    free(b.mv_data);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 4 && !strcmp(argv[1], "corrupt")) return corrupt(argv[2], argv[3]);
@@ -286,7 +324,8 @@ int main(int argc, char **argv)
     if (argc == 3 && !strcmp(argv[1], "stale-writer")) return stale_txn(argv[2], 0);
     if (argc == 3 && !strcmp(argv[1], "seed")) return seed(argv[2]);
     if (argc == 3 && !strcmp(argv[1], "hold")) return hold(argv[2]);
+    if (argc == 5 && !strcmp(argv[1], "swap-files")) return swap_files(argv[2], argv[3], argv[4]);
     fprintf(stderr, "usage: rel_forge corrupt DIR flip|truncate|extend|sizes|keylen|swap | garble DIR | huge DIR MIB | "
-                    "stale-reader DIR | stale-writer DIR | hold DIR | seed FILE\n");
+                    "stale-reader DIR | stale-writer DIR | hold DIR | seed FILE | swap-files A B OUT\n");
     return 2;
 }

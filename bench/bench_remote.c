@@ -1,0 +1,179 @@
+/* bench_remote — time to first result with the remote tier (issue 20).
+ *
+ *   bench_remote [--quick] [--reps N] [--shim PATH/libclshim.so]
+ *
+ * The program and the measured span are bench_ttfr's (--program mixed,
+ * bench/pipeline.h: fifteen kernels; create, build, kernels, first run,
+ * clFinish), measured by bench_ttfr's own child (`bench_ttfr --child source
+ * --program mixed`, beside this binary),
+ * each run a fresh process. A private redis-server (Debian's) runs on a unix
+ * socket in this benchmark's temp dir. Modes, round-robin rep after rep:
+ *   cold          no shim, empty POCL_CACHE_DIR: the full compile;
+ *   clshim-local  LD_PRELOAD, warm local cache, no remote tier: a local hit;
+ *   clshim-remote LD_PRELOAD, an EMPTY local cache dir every run, the remote
+ *                 tier filled by an earlier runner: what a fresh CI runner
+ *                 sees (the hit is fetched, verified, stored locally, loaded).
+ * PoCL's own cache is empty in every mode. Target: clshim-remote at least 5x
+ * faster than cold (medians). Every run's checksum must match; clshim-local
+ * runs must hit from disk and clshim-remote runs from the remote tier, with
+ * no compile. Exits 1 when a run fails or results differ, not when a target
+ * is missed; 1 as well when redis-server cannot be started.
+ */
+#include "bench/bench_util.h"
+
+#include <signal.h>
+
+#include "cache/remote.h"
+#include "common/error.h"
+
+enum { M_COLD, M_LOCAL, M_REMOTE, M_COUNT };
+static const char *const mode_names[M_COUNT] = {"cold", "clshim-local", "clshim-remote"};
+static const char *const mode_desc[M_COUNT] = {
+    "no shim, empty PoCL cache (full compile)",
+    "LD_PRELOAD, local clshim cache warm",
+    "LD_PRELOAD, empty local cache, remote tier (Redis, unix socket) warm"};
+static const char *const mode_marks[M_COUNT] = {NULL, "(disk)", "(remote)"};
+
+struct ctx {
+    const char *root, *shim;
+    char child[4200], remote_url[4300];
+    uint64_t checksum;
+    int failures;
+};
+
+enum { F_TTFR, F_BUILD, F_COUNT };
+static const char *const field_names[F_COUNT] = {"ttfr_us", "build_us"};
+
+static int run_mode(struct ctx *c, int mode, int prime, double f[F_COUNT])
+{
+    struct bu_env e;
+    char pocl[4200], cache[4200], log[4200], out[4096];
+    bu_env_base(&e);
+    bu_set_driver_cache(&e, bu_fresh_dir(c->root, "pocl-empty", pocl, sizeof pocl));
+    if (mode != M_COLD) {
+        bu_env_set(&e, "LD_PRELOAD", c->shim);
+        bu_env_set(&e, "CLSHIM_LOG", "info");
+        if (mode == M_LOCAL) {
+            snprintf(cache, sizeof cache, "%s/clshim-local", c->root);
+        } else {
+            bu_fresh_dir(c->root, "clshim-empty", cache, sizeof cache);
+            bu_env_set(&e, "CLSHIM_REMOTE", c->remote_url);
+            bu_env_set(&e, "CLSHIM_REMOTE_NAMESPACE", "bench");
+        }
+        bu_env_set(&e, "CLSHIM_CACHE_DIR", cache);
+    }
+    snprintf(log, sizeof log, "%s/child.log", c->root);
+    unlink(log);
+    char *argv[] = {c->child, "--child", "source", "--program", "mixed", NULL};
+    int rc = bu_run_checked("bench_remote", mode_names[mode], argv, &e, log, out, sizeof out, &c->checksum);
+    if (rc) c->failures++;
+    if (rc < 0) return -1;
+    for (int i = 0; i < F_COUNT; i++) f[i] = bu_field(out, field_names[i], 0);
+    if (mode != M_COLD && !prime && (!bu_file_contains(log, mode_marks[mode]) || bu_file_contains(log, "miss "))) {
+        fprintf(stderr, "bench_remote: %s run was not a hit %s without a compile\n", mode_names[mode],
+                mode_marks[mode]);
+        c->failures++;
+    }
+    return 0;
+}
+
+/* redis-server on a unix socket in root; its pid, or -1. */
+static pid_t start_redis(struct ctx *c)
+{
+    char sock[4200], logf[4200];
+    snprintf(sock, sizeof sock, "%s/redis.sock", c->root);
+    snprintf(logf, sizeof logf, "%s/redis.log", c->root);
+    snprintf(c->remote_url, sizeof c->remote_url, "unix://%s", sock);
+    char *argv[] = {"redis-server", "--port", "0", "--unixsocket", sock, "--unixsocketperm", "700", "--dir",
+                    (char *)c->root, "--save", "", "--appendonly", "no", "--logfile", logf, NULL};
+    pid_t pid;
+    if (posix_spawnp(&pid, "redis-server", NULL, NULL, argv, environ) != 0) {
+        fprintf(stderr, "bench_remote: cannot start redis-server (scripts/install-deps.sh installs it)\n");
+        return -1;
+    }
+    struct remote_options o = {.url = c->remote_url, .timeout_ms = 200, .readonly = 1};
+    remote *r;
+    if (remote_open(&o, &r) != CLSHIM_OK) return -1;
+    char why[256];
+    double ms;
+    int up = 0;
+    for (int i = 0; i < 200 && !up; i++) {
+        up = remote_ping(r, &ms, why, sizeof why) == CLSHIM_OK;
+        if (!up) usleep(25000);
+    }
+    remote_close(r, NULL);
+    if (!up) {
+        fprintf(stderr, "bench_remote: redis-server did not answer: %s\n", why);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        return -1;
+    }
+    return pid;
+}
+
+int main(int argc, char **argv)
+{
+    struct bu_opts o;
+    int rc = bu_parse_opts(argc, argv, "bench_remote", 7, 3, &o);
+    if (rc) return rc;
+    if (bu_find_shim("bench_remote", &o.shim)) return 1;
+    char root[4096], dir[4096];
+    struct ctx c = {bu_temp_root("bench_remote", root, sizeof root), o.shim, {0}, {0}, 0, 0};
+    snprintf(dir, sizeof dir, "%s", bu_self());
+    snprintf(c.child, sizeof c.child, "%s/bench_ttfr", dirname(dir));
+    if (access(c.child, X_OK) != 0) {
+        fprintf(stderr, "bench_remote: no %s (make builds it)\n", c.child);
+        return 1;
+    }
+    pid_t redis = start_redis(&c);
+    if (redis < 0) {
+        bu_rm_rf(root);
+        return 1;
+    }
+
+    /* Fill the local cache, then the remote tier (a runner with its own,
+     * empty cache compiles and pushes). */
+    double f[F_COUNT] = {0};
+    run_mode(&c, M_LOCAL, 1, f);
+    run_mode(&c, M_REMOTE, 1, f);
+    double prime_cold = f[F_TTFR];
+
+    static double v[M_COUNT][F_COUNT][100];
+    int n[M_COUNT] = {0};
+    for (int r = 0; r < o.reps && !c.failures; r++)
+        for (int m = 0; m < M_COUNT; m++)
+            if (run_mode(&c, m, 0, f) == 0) {
+                for (int i = 0; i < F_COUNT; i++) v[m][i][n[m]] = f[i];
+                n[m]++;
+            }
+
+    printf("bench_remote: time to first result of the 15-kernel program (bench_ttfr's span), each run a fresh\n"
+           "  process; %d reps per mode, round-robin; first build with the remote tier %.0f ms\n",
+           o.reps, prime_cold / 1e3);
+    printf("  %-14s %10s %10s %10s %9s %10s  %s\n", "mode", "median", "min", "max", "vs cold", "build", "what");
+    double med[M_COUNT] = {0};
+    for (int m = 0; m < M_COUNT; m++) {
+        if (!n[m]) continue;
+        const double *t = v[m][F_TTFR];
+        med[m] = bu_median(t, (size_t)n[m]);
+        double ms[100];
+        for (int i = 0; i < n[m]; i++) ms[i] = t[i] / 1e3;
+        bu_csv("remote", "program=mixed", mode_names[m], "ttfr", "ms", ms, (size_t)n[m]);
+        printf("  %-14s %7.1f ms %7.1f ms %7.1f ms %8.1fx %7.1f ms  %s\n", mode_names[m], med[m] / 1e3,
+               bu_min(t, (size_t)n[m]) / 1e3, bu_quantile(t, (size_t)n[m], 1.0) / 1e3, med[M_COLD] / med[m],
+               bu_median(v[m][F_BUILD], (size_t)n[m]) / 1e3, mode_desc[m]);
+    }
+    if (n[M_COLD] && n[M_REMOTE]) {
+        double r = med[M_COLD] / med[M_REMOTE];
+        printf("  cold / clshim-remote          = %6.1fx  (target >= 5.0x)  %s\n", r, bu_verdict(r >= 5.0));
+    }
+    if (n[M_LOCAL] && n[M_REMOTE])
+        printf("  clshim-remote / clshim-local  = %6.2fx  (what the fetch, check and local store add)\n",
+               med[M_REMOTE] / med[M_LOCAL]);
+    printf("  results: %s (checksum %016llx)\n", c.failures ? "FAILED" : "identical in every run",
+           (unsigned long long)c.checksum);
+    kill(redis, SIGTERM);
+    waitpid(redis, NULL, 0);
+    bu_rm_rf(root);
+    return c.failures ? 1 : 0;
+}

@@ -1,0 +1,132 @@
+/* remote.h — the remote tier: a cache shared by a fleet, on a Redis server.
+ *
+ * Design. The remote tier sits behind the local LMDB store (store.h): the
+ * program layer asks it after a local miss and stores what it finds locally;
+ * what a process compiles it pushes here too, so one runner's compile spares
+ * every other runner. Values are exactly the local store's entry records
+ * (entry.h: header, full key material, build log, compressed binary, record
+ * checksum, the binding of the binary to its key), encoded by
+ * entry_encode_record() and checked by entry_open_record() exactly as the
+ * store does, so a remote value is verified like a local one and one that
+ * does not verify (a binary moved under another key included), or that
+ * belongs to another key, is ignored.
+ *
+ * Keys on the server, under the namespace `ns` (CLSHIM_REMOTE_NAMESPACE):
+ *   <ns>:e:<32 hex>  an entry (the key hash as key_hash_hex() prints it)
+ *   <ns>:c:<32 hex>  a build claim: "<host>:<pid>:<nonce>", SET NX PX, so
+ *                    runners that start together compile once (fleet single
+ *                    flight); it expires by itself if its holder dies
+ *   <ns>:stats       a hash of fleet counters (hits, misses, pushes)
+ *
+ * Never slower, never failing. Every connect and every wait for the server
+ * is bounded by opt.timeout_ms (socket timeouts). The first failure (refused,
+ * timed out, connection lost, authentication refused) opens a circuit
+ * breaker: for REMOTE_BREAKER_S seconds every call returns CLSHIM_EIO at
+ * once, and one line is logged per opening, never one per call. Values are
+ * bounded by opt.max_value both ways (a read asks for at most that many bytes
+ * plus one). Pushes are encoded by the caller's thread (a copy) and sent by
+ * one writer thread, so no push is on the application's critical path; the
+ * queue is bounded (REMOTE_QUEUE_MAX_BYTES) and drops what does not fit.
+ *
+ * Credentials: a password from the URL or from opt.password_file; neither is
+ * ever logged (log lines name the server by config_redact_url()). hiredis
+ * 0.14 (Debian 12) has no TLS: use a loopback, unix socket or tunnel.
+ *
+ * Thread safety: every function may be called from any thread. Lookups share
+ * one connection under a mutex; the writer has its own.
+ * Errors: CLSHIM_OK or a clshim_err (common/error.h).
+ */
+#ifndef CLSHIM_REMOTE_H
+#define CLSHIM_REMOTE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cache/store.h"
+
+typedef struct remote remote;
+
+/* How long the breaker stays open after a failure (seconds). */
+#define REMOTE_BREAKER_S 30
+/* Bytes of encoded values the writer queue holds at most. */
+#define REMOTE_QUEUE_MAX_BYTES ((size_t)256 << 20)
+/* How long remote_close() waits for queued pushes (milliseconds). */
+#define REMOTE_DRAIN_MS 5000
+
+struct remote_options {
+    const char *url;           /* redis://[user:password@]host[:port][/db] or
+                                  unix://[user:password@]/path[?db=N] */
+    const char *password_file; /* first line is the password; NULL or "": none */
+    const char *ns;            /* key namespace; NULL or "": "clshim" */
+    uint64_t timeout_ms;       /* connect and per-wait timeout; 0: 50 */
+    uint64_t max_value;        /* largest encoded value read or written; 0: 64 MiB */
+    uint64_t expire_s;         /* entries expire this long after a push or hit; 0: never */
+    int readonly;              /* never write: no pushes, claims or statistics */
+    int compress_level;        /* zstd level of pushed records */
+};
+
+/* Parses the options; connects nothing yet (the first call does). Returns
+ * CLSHIM_EINVAL for a URL that is not one of the two forms (or a password
+ * file that cannot be read), CLSHIM_ENOMEM. */
+int remote_open(const struct remote_options *opt, remote **out);
+
+/* What this process did, since remote_open(): lookups answered, not
+ * answered, failed commands, values ignored, values pushed, pushes dropped. */
+struct remote_counters {
+    uint64_t hits, misses, errors, corrupt, pushes, dropped;
+};
+
+/* Waits up to REMOTE_DRAIN_MS for queued pushes, releases the claims this
+ * process still holds, adds this process's counters to the fleet's, and
+ * frees. Queued work still unsent then is dropped. *final (may be NULL)
+ * receives this process's counters as of the end. NULL r is a no-op. */
+void remote_close(remote *r, struct remote_counters *final);
+
+/* The server as logs may name it: the URL without its password. */
+const char *remote_name(const remote *r);
+
+/* Looks `hash` up: CLSHIM_OK with *out pointing into *arena (free it with
+ * store_record_free()) when the value verifies and its key material equals
+ * key[0..key_len). CLSHIM_ENOTFOUND: absent. CLSHIM_ECORRUPT: present but
+ * fails verification or exceeds max_value (ignored). CLSHIM_ECOLLISION:
+ * another key's. CLSHIM_EIO: the server failed or the breaker is open. */
+int remote_get(remote *r, struct cache_hash hash, const void *key, size_t key_len, struct store_record *out,
+               void **arena);
+
+/* remote_get(), then fleet single flight on a miss: claims the key (SET NX
+ * PX wait_ms) and returns CLSHIM_ENOTFOUND with the claim held (this
+ * process compiles; remote_push() or remote_release() gives it up); or,
+ * when another runner holds the claim, polls until its value arrives
+ * (CLSHIM_OK), its claim goes (then claims itself), or wait_ms pass
+ * (CLSHIM_ENOTFOUND: compile). Read-only: waits for a claim it sees but
+ * takes none. Other errors as remote_get(). */
+int remote_fetch(remote *r, struct cache_hash hash, const void *key, size_t key_len, uint64_t wait_ms,
+                 struct store_record *out, void **arena);
+
+/* Queues `rec` to be stored under `hash` (the record is encoded and copied
+ * now; the caller's buffers may go). Then releases this process's claim on
+ * it, if any. CLSHIM_EREADONLY (read-only), CLSHIM_ETOOBIG (over max_value),
+ * CLSHIM_EIO (breaker open), CLSHIM_EBUSY (queue full: dropped),
+ * CLSHIM_ENOMEM. */
+int remote_push(remote *r, struct cache_hash hash, const void *key, size_t key_len, const struct store_record *rec);
+
+/* Gives up this process's claim on `hash` (queued); a no-op when none. */
+void remote_release(remote *r, struct cache_hash hash);
+
+void remote_counters_get(remote *r, struct remote_counters *out);
+
+/* `clshim cache remote ping`: one PING round trip; *ms receives its time.
+ * CLSHIM_EIO with a reason in why[0..why_len) (no credentials in it). */
+int remote_ping(remote *r, double *ms, char *why, size_t why_len);
+
+/* `clshim cache remote stats`: what the server says about the namespace. */
+struct remote_server_stats {
+    char version[32];          /* redis_version */
+    char policy[32];           /* maxmemory-policy */
+    uint64_t used_memory, maxmemory;
+    uint64_t entries, entry_bytes, claims; /* keys of the namespace (a SCAN) */
+    uint64_t hits, misses, pushes;         /* fleet counters (<ns>:stats) */
+};
+int remote_server_stats(remote *r, struct remote_server_stats *out, char *why, size_t why_len);
+
+#endif

@@ -1,0 +1,143 @@
+/* test_remote.c — the remote tier without a server: URL forms, password
+ * redaction, and failing fast (breaker) when the server is not there. The
+ * tier against a real redis-server: tests/integration/test_remote.sh. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "cache/entry.h"
+#include "cache/remote.h"
+#include "common/config.h"
+#include "common/error.h"
+#include "common/log.h"
+
+static int opens(const char *url)
+{
+    struct remote_options o = {.url = url};
+    remote *r = NULL;
+    int rc = remote_open(&o, &r);
+    remote_close(r, NULL);
+    return rc;
+}
+
+/* the two URL forms and their parts are accepted; anything else is not */
+static void url_forms(void **state)
+{
+    assert_int_equal(opens("redis://localhost"), CLSHIM_OK);
+    assert_int_equal(opens("redis://127.0.0.1:6380/3"), CLSHIM_OK);
+    assert_int_equal(opens("redis://user:pw@host:1"), CLSHIM_OK);
+    assert_int_equal(opens("redis://:pw@host"), CLSHIM_OK);
+    assert_int_equal(opens("redis://[::1]:6379"), CLSHIM_OK);
+    assert_int_equal(opens("unix:///run/redis.sock"), CLSHIM_OK);
+    assert_int_equal(opens("unix:///run/redis.sock?db=2"), CLSHIM_OK);
+    assert_int_equal(opens("unix://user:pw@/run/redis.sock"), CLSHIM_OK);
+    assert_int_equal(opens("unix://user:pw@run/redis.sock"), CLSHIM_EINVAL);
+    assert_int_equal(opens(""), CLSHIM_EINVAL);
+    assert_int_equal(opens("http://host"), CLSHIM_EINVAL);
+    assert_int_equal(opens("redis://"), CLSHIM_EINVAL);
+    assert_int_equal(opens("redis://host:port"), CLSHIM_EINVAL);
+    assert_int_equal(opens("redis://host:70000"), CLSHIM_EINVAL);
+    assert_int_equal(opens("redis://host/x"), CLSHIM_EINVAL);
+    assert_int_equal(opens("unix://relative.sock"), CLSHIM_EINVAL);
+    assert_int_equal(opens("unix:///s.sock?db=x"), CLSHIM_EINVAL);
+    /* a password file that cannot be read */
+    struct remote_options o = {.url = "redis://h", .password_file = "/nonexistent/pw"};
+    remote *r = NULL;
+    assert_int_equal(remote_open(&o, &r), CLSHIM_EINVAL);
+    assert_null(r);
+}
+
+/* what logs and `clshim config` show never holds the password */
+static void password_redacted(void **state)
+{
+    char buf[256];
+    config_redact_url("redis://user:s3cret@host:1/2", buf, sizeof buf);
+    assert_string_equal(buf, "redis://user:***@host:1/2");
+    config_redact_url("redis://:s3cret@host", buf, sizeof buf);
+    assert_string_equal(buf, "redis://:***@host");
+    config_redact_url("redis://host:6379", buf, sizeof buf);
+    assert_string_equal(buf, "redis://host:6379");
+    config_redact_url("unix://u:pw@/a/b.sock", buf, sizeof buf);
+    assert_string_equal(buf, "unix://u:***@/a/b.sock");
+    config_redact_url("unix:///a/b.sock", buf, sizeof buf);
+    assert_string_equal(buf, "unix:///a/b.sock");
+    struct remote_options o = {.url = "redis://u:s3cret@127.0.0.1:1"};
+    remote *r;
+    assert_int_equal(remote_open(&o, &r), CLSHIM_OK);
+    assert_null(strstr(remote_name(r), "s3cret"));
+    remote_close(r, NULL);
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* no server: the first call fails (counted), later ones fail at once
+ * (breaker open), pushes are refused, nothing blocks */
+static void no_server_fails_fast(void **state)
+{
+    char path[64];
+    snprintf(path, sizeof path, "unix:///nonexistent-%d/redis.sock", (int)getpid());
+    struct remote_options o = {.url = path, .timeout_ms = 50};
+    remote *r;
+    assert_int_equal(remote_open(&o, &r), CLSHIM_OK);
+    struct cache_hash h = {1, 2};
+    struct store_record out;
+    void *arena;
+    double t0 = now_ms();
+    assert_int_equal(remote_get(r, h, "k", 1, &out, &arena), CLSHIM_EIO);
+    assert_null(arena);
+    for (int i = 0; i < 100; i++) assert_int_equal(remote_fetch(r, h, "k", 1, 1000, &out, &arena), CLSHIM_EIO);
+    struct store_record rec = {"binary", 6, "", 1, ENTRY_ORIGIN_SOURCE, "dev"};
+    assert_int_equal(remote_push(r, h, "k", 1, &rec), CLSHIM_EIO);
+    assert_true(now_ms() - t0 < 1000);
+    struct remote_counters c;
+    remote_close(r, &c);
+    assert_int_equal(c.errors, 1); /* one failure; the rest never reached the network */
+    assert_int_equal(c.hits + c.misses + c.pushes, 0);
+}
+
+/* a read-only tier refuses pushes before encoding anything */
+static void readonly_refuses_push(void **state)
+{
+    struct remote_options o = {.url = "redis://127.0.0.1:1", .readonly = 1};
+    remote *r;
+    assert_int_equal(remote_open(&o, &r), CLSHIM_OK);
+    struct cache_hash h = {1, 2};
+    struct store_record rec = {"binary", 6, "", 1, ENTRY_ORIGIN_SOURCE, "dev"};
+    assert_int_equal(remote_push(r, h, "k", 1, &rec), CLSHIM_EREADONLY);
+    remote_close(r, NULL);
+}
+
+/* a record larger than max_value is not pushed */
+static void push_bounded(void **state)
+{
+    struct remote_options o = {.url = "redis://127.0.0.1:1", .max_value = 200};
+    remote *r;
+    assert_int_equal(remote_open(&o, &r), CLSHIM_OK);
+    static char big[4096];
+    struct store_record rec = {big, sizeof big, "", 1, ENTRY_ORIGIN_SOURCE, "dev"};
+    assert_int_equal(remote_push(r, (struct cache_hash){1, 2}, "k", 1, &rec), CLSHIM_ETOOBIG);
+    remote_close(r, NULL);
+}
+
+int main(void)
+{
+    log_set_level(LOG_ERROR);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(url_forms),          cmocka_unit_test(password_redacted),
+        cmocka_unit_test(no_server_fails_fast), cmocka_unit_test(readonly_refuses_push),
+        cmocka_unit_test(push_bounded),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
