@@ -140,10 +140,15 @@ static store *get_store(void)
 /* ---- claims held past the compile -----------------------------------------
  * A late capture stores the binary at the first use of the program, so the
  * cross-process claim is kept after the compile, for the processes waiting
- * for that binary — but only for as long again as the compile took: a
- * process that keeps its program unused never makes others wait longer than
- * compiling would (they then compile it themselves). One thread, started on
- * first need, lets expired claims go. */
+ * for that binary — but only for CLAIM_GRACE_BUILDS times as long as the
+ * build took: a process that keeps its program unused never makes others
+ * wait much longer than compiling would (they then compile it themselves).
+ * Compiling includes what a driver does at first use: PoCL generates the
+ * work-group functions then, 1.2-1.6x the build's own time (bench_ttfr:
+ * 690 ms build, 1,108 ms first run), so a grace of one build let waiters
+ * give up just before the binary came, and compile it again. One thread,
+ * started on first need, lets expired claims go. */
+#define CLAIM_GRACE_BUILDS 3
 
 struct held_claim {
     struct cache_hash hash;
@@ -1033,8 +1038,8 @@ static void keep_built(struct pc_program *rec, cl_program built, struct lookup *
         d->needs_capture = 1;
         d->stored_size = 0;
         /* Waiting processes want the binary captured at first use: the
-         * claim stays, for as long again as the compile took at most. */
-        if (lk[i].claimed && hold_claim(d->hash, compile_ns) == 0) lk[i].claimed = 0;
+         * claim stays, for CLAIM_GRACE_BUILDS builds' time at most. */
+        if (lk[i].claimed && hold_claim(d->hash, CLAIM_GRACE_BUILDS * compile_ns) == 0) lk[i].claimed = 0;
         char prefix[17];
         key_prefix(d->hash, prefix);
         const struct device_info *info = device_info(real, d->dev);
