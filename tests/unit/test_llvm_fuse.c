@@ -99,7 +99,7 @@ static int fuse(const struct tkernel *tk, size_t n, int force, struct fuse_resul
 {
     struct fuse_kernel fk[8];
     fill_request(tk, n, fk);
-    struct fuse_request req = {fk, n, "fused", force};
+    struct fuse_request req = {fk, n, "fused", force, 0};
     int rc = api->fuse(&req, r);
     if (rc) fprintf(stderr, "fuse refused (%d): %s\n", rc, r->reason);
     return rc;
@@ -252,7 +252,7 @@ static void other_dependencies_are_refused(void **state)
         fk[i].global_size[0] = 64;
         fk[i].global_size[1] = 64;
     }
-    struct fuse_request req = {fk, 2, "fused", 0};
+    struct fuse_request req = {fk, 2, "fused", 0, 0};
     assert_int_equal(api->fuse(&req, &r), CLSHIM_EUNSUPPORTED);
     assert_non_null(strstr(r.reason, "dimension 1"));
 }
@@ -463,7 +463,7 @@ static void grid_stride_loops_fuse(void **state)
     struct fuse_kernel fk[2];
     fill_request(tk, 2, fk);
     for (int i = 0; i < 2; i++) fk[i].global_offset[0] = 64;
-    struct fuse_request req = {fk, 2, "fused", 0};
+    struct fuse_request req = {fk, 2, "fused", 0, 0};
     assert_int_equal(api->fuse(&req, &r), CLSHIM_EUNSUPPORTED);
     assert_non_null(strstr(r.reason, "global offset"));
     clReleaseProgram(p);
