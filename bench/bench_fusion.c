@@ -8,7 +8,12 @@
  *            clCompleteFusionCLSHIM: clshim's real path (holding, argument
  *            snapshots, the fused program from the cache, one launch);
  *   hand     a hand-written kernel doing the same work in one launch,
- *            storing every intermediate.
+ *            storing every intermediate;
+ *   internal the fused way with CL_FUSION_INTERNAL_CLSHIM: the
+ *            intermediates are not needed afterwards, so the fused kernel
+ *            keeps them in registers and stores only the last buffer;
+ *   hand-internal  a hand-written kernel keeping the intermediates in
+ *            registers (the fair comparison for internal).
  * Two modes, each way timed as a loop running that way would see it (every
  * timed run follows an untimed run of the same way, so caches and worker
  * threads are in the state that way leaves them):
@@ -17,10 +22,13 @@
  *              (an iterative app that syncs rarely; N <= 1 Mi only, where
  *              launch costs matter).
  * Each figure is the median of at least 5 rounds (min and max beside it in
- * BENCH_CSV), the three ways interleaved round by round so that a change in
- * the machine's load hits all three alike. The results of the three ways are compared bit for bit. At the end the issue's
- * targets for K = 4 are checked in each mode, beside what the hand-written
- * kernel itself reaches (the ceiling of any fusion on this device).
+ * BENCH_CSV), the five ways interleaved round by round so that a change in
+ * the machine's load hits all alike. The results of the first three ways
+ * are compared bit for bit, every buffer; those of internal and
+ * hand-internal with the others' last buffer (the intermediates excluded).
+ * At the end the issues' targets for K = 4 are checked in each mode, beside
+ * what the hand-written kernels themselves reach (the ceiling of any fusion
+ * on this device).
  *
  * The program re-executes itself under LD_PRELOAD=<build>/libclshim.so with
  * a private CLSHIM_CACHE_DIR when the extension is not found.
@@ -93,7 +101,7 @@ static void enqueue(cl_kernel k, size_t gws, size_t lws)
  * --shape grid (an extra last parameter n). */
 static char *make_source(void)
 {
-    static char src[16384];
+    static char src[32768];
     const char *loop = grid_shape ? "for (long i = get_global_id(0); i < n; i += get_global_size(0))"
                                   : "size_t i = get_global_id(0);";
     const char *n_param = grid_shape ? ", long n" : "";
@@ -111,18 +119,27 @@ static char *make_source(void)
         for (int k = 0; k < K; k++)
             o += (size_t)snprintf(src + o, sizeof src - o, "    v = v * a%d + c%d; b%d[i] = v;\n", k, k, k + 1);
         o += (size_t)snprintf(src + o, sizeof src - o, "}}\n");
+        /* handreg: the same parameters; only the last buffer is stored */
+        o += (size_t)snprintf(src + o, sizeof src - o, "__kernel void handreg%d(__global const float *b0", K);
+        for (int k = 1; k <= K; k++) o += (size_t)snprintf(src + o, sizeof src - o, ", __global float *b%d", k);
+        for (int k = 0; k < K; k++) o += (size_t)snprintf(src + o, sizeof src - o, ", float a%d, float c%d", k, k);
+        o += (size_t)snprintf(src + o, sizeof src - o, "%s) {\n    %s {\n    float v = b0[i];\n", n_param, loop);
+        for (int k = 0; k < K; k++) o += (size_t)snprintf(src + o, sizeof src - o, "    v = v * a%d + c%d;\n", k, k);
+        o += (size_t)snprintf(src + o, sizeof src - o, "    b%d[i] = v;\n}}\n", K);
     }
     return src;
 }
 
 enum { LATENCY = 0, PIPELINED = 1 };
+enum { UNFUSED, FUSED, HAND, INTERNAL, HAND_INTERNAL, NWAYS };
 #define PIPELINED_REPS 32
 #define PIPELINED_MAX_N (1u << 20)
 
 struct result {
     int mode, K, same;
     size_t n;
-    double t[3], lo[3], hi[3]; /* seconds per chain, median, min, max: unfused, fused, hand */
+    int same_last;   /* internal and hand-internal: the last buffer as the others' */
+    double t[NWAYS], lo[NWAYS], hi[NWAYS]; /* seconds per chain, median, min, max, per way */
     int rounds;
 };
 static struct result results[64];
@@ -133,7 +150,7 @@ struct setup {
     int K;
     size_t n, gws; /* elements, work-items */
     cl_mem buf[KMAX + 1];
-    cl_kernel step[KMAX], hand;
+    cl_kernel step[KMAX], hand, handreg;
 };
 
 /* Each runs `reps` chains, then clFinish. */
@@ -145,15 +162,21 @@ static void run_unfused(struct setup *s, int reps)
     CHECK(clFinish(q));
 }
 
-static void run_fused(struct setup *s, int reps)
+/* The chain through the extension API, completed with `props`. */
+static void run_fused_with(struct setup *s, int reps, const cl_fusion_properties_clshim *props)
 {
     size_t gws = s->gws, lws = LOCAL;
     for (int r = 0; r < reps; r++) {
         CHECK(start_fusion(q));
         for (int k = 0; k < s->K; k++) enqueue(s->step[k], gws, lws);
-        CHECK(complete_fusion(q, NULL, NULL));
+        CHECK(complete_fusion(q, props, NULL));
     }
     CHECK(clFinish(q));
+}
+
+static void run_fused(struct setup *s, int reps)
+{
+    run_fused_with(s, reps, NULL);
 }
 
 static void run_hand(struct setup *s, int reps)
@@ -163,21 +186,34 @@ static void run_hand(struct setup *s, int reps)
     CHECK(clFinish(q));
 }
 
-/* Times per chain of the three ways, measured interleaved (one of each per
+static void run_internal(struct setup *s, int reps)
+{
+    static const cl_fusion_properties_clshim internal[] = {CL_FUSION_INTERNAL_CLSHIM, 1, 0};
+    run_fused_with(s, reps, internal);
+}
+
+static void run_hand_internal(struct setup *s, int reps)
+{
+    size_t gws = s->gws, lws = LOCAL;
+    for (int r = 0; r < reps; r++) enqueue(s->handreg, gws, lws);
+    CHECK(clFinish(q));
+}
+
+/* Times per chain of the ways, measured interleaved (one of each per
  * round, for about `budget` seconds, at least 5 rounds) so that a change in
- * the machine's load hits all three alike: median, min and max per way.
+ * the machine's load hits all alike: median, min and max per way.
  * Each timed run follows an untimed one of the same way: what a loop of
  * that way sees. */
 #define MAX_ROUNDS 4000
-static void time3(struct setup *s, int reps, double budget, struct result *res)
+static void time_ways(struct setup *s, int reps, double budget, struct result *res)
 {
-    void (*fn[3])(struct setup *, int) = {run_unfused, run_fused, run_hand};
-    static double t[3][MAX_ROUNDS];
-    for (int v = 0; v < 3; v++) fn[v](s, 1); /* warm-up: first-launch compilation, page faults */
+    void (*fn[NWAYS])(struct setup *, int) = {run_unfused, run_fused, run_hand, run_internal, run_hand_internal};
+    static double t[NWAYS][MAX_ROUNDS];
+    for (int v = 0; v < NWAYS; v++) fn[v](s, 1); /* warm-up: first-launch compilation, page faults */
     double spent = 0;
     int r;
     for (r = 0; r < MAX_ROUNDS && (r < 5 || spent < budget); r++)
-        for (int v = 0; v < 3; v++) {
+        for (int v = 0; v < NWAYS; v++) {
             fn[v](s, reps);
             double t0 = now_s();
             fn[v](s, reps);
@@ -185,27 +221,28 @@ static void time3(struct setup *s, int reps, double budget, struct result *res)
             spent += 2 * t[v][r] * reps;
         }
     res->rounds = r;
-    for (int v = 0; v < 3; v++) {
+    for (int v = 0; v < NWAYS; v++) {
         res->t[v] = bu_median(t[v], (size_t)r);
         res->lo[v] = bu_quantile(t[v], (size_t)r, 0.0);
         res->hi[v] = bu_quantile(t[v], (size_t)r, 1.0);
     }
-    static const char *const way[3] = {"unfused", "fused", "hand"};
+    static const char *const way[NWAYS] = {"unfused", "fused", "hand", "internal", "hand-internal"};
     char cas[128];
     snprintf(cas, sizeof cas, "k=%d;n=%zu;mode=%s;shape=%s%s", s->K, s->n, reps > 1 ? "pipelined" : "latency",
              grid_shape ? "grid" : "pointwise", with_events ? ";events=1" : "");
-    for (int v = 0; v < 3; v++) {
+    for (int v = 0; v < NWAYS; v++) {
         double ms[MAX_ROUNDS];
         for (int i = 0; i < r; i++) ms[i] = t[v][i] * 1e3;
         bu_csv("fusion", cas, way[v], "chain", "ms", ms, (size_t)r);
     }
 }
 
-static uint64_t digest(struct setup *s)
+/* A digest of buffers first..K. */
+static uint64_t digest(struct setup *s, int first)
 {
     uint64_t x = 1469598103934665603ULL;
     float *h = malloc(s->n * sizeof *h);
-    for (int k = 1; k <= s->K; k++) {
+    for (int k = first; k <= s->K; k++) {
         CHECK(clEnqueueReadBuffer(q, s->buf[k], CL_TRUE, 0, s->n * sizeof *h, h, 0, NULL, NULL));
         const unsigned char *p = (const unsigned char *)h;
         for (size_t i = 0; i < s->n * sizeof *h; i += 4096 / 8 * 8 + 4) x = (x ^ p[i]) * 1099511628211ULL;
@@ -252,27 +289,37 @@ static void bench_one(cl_program prog, int K, size_t n, int *fails)
         CHECK(clSetKernelArg(s.step[k], 3, sizeof b, &b));
         if (grid_shape) CHECK(clSetKernelArg(s.step[k], 4, sizeof n_arg, &n_arg));
     }
-    snprintf(name, sizeof name, "hand%d", K);
-    s.hand = clCreateKernel(prog, name, &err);
-    CHECK(err);
-    for (int k = 0; k <= K; k++) CHECK(clSetKernelArg(s.hand, (cl_uint)k, sizeof(cl_mem), &s.buf[k]));
-    for (int k = 0; k < K; k++) {
-        float a = 1.0f + 0.125f * (float)k, b = 0.5f - 0.25f * (float)k;
-        CHECK(clSetKernelArg(s.hand, (cl_uint)(K + 1 + 2 * k), sizeof a, &a));
-        CHECK(clSetKernelArg(s.hand, (cl_uint)(K + 2 + 2 * k), sizeof b, &b));
+    for (int way = 0; way < 2; way++) {
+        snprintf(name, sizeof name, "%s%d", way ? "handreg" : "hand", K);
+        cl_kernel h = clCreateKernel(prog, name, &err);
+        CHECK(err);
+        for (int k = 0; k <= K; k++) CHECK(clSetKernelArg(h, (cl_uint)k, sizeof(cl_mem), &s.buf[k]));
+        for (int k = 0; k < K; k++) {
+            float a = 1.0f + 0.125f * (float)k, b = 0.5f - 0.25f * (float)k;
+            CHECK(clSetKernelArg(h, (cl_uint)(K + 1 + 2 * k), sizeof a, &a));
+            CHECK(clSetKernelArg(h, (cl_uint)(K + 2 + 2 * k), sizeof b, &b));
+        }
+        if (grid_shape) CHECK(clSetKernelArg(h, (cl_uint)(3 * K + 1), sizeof n_arg, &n_arg));
+        if (way) s.handreg = h;
+        else s.hand = h;
     }
-    if (grid_shape) CHECK(clSetKernelArg(s.hand, (cl_uint)(3 * K + 1), sizeof n_arg, &n_arg));
     clear_outputs(&s);
     run_unfused(&s, 1);
-    uint64_t du = digest(&s);
+    uint64_t du = digest(&s, 1), du_last = digest(&s, K);
     clear_outputs(&s);
     run_fused(&s, 1);
-    uint64_t df = digest(&s);
+    uint64_t df = digest(&s, 1);
     clear_outputs(&s);
     run_hand(&s, 1);
-    uint64_t dh = digest(&s);
-    int same = du == df && df == dh;
-    if (!same) (*fails)++;
+    uint64_t dh = digest(&s, 1);
+    clear_outputs(&s);
+    run_internal(&s, 1);
+    uint64_t di_last = digest(&s, K);
+    clear_outputs(&s);
+    run_hand_internal(&s, 1);
+    uint64_t dhi_last = digest(&s, K);
+    int same = du == df && df == dh, same_last = du_last == di_last && di_last == dhi_last;
+    if (!same || !same_last) (*fails)++;
     for (int mode = 0; mode < 2; mode++) {
         if (!(modes & (1 << mode)) || (mode == PIPELINED && n > PIPELINED_MAX_N)) continue;
         struct result *res = &results[nresults++];
@@ -280,11 +327,13 @@ static void bench_one(cl_program prog, int K, size_t n, int *fails)
         res->K = K;
         res->n = n;
         res->same = same;
-        time3(&s, mode == PIPELINED ? PIPELINED_REPS : 1, n >= (16u << 20) ? 6.0 : 1.5, res);
+        res->same_last = same_last;
+        time_ways(&s, mode == PIPELINED ? PIPELINED_REPS : 1, n >= (16u << 20) ? 6.0 : 1.5, res);
         fprintf(stderr, ".");
     }
     for (int k = 0; k < K; k++) clReleaseKernel(s.step[k]);
     clReleaseKernel(s.hand);
+    clReleaseKernel(s.handreg);
     for (int k = 0; k <= K; k++) clReleaseMemObject(s.buf[k]);
 }
 
@@ -302,17 +351,21 @@ static void print_tables(void)
                grid_shape ? "; every kernel a grid-stride loop run by at most 8192 work-items" : "",
                with_events ? "; an event for every enqueue" : "");
         printf("| K | N | unfused | fused | hand | speedup (unfused/fused) | hand's speedup (unfused/hand) "
-               "| fused/hand | results |\n");
-        printf("|---|---|---|---|---|---|---|---|---|\n");
+               "| fused/hand | internal | hand-internal | speedup (unfused/internal) | internal/hand-internal "
+               "| results |\n");
+        printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
         for (int i = 0; i < nresults; i++) {
             const struct result *r = &results[i];
             if (r->mode != mode) continue;
             char nn[32];
             if (r->n >= (1u << 20)) snprintf(nn, sizeof nn, "%zu Mi", r->n >> 20);
             else snprintf(nn, sizeof nn, "%zu Ki", r->n >> 10);
-            printf("| %d | %6s | %10.4f | %10.4f | %10.4f | %6.2fx | %6.2fx | %6.2f | %s |\n", r->K, nn,
-                   r->t[0] * 1e3, r->t[1] * 1e3, r->t[2] * 1e3, r->t[0] / r->t[1], r->t[0] / r->t[2],
-                   r->t[1] / r->t[2], r->same ? "same" : "DIFFER");
+            printf("| %d | %6s | %10.4f | %10.4f | %10.4f | %6.2fx | %6.2fx | %6.2f | %10.4f | %10.4f | %6.2fx "
+                   "| %6.2f | %s |\n", r->K, nn, r->t[UNFUSED] * 1e3, r->t[FUSED] * 1e3, r->t[HAND] * 1e3,
+                   r->t[UNFUSED] / r->t[FUSED], r->t[UNFUSED] / r->t[HAND], r->t[FUSED] / r->t[HAND],
+                   r->t[INTERNAL] * 1e3, r->t[HAND_INTERNAL] * 1e3, r->t[UNFUSED] / r->t[INTERNAL],
+                   r->t[INTERNAL] / r->t[HAND_INTERNAL],
+                   r->same && r->same_last ? "same" : r->same ? "internal DIFFER" : "DIFFER");
         }
     }
 }
@@ -361,6 +414,26 @@ static void print_targets(void)
                    name[mode], small_min, small_hand, small_ok ? "met" : "MISSED");
         printf("%s: fused within 1.1x of hand-written everywhere (worst %.2fx): target %s\n", name[mode],
                worst_hand, hand_ok ? "met" : "MISSED");
+        /* issue 19: K = 4 internalised, 1 Mi <= N <= 64 Mi */
+        int in_any = 0, in_fast = 1, in_hand = 1;
+        double in_min = 1e9, in_worst = 0, hi_min = 1e9;
+        for (int i = 0; i < nresults; i++) {
+            const struct result *r = &results[i];
+            if (r->mode != mode || r->K != 4 || r->n < (1u << 20) || r->n > (64u << 20)) continue;
+            in_any = 1;
+            double sp = r->t[UNFUSED] / r->t[INTERNAL], ih = r->t[INTERNAL] / r->t[HAND_INTERNAL];
+            if (sp < in_min) in_min = sp;
+            if (sp < 3.0) in_fast = 0;
+            if (ih > in_worst) in_worst = ih;
+            if (ih > 1.1) in_hand = 0;
+            if (r->t[UNFUSED] / r->t[HAND_INTERNAL] < hi_min) hi_min = r->t[UNFUSED] / r->t[HAND_INTERNAL];
+        }
+        if (in_any) {
+            printf("%s: K=4 internal, 1-64 Mi: >= 3x (lowest %.2fx; hand-internal's lowest: %.2fx): target %s\n",
+                   name[mode], in_min, hi_min, in_fast ? "met" : "MISSED");
+            printf("%s: K=4 internal within 1.1x of hand-internal (worst %.2fx): target %s\n", name[mode],
+                   in_worst, in_hand ? "met" : "MISSED");
+        }
     }
 }
 

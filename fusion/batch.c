@@ -534,8 +534,13 @@ static int plan_done(const struct fq *q)
     return -1;
 }
 
+static int plan_flags(const struct plan_seq *s)
+{
+    return (s->force_barrier ? FB_FORCE_BARRIER : 0) | (s->internal ? FB_INTERNAL : 0);
+}
+
 /* Fuses the held kernels or, failing that, submits them; caller holds q->lock. */
-static void fuse_or_submit(struct fq *q, int force, int seq, struct fb_pending *p, cl_event *out)
+static void fuse_or_submit(struct fq *q, int flags, int seq, struct fb_pending *p, cl_event *out)
 {
     char why[600], names[512] = "";
     if (fq_check(q, "fusing held kernels")) {
@@ -546,7 +551,7 @@ static void fuse_or_submit(struct fq *q, int force, int seq, struct fb_pending *
     uint32_t n = q->nheld, nargs = 0;
     for (uint32_t i = 0; i < n; i++) nargs += q->held[i].nargs;
     uint32_t nparams = 0;
-    if (fb_fuse_held(q, force, seq, p, out, &nparams, why, sizeof why) == 0) {
+    if (fb_fuse_held(q, flags, seq, p, out, &nparams, why, sizeof why) == 0) {
         STAT_ADD(fb_stat_fused, 1);
         STAT_ADD(fb_stat_replaced, n);
         fb_log_kind("fused %s into one launch (%u parameters for %u arguments)", names, (unsigned)nparams,
@@ -626,7 +631,7 @@ cl_int fusion_enqueue_kernel(cl_command_queue queue, cl_kernel k, cl_uint dim, c
     }
     if (held) {
         int done = q->ext ? -1 : plan_done(q);
-        if (done >= 0) fuse_or_submit(q, fb_plan->seqs[done].force_barrier, done, &p, NULL);
+        if (done >= 0) fuse_or_submit(q, plan_flags(&fb_plan->seqs[done]), done, &p, NULL);
         else if (q->ext && q->nheld >= PLAN_MAX_SEQ) {
             log_msg(LOG_INFO, "fusion: more than %d kernels held; fusion mode ends", PLAN_MAX_SEQ - 1);
             fb_submit_held(q, &p);
@@ -781,17 +786,20 @@ static cl_int CL_API_CALL ext_complete(cl_command_queue queue, const cl_fusion_p
                                        cl_event *event)
 {
     if (!queue) return CL_INVALID_COMMAND_QUEUE;
-    int force = 0;
+    int flags = 0;
     for (size_t i = 0; props && props[i]; i += 2) {
-        if (props[i] != CL_FUSION_FORCE_BARRIER_CLSHIM || props[i + 1] > 1) return CL_INVALID_VALUE;
-        force = props[i + 1] != 0;
+        int bit = props[i] == CL_FUSION_FORCE_BARRIER_CLSHIM ? FB_FORCE_BARRIER
+                : props[i] == CL_FUSION_INTERNAL_CLSHIM      ? FB_INTERNAL
+                                                             : 0;
+        if (!bit || props[i + 1] > 1) return CL_INVALID_VALUE;
+        flags = props[i + 1] ? flags | bit : flags & ~bit;
     }
     struct fq *q = fq_get(queue, 1);
     if (!q) return CL_INVALID_COMMAND_QUEUE;
     struct fb_pending p = {0};
     cl_event out = NULL;
     pthread_mutex_lock(&q->lock);
-    if (q->ext && q->nheld >= 2) fuse_or_submit(q, force, -1, &p, event ? &out : NULL);
+    if (q->ext && q->nheld >= 2) fuse_or_submit(q, flags, -1, &p, event ? &out : NULL);
     else if (q->nheld) fb_submit_held(q, &p);
     q->ext = 0;
     cl_int rc = CL_SUCCESS;

@@ -205,13 +205,17 @@ void fb_log_kind(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* ---- fused launch (flaunch.c) ---- */
 
+/* The plan options of one fusion, a bit set passed as `flags` (also part of
+ * the fused program's key). */
+enum { FB_FORCE_BARRIER = 1, FB_INTERNAL = 2 };
+
 /* Fuses and launches q's held kernels (caller holds q->lock). Returns 0
  * when launched (held entries are then cleared and their events queued in
  * p; *out_event gets a retained event of the launch when not NULL; *nparams
  * the fused kernel's parameter count), or -1
  * with nothing submitted and `why` set. `seq` is the plan sequence index or
- * -1 for the extension API. */
-int fb_fuse_held(struct fq *q, int force, int seq, struct fb_pending *p, cl_event *out_event, uint32_t *nparams,
+ * -1 for the extension API; `flags` holds FB_* options. */
+int fb_fuse_held(struct fq *q, int flags, int seq, struct fb_pending *p, cl_event *out_event, uint32_t *nparams,
                  char *why, size_t why_len);
 
 #endif

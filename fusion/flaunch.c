@@ -6,7 +6,7 @@
  *    Sub-buffers, images, SVM arguments and buffers over overlapping host
  *    memory (CL_MEM_USE_HOST_PTR) are refused: distinct classes must never
  *    alias (fusion/llvm_api.h).
- * 2. Key material: a format tag, the force flag, and per kernel its
+ * 2. Key material: a format tag, the plan options (FB_* flags), and per kernel its
  *    program's origin hash (kind, options, input bytes), name, ND-range,
  *    and argument classes and kinds. Scalar values and buffers are not in
  *    it: they are the fused kernel's arguments.
@@ -221,12 +221,14 @@ static int make_classes(struct fq *q, uint32_t *cls, char *why, size_t why_len)
 
 /* The build options of the fused program (shared_options) are not in it:
  * they follow from the kernels' options, which their origin hashes cover.
- * The tag changes with the fuser's output (3: grid-stride loops merged). */
-static void key_material(const struct fq *q, int force, const uint32_t *cls, struct bytes *b)
+ * The tag changes with the fuser's output (3: grid-stride loops merged;
+ * 4: the flags word holds FB_INTERNAL). Which buffers `internal` keeps in
+ * registers follows from the kernels and the argument classes, both here. */
+static void key_material(const struct fq *q, int flags, const uint32_t *cls, struct bytes *b)
 {
-    static const char tag[] = "clshim-fusion-key 3\n";
+    static const char tag[] = "clshim-fusion-key 4\n";
     put(b, tag, sizeof tag - 1);
-    put32(b, (uint32_t)force);
+    put32(b, (uint32_t)flags);
     put32(b, q->nheld);
     size_t at = 0;
     for (uint32_t i = 0; i < q->nheld; i++) {
@@ -279,7 +281,7 @@ static char *shared_options(const struct fq *q)
 
 struct make_ctx {
     const struct fq *q;
-    int force;
+    int flags;
     const uint32_t *cls;
     char *why;
     size_t why_len;
@@ -363,7 +365,7 @@ static int make(void *arg, void **bitcode, size_t *bitcode_size, void **meta, si
     }
     log_msg(LOG_INFO, "fusion: building the fused kernel for %s (%u program%s to IR)", names, (unsigned)nmods,
             nmods == 1 ? "" : "s");
-    struct fuse_request req = {fk, n, FUSED_NAME, m->force};
+    struct fuse_request req = {fk, n, FUSED_NAME, m->flags & FB_FORCE_BARRIER, (m->flags & FB_INTERNAL) != 0};
     struct fuse_result res;
     memset(&res, 0, sizeof res);
     int e = api->fuse(&req, &res);
@@ -394,6 +396,13 @@ static int make(void *arg, void **bitcode, size_t *bitcode_size, void **meta, si
         goto out;
     }
     if (res.barrier_inserted) log_msg(LOG_INFO, "fusion: %s: barrier inserted (forced): %s", names, res.reason);
+    if (m->flags & FB_INTERNAL) {
+        if (res.internalised)
+            log_msg(LOG_INFO, "fusion: %s: internal: %u buffer%s kept in registers", names,
+                    (unsigned)res.internalised, res.internalised == 1 ? "" : "s");
+        if (res.internal_kept[0])
+            log_msg(LOG_INFO, "fusion: %s: internal: stored as without the option: %s", names, res.internal_kept);
+    }
     if (res.loops_merged)
         log_msg(LOG_INFO, "fusion: %s: %u grid-stride loop%s merged into the first", names,
                 (unsigned)res.loops_merged, res.loops_merged == 1 ? "" : "s");
@@ -473,7 +482,7 @@ static void memo_drop(struct fb_memo *e)
 }
 
 /* Builds the entry for `key` (success or remembered failure); NULL on OOM. */
-static struct fb_memo *memo_build(const struct fq *q, int force, const uint32_t *cls, struct bytes *key,
+static struct fb_memo *memo_build(const struct fq *q, int flags, const uint32_t *cls, struct bytes *key,
                                   const char *options)
 {
     struct fb_memo *e = calloc(1, sizeof *e);
@@ -489,7 +498,7 @@ static struct fb_memo *memo_build(const struct fq *q, int force, const uint32_t 
     memcpy(e->key, key->p, key->len);
     e->key_len = key->len;
     char why[600] = "";
-    struct make_ctx mc = {q, force, cls, why, sizeof why};
+    struct make_ctx mc = {q, flags, cls, why, sizeof why};
     void *meta = NULL;
     size_t meta_size = 0;
     cl_int err = CL_SUCCESS;
@@ -599,7 +608,7 @@ struct fb_repeat_kernel {
 };
 
 struct fb_repeat {
-    int valid, force, gen;
+    int valid, flags, gen;
     struct fb_memo *memo;
     struct fb_repeat_kernel *kernels;
     uint32_t n, kernels_cap;
@@ -621,10 +630,10 @@ static void repeat_kernel_of(const struct held *h, struct fb_repeat_kernel *k)
     }
 }
 
-static struct fb_memo *repeat_match(const struct fq *q, int force, int gen)
+static struct fb_memo *repeat_match(const struct fq *q, int flags, int gen)
 {
     const struct fb_repeat *r = q->repeat;
-    if (!r || !r->valid || r->force != force || r->gen != gen || r->n != q->nheld) return NULL;
+    if (!r || !r->valid || r->flags != flags || r->gen != gen || r->n != q->nheld) return NULL;
     const struct fk_arg *a = r->args;
     for (uint32_t i = 0; i < q->nheld; i++) {
         const struct held *h = &q->held[i];
@@ -639,7 +648,7 @@ static struct fb_memo *repeat_match(const struct fq *q, int force, int gen)
 
 /* Remembers the held kernels of a launch of e (best effort: on OOM the next
  * launch takes the full path). */
-static void repeat_save(struct fq *q, int force, int gen, struct fb_memo *e)
+static void repeat_save(struct fq *q, int flags, int gen, struct fb_memo *e)
 {
     struct fb_repeat *r = q->repeat;
     if (!r && !(r = q->repeat = calloc(1, sizeof *r))) return;
@@ -669,7 +678,7 @@ static void repeat_save(struct fq *q, int force, int gen, struct fb_memo *e)
         }
     }
     r->n = q->nheld;
-    r->force = force;
+    r->flags = flags;
     r->gen = gen;
     r->memo = e;
     r->valid = 1;
@@ -677,9 +686,9 @@ static void repeat_save(struct fq *q, int force, int gen, struct fb_memo *e)
 
 /* The fused program for q's held kernels: a repeat of the last launch, else
  * through classes and key material (memo, cache, build). NULL with `why`. */
-static struct fb_memo *fused_program(struct fq *q, int force, int gen, int *repeat, char *why, size_t why_len)
+static struct fb_memo *fused_program(struct fq *q, int flags, int gen, int *repeat, char *why, size_t why_len)
 {
-    struct fb_memo *e = repeat_match(q, force, gen);
+    struct fb_memo *e = repeat_match(q, flags, gen);
     *repeat = e != NULL;
     if (e) return e;
     size_t total = 0;
@@ -694,13 +703,13 @@ static struct fb_memo *fused_program(struct fq *q, int force, int gen, int *repe
         goto out;
     }
     if (make_classes(q, cls, why, why_len) != 0) goto out;
-    key_material(q, force, cls, &key);
+    key_material(q, flags, cls, &key);
     if (key.oom) {
         snprintf(why, why_len, "out of memory");
         goto out;
     }
     e = q->last && memo_matches(q->last, q, &key) ? q->last : memo_find(q, &key);
-    if (!e && (!(options = shared_options(q)) || !(e = memo_build(q, force, cls, &key, options)))) {
+    if (!e && (!(options = shared_options(q)) || !(e = memo_build(q, flags, cls, &key, options)))) {
         snprintf(why, why_len, "out of memory");
         goto out;
     }
@@ -715,12 +724,12 @@ out:
     return e;
 }
 
-int fb_fuse_held(struct fq *q, int force, int seq, struct fb_pending *p, cl_event *out_event, uint32_t *nparams,
+int fb_fuse_held(struct fq *q, int flags, int seq, struct fb_pending *p, cl_event *out_event, uint32_t *nparams,
                  char *why, size_t why_len)
 {
     (void)seq;
     int gen = __atomic_load_n(&fb_mem_gen, __ATOMIC_ACQUIRE), repeat = 0;
-    struct fb_memo *e = fused_program(q, force, gen, &repeat, why, why_len);
+    struct fb_memo *e = fused_program(q, flags, gen, &repeat, why, why_len);
     if (!e) return -1;
     q->last = e;
     cl_event rev = NULL;
@@ -731,7 +740,7 @@ int fb_fuse_held(struct fq *q, int force, int seq, struct fb_pending *p, cl_even
         snprintf(why, why_len, "enqueueing the fused kernel failed (error %d)", err);
         return -1;
     }
-    if (!repeat) repeat_save(q, force, gen, e);
+    if (!repeat) repeat_save(q, flags, gen, e);
     /* Launched: every held command's work is in rev. */
     uint32_t n = q->nheld;
     for (uint32_t i = 0; i < n; i++) {

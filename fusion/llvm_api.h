@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CLSHIM_LLVM_API_VERSION 2
+#define CLSHIM_LLVM_API_VERSION 3
 
 /* A specialization constant: SpecId and its value's bytes (1, 2, 4 or 8). */
 struct llvm_spec_const {
@@ -62,6 +62,13 @@ struct fuse_request {
                                a work-group barrier (global fence) is inserted
                                between bodies; the plan author promises that
                                every dependency stays inside a work-group */
+    int internal;           /* the plan's `internal` promise: every arg class
+                               written by one kernel and read by a later one
+                               is not needed after the sequence. Such a class
+                               is kept in registers (never stored) where the
+                               rules of fuse_internal.c hold; else it is
+                               stored as without the option and
+                               result->internal_kept says why */
 };
 
 struct fuse_result {
@@ -77,6 +84,9 @@ struct fuse_result {
     int barrier_inserted;   /* 1 when force_barrier made a barrier necessary */
     uint32_t loops_merged;  /* grid-stride loops of later bodies run inside an
                                earlier body's loop (fuse_loops.c) */
+    uint32_t internalised;  /* arg classes kept in registers (`internal`) */
+    char internal_kept[512];/* `internal`: the classes stored after all and
+                               why, one line ("" when none) */
     char reason[512];       /* why fusion was refused, or why a barrier was needed */
 };
 

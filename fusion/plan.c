@@ -155,9 +155,13 @@ static int apply_option(struct scan *sc, struct seq_builder *b, size_t at, size_
         b->seq.force_barrier = 1;
         return 0;
     }
+    if (n == 8 && !memcmp(sc->s + at, "internal", 8)) {
+        b->seq.internal = 1;
+        return 0;
+    }
     char q[64];
     quote(sc->s + at, n, q, sizeof q);
-    return fail_at(sc, at, "unknown option '%s' (known: force-barrier)", q);
+    return fail_at(sc, at, "unknown option '%s' (known: force-barrier, internal)", q);
 }
 
 /* ---- the file form --------------------------------------------------------- */
@@ -213,7 +217,10 @@ static int parse_line(struct scan *sc, struct fusion_plan *plan)
         if (sc->i >= sc->len || sc->s[sc->i] == '\n' || sc->s[sc->i] == '#') break;
         size_t w = sc->i, we = word_end(sc, w);
         sc->i = we;
-        if (is_ident_start(sc->s[w]) && memchr(sc->s + w, '-', we - w) == NULL) {
+        /* `internal` alone is the option; a kernel of that name is written
+         * joined by '+' (fuse a+internal). */
+        int internal_word = we - w == 8 && !memcmp(sc->s + w, "internal", 8);
+        if (is_ident_start(sc->s[w]) && !internal_word && memchr(sc->s + w, '-', we - w) == NULL) {
             if (options_seen) {
                 rc = fail_at(sc, w, "kernel names must come before options");
                 break;

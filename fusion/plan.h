@@ -16,6 +16,13 @@
  *                   inserting a work-group barrier between the bodies (the
  *                   plan's author promises that every dependency between the
  *                   kernels stays inside a work-group; docs/fusion.md).
+ *   internal        every buffer written by one kernel of the sequence and
+ *                   read by a later one is not needed after the sequence:
+ *                   the fused kernel keeps it in registers where it can
+ *                   prove that safe, and its contents after the sequence are
+ *                   undefined (docs/fusion.md, "Internalisation"). In a
+ *                   file the word `internal` alone is this option: a
+ *                   kernel of that name is written joined (fuse a+internal).
  * A sequence has 2..PLAN_MAX_SEQ kernels (a name may repeat); a plan has at
  * most PLAN_MAX_SEQS sequences. A sequence may not repeat another, nor be a
  * prefix of another (the batcher could not tell where it ends).
@@ -39,6 +46,7 @@ struct plan_seq {
     char **names;       /* n kernel names, in enqueue order */
     uint32_t n;
     int force_barrier;
+    int internal;       /* the `internal` option */
     char *where;        /* "ORIGIN:LINE:COLUMN" of the sequence, for messages */
 };
 

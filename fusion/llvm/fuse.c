@@ -34,7 +34,9 @@
  *      SPIR carry the same numbers). The original kernels are deleted.
  *   7. Inline the bodies, clean up, drop dead globals.
  *   8. Unless a barrier was forced, merge consecutive grid-stride loops
- *      (fuse_loops.c) and clean up again; verify, write bitcode.
+ *      (fuse_loops.c) and clean up again.
+ *   9. With `internal`, keep intermediates in registers (fuse_internal.c);
+ *      verify, write bitcode.
  *
  * The barrier analysis (fuse_scan.c, docs/fusion-analysis.md): for every
  * arg class written by one kernel and accessed by another, every access in
@@ -721,6 +723,22 @@ static int emit(struct fuser *f, const struct fused_params *p)
     return 0;
 }
 
+/* The `internal` option (fuse_internal.c). */
+static int internalise(struct fuser *f, const struct fused_params *p, int barrier)
+{
+    LLVMValueRef fused = LLVMGetNamedFunction(f->mod, f->req->fused_name);
+    struct internal_plan *ip = calloc(1, sizeof *ip);
+    if (!ip) return refuse(f, CLSHIM_ENOMEM, "out of memory");
+    fuse_internal_prepare(fused, f->occ, f->n, (const unsigned (*)[FUSE_MAX_PARAMS])p->map, barrier, ip);
+    int rc = ip->count ? run_passes(f, "function(gvn)") : 0;
+    if (!rc) f->res->internalised = fuse_internal_finish(fused, ip);
+    if (!rc && f->res->internalised) rc = run_passes(f, "function(instcombine,adce,simplifycfg)");
+    if (!rc && !ip->count) snprintf(ip->kept, sizeof ip->kept, "no buffer is written by one kernel and read by a later one");
+    snprintf(f->res->internal_kept, sizeof f->res->internal_kept, "%s", ip->kept);
+    free(ip);
+    return rc;
+}
+
 static int fuse_run(struct fuser *f)
 {
     int rc = check_request(f);
@@ -761,6 +779,7 @@ static int fuse_run(struct fuser *f)
         if (f->res->loops_merged)
             rc = run_passes(f, "function(instcombine,early-cse,gvn,simplifycfg,adce)");
     }
+    if (!rc && f->req->internal) rc = internalise(f, p, needs);
     if (!rc) rc = emit(f, p);
     free(p);
     return rc;

@@ -78,6 +78,31 @@ int fuse_needs_barrier(const struct fuse_occ *occ, size_t n, const size_t fused_
  * that needs no barrier. Returns the number of loops merged away. */
 unsigned fuse_merge_grid_loops(LLVMValueRef fn);
 
+/* The `internal` option (fuse_internal.c, whose header gives the rules). */
+struct internal_candidate {
+    char label[160];    /* "'tmp' of 'scale'": the first writer's parameter */
+    int refused;        /* a rule keeps it in memory (reason in kept) */
+};
+
+struct internal_plan {
+    unsigned count;
+    unsigned param[FUSE_MAX_PARAMS];   /* the candidates' fused parameters */
+    struct internal_candidate cand[FUSE_MAX_PARAMS];
+    char kept[512];     /* "LABEL: reason; ..." for the classes kept in memory */
+};
+
+/* Picks the candidates of the built, inlined fused kernel (map: (kernel,
+ * parameter) -> fused parameter; barrier: bodies are separated by one),
+ * applies the rules, and marks the parameters of those that pass noalias.
+ * The caller then runs GVN and calls fuse_internal_finish. */
+void fuse_internal_prepare(LLVMValueRef fused, const struct fuse_occ *occ, size_t n,
+                           const unsigned (*map)[FUSE_MAX_PARAMS], int barrier, struct internal_plan *ip);
+
+/* Deletes the stores of every candidate that no load and no escaping use
+ * is left of; the others stay, their reason appended to ip->kept. Returns
+ * the number internalised. */
+unsigned fuse_internal_finish(LLVMValueRef fused, struct internal_plan *ip);
+
 /* Strips integer casts off e (sext/zext/trunc and instcombine's forms of
  * them, fuse_scan.c), keeping the narrowest truncation in *trunc_bits. */
 LLVMValueRef fuse_strip_int_casts(LLVMValueRef e, unsigned *trunc_bits);

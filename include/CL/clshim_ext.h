@@ -28,6 +28,10 @@
  * or a 0-terminated list of (name, value) pairs:
  *     CL_FUSION_FORCE_BARRIER_CLSHIM, 0 or 1 — fuse even where a barrier is
  *     needed (see docs/fusion.md for what the caller promises).
+ *     CL_FUSION_INTERNAL_CLSHIM, 0 or 1 — every buffer written by one held
+ *     kernel and read by a later one is not needed after the sequence: the
+ *     fused kernel may keep it in registers and never store it, so its
+ *     contents afterwards are undefined (docs/fusion.md, "Internalisation").
  * Returns CL_SUCCESS, CL_INVALID_COMMAND_QUEUE, CL_INVALID_VALUE (bad
  * properties), or the error of the enqueue that carried the work.
  *
@@ -52,6 +56,7 @@ extern "C" {
 typedef cl_ulong cl_fusion_properties_clshim; /* a cl_properties list */
 
 #define CL_FUSION_FORCE_BARRIER_CLSHIM 0x4C01
+#define CL_FUSION_INTERNAL_CLSHIM 0x4C02
 
 typedef cl_int(CL_API_CALL *clStartFusionCLSHIM_fn)(cl_command_queue queue);
 typedef cl_int(CL_API_CALL *clCompleteFusionCLSHIM_fn)(cl_command_queue queue,

@@ -99,10 +99,26 @@ static int fuse(const struct tkernel *tk, size_t n, int force, struct fuse_resul
 {
     struct fuse_kernel fk[8];
     fill_request(tk, n, fk);
-    struct fuse_request req = {fk, n, "fused", force};
+    struct fuse_request req = {fk, n, "fused", force, 0};
     int rc = api->fuse(&req, r);
     if (rc) fprintf(stderr, "fuse refused (%d): %s\n", rc, r->reason);
     return rc;
+}
+
+/* Fuses with the `internal` option; returns the classes internalised and
+ * the kept line in r. */
+static unsigned fuse_internal(const struct tkernel *tk, size_t n, struct fuse_result *r)
+{
+    struct fuse_kernel fk[8];
+    fill_request(tk, n, fk);
+    struct fuse_request req = {fk, n, "fused", 0, 1};
+    int rc = api->fuse(&req, r);
+    if (rc) fprintf(stderr, "fuse refused (%d): %s\n", rc, r->reason);
+    assert_int_equal(rc, 0);
+    api->free(r->bitcode);
+    api->free(r->param_kernel);
+    api->free(r->param_index);
+    return r->internalised;
 }
 
 static void free_result(struct fuse_result *r)
@@ -165,6 +181,38 @@ static void chain_of_three_fuses_without_barrier(void **state)
     assert_int_equal(r.num_params, 5); /* in, B, s2, C, s1: B and C appear twice */
     assert_int_equal(r.global_size[0], NELEM);
     free_result(&r);
+}
+
+/* `internal`: an intermediate is internalised; the rules keep others in
+ * memory with a reason (tests/integration/test_fusion_internal.sh runs it) */
+static void internal_option_rules(void **state)
+{
+    (void)state;
+    struct fuse_result r;
+    struct tkernel chain[2] = {
+        {.name = "scale", .args = {BUF(0), BUF(1), SCALAR(&s2)}, .cls = {100, 101, 1}, .nargs = 3, .gs = NELEM},
+        {.name = "offset", .args = {BUF(1), BUF(2), SCALAR(&s1)}, .cls = {101, 102, 2}, .nargs = 3, .gs = NELEM},
+    };
+    assert_int_equal(fuse_internal(chain, 2, &r), 1);
+    assert_string_equal(r.internal_kept, "");
+    struct tkernel twice[2] = {
+        {.name = "offset", .args = {BUF(1), BUF(2), SCALAR(&s1)}, .cls = {101, 102, 2}, .nargs = 3, .gs = NELEM},
+        {.name = "scale", .args = {BUF(2), BUF(2), SCALAR(&s2)}, .cls = {102, 102, 1}, .nargs = 3, .gs = NELEM},
+    };
+    assert_int_equal(fuse_internal(twice, 2, &r), 0);
+    assert_non_null(strstr(r.internal_kept, "of 'offset': it is bound to two parameters of kernel 'scale'"));
+    struct tkernel smaller[2] = {
+        {.name = "scale", .args = {BUF(0), BUF(1), SCALAR(&s2)}, .cls = {100, 101, 1}, .nargs = 3, .gs = NELEM},
+        {.name = "offset", .args = {BUF(1), BUF(2), SCALAR(&s1)}, .cls = {101, 102, 2}, .nargs = 3, .gs = NELEM / 2},
+    };
+    assert_int_equal(fuse_internal(smaller, 2, &r), 0);
+    assert_non_null(strstr(r.internal_kept, "kernel 'offset' runs over a smaller range"));
+    struct tkernel apart[2] = {
+        {.name = "scale", .args = {BUF(0), BUF(1), SCALAR(&s2)}, .cls = {100, 101, 1}, .nargs = 3, .gs = NELEM},
+        {.name = "offset", .args = {BUF(0), BUF(2), SCALAR(&s1)}, .cls = {100, 102, 2}, .nargs = 3, .gs = NELEM},
+    };
+    assert_int_equal(fuse_internal(apart, 2, &r), 0);
+    assert_string_equal(r.internal_kept, "no buffer is written by one kernel and read by a later one");
 }
 
 /* one buffer and one scalar shared by two kernels become one parameter each */
@@ -252,7 +300,7 @@ static void other_dependencies_are_refused(void **state)
         fk[i].global_size[0] = 64;
         fk[i].global_size[1] = 64;
     }
-    struct fuse_request req = {fk, 2, "fused", 0};
+    struct fuse_request req = {fk, 2, "fused", 0, 0};
     assert_int_equal(api->fuse(&req, &r), CLSHIM_EUNSUPPORTED);
     assert_non_null(strstr(r.reason, "dimension 1"));
 }
@@ -463,7 +511,7 @@ static void grid_stride_loops_fuse(void **state)
     struct fuse_kernel fk[2];
     fill_request(tk, 2, fk);
     for (int i = 0; i < 2; i++) fk[i].global_offset[0] = 64;
-    struct fuse_request req = {fk, 2, "fused", 0};
+    struct fuse_request req = {fk, 2, "fused", 0, 0};
     assert_int_equal(api->fuse(&req, &r), CLSHIM_EUNSUPPORTED);
     assert_non_null(strstr(r.reason, "global offset"));
     clReleaseProgram(p);
@@ -586,6 +634,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(chain_of_three_fuses_without_barrier),
         cmocka_unit_test(identical_arguments_are_elided),
+        cmocka_unit_test(internal_option_rules),
         cmocka_unit_test(different_global_sizes_are_guarded),
         cmocka_unit_test(neighbour_read_is_refused),
         cmocka_unit_test(other_dependencies_are_refused),

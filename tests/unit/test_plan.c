@@ -40,7 +40,7 @@ static void file_form(void **state)
 {
     int rc;
     struct fusion_plan *p = parse("# a plan\n\n  fuse a b c   # trailing comment\r\n"
-                                  "fuse x+y\tforce-barrier\nfuse z+y+z\n",
+                                  "fuse x+y\tforce-barrier\nfuse z+y+z internal\n",
                                   PLAN_FILE_FORM, &rc);
     assert_int_equal(rc, 0);
     assert_int_equal(p->nseqs, 3);
@@ -50,9 +50,19 @@ static void file_form(void **state)
     assert_string_equal(p->seqs[0].where, "p.plan:3:3");
     assert_int_equal(p->seqs[1].n, 2);
     assert_int_equal(p->seqs[1].force_barrier, 1);
+    assert_int_equal(p->seqs[1].internal, 0);
     assert_int_equal(p->seqs[2].n, 3); /* a name may repeat */
+    assert_int_equal(p->seqs[2].internal, 1);
+    assert_int_equal(p->seqs[2].force_barrier, 0);
+    assert_int_equal(p->seqs[2].n, 3); /* `internal` alone is the option, not a name */
     assert_true(plan_has_kernel(p, "y"));
     assert_false(plan_has_kernel(p, "w"));
+    plan_free(p);
+    p = parse("fuse a+internal\n", PLAN_FILE_FORM, &rc); /* a kernel named internal, joined */
+    assert_int_equal(rc, 0);
+    assert_int_equal(p->seqs[0].n, 2);
+    assert_string_equal(p->seqs[0].names[1], "internal");
+    assert_int_equal(p->seqs[0].internal, 0);
     plan_free(p);
 }
 
@@ -60,13 +70,15 @@ static void file_form(void **state)
 static void inline_form(void **state)
 {
     int rc;
-    struct fusion_plan *p = parse(" k1 + k2+k3 ;; k4+k5 : force-barrier ;", PLAN_INLINE_FORM, &rc);
+    struct fusion_plan *p = parse(" k1 + k2+k3 ;; k4+k5 : force-barrier , internal;", PLAN_INLINE_FORM, &rc);
     assert_int_equal(rc, 0);
     assert_int_equal(p->nseqs, 2);
     assert_int_equal(p->seqs[0].n, 3);
     assert_string_equal(p->seqs[0].names[1], "k2");
     assert_string_equal(p->seqs[1].names[0], "k4");
     assert_int_equal(p->seqs[1].force_barrier, 1);
+    assert_int_equal(p->seqs[1].internal, 1);
+    assert_int_equal(p->seqs[0].internal, 0);
     assert_string_equal(p->seqs[1].where, "CLSHIM_FUSE:1:16");
     plan_free(p);
     p = parse("", PLAN_INLINE_FORM, &rc);
@@ -81,10 +93,11 @@ static void errors(void **state)
     expect_error("fuse a\n", PLAN_FILE_FORM, "p.plan:1:1: a sequence needs at least 2 kernels, found 1");
     expect_error("\n  fuze a b\n", PLAN_FILE_FORM, "p.plan:2:3: expected 'fuse', found 'fuze'");
     expect_error("fuse a b force-barier\n", PLAN_FILE_FORM,
-                 "p.plan:1:10: unknown option 'force-barier' (known: force-barrier)");
+                 "p.plan:1:10: unknown option 'force-barier' (known: force-barrier, internal)");
     expect_error("fuse a 1b\n", PLAN_FILE_FORM, "p.plan:1:8: '1b' is not a kernel name (names are C identifiers)");
     expect_error("fuse a++b\n", PLAN_FILE_FORM, "p.plan:1:8: missing kernel name in 'a++b'");
     expect_error("fuse a b force-barrier c\n", PLAN_FILE_FORM, "p.plan:1:24: kernel names must come before options");
+    expect_error("fuse a b internal c\n", PLAN_FILE_FORM, "p.plan:1:19: kernel names must come before options");
     expect_error("fuse a b\x01\n", PLAN_FILE_FORM, "p.plan:1:9: unexpected control byte 0x01");
     expect_error("fuse a b\nfuse \xc3\xa9 b\n", PLAN_FILE_FORM,
                  "p.plan:2:6: '\\xc3\\xa9' is not a kernel name (names are C identifiers)");
@@ -92,7 +105,7 @@ static void errors(void **state)
     expect_error("a+b;c+", PLAN_INLINE_FORM, "CLSHIM_FUSE:1:7: expected a kernel name at the end");
     expect_error("a+b c", PLAN_INLINE_FORM, "CLSHIM_FUSE:1:5: expected '+', ':' or ';', found 'c'");
     expect_error("a+b:", PLAN_INLINE_FORM, "CLSHIM_FUSE:1:5: expected an option after ':' or ','");
-    expect_error("a+b:fast", PLAN_INLINE_FORM, "CLSHIM_FUSE:1:5: unknown option 'fast' (known: force-barrier)");
+    expect_error("a+b:fast", PLAN_INLINE_FORM, "CLSHIM_FUSE:1:5: unknown option 'fast' (known: force-barrier, internal)");
     expect_error("a+-b", PLAN_INLINE_FORM, "CLSHIM_FUSE:1:3: expected a kernel name, found '-'");
 }
 
@@ -161,7 +174,7 @@ static void load(void **state)
  * the form ORIGIN:LINE:COLUMN: ... (fixed seed; run under ASan in check-sanitize) */
 static void random_input(void **state)
 {
-    static const char *pieces[] = {"fuse", " ", "a", "b", "+", ";", ":", ",", "#", "\n", "force-barrier", "\t",
+    static const char *pieces[] = {"fuse", " ", "a", "b", "+", ";", ":", ",", "#", "\n", "force-barrier", "internal", "\t",
                                    "k_1", "\r\n", "x", "-", "\0", "\xff", "fuse a b\n", "zz"};
     srand(12345);
     char buf[256];

@@ -1,0 +1,77 @@
+#!/bin/bash
+# The `internal` fusion option (docs/fusion.md, "Internalisation") on PoCL
+# under LD_PRELOAD: intermediates written by one kernel and read by a later
+# one stay in registers and are never stored. Every buffer that is not
+# internalised must match the plain run bit for bit; the internalised ones
+# must keep their initial contents (zeros: proof they were never stored).
+# Where the escape rules fail, the buffer is stored as without the option,
+# with one log line saying why, and everything matches the plain run.
+source "$(dirname "$0")/lib.sh"
+export CLSHIM_LOG=info
+FI=$PROGS/fusion_internal
+
+# lines BUFFERS TAG: the output lines of the named buffers
+lines() { grep -E "^($1) " "$TMP/$2.out"; }
+# zero HASH: the hash of a zeroed buffer (the program's u buffer is never zero)
+zero_hash() { fresh_pocl; run_plain zeros "$FI" --mode chain4 --iterations 0; lines t1 zeros | cut -d' ' -f2; }
+ZERO=$(zero_hash)
+kept_lines() { count 'internal: stored as without the option' "$TMP/$1.err"; }
+
+# 1. A 4-kernel chain in -> t1 -> t2 -> t3 -> out, internalised: in, u, out
+#    bit for bit; t1..t3 never stored.
+fresh_pocl; run_plain ref_chain4 "$FI" --mode chain4
+fresh_pocl; run_shim chain4 env CLSHIM_FUSE="k1+k2+k3+k4:internal" "$FI" --mode chain4
+[ "$(cat "$TMP/chain4.rc")" = 0 ] || fail "chain4: exit code $(cat "$TMP/chain4.rc")"
+[ "$(lines 'in|u|out' chain4)" = "$(lines 'in|u|out' ref_chain4)" ] || fail "chain4: in/u/out differ from the plain run"
+[ "$(lines 'in|u|out' chain4 | wc -l)" = 3 ] || fail "chain4: missing output lines"
+for t in t1 t2 t3; do
+    [ "$(lines $t chain4 | cut -d' ' -f2)" = "$ZERO" ] || fail "chain4: $t was stored"
+    [ "$(lines $t ref_chain4 | cut -d' ' -f2)" != "$ZERO" ] || fail "chain4: $t is zero in the plain run too (test is blind)"
+done
+[ "$(occurrences 'fused k1+k2+k3+k4 into one launch' "$TMP/chain4.err")" = 2 ] || fail "chain4: expected 2 fused launches"
+grep -q 'k1+k2+k3+k4: internal: 3 buffers kept in registers' "$TMP/chain4.err" || fail "chain4: no internalisation line"
+[ "$(kept_lines chain4)" = 0 ] || fail "chain4: a buffer was kept in memory"
+ok "chain4: 4 kernels fused, t1..t3 kept in registers, in/u/out bit for bit"
+
+# 1b. The option is in the fused program's key: the same chain fused without
+#     it, on the same cache, stores every buffer (all match the plain run).
+fresh_pocl; run_shim chain4_plainfuse env CLSHIM_FUSE="k1+k2+k3+k4" "$FI" --mode chain4
+same_output ref_chain4 chain4_plainfuse "chain4 without internal after it: every buffer as plain"
+[ "$(occurrences 'fused k1+k2+k3+k4 into one launch' "$TMP/chain4_plainfuse.err")" = 2 ] || fail "chain4 plain fuse: not fused"
+[ "$(count 'hit derived program' "$TMP/chain4_plainfuse.err")" = 0 ] || fail "chain4 plain fuse: the internal program was reused"
+fresh_pocl; run_shim chain4_again env CLSHIM_FUSE="k1+k2+k3+k4:internal" "$FI" --mode chain4
+cmp -s "$TMP/chain4.out" "$TMP/chain4_again.out" || fail "chain4 from the cache: output differs"
+[ "$(count 'hit derived program' "$TMP/chain4_again.err")" = 1 ] || fail "chain4 again: the internal program was not a hit"
+ok "the internal option is part of the fused program's cache key"
+
+# 1c. The extension API's property CL_FUSION_INTERNAL_CLSHIM.
+fresh_pocl; run_shim chain4_ext env CLSHIM_CACHE_DIR="$TMP/ext-cache" "$FI" --mode chain4 --ext 1
+grep -q 'ext: present' "$TMP/chain4_ext.err" || fail "ext: the extension is absent"
+[ "$(lines 'in|u|out' chain4_ext)" = "$(lines 'in|u|out' ref_chain4)" ] || fail "ext: in/u/out differ from the plain run"
+for t in t1 t2 t3; do [ "$(lines $t chain4_ext | cut -d' ' -f2)" = "$ZERO" ] || fail "ext: $t was stored"; done
+grep -q 'internal: 3 buffers kept in registers' "$TMP/chain4_ext.err" || fail "ext: no internalisation line"
+ok "extension API: CL_FUSION_INTERNAL_CLSHIM internalises t1..t3"
+
+# kept TAG MODE PLAN PATTERN: fused, nothing internalised, everything as the
+# plain run, exactly one line saying why, matching PATTERN.
+kept() {
+    local tag=$1 mode=$2 plan=$3 pattern=$4
+    fresh_pocl; run_plain "ref_$tag" "$FI" --mode "$mode"
+    fresh_pocl; run_shim "$tag" env CLSHIM_FUSE="$plan" "$FI" --mode "$mode"
+    same_output "ref_$tag" "$tag" "$tag: every buffer as in the plain run"
+    [ "$(occurrences "fused ${plan%%:*} into one launch" "$TMP/$tag.err")" = 2 ] || fail "$tag: expected 2 fused launches"
+    [ "$(kept_lines "$tag")" = 1 ] || fail "$tag: expected one 'stored as without the option' line"
+    grep 'internal: stored as without the option' "$TMP/$tag.err" | grep -q -- "$pattern" ||
+        fail "$tag: the line does not say '$pattern'"
+    [ "$(count 'kept in registers' "$TMP/$tag.err")" = 0 ] || fail "$tag: something was internalised"
+    ok "$tag: stored as without the option, one line: $pattern"
+}
+
+# 2. An escaping pointer (selected between two buffers): refused with the line.
+kept escape escape "k1+pick:internal,force-barrier" "'t1' of 'k1': kernel 'pick' uses 't1' through a phi, select"
+# 3. A buffer read in the sequence before it is written.
+kept readfirst readfirst "early+k1+k2:internal" "'t1' of 'k1': kernel 'early' reads it before kernel 'k1' writes it"
+# 4. Read and written back by its first writer: the load cannot be forwarded.
+kept inplace inplace "twice+k2:internal" "'t1' of 'twice': the fused kernel still loads it"
+
+finish
