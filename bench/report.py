@@ -228,6 +228,18 @@ class Report:
                                   "intermediate stored; ms per chain, median (min–max) of interleaved rounds:\n\n"
                                   % mode + table(["K", "N", "unfused", "fused", "hand-written", "speed-up",
                                                   "hand's speed-up", "fused / hand"], body) + "\n")
+            body = []
+            for k in ks:
+                for n in sorted({n for (m, kk, n, v) in get if m == mode and kk == k}):
+                    u, i, h = (get.get((mode, k, n, w)) for w in ("unfused", "internal", "hand-internal"))
+                    if u and i and h:
+                        body.append([k, size_name(n), cell(u), cell(i), cell(h), "%.2fx" % (u.med / i.med),
+                                     "%.2fx" % (u.med / h.med), "%.2f" % (i.med / h.med)])
+            if body:
+                self.parts.append("Internalised (plan option `internal`: intermediates kept in registers, against "
+                                  "a hand-written kernel that does the same), %s, ms per chain:\n\n" % mode +
+                                  table(["K", "N", "unfused", "internal", "hand-written internal", "speed-up",
+                                         "hand's speed-up", "internal / hand"], body) + "\n")
         grid = [r for r in self.of("fusion") if r.keys.get("shape") == "grid"]
         if grid:
             g = {(int(r.keys["k"]), int(r.keys["n"]), r.keys["mode"], r.variant): r for r in grid}
@@ -251,11 +263,16 @@ class Report:
             line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label="K=%d fused" % k)
             ax.plot([p[0] for p in pts], [p[2] for p in pts], "x--", color=line.get_color(), alpha=0.6,
                     label="K=%d hand-written" % k)
+            ipts = [(n, get[("latency", k, n, "unfused")].med / get[("latency", k, n, "internal")].med)
+                    for n in ns if ("latency", k, n, "internal") in get and ("latency", k, n, "unfused") in get]
+            if ipts:
+                ax.plot([p[0] for p in ipts], [p[1] for p in ipts], "s-.", color=line.get_color(),
+                        label="K=%d internal" % k)
         ax.set_xscale("log", base=2)
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.set_xlabel("N (floats, log)")
         ax.set_ylabel("speed-up over unfused")
-        ax.set_title("Kernel fusion: speed-up vs N (latency mode, stored intermediates)")
+        ax.set_title("Kernel fusion: speed-up vs N (latency mode)")
         ax.legend(fontsize=8, ncol=2)
         ax.grid(alpha=0.3)
         self.save(fig, "bench-fusion.png", "Fusion speed-up vs N")
