@@ -4,8 +4,9 @@
  * Reading a PoCL binary makes PoCL generate code once more; done on the
  * application's thread (at its first synchronisation) that doubled a cold
  * run's time to first result. The program layer hands each program to
- * capture here instead, and one worker thread, at the lowest priority the
- * system allows (SCHED_IDLE, else nice 19), runs the capture.
+ * capture here instead, and one worker thread (nice 5: not idle priority,
+ * as PoCL generates code under one process-wide lock that a starved worker
+ * would hold while the application's next build waits) runs the capture.
  *
  * The queue holds opaque items (the program layer's records) with the
  * caller's run/done functions:
