@@ -121,6 +121,22 @@ int capture_submit(void *item)
     return rc;
 }
 
+int capture_cancel_or_wait(void *item)
+{
+    int dequeued = 0;
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < count && !dequeued; i++) {
+        if (queue[(head + i) % CAPTURE_QUEUE_MAX] != item) continue;
+        for (size_t j = i; j + 1 < count; j++)
+            queue[(head + j) % CAPTURE_QUEUE_MAX] = queue[(head + j + 1) % CAPTURE_QUEUE_MAX];
+        count--;
+        dequeued = 1;
+    }
+    while (!dequeued && running == item) pthread_cond_wait(&changed, &lock);
+    pthread_mutex_unlock(&lock);
+    return dequeued;
+}
+
 void capture_set_exit_budget(unsigned ms) { exit_budget_ms = ms; }
 
 size_t capture_exit(unsigned budget_ms)

@@ -55,6 +55,11 @@ void capture_init(const struct capture_ops *ops);
  * itself (no worker thread, queue full, exiting). */
 int capture_submit(void *item);
 
+/* Takes item back: 1 when it was queued (now removed; neither run() nor
+ * done() will be called for it), 0 when it was not queued (if it was
+ * running, this returned after its done()). Not from run() or done(). */
+int capture_cancel_or_wait(void *item);
+
 /* At exit: finishes within budget_ms, then stops the worker; returns the
  * number of items dropped. Later calls return 0. */
 size_t capture_exit(unsigned budget_ms);

@@ -1887,15 +1887,13 @@ cl_int pc_retain_program(cl_program prog)
 static void before_last_reference(struct pc_program *rec)
 {
     if (__atomic_load_n(&rec->refs, __ATOMIC_RELAXED) != 1) return;
-    pthread_mutex_lock(&rec->lock);
-    int wanted = capture_wanted(rec);
-    pthread_mutex_unlock(&rec->lock);
-    if (!wanted) return;
-    /* The worker captures it (it keeps the program alive meanwhile). */
+    /* The worker must not hold the last reference: PoCL aborts when a
+     * program outlives the app's release of its context (clinfo did). So a
+     * queued capture is taken back and done here, a running one awaited. */
     pthread_mutex_lock(&pending_lock);
-    int queued = queue_capture_locked(rec) == 0;
+    int queued = rec->queued;
     pthread_mutex_unlock(&pending_lock);
-    if (queued) return;
+    if (queued && capture_cancel_or_wait(rec)) capture_done(rec);
     pthread_mutex_lock(&rec->lock);
     if (rec->refs == 1) capture(rec);
     pthread_mutex_unlock(&rec->lock);
