@@ -284,13 +284,8 @@ static int run_mode(struct ctx *c, int mode, int prime, double f[F_COUNT])
         bu_fresh_dir(c->root, "pocl-empty", pocl, sizeof pocl);
     }
     bu_set_driver_cache(&e, pocl);
-    if (mode == M_SHIM || mode == M_SHIM_COLD) {
-        if (mode == M_SHIM) snprintf(shim_cache, sizeof shim_cache, "%s/clshim-warm", c->root);
-        else bu_fresh_dir(c->root, "clshim-empty", shim_cache, sizeof shim_cache);
-        bu_env_set(&e, "LD_PRELOAD", c->shim);
-        bu_env_set(&e, "CLSHIM_CACHE_DIR", shim_cache);
-        bu_env_set(&e, "CLSHIM_STATS", "1");
-    }
+    if (mode == M_SHIM || mode == M_SHIM_COLD)
+        bu_env_clshim(&e, c->shim, c->root, mode == M_SHIM, shim_cache, sizeof shim_cache);
     snprintf(log, sizeof log, "%s/child.log", c->root);
     unlink(log);
     char *argv[8];

@@ -217,6 +217,19 @@ static inline void bu_set_driver_cache(struct bu_env *e, const char *dir)
     bu_env_set(e, "CUDA_CACHE_PATH", nv);
 }
 
+/* A run under the shim at `shim`, with its exit summary, on the clshim cache
+ * ROOT/clshim-warm (warm) or a fresh ROOT/clshim-empty; the cache dir's
+ * path is left in buf. */
+static inline void bu_env_clshim(struct bu_env *e, const char *shim, const char *root, int warm, char *buf,
+                                 size_t size)
+{
+    if (warm) snprintf(buf, size, "%s/clshim-warm", root);
+    else bu_fresh_dir(root, "clshim-empty", buf, size);
+    bu_env_set(e, "LD_PRELOAD", shim);
+    bu_env_set(e, "CLSHIM_CACHE_DIR", buf);
+    bu_env_set(e, "CLSHIM_STATS", "1");
+}
+
 static inline void bu_env_free(struct bu_env *e)
 {
     for (int i = 0; i < e->n; i++) free(e->v[i]);

@@ -12,6 +12,8 @@
 #                                  cache warm, clshim cold, clshim warm, the limit
 #   bench_ttfr --ci N              the CI scenario: N processes on an empty shared
 #                                  cache, then N more on what they left
+#   bench_tuner                    a tuner's 100 variants built and run once each:
+#                                  whole-process time cold, clshim cold, clshim warm
 #   clients.sh                     real clients (PyOpenCL, the demo app) cold and warm
 #   bench_il                       SPIR-V time to first result
 #   bench_passthrough              cost per intercepted call and at load
@@ -129,6 +131,7 @@ else
     for p in small mixed; do bench bench_ttfr "${SHIM[@]}" --program $p --reps 7; done
     bench bench_ttfr "${SHIM[@]}" --program large --reps 5
     bench bench_ttfr "${SHIM[@]}" --program mixed --ci 8 --reps 5
+    bench bench_tuner "${SHIM[@]}" --reps 5
     run clients "$ROOT/bench/clients.sh" "$BUILD"
     bench bench_il "${SHIM[@]}"
     bench bench_passthrough "${SHIM[@]}"

@@ -83,6 +83,14 @@
       "when it is released, never at exit, so it "                            \
       "holds what the driver compiled at first enqueue) or auto (release on "  \
       "PoCL, build elsewhere).")                                               \
+    X(CAPTURE_BACKGROUND, BOOL, capture_background, "1", "0.1",               \
+      "Read and store late-captured binaries on a background thread of "     \
+      "the lowest priority (0: on the application's thread, at the "         \
+      "synchronisation or release, as before).")                             \
+    X(CAPTURE_EXIT_BUDGET, UINT, capture_exit_budget, "2000", "0.1",          \
+      "Milliseconds exit waits at most for binaries still queued for the "    \
+      "background capture; what is left then is not stored (one line says "  \
+      "how many). 0: nothing queued is waited for.")                          \
     X(MEM_CACHE_MAX, SIZE, mem_cache_max, "256M", "0.1",                       \
       "Bytes of binaries the in-process tier keeps; 0 means unbounded. "       \
       "Entries in use are never dropped.")                                     \

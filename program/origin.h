@@ -58,7 +58,9 @@ cl_program pc_build_derived(cl_context ctx, cl_device_id dev, const char *option
  * use is "pending" until its handle is released or the first
  * synchronisation after one of its kernels ran (clFinish, clWaitForEvents,
  * a blocking read or map): then the binary, with the work-group functions
- * PoCL compiled at the first enqueue, is read and stored. Never at exit:
+ * PoCL compiled at the first enqueue, is read and stored, on the background
+ * capture thread (program/capture.h; exit waits for it at most
+ * CLSHIM_CAPTURE_EXIT_BUDGET). Never read at exit for the first time:
  * reading a PoCL binary may compile, and LLVM is being torn down then.
  * The enqueue and sync wrappers call these only while pc_capture_pending()
  * (one relaxed load). */

@@ -32,6 +32,7 @@
 #include "common/log.h"
 #include "common/objmap.h"
 #include "fusion/llvmload.h"
+#include "program/capture.h"
 
 struct pc_dev {
     cl_device_id dev;
@@ -57,6 +58,8 @@ struct spec_value {
 struct pc_program {
     int ran;                /* a kernel of it was enqueued (late capture) */
     int pending;            /* on the pending-capture list */
+    int queued;             /* with the capture worker (pending_lock; it holds a driver reference) */
+    int orphaned;           /* released by the app while queued: the worker frees it (pending_lock) */
     cl_program handle;
     cl_context context;
     enum key_kind kind;     /* KEY_SOURCE or KEY_IL */
@@ -338,6 +341,8 @@ static void need_exit_handler(void)
 }
 
 static void pending_captures_reset(void);
+static void run_capture(void *item);
+static void capture_done(void *item);
 
 /* In the child of fork(): LMDB forbids using an environment opened before
  * the fork, and the parent's statistics and pending captures are the
@@ -350,6 +355,7 @@ static void after_fork_in_child(void)
     memset(&proc_stats, 0, sizeof proc_stats);
     stat_memory_hits = stat_translations = stat_failed = stat_failed_shared = 0;
     pending_captures_reset();
+    capture_after_fork_in_child();
     claims_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
     nclaims = 0; /* the parent's; its thread is not in this process */
     reaper_running = 0;
@@ -363,6 +369,8 @@ void pc_init(const struct cl_api *real_api)
     kernels = objmap_new();
     memtier_set_limit(config_get()->mem_cache_max);
     pthread_atfork(NULL, NULL, after_fork_in_child);
+    capture_init(&(struct capture_ops){run_capture, capture_done});
+    capture_set_exit_budget(config_get()->capture_exit_budget);
 }
 
 /* ---- records ------------------------------------------------------------- */
@@ -376,6 +384,7 @@ static struct pc_program **pending;
 static size_t npending, pending_cap;
 static pthread_mutex_t pending_lock = PTHREAD_MUTEX_INITIALIZER;
 static void capture(struct pc_program *rec);
+static int capture_wanted(const struct pc_program *rec);
 
 /* Called without rec->lock held (sync points take pending_lock, then it). */
 static void add_pending(struct pc_program *rec)
@@ -433,6 +442,53 @@ struct pc_kernel_rec;
 static struct pc_kernel_rec *kernel_record(cl_kernel k);
 static struct pc_program *kernel_program(struct pc_kernel_rec *kr);
 
+/* ---- the background capture (program/capture.h) ---------------------------
+ * A queued record holds a driver reference on its handle, so the program
+ * outlives an app release; a record released by the app meanwhile
+ * ("orphaned") is freed by the worker when its capture is done. */
+
+static void set_effective(struct pc_program *rec, cl_program p);
+static void free_record(struct pc_program *rec);
+
+static void run_capture(void *item)
+{
+    struct pc_program *rec = item;
+    pthread_mutex_lock(&rec->lock);
+    capture(rec);
+    pthread_mutex_unlock(&rec->lock);
+}
+
+static void capture_done(void *item)
+{
+    struct pc_program *rec = item;
+    cl_program handle = rec->handle; /* rec may be freed by the app once unqueued */
+    pthread_mutex_lock(&pending_lock);
+    rec->queued = 0;
+    int orphaned = rec->orphaned;
+    pthread_mutex_unlock(&pending_lock);
+    real->clReleaseProgram(handle);
+    if (orphaned) {
+        set_effective(rec, NULL);
+        free_record(rec);
+    }
+}
+
+/* With pending_lock held: 0 when the worker took rec (or has it already). */
+static int queue_capture_locked(struct pc_program *rec)
+{
+    if (rec->queued) return 0;
+    if (!config_get()->capture_background) return -1;
+    if (real->clRetainProgram(rec->handle) != CL_SUCCESS) return -1;
+    rec->queued = 1;
+    if (capture_submit(rec) == 0) {
+        remove_pending_locked(rec);
+        return 0;
+    }
+    rec->queued = 0;
+    real->clReleaseProgram(rec->handle);
+    return -1;
+}
+
 void pc_note_enqueue(cl_kernel kernel)
 {
     struct pc_kernel_rec *kr = kernel_record(kernel);
@@ -451,6 +507,7 @@ void pc_sync_point(void)
             continue;
         }
         remove_pending_locked(rec);
+        if (queue_capture_locked(rec) == 0) continue;
         pthread_mutex_lock(&rec->lock);
         capture(rec);
         pthread_mutex_unlock(&rec->lock);
@@ -1345,13 +1402,19 @@ static void keep_bytes_in_memory(struct cache_hash hash, const void *bin, size_t
     memtier_release(e);
 }
 
-static void capture(struct pc_program *rec)
+/* Whether capture() has anything to do (rec->lock held). */
+static int capture_wanted(const struct pc_program *rec)
 {
-    store *st = get_store();
     int any = 0;
     for (size_t i = 0; i < rec->ndevs; i++)
         any |= (rec->devs[i].needs_capture && rec->devs[i].key) || rec->devs[i].attached;
-    if (!any) return;
+    return any;
+}
+
+static void capture(struct pc_program *rec)
+{
+    store *st = get_store();
+    if (!capture_wanted(rec)) return;
     cl_program built = rec->effective ? rec->effective : rec->handle;
     void **bins = calloc(rec->ndevs, sizeof *bins);
     size_t *sizes = calloc(rec->ndevs, sizeof *sizes);
@@ -1911,6 +1974,14 @@ cl_int pc_retain_program(cl_program prog)
  * built binary is captured while the program still exists. */
 static void before_last_reference(struct pc_program *rec)
 {
+    if (__atomic_load_n(&rec->refs, __ATOMIC_RELAXED) != 1) return;
+    /* The worker must not hold the last reference: PoCL aborts when a
+     * program outlives the app's release of its context (clinfo did). So a
+     * queued capture is taken back and done here, a running one awaited. */
+    pthread_mutex_lock(&pending_lock);
+    int queued = rec->queued;
+    pthread_mutex_unlock(&pending_lock);
+    if (queued && capture_cancel_or_wait(rec)) capture_done(rec);
     pthread_mutex_lock(&rec->lock);
     if (rec->refs == 1) capture(rec);
     pthread_mutex_unlock(&rec->lock);
@@ -1920,6 +1991,11 @@ static void drop_reference(struct pc_program *rec)
 {
     if (__atomic_sub_fetch(&rec->refs, 1, __ATOMIC_ACQ_REL) != 0) return;
     objmap_remove(programs, rec->handle);
+    pthread_mutex_lock(&pending_lock);
+    int queued = rec->queued;
+    rec->orphaned = queued;
+    pthread_mutex_unlock(&pending_lock);
+    if (queued) return; /* capture_done frees it */
     set_effective(rec, NULL);
     free_record(rec);
 }
@@ -2368,6 +2444,8 @@ static void at_exit(void)
                 never == 1 ? "" : "s");
     /* No captures here (see progcache.h): only what is already known is
      * written — statistics and access times. */
+    /* Captures still queued for the worker: within the exit budget. */
+    capture_exit(config_get()->capture_exit_budget);
     store *st = the_store;
     drop_all_claims();
     if (the_remote) {

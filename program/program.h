@@ -19,7 +19,10 @@
  *    stored at once — or, on PoCL, at the first synchronisation after one of
  *    its kernels ran, or when the handle is released, never at exit (PoCL
  *    adds the work-group functions it compiles at first enqueue; that binary
- *    loads several times faster). See program/origin.h.
+ *    loads several times faster). See program/origin.h. The captures at a
+ *    synchronisation run on a background thread (program/capture.h), which
+ *    holds a driver reference on the program until its capture is done;
+ *    the last release captures on the app's thread (or waits for it).
  *  - A hit never hands out another record's program object: every app
  *    program owns its driver program (program-scope variables, rebuilds).
  *    A build or compile with kernels attached is refused as the driver

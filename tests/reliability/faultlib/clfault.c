@@ -6,12 +6,16 @@
  *   CLFAULT_REJECT_BINARY=1  clCreateProgramWithBinary fails: CL_INVALID_BINARY
  *   CLFAULT_BINARIES=1       clGetProgramInfo(CL_PROGRAM_BINARY_SIZES /
  *                            CL_PROGRAM_BINARIES) fails: CL_OUT_OF_HOST_MEMORY
- *   CLFAULT_BUILD=1          clBuildProgram fails: CL_OUT_OF_RESOURCES */
+ *   CLFAULT_BUILD=1          clBuildProgram fails: CL_OUT_OF_RESOURCES
+ *   CLFAULT_SLOW_BINARIES_MS=N  clGetProgramInfo(CL_PROGRAM_BINARIES) takes
+ *                            N ms more (a large program's code generation,
+ *                            made deterministic) */
 #define _GNU_SOURCE
 #define CL_TARGET_OPENCL_VERSION 300
 #include <CL/cl.h>
 #include <dlfcn.h>
 #include <stdlib.h>
+#include <time.h>
 
 static int on(const char *name)
 {
@@ -39,6 +43,13 @@ CL_API_ENTRY cl_int CL_API_CALL clGetProgramInfo(cl_program p, cl_program_info p
 {
     if (on("CLFAULT_BINARIES") && (param == CL_PROGRAM_BINARY_SIZES || param == CL_PROGRAM_BINARIES))
         return CL_OUT_OF_HOST_MEMORY;
+    const char *slow = getenv("CLFAULT_SLOW_BINARIES_MS");
+    if (slow && param == CL_PROGRAM_BINARIES && value) {
+        long ms = atol(slow);
+        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+        while (nanosleep(&ts, &ts) != 0) {
+        }
+    }
     return NEXT(clGetProgramInfo)(p, param, size, value, size_ret);
 }
 
