@@ -33,13 +33,14 @@
  * --ci N: the CI scenario instead. N processes start together on one shared
  * cache directory, then N more on what they left (the next job): wall time
  * from the first spawn to the last exit (the job's compile step), per rep:
- *   plain-empty  no shim, one shared empty driver cache;
- *   plain-again  no shim, the driver cache the round before filled
+ *   plain-empty  no shim, empty driver caches;
+ *   plain-again  no shim, the driver caches the round before filled
  *                (a CI that keeps the driver's cache);
- *   clshim-empty LD_PRELOAD, one shared empty CLSHIM_CACHE_DIR, an empty
- *                shared driver cache (the driver's cache is not kept);
+ *   clshim-empty LD_PRELOAD, one shared empty CLSHIM_CACHE_DIR, empty
+ *                driver caches (the driver's cache is not kept);
  *   clshim-again LD_PRELOAD, the CLSHIM_CACHE_DIR the round before filled,
- *                a new empty driver cache (only clshim's cache is kept).
+ *                new empty driver caches (only clshim's cache is kept).
+ * Each process has a driver cache directory of its own (ci_round says why).
  * "The driver cache" is PoCL's (POCL_CACHE_DIR) and NVIDIA's
  * (CUDA_CACHE_PATH) alike: bu_set_driver_cache points both at it.
  * The compiles of a clshim round are the sum of the processes' misses.
@@ -385,19 +386,27 @@ static const char *const ci_names[CI_COUNT] = {"plain-empty", "plain-again", "cl
  * sum of the clshim processes' misses. */
 static double ci_round(struct ctx *c, int round, int procs, unsigned long long *compiles)
 {
-    char pocl[4200], shim_cache[4200];
+    char shim_cache[4200];
     int shim = round == CI_SHIM_EMPTY || round == CI_SHIM_AGAIN;
-    if (round == CI_PLAIN_EMPTY || shim) bu_fresh_dir(c->root, "ci-pocl", pocl, sizeof pocl);
-    else snprintf(pocl, sizeof pocl, "%s/ci-pocl", c->root);
     if (round == CI_SHIM_EMPTY) bu_fresh_dir(c->root, "ci-clshim", shim_cache, sizeof shim_cache);
     else snprintf(shim_cache, sizeof shim_cache, "%s/ci-clshim", c->root);
-    struct bu_env e;
-    bu_env_base(&e);
-    bu_set_driver_cache(&e, pocl);
-    if (shim) {
-        bu_env_set(&e, "LD_PRELOAD", c->shim);
-        bu_env_set(&e, "CLSHIM_CACHE_DIR", shim_cache);
-        bu_env_set(&e, "CLSHIM_STATS", "1");
+    /* Each process has a driver cache of its own (a job's ~/.cache/pocl):
+     * PoCL 3.1 itself fails builds (CL_BUILD_PROGRAM_FAILURE) now and then
+     * when several processes compile into one empty cache directory at
+     * once, without clshim too. plain-again keeps each process's. */
+    static struct bu_env envs[64];
+    for (int i = 0; i < procs; i++) {
+        char pocl[4200], name[32];
+        snprintf(name, sizeof name, "ci-pocl.%d", i);
+        if (round == CI_PLAIN_AGAIN) snprintf(pocl, sizeof pocl, "%s/%s", c->root, name);
+        else bu_fresh_dir(c->root, name, pocl, sizeof pocl);
+        bu_env_base(&envs[i]);
+        bu_set_driver_cache(&envs[i], pocl);
+        if (shim) {
+            bu_env_set(&envs[i], "LD_PRELOAD", c->shim);
+            bu_env_set(&envs[i], "CLSHIM_CACHE_DIR", shim_cache);
+            bu_env_set(&envs[i], "CLSHIM_STATS", "1");
+        }
     }
     char *argv[8];
     child_argv(c, "source", argv);
@@ -412,7 +421,7 @@ static double ci_round(struct ctx *c, int round, int procs, unsigned long long *
         posix_spawn_file_actions_init(&fa);
         posix_spawn_file_actions_addopen(&fa, 1, outs[i], O_WRONLY | O_CREAT | O_TRUNC, 0600);
         posix_spawn_file_actions_addopen(&fa, 2, logs[i], O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        int rc = posix_spawn(&pids[i], argv[0], &fa, NULL, argv, e.v);
+        int rc = posix_spawn(&pids[i], argv[0], &fa, NULL, argv, envs[i].v);
         posix_spawn_file_actions_destroy(&fa);
         if (rc != 0) {
             fprintf(stderr, "bench_ttfr: cannot spawn a CI process: %s\n", strerror(rc));
@@ -427,7 +436,7 @@ static double ci_round(struct ctx *c, int round, int procs, unsigned long long *
         if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) failed++;
     }
     double wall = (bu_now_ns() - t0) / 1e6;
-    bu_env_free(&e);
+    for (int i = 0; i < procs; i++) bu_env_free(&envs[i]);
     *compiles = 0;
     for (int i = 0; i < started; i++) {
         size_t len;
