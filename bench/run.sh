@@ -1,7 +1,7 @@
 #!/bin/bash
 # run.sh — clshim's benchmark suite: `make bench` (and `make bench QUICK=1`).
 #
-#   bench/run.sh BUILD [--quick] [--no-docs]
+#   bench/run.sh BUILD [--quick] [--no-docs] [--with-tuner]
 #   bench/run.sh DIR --gpu       (on the GPU machine; DIR from bench/gpu-pack.sh)
 #
 # Builds nothing (make bench built BUILD first). Runs every benchmark; each
@@ -12,7 +12,8 @@
 #                                  cache warm, clshim cold, clshim warm, the limit
 #   bench_ttfr --ci N              the CI scenario: N processes on an empty shared
 #                                  cache, then N more on what they left
-#   bench_tuner                    a tuner's 100 variants built and run once each:
+#   bench_tuner                    (--with-tuner only: ~6 minutes alone) a tuner's
+#                                  100 variants built and run once each:
 #                                  whole-process time cold, clshim cold, clshim warm
 #   clients.sh                     real clients (PyOpenCL, the demo app) cold and warm
 #   bench_il                       SPIR-V time to first result
@@ -45,11 +46,13 @@ fi
 shift
 QUICK=
 DOCS=1
+TUNER=0
 GPU=0
 for a in "$@"; do
     case $a in
     --quick) QUICK=--quick; DOCS=0 ;;
     --no-docs) DOCS=0 ;;
+    --with-tuner) TUNER=1 ;;
     --gpu) GPU=1; DOCS=0 ;;
     *) echo "bench/run.sh: unknown option $a" >&2; exit 2 ;;
     esac
@@ -131,7 +134,7 @@ else
     for p in small mixed; do bench bench_ttfr "${SHIM[@]}" --program $p --reps 7; done
     bench bench_ttfr "${SHIM[@]}" --program large --reps 5
     bench bench_ttfr "${SHIM[@]}" --program mixed --ci 8 --reps 5
-    bench bench_tuner "${SHIM[@]}" --reps 5
+    [ "$TUNER" = 1 ] && bench bench_tuner "${SHIM[@]}" --reps 5 # ~6 min alone: opt-in
     run clients "$ROOT/bench/clients.sh" "$BUILD"
     bench bench_il "${SHIM[@]}"
     bench bench_passthrough "${SHIM[@]}"
