@@ -2176,7 +2176,8 @@ int pc_kernel_origin(cl_kernel k, struct pc_origin *out)
     out->specs = rec->nspecs ? calloc(rec->nspecs, sizeof *out->specs) : NULL;
     int ok = out->input && out->options && out->name && (!rec->nspecs || out->specs);
     if (ok) {
-        memcpy(out->input, rec->input, rec->input_len);
+        if (rec->input_len) /* a linked program has no input of its own */
+            memcpy(out->input, rec->input, rec->input_len);
         ((char *)out->input)[rec->input_len] = 0;
         out->nspecs = rec->nspecs;
         for (size_t i = 0; i < rec->nspecs; i++) {
