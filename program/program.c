@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -328,7 +329,7 @@ static void register_exit(void) { atexit(at_exit); }
 
 /* A child of fork() that has not built anything since: its exit handler
  * (inherited) prints and counts nothing. */
-static int idle_child;
+static atomic_int idle_child; /* builds on many threads clear it */
 
 /* The exit handler stores late captures, which can make PoCL compile. exit()
  * runs handlers in reverse order of registration, and libLLVM (loaded with
@@ -336,7 +337,8 @@ static int idle_child;
  * only once a program has been built puts it before LLVM's teardown. */
 static void need_exit_handler(void)
 {
-    idle_child = 0;
+    if (atomic_load_explicit(&idle_child, memory_order_relaxed))
+        atomic_store_explicit(&idle_child, 0, memory_order_relaxed);
     pthread_once(&exit_once, register_exit);
 }
 
@@ -359,7 +361,7 @@ static void after_fork_in_child(void)
     claims_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
     nclaims = 0; /* the parent's; its thread is not in this process */
     reaper_running = 0;
-    idle_child = 1;
+    atomic_store_explicit(&idle_child, 1, memory_order_relaxed);
 }
 
 void pc_init(const struct cl_api *real_api)
@@ -2437,7 +2439,7 @@ void pc_print_summary(void)
 
 static void at_exit(void)
 {
-    if (idle_child) return; /* a forked child that built nothing: the parent reports */
+    if (atomic_load_explicit(&idle_child, memory_order_relaxed)) return; /* a forked child that built nothing: the parent reports */
     /* Late captures still pending are not stored (see program/origin.h): say so. */
     size_t never = npending;
     if (never && the_store && !config_get()->cache_readonly)
