@@ -358,7 +358,7 @@ void fb_submit_held(struct fq *q, struct fb_pending *p)
         }
         fb_held_clear(h);
     }
-    q->nheld = 0;
+    __atomic_store_n(&q->nheld, 0, __ATOMIC_RELEASE); /* read unlocked by cancel_where */
     q->ncand = 0;
     __atomic_sub_fetch(&fb_held_total, (int)n, __ATOMIC_RELEASE);
     STAT_ADD(fb_stat_unfused, n);
@@ -575,7 +575,7 @@ static cl_int forward(struct fq *q, struct fk_kernel *r, cl_kernel k, cl_uint di
                       const size_t *gws, const size_t *lws, cl_uint nw, const cl_event *wl, cl_event *ev, int task)
 {
     cl_event buf[16];
-    cl_event *waits = wl && fb_tracked_events ? subst_waits(nw, wl, buf, 16) : (cl_event *)wl;
+    cl_event *waits = wl && __atomic_load_n(&fb_tracked_events, __ATOMIC_ACQUIRE) ? subst_waits(nw, wl, buf, 16) : (cl_event *)wl;
     int locked = r && r->track;
     if (locked) pthread_mutex_lock(&r->lock);
     cl_int rc = task ? fb_real->clEnqueueTask(q ? q->q : NULL, k, nw, waits, ev)

@@ -753,7 +753,7 @@ int fb_fuse_held(struct fq *q, int flags, int seq, struct fb_pending *p, cl_even
         }
     }
     for (uint32_t i = 0; i < n; i++) fb_held_clear(&q->held[i]);
-    q->nheld = 0;
+    __atomic_store_n(&q->nheld, 0, __ATOMIC_RELEASE); /* read unlocked by cancel_where */
     q->ncand = 0;
     __atomic_sub_fetch(&fb_held_total, (int)n, __ATOMIC_RELEASE);
     if (out_event) *out_event = rev;
