@@ -124,7 +124,7 @@
       "manifest): its start-up no longer adds to a miss. 0 runs it first, "    \
       "so a key stored by another working directory still hits. Ignored "      \
       "(0) with a read-only cache, CLSHIM_REMOTE or CLSHIM_CACHE_MIN_ENTRY, "  \
-      "where a missing manifest does not mean a missing binary.")              \
+      "where a missing manifest need not mean a missing binary.")             \
     X(LLVM_LIB, PATH, llvm_lib, "", "0.1",                                     \
       "Path of libclshim-llvm.so (translation and fusion). Empty means the "   \
       "directory libclshim.so was loaded from.")                               \
