@@ -4,10 +4,13 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/clang.h"
@@ -453,69 +456,279 @@ void preproc_kernel_names(const char *source, size_t len, char *out, size_t out_
     if (!o) snprintf(out, out_len, "(none found)");
 }
 
-int preproc_add_headers(struct key_buf *k, store *st, const struct key_source *in, const char *identity,
-                        enum preproc_route *route, char *why, size_t why_len)
+/* ---- the three routes ------------------------------------------------------ */
+
+/* What a preprocessor run found: the key's header fields, the manifest that
+ * lists them, or why it failed. */
+struct pp_result {
+    struct key_buf fields;   /* "header <path>=<hex>" fields, appended to the key as they are */
+    struct key_buf manifest; /* "<hash hex> <path>" lines after MANIFEST_MAGIC */
+    int rc;
+    char why[512];
+};
+
+static void run_preprocessor(const struct key_source *in, const char *identity, struct pp_result *r)
 {
-    char none[8];
-    if (!why) { why = none; why_len = sizeof none; }
-    why[0] = 0;
-    enum preproc_route dummy;
-    if (!route) route = &dummy;
+    memset(r, 0, sizeof *r);
+    char **files = NULL;
+    size_t n = 0;
+    r->rc = preproc_files(in, identity, &files, &n, r->why, sizeof r->why);
+    key_append(&r->manifest, MANIFEST_MAGIC, sizeof MANIFEST_MAGIC - 1);
+    for (size_t i = 0; r->rc == 0 && i < n; i++) {
+        char hex[33];
+        if (key_hash_file(files[i], hex) != 0) {
+            snprintf(r->why, sizeof r->why, "cannot read %s", files[i]);
+            r->rc = -1;
+            break;
+        }
+        add_header_field(&r->fields, files[i], hex);
+        if (strchr(files[i], '\n') || strlen(files[i]) >= 4096) r->manifest.oom = 1; /* no manifest then */
+        key_append(&r->manifest, hex, 32);
+        key_append(&r->manifest, " ", 1);
+        key_append(&r->manifest, files[i], strlen(files[i]));
+        key_append(&r->manifest, "\n", 1);
+    }
+    if (r->rc == 0 && r->fields.oom) {
+        snprintf(r->why, sizeof r->why, "out of memory");
+        r->rc = -1;
+    }
+    preproc_free_files(files, n);
+}
+
+static void free_result(struct pp_result *r)
+{
+    key_free(&r->fields);
+    key_free(&r->manifest);
+}
+
+static void store_manifest(store *st, const struct key_buf *m, struct cache_hash mhash, const char *identity,
+                           const struct pp_result *r)
+{
+    if (!st || !m->data || r->rc != 0 || r->manifest.oom || store_is_readonly(st)) return;
+    char dev[256];
+    struct store_record rec = {r->manifest.data, r->manifest.len, "", 0, KEY_MANIFEST,
+                               device_name_of(identity, dev, sizeof dev)};
+    store_put(st, mhash, m->data, m->len, &rec);
+}
+
+/* Appends the preprocessor's fields to k, or says why it cannot. */
+static int take_result(struct key_buf *k, const struct key_source *in, const char *scan_why,
+                       const struct pp_result *r, char *why, size_t why_len)
+{
+    if (r->rc == 0) {
+        key_append(k, r->fields.data, r->fields.len);
+        return 0;
+    }
+    char kernels[256];
+    preproc_kernel_names(in->source, in->len, kernels, sizeof kernels);
+    snprintf(why, why_len, "%s; the preprocessor failed: %s; kernels: %s", scan_why, r->why, kernels);
+    return -1;
+}
+
+/* The routes that start no process: the scanner, then direct mode. 0 when
+ * k has the header fields; 1 when the preprocessor must list them: m is
+ * then the manifest's key (m->data NULL when it could not be made) and
+ * *no_manifest says that the store has no manifest for it at all (as
+ * opposed to one that no longer matches). */
+static int headers_without_preprocessor(struct key_buf *k, store *st, const struct key_source *in,
+                                        struct key_buf *m, struct cache_hash *mhash, int *no_manifest,
+                                        enum preproc_route *route, char *scan_why, size_t scan_why_len)
+{
     size_t mark = k->len;
-    char scan_why[512];
     *route = PREPROC_SCANNER;
-    if (key_scan_headers(k, in, scan_why, sizeof scan_why) == 0) return 0;
+    memset(m, 0, sizeof *m);
+    *no_manifest = 0;
+    if (key_scan_headers(k, in, scan_why, scan_why_len) == 0) return 0;
     k->len = mark; /* the scanner's partial fields */
 
-    struct key_buf m;
-    int have_mkey = manifest_key(k, in, &m) == 0;
-    struct cache_hash mhash = have_mkey ? key_hash(m.data, m.len) : (struct cache_hash){0, 0};
-    if (st && have_mkey) {
+    if (manifest_key(k, in, m) != 0) {
+        key_free(m);
+        memset(m, 0, sizeof *m);
+    }
+    *mhash = m->data ? key_hash(m->data, m->len) : (struct cache_hash){0, 0};
+    if (st && m->data) {
         struct store_record rec;
         void *arena = NULL;
-        if (store_get(st, mhash, m.data, m.len, &rec, &arena) == CLSHIM_OK &&
-            use_manifest(k, in, rec.binary, rec.binary_size) == 0) {
+        int rc = store_get(st, *mhash, m->data, m->len, &rec, &arena);
+        *no_manifest = rc == CLSHIM_ENOTFOUND;
+        if (rc == CLSHIM_OK && use_manifest(k, in, rec.binary, rec.binary_size) == 0) {
             store_record_free(arena);
-            key_free(&m);
+            key_free(m);
             *route = PREPROC_DIRECT;
             return 0;
         }
         store_record_free(arena);
     }
-
     *route = PREPROC_PREPROCESSOR;
-    char **files = NULL, pp_why[512];
-    size_t n = 0;
-    int rc = preproc_files(in, identity, &files, &n, pp_why, sizeof pp_why);
-    struct key_buf text = {0}; /* the manifest: "<hash hex> <path>" lines */
-    key_append(&text, MANIFEST_MAGIC, sizeof MANIFEST_MAGIC - 1);
-    for (size_t i = 0; rc == 0 && i < n; i++) {
-        char hex[33];
-        if (key_hash_file(files[i], hex) != 0) {
-            snprintf(pp_why, sizeof pp_why, "cannot read %s", files[i]);
-            rc = -1;
-            break;
+    return 1;
+}
+
+int preproc_add_headers(struct key_buf *k, store *st, const struct key_source *in, const char *identity,
+                        enum preproc_route *route, char *why, size_t why_len)
+{
+    struct preproc_job *job = NULL;
+    return preproc_start(k, st, in, identity, 0, route, &job, why, why_len);
+}
+
+/* ---- the preprocessor alongside the driver's compile ------------------------ */
+
+struct preproc_job {
+    pthread_t thread;
+    int threaded;
+    struct key_source in; /* copies, owned */
+    struct key_embedded *embedded;
+    char *identity;
+    store *st;
+    struct key_buf mkey;
+    struct cache_hash mhash;
+    char scan_why[512];
+    struct pp_result result;
+    uint64_t ran_ns;
+};
+
+static uint64_t clock_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void *job_main(void *arg)
+{
+    struct preproc_job *job = arg;
+    uint64_t t0 = clock_ns();
+    run_preprocessor(&job->in, job->identity, &job->result);
+    store_manifest(job->st, &job->mkey, job->mhash, job->identity, &job->result);
+    job->ran_ns = clock_ns() - t0;
+    return NULL;
+}
+
+static void free_job(struct preproc_job *job)
+{
+    if (!job) return;
+    free((char *)job->in.source);
+    free((char *)job->in.options);
+    for (size_t i = 0; job->embedded && i < job->in.nembedded; i++) {
+        free((char *)job->embedded[i].name);
+        free((char *)job->embedded[i].source);
+    }
+    free(job->embedded);
+    free(job->identity);
+    key_free(&job->mkey);
+    free_result(&job->result);
+    free(job);
+}
+
+static char *copy_bytes(const char *p, size_t len)
+{
+    char *c = malloc(len + 1);
+    if (c) {
+        if (len) memcpy(c, p, len);
+        c[len] = 0;
+    }
+    return c;
+}
+
+/* A job owning copies of the inputs, so the caller's may go before the
+ * join; NULL on out-of-memory. */
+static struct preproc_job *new_job(const struct key_source *in, const char *identity, store *st,
+                                   struct cache_hash mhash, const char *scan_why)
+{
+    struct preproc_job *job = calloc(1, sizeof *job);
+    if (!job) return NULL;
+    job->st = st;
+    job->mhash = mhash;
+    snprintf(job->scan_why, sizeof job->scan_why, "%s", scan_why);
+    const char *options = in->options ? in->options : "";
+    job->in.source = copy_bytes(in->source, in->len);
+    job->in.len = in->len;
+    job->in.options = copy_bytes(options, strlen(options));
+    job->identity = copy_bytes(identity ? identity : "", identity ? strlen(identity) : 0);
+    int ok = job->in.source && job->in.options && job->identity;
+    if (ok && in->nembedded) {
+        ok = (job->embedded = calloc(in->nembedded, sizeof *job->embedded)) != NULL;
+        for (size_t i = 0; ok && i < in->nembedded; i++) {
+            job->in.nembedded = i + 1;
+            job->embedded[i].name = copy_bytes(in->embedded[i].name, strlen(in->embedded[i].name));
+            job->embedded[i].source = copy_bytes(in->embedded[i].source, in->embedded[i].len);
+            job->embedded[i].len = in->embedded[i].len;
+            ok = job->embedded[i].name && job->embedded[i].source;
         }
-        add_header_field(k, files[i], hex);
-        if (strchr(files[i], '\n') || strlen(files[i]) >= 4096) text.oom = 1; /* no manifest then */
-        key_append(&text, hex, 32);
-        key_append(&text, " ", 1);
-        key_append(&text, files[i], strlen(files[i]));
-        key_append(&text, "\n", 1);
+        job->in.embedded = job->embedded;
     }
-    preproc_free_files(files, n);
-    if (rc != 0) {
-        k->len = mark;
-        char kernels[256];
-        preproc_kernel_names(in->source, in->len, kernels, sizeof kernels);
-        snprintf(why, why_len, "%s; the preprocessor failed: %s; kernels: %s", scan_why, pp_why, kernels);
-    } else if (st && have_mkey && !text.oom && !store_is_readonly(st)) {
-        char dev[256];
-        struct store_record rec = {text.data, text.len, "", 0, KEY_MANIFEST,
-                                   device_name_of(identity, dev, sizeof dev)};
-        store_put(st, mhash, m.data, m.len, &rec);
+    if (!ok) {
+        free_job(job);
+        return NULL;
     }
-    key_free(&text);
+    return job;
+}
+
+/* Starts the job's thread with every signal blocked (the app's handlers
+ * never run on it); job->threaded says whether one could be made. */
+static void start_thread(struct preproc_job *job)
+{
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&job->thread, NULL, job_main, job);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    job->threaded = rc == 0;
+}
+
+int preproc_start(struct key_buf *k, store *st, const struct key_source *in, const char *identity,
+                  int may_overlap, enum preproc_route *route, struct preproc_job **job, char *why, size_t why_len)
+{
+    char none[8];
+    if (!why) {
+        why = none;
+        why_len = sizeof none;
+    }
+    why[0] = 0;
+    *job = NULL;
+    enum preproc_route dummy;
+    if (!route) route = &dummy;
+    struct key_buf m;
+    struct cache_hash mhash;
+    int no_manifest;
+    char scan_why[512];
+    if (headers_without_preprocessor(k, st, in, &m, &mhash, &no_manifest, route, scan_why, sizeof scan_why) == 0)
+        return 0;
+
+    /* Never seen (no manifest at all): a compile is all but certain, so the
+     * preprocessor may run beside it. A manifest that no longer matches
+     * (a header changed, perhaps back to a version whose binary is stored)
+     * is decided now, so such a key can still hit. */
+    if (may_overlap && no_manifest && st && !store_is_readonly(st)) {
+        struct preproc_job *j = new_job(in, identity, st, mhash, scan_why);
+        if (j) {
+            j->mkey = m; /* the job's now */
+            start_thread(j); /* without a thread, preproc_finish() runs it */
+            *job = j;
+            return 0;
+        }
+    }
+
+    struct pp_result r;
+    run_preprocessor(in, identity, &r);
+    store_manifest(st, &m, mhash, identity, &r);
+    int rc = take_result(k, in, scan_why, &r, why, why_len);
+    free_result(&r);
     key_free(&m);
+    return rc;
+}
+
+int preproc_finish(struct preproc_job *job, struct key_buf *k, uint64_t *ran_ns, char *why, size_t why_len)
+{
+    char none[8];
+    if (!why) {
+        why = none;
+        why_len = sizeof none;
+    }
+    why[0] = 0;
+    if (job->threaded) pthread_join(job->thread, NULL);
+    else job_main(job);
+    if (ran_ns) *ran_ns = job->ran_ns;
+    int rc = k ? take_result(k, &job->in, job->scan_why, &job->result, why, why_len) : -1;
+    free_job(job);
     return rc;
 }

@@ -51,6 +51,7 @@
 #define CLSHIM_PREPROC_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "cache/key.h"
 #include "cache/store.h"
@@ -62,6 +63,42 @@ enum preproc_route { PREPROC_SCANNER = 1, PREPROC_DIRECT = 2, PREPROC_PREPROCESS
  * already in the key. `route` (may be NULL) receives how. */
 int preproc_add_headers(struct key_buf *k, store *st, const struct key_source *in, const char *identity,
                         enum preproc_route *route, char *why, size_t why_len);
+
+/* The preprocessor alongside the driver's compile (clCompileProgram).
+ *
+ * A program never seen before in preprocessor mode is compiled whatever its
+ * key turns out to be, so the ~30-70 ms clang takes to start need not come
+ * before the compile. preproc_start() is preproc_add_headers() for a
+ * caller that compiles when the key misses: when the headers need the
+ * preprocessor, `may_overlap` is set and the store (writable) has no
+ * manifest at all for this source, options, device and working directory,
+ * it starts the preprocessor on a thread of its own and returns 0 at once
+ * with *job set and nothing added to k. The caller then compiles and calls
+ * preproc_finish(), which waits for the thread and adds the header fields
+ * to k (k must not change in between: the manifest was keyed by it). In
+ * every other case it does what preproc_add_headers() does and sets *job
+ * to NULL: the scanner, direct mode, and a manifest that no longer matches
+ * (a header changed, perhaps back to a version whose binary is stored: the
+ * key is decided first, so it can still hit).
+ *
+ * The job owns copies of `in` and `identity`; the thread stores the new
+ * manifest itself, runs with every signal blocked, and is always joined by
+ * preproc_finish(); if no thread can be made, preproc_finish() runs the
+ * preprocessor itself. The caller must call preproc_finish() exactly once
+ * for each job, with k NULL to discard it.
+ *
+ * A key found this way may turn out to be stored already (another process
+ * stored it meanwhile, or the manifest alone was evicted): the compile was
+ * then not needed, and storing its binary again is harmless.
+ *
+ * preproc_finish() returns 0 with the fields added, or -1 (k unchanged)
+ * when the preprocessor failed (`why` as preproc_add_headers() says it) or
+ * k is NULL. *ran_ns (may be NULL) receives how long the preprocessor ran. */
+struct preproc_job;
+int preproc_start(struct key_buf *k, store *st, const struct key_source *in, const char *identity,
+                  int may_overlap, enum preproc_route *route, struct preproc_job **job, char *why,
+                  size_t why_len);
+int preproc_finish(struct preproc_job *job, struct key_buf *k, uint64_t *ran_ns, char *why, size_t why_len);
 
 /* Preprocessor mode alone: the files clang opens for `in` on the device,
  * as a malloc'd array of malloc'd paths (*n of them; free with

@@ -118,6 +118,13 @@
       "The clang that compiles OpenCL C to SPIR for fusion of source "         \
       "programs, and preprocesses sources whose includes the program cache "  \
       "cannot list by itself (cache/preproc.h).")                              \
+    X(PREPROC_OVERLAP, BOOL, preproc_overlap, "1", "0.1",                      \
+      "1 runs the preprocessor beside the driver's compile in "                \
+      "clCompileProgram when a source needs it and was never seen (no "        \
+      "manifest): its start-up no longer adds to a miss. 0 runs it first, "    \
+      "so a key stored by another working directory still hits. Ignored "      \
+      "(0) with a read-only cache, CLSHIM_REMOTE or CLSHIM_CACHE_MIN_ENTRY, "  \
+      "where a missing manifest need not mean a missing binary.")             \
     X(LLVM_LIB, PATH, llvm_lib, "", "0.1",                                     \
       "Path of libclshim-llvm.so (translation and fusion). Empty means the "   \
       "directory libclshim.so was loaded from.")                               \

@@ -722,22 +722,35 @@ static int stands_aside(const struct device_info *info)
     return 1;
 }
 
+/* Whether a compile may run the preprocessor beside it (cache/preproc.h):
+ * only where a missing manifest means a missing binary, i.e. manifests are
+ * always stored and no remote tier could answer the key. */
+static int preprocessor_may_overlap(void)
+{
+    const struct clshim_config *cfg = config_get();
+    return cfg->preproc_overlap && !cfg->cache_min_entry && !get_remote();
+}
+
 /* The header fields of a source program's key (cache/preproc.h): -1, with
- * the key freed, when the program cannot be cached. */
+ * the key freed, when the program cannot be cached. With `job` (a compile),
+ * the preprocessor may be left running beside it: *job is then set and the
+ * fields come from finish_source_headers() after the compile. */
 static int source_headers(struct key_buf *k, const struct key_source *in, const struct device_info *info,
-                          void *handle)
+                          void *handle, struct preproc_job **job)
 {
     char why[1024];
     enum preproc_route route;
     store *st = get_store(); /* opened first: the time below is the key's alone */
     uint64_t t0 = now_ns();
-    if (preproc_add_headers(k, st, in, info->identity, &route, why, sizeof why) != 0) {
+    int rc = job ? preproc_start(k, st, in, info->identity, preprocessor_may_overlap(), &route, job, why, sizeof why)
+                 : preproc_add_headers(k, st, in, info->identity, &route, why, sizeof why);
+    if (rc != 0) {
         STAT_ADD(proc_stats.uncacheable, 1);
         log_msg(LOG_INFO, "not caching program %p: %s", handle, why);
         key_free(k);
         return -1;
     }
-    if (route != PREPROC_SCANNER)
+    if (route != PREPROC_SCANNER && !(job && *job))
         log_msg(LOG_INFO, "program %p: headers from %s in %.2f ms", handle,
                 route == PREPROC_DIRECT ? "its manifest (direct mode)" : "the preprocessor",
                 (now_ns() - t0) / 1e6);
@@ -764,7 +777,7 @@ static void derive_key(struct pc_program *rec, const char *options, struct pc_de
     }
     if (rec->kind == KEY_SOURCE) {
         struct key_source in = {.source = rec->input, .len = rec->input_len, .options = options};
-        if (source_headers(&k, &in, info, (void *)rec->handle) != 0) return;
+        if (source_headers(&k, &in, info, (void *)rec->handle, NULL) != 0) return;
     }
     key_add_blob(&k, "input", rec->input, rec->input_len);
     if (k.oom) {
@@ -1511,6 +1524,43 @@ static void log_hits(struct pc_program *rec, const char *what, double ms)
     }
 }
 
+/* A compile's key whose header fields the preprocessor is still finding. */
+struct pending_key {
+    struct preproc_job *job;
+    struct key_buf k;
+};
+
+/* After the compile: the preprocessor's fields complete each pending key,
+ * or (it failed) the program is not cached on that device. */
+static void finish_source_headers(struct pc_program *rec, struct pending_key *pend, void *handle)
+{
+    for (size_t i = 0; pend && i < rec->ndevs; i++) {
+        if (!pend[i].job) continue;
+        struct pc_dev *d = &rec->devs[i];
+        struct key_buf *k = &pend[i].k;
+        char why[1024];
+        uint64_t ran_ns = 0, t0 = now_ns();
+        int rc = preproc_finish(pend[i].job, k, &ran_ns, why, sizeof why);
+        pend[i].job = NULL;
+        if (rc != 0) {
+            STAT_ADD(proc_stats.uncacheable, 1);
+            log_msg(LOG_INFO, "not caching program %p: %s", handle, why);
+            key_free(k);
+            continue;
+        }
+        log_msg(LOG_INFO, "program %p: headers from the preprocessor in %.2f ms, beside the compile (%.2f ms after it)",
+                handle, ran_ns / 1e6, (now_ns() - t0) / 1e6);
+        key_add_blob(k, "input", rec->input, rec->input_len);
+        if (k->oom) {
+            key_free(k);
+            continue;
+        }
+        d->key = k->data;
+        d->key_len = k->len;
+        d->hash = key_hash(k->data, k->len);
+    }
+}
+
 static cl_int compile_program(cl_program prog, cl_uint num_devices, const cl_device_id *device_list_in,
                               const char *options, cl_uint num_headers, const cl_program *headers,
                               const char **header_names, void(CL_CALLBACK *notify)(cl_program, void *),
@@ -1540,6 +1590,7 @@ static cl_int compile_program(cl_program prog, cl_uint num_devices, const cl_dev
         return CL_INVALID_OPERATION; /* as the driver answers: kernels attached */
     }
     struct key_embedded *embedded = num_headers ? calloc(num_headers, sizeof *embedded) : NULL;
+    struct pending_key *pend = calloc(ndev, sizeof *pend);
     pthread_mutex_lock(&rec->lock);
     /* A stand-in of an earlier compile hit never answers for this one. */
     set_effective(rec, NULL);
@@ -1563,8 +1614,13 @@ static cl_int compile_program(cl_program prog, cl_uint num_devices, const cl_dev
             if (embedded) embedded[h] = (struct key_embedded){header_names[h], hrecs[h]->input, hrecs[h]->input_len};
         }
         struct key_source in = {rec->input, rec->input_len, options, embedded, embedded ? num_headers : 0};
-        if ((num_headers && !embedded) || source_headers(&k, &in, info, (void *)prog) != 0) {
+        struct preproc_job **job = pend ? &pend[i].job : NULL;
+        if ((num_headers && !embedded) || source_headers(&k, &in, info, (void *)prog, job) != 0) {
             key_free(&k);
+            continue;
+        }
+        if (pend && pend[i].job) { /* completed after the compile */
+            pend[i].k = k;
             continue;
         }
         if (k.oom) {
@@ -1612,6 +1668,8 @@ static cl_int compile_program(cl_program prog, cl_uint num_devices, const cl_dev
         uint64_t c0 = now_ns();
         err = real->clCompileProgram(prog, ndev, devs, options, num_headers, headers, header_names, NULL, NULL);
         uint64_t compile_ns = now_ns() - c0;
+        finish_source_headers(rec, pend, (void *)prog);
+        for (size_t i = 0; i < rec->ndevs; i++) any_key |= rec->devs[i].key != NULL;
         store *st = get_store();
         void **got = calloc(ndev, sizeof *got);
         /* Binaries are read only to be stored (a hashcat object is ~5 MB). */
@@ -1639,6 +1697,8 @@ static cl_int compile_program(cl_program prog, cl_uint num_devices, const cl_dev
         for (size_t i = 0; got && i < rec->ndevs; i++) free(got[i]);
         free(got);
     }
+    finish_source_headers(rec, pend, (void *)prog); /* none left: a hit has every key */
+    free(pend);
     free(bins);
     free(sizes);
     pthread_mutex_unlock(&rec->lock);

@@ -238,6 +238,160 @@ static void file_list(void **state)
     preproc_free_files(files, n);
 }
 
+/* The key of `src` through preproc_start(): *job_started says whether the
+ * preprocessor was left running (then finished here, as a caller does
+ * after its compile). `embedded` is freed before the finish: the job must
+ * own what it reads. */
+static struct result key_overlapped(const char *src, const char *opts, const char *emb_src, int may_overlap,
+                                    int *job_started)
+{
+    struct result r;
+    struct key_buf k;
+    key_begin(&k, KEY_COMPILE, opts);
+    key_add_text(&k, "device", identity);
+    char *src_copy = strdup(src), *opts_copy = strdup(opts), *emb_copy = emb_src ? strdup(emb_src) : NULL;
+    struct key_embedded emb = {"e.h", emb_copy, emb_copy ? strlen(emb_copy) : 0};
+    struct key_source in = {src_copy, strlen(src), opts_copy, emb_copy ? &emb : NULL, emb_copy ? 1 : 0};
+    struct preproc_job *job = NULL;
+    r.rc = preproc_start(&k, st, &in, identity, may_overlap, &r.route, &job, r.why, sizeof r.why);
+    size_t len_at_start = k.len;
+    memset(src_copy, 'x', strlen(src_copy)); /* the caller's inputs may change or go */
+    free(src_copy);
+    free(opts_copy);
+    free(emb_copy);
+    *job_started = job != NULL;
+    if (job) {
+        assert_int_equal(r.rc, 0);
+        assert_int_equal(k.len, len_at_start); /* nothing added until the finish */
+        uint64_t ran_ns = 0;
+        r.rc = preproc_finish(job, &k, &ran_ns, r.why, sizeof r.why);
+        if (r.rc == 0) assert_true(ran_ns > 0);
+        else assert_int_equal(k.len, len_at_start);
+    }
+    key_add_blob(&k, "input", src, strlen(src));
+    r.hash = key_hash(k.data, k.len);
+    key_free(&k);
+    return r;
+}
+
+/* The preprocessor beside the compile: only for a source never seen (no
+ * manifest), with the same key as the preprocessor run first; its thread
+ * stores the manifest, so the next run is direct mode and starts nothing. */
+static void overlap_only_when_never_seen(void **state)
+{
+    cwd_to_dir();
+    put("inc/o.h", "#define O 1\n");
+    const char *src = "#define H \"inc/o.h\"\n#include H\n__kernel void k(){}\n";
+    int started;
+    struct result first = key_overlapped(src, "-DA=1", NULL, 1, &started);
+    assert_int_equal(first.rc, 0);
+    assert_true(started);
+    assert_int_equal(first.route, PREPROC_PREPROCESSOR);
+    struct result warm = key_overlapped(src, "-DA=1", NULL, 1, &started);
+    assert_false(started); /* the manifest the thread stored */
+    assert_int_equal(warm.route, PREPROC_DIRECT);
+    assert_true(same(first.hash, warm.hash));
+    /* the preprocessor run first (no store: no manifest either) gives the
+     * same key */
+    store *kept = st;
+    st = NULL;
+    struct result serial = key_overlapped(src, "-DA=1", NULL, 0, &started);
+    st = kept;
+    assert_false(started);
+    assert_int_equal(serial.route, PREPROC_PREPROCESSOR);
+    assert_true(same(serial.hash, first.hash));
+
+    /* a manifest that no longer matches: decided first (the header may be
+     * back at a version whose binary is stored), never overlapped */
+    put("inc/o.h", "#define O 2\n");
+    struct result changed = key_overlapped(src, "-DA=1", NULL, 1, &started);
+    assert_false(started);
+    assert_int_equal(changed.route, PREPROC_PREPROCESSOR);
+    assert_false(same(changed.hash, first.hash));
+    put("inc/o.h", "#define O 1\n");
+    struct result back = key_overlapped(src, "-DA=1", NULL, 1, &started);
+    assert_false(started);
+    assert_true(same(back.hash, first.hash));
+
+    /* the scanner's programs never start anything */
+    struct result scanned = key_overlapped("#include \"inc/o.h\"\n", "", NULL, 1, &started);
+    assert_false(started);
+    assert_int_equal(scanned.route, PREPROC_SCANNER);
+}
+
+/* embedded headers reach the preprocessor through the job's own copies */
+static void overlap_with_embedded_headers(void **state)
+{
+    cwd_to_dir();
+    put("inc/q.h", "#define Q 1\n");
+    char opts[128];
+    snprintf(opts, sizeof opts, "-I %s -DB=1", dir);
+    int started;
+    const char *src = "#define H \"e.h\"\n#include H\n";
+    struct result one = key_overlapped(src, opts, "#include \"inc/q.h\"\n", 1, &started);
+    if (one.rc != 0) fail_msg("not cacheable: %s", one.why);
+    assert_true(started);
+    put("inc/q.h", "#define Q 2\n");
+    struct result two = key_overlapped(src, opts, "#include \"inc/q.h\"\n", 1, &started);
+    assert_int_equal(two.rc, 0);
+    assert_false(same(one.hash, two.hash)); /* the header behind the embedded one is keyed */
+}
+
+/* a failing preprocessor found at the finish: uncacheable, the key as it
+ * was, the reason as preproc_add_headers() gives it; a discarded job */
+static void overlap_failure_and_discard(void **state)
+{
+    cwd_to_dir();
+    int started;
+    struct result r = key_overlapped("#define H \"gone.h\"\n#include H\n__kernel void only(){}\n", "-DC=1", NULL, 1,
+                                     &started);
+    assert_true(started);
+    assert_int_equal(r.rc, -1);
+    assert_non_null(strstr(r.why, "computed #include H"));
+    assert_non_null(strstr(r.why, "gone.h"));
+    assert_non_null(strstr(r.why, "kernels: only"));
+
+    struct key_buf k;
+    key_begin(&k, KEY_COMPILE, "-DC=2");
+    const char *src = "#define H \"inc/o.h\"\n#include H\n";
+    struct key_source in = {src, strlen(src), "-DC=2", NULL, 0};
+    struct preproc_job *job = NULL;
+    enum preproc_route route;
+    assert_int_equal(preproc_start(&k, st, &in, identity, 1, &route, &job, NULL, 0), 0);
+    assert_non_null(job);
+    assert_int_equal(preproc_finish(job, NULL, NULL, NULL, 0), -1); /* discarded, joined, freed */
+    key_free(&k);
+}
+
+/* no overlap where a missing manifest does not mean a missing binary */
+static void no_overlap_without_a_writable_store(void **state)
+{
+    cwd_to_dir();
+    const char *src = "#define H \"inc/o.h\"\n#include H\n";
+    struct key_buf k;
+    key_begin(&k, KEY_COMPILE, "-DD=1");
+    struct key_source in = {src, strlen(src), "-DD=1", NULL, 0};
+    struct preproc_job *job = NULL;
+    enum preproc_route route;
+    assert_int_equal(preproc_start(&k, NULL, &in, identity, 1, &route, &job, NULL, 0), 0);
+    assert_null(job);
+    assert_int_equal(route, PREPROC_PREPROCESSOR);
+    key_free(&k);
+
+    char cache[128];
+    snprintf(cache, sizeof cache, "%s/cache", dir);
+    struct store_options o = {.dir = cache, .readonly = 1};
+    store *ro;
+    assert_int_equal(store_open(&o, &ro), CLSHIM_OK);
+    key_begin(&k, KEY_COMPILE, "-DD=2");
+    in.options = "-DD=2";
+    assert_int_equal(preproc_start(&k, ro, &in, identity, 1, &route, &job, NULL, 0), 0);
+    assert_null(job);
+    assert_int_equal(route, PREPROC_PREPROCESSOR);
+    key_free(&k);
+    store_close(ro);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -251,6 +405,10 @@ int main(void)
         cmocka_unit_test(preprocessor_failure_is_uncacheable),
         cmocka_unit_test(routes_and_cost),
         cmocka_unit_test(file_list),
+        cmocka_unit_test(overlap_only_when_never_seen),
+        cmocka_unit_test(overlap_with_embedded_headers),
+        cmocka_unit_test(overlap_failure_and_discard),
+        cmocka_unit_test(no_overlap_without_a_writable_store),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
