@@ -223,10 +223,15 @@ static int spawn_and_pump(char *const *argv, const char *source, size_t len, str
     close(pout[0]), close(perr[0]);
     if (pumped != 0) kill(pid, SIGKILL);
     int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    pid_t waited;
+    while ((waited = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
     }
     int rc = 0;
-    if (pumped != 0) {
+    if (waited < 0) {
+        /* An app reaping every child (waitpid(-1) in a SIGCHLD handler) took
+         * clang's status: unknown is a failure, never a success. */
+        rc = set_err(err, err_len, CLSHIM_EIO, "%s: its exit status was taken by the application", argv[0]);
+    } else if (pumped != 0) {
         rc = set_err(err, err_len, CLSHIM_EIO, "%s ran too long or its output failed; killed",
                      argv[0]);
     } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
