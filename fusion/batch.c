@@ -166,17 +166,24 @@ static void do_init(void)
         char err[1024];
         struct fusion_plan *plan = NULL;
         int rc = plan_load(cfg->fusion_plan, cfg->fuse, &plan, err, sizeof err);
+        int automatic = !strcmp(cfg->fusion, "auto");
         if (rc) {
             log_msg(LOG_WARN, "invalid fusion plan: %s; fusion is off", err);
-        } else if (plan && plan->nseqs) {
+        } else if ((plan && plan->nseqs) || automatic) {
             /* The program layer knows the kernels' source or IL whenever
              * clshim is enabled, also with CLSHIM_CACHE=0. */
-            if (!(fb_seq_failed = calloc(plan->nseqs, sizeof *fb_seq_failed))) {
+            fb_plan_cap = plan ? plan->nseqs : 0;
+            if ((automatic && fa_init(&plan) != 0) || !(fb_seq_failed = calloc(fb_plan_cap, sizeof *fb_seq_failed))) {
                 plan_free(plan);
+                log_msg(LOG_WARN, "fusion: out of memory at start-up; fusion is off");
             } else {
                 fb_plan = plan;
-                armed = FUSION_ARMED_PLAN;
-                log_msg(LOG_INFO, "fusion plan: %u sequence%s", (unsigned)plan->nseqs, plan->nseqs == 1 ? "" : "s");
+                fb_auto = automatic;
+                armed = (plan->nseqs ? FUSION_ARMED_PLAN : 0) | (automatic ? FUSION_ARMED_AUTO : 0);
+                if (plan->nseqs)
+                    log_msg(LOG_INFO, "fusion plan: %u sequence%s", (unsigned)plan->nseqs,
+                            plan->nseqs == 1 ? "" : "s");
+                if (automatic) log_msg(LOG_INFO, "fusion: automatic (CLSHIM_FUSION=auto)");
             }
         } else {
             plan_free(plan);
@@ -205,7 +212,7 @@ int fusion_wants_arg_info(cl_program prog)
 {
     int armed = __atomic_load_n(&fusion_armed, __ATOMIC_ACQUIRE);
     if (armed <= 0) return 0;
-    if (armed & FUSION_ARMED_EXT) return 1;
+    if (armed & (FUSION_ARMED_EXT | FUSION_ARMED_AUTO)) return 1;
     enum key_kind kind;
     void *input;
     size_t len;
@@ -285,6 +292,7 @@ void fusion_release_queue(cl_command_queue q)
     cl_uint refs = 0;
     pthread_mutex_lock(&r->lock);
     if (r->nheld) fb_submit_held(r, &p);
+    fa_break(r);
     r->ext = 0;
     if (fb_real->clGetCommandQueueInfo(q, CL_QUEUE_REFERENCE_COUNT, sizeof refs, &refs, NULL) == CL_SUCCESS &&
         refs == 1) {
@@ -481,9 +489,10 @@ static int hold(struct fq *q, struct fk_kernel *r, cl_kernel k, cl_uint dim, con
 
 static int plan_start(struct fq *q, const char *name)
 {
-    if (!q->cand && !(q->cand = malloc(fb_plan->nseqs * sizeof *q->cand))) return 0;
+    if (!q->cand && !(q->cand = malloc(fb_plan_cap * sizeof *q->cand))) return 0;
     q->ncand = 0;
-    for (uint32_t s = 0; s < fb_plan->nseqs; s++)
+    uint32_t nseqs = fb_plan_nseqs();
+    for (uint32_t s = 0; s < nseqs; s++)
         if (!__atomic_load_n(&fb_seq_failed[s], __ATOMIC_RELAXED) && !strcmp(fb_plan->seqs[s].names[0], name))
             q->cand[q->ncand++] = s;
     return q->ncand > 0;
@@ -606,7 +615,8 @@ cl_int fusion_enqueue_kernel(cl_command_queue queue, cl_kernel k, cl_uint dim, c
     cl_int rc = CL_SUCCESS;
     const char *why = NULL;
     pthread_mutex_lock(&q->lock);
-    int want = !task && r && !q->off && (q->ext || (fb_plan && r->in_plan && q->in_order));
+    if (fb_auto && !q->ext) fa_before_kernel(q, r);
+    int want = !task && r && !q->off && (q->ext || (fb_plan && (r->in_plan || fb_auto) && q->in_order));
     if (want && !q->ext) {
         /* Plan mode: does it continue (or start) a sequence? */
         if (q->nheld && !plan_filter(q, r->name)) {
@@ -630,6 +640,7 @@ cl_int fusion_enqueue_kernel(cl_command_queue queue, cl_kernel k, cl_uint dim, c
         if (!held && !why) why = "out of memory";
     }
     if (held) {
+        if (fb_auto) fa_break(q);
         int done = q->ext ? -1 : plan_done(q);
         if (done >= 0) fuse_or_submit(q, plan_flags(&fb_plan->seqs[done]), done, &p, NULL);
         else if (q->ext && q->nheld >= PLAN_MAX_SEQ) {
@@ -649,6 +660,10 @@ cl_int fusion_enqueue_kernel(cl_command_queue queue, cl_kernel k, cl_uint dim, c
             log_msg(LOG_INFO, "fusion: fusion mode cancelled: kernel '%s' cannot be held (%s)",
                     r && r->name ? r->name : "?", why ? why : "clEnqueueTask");
             q->ext = 0;
+        }
+        if (fb_auto && !q->ext) {
+            if (!task && r && r->origin_ok && !r->svm && q->in_order && !q->off) fa_note(q, r);
+            else fa_break(q);
         }
         rc = forward(q, r, k, dim, off, gws, lws, nw, wl, ev, task);
     }
@@ -689,6 +704,14 @@ void fusion_before_command(cl_command_queue queue, cl_uint n, const cl_event *li
     if (queue && __atomic_load_n(&fb_held_total, __ATOMIC_ACQUIRE)) {
         struct fq *q = fq_get(queue, 0);
         if (q && __atomic_load_n(&q->nheld, __ATOMIC_ACQUIRE)) fb_cancel(q, what);
+    }
+    if (queue && fb_auto) { /* another command: the queue's run of kernels ends */
+        struct fq *q = fq_get(queue, 0);
+        if (q && fa_running(q)) {
+            pthread_mutex_lock(&q->lock);
+            fa_break(q);
+            pthread_mutex_unlock(&q->lock);
+        }
     }
     if (!n || !list || !__atomic_load_n(&fb_tracked_events, __ATOMIC_ACQUIRE)) return;
     int any = 0;
