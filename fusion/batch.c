@@ -148,6 +148,7 @@ static void at_exit(void)
         }
     const struct clshim_config *cfg = config_get();
     if (__atomic_load_n(&fusion_armed, __ATOMIC_RELAXED) <= 0) return; /* no plan, no extension use */
+    fa_write_report();
     if (!cfg->stats && !log_enabled(LOG_INFO)) return;
     log_kinds_summary();
     if (!log_enabled(LOG_INFO)) log_set_level(LOG_INFO); /* CLSHIM_STATS below level info */
@@ -560,14 +561,21 @@ static void fuse_or_submit(struct fq *q, int flags, int seq, struct fb_pending *
     uint32_t n = q->nheld, nargs = 0;
     for (uint32_t i = 0; i < n; i++) nargs += q->held[i].nargs;
     uint32_t nparams = 0;
-    if (fb_fuse_held(q, flags, seq, p, out, &nparams, why, sizeof why) == 0) {
+    int timed = fa_reporting && seq >= 0; /* the report times the fused launch */
+    cl_event timing = NULL;
+    if (fb_fuse_held(q, flags, seq, p, out ? out : timed ? &timing : NULL, &nparams, why, sizeof why) == 0) {
         STAT_ADD(fb_stat_fused, 1);
         STAT_ADD(fb_stat_replaced, n);
+        if (timed) {
+            if (out && *out) fb_real->clRetainEvent(timing = *out);
+            fa_fused(q, seq, timing, NULL);
+        }
         fb_log_kind("fused %s into one launch (%u parameters for %u arguments)", names, (unsigned)nparams,
                 (unsigned)nargs);
         return;
     }
     STAT_ADD(fb_stat_refused, 1);
+    if (timed) fa_fused(q, seq, NULL, why);
     if (seq >= 0) {
         __atomic_store_n(&fb_seq_failed[seq], 1, __ATOMIC_RELAXED);
         log_msg(LOG_INFO, "fusion of %s (plan %s) refused: %s; submitted unfused, not tried again", names,
@@ -640,7 +648,10 @@ cl_int fusion_enqueue_kernel(cl_command_queue queue, cl_kernel k, cl_uint dim, c
         if (!held && !why) why = "out of memory";
     }
     if (held) {
-        if (fb_auto) fa_break(q);
+        if (fb_auto) {
+            fa_break(q);
+            fa_held(q);
+        }
         int done = q->ext ? -1 : plan_done(q);
         if (done >= 0) fuse_or_submit(q, plan_flags(&fb_plan->seqs[done]), done, &p, NULL);
         else if (q->ext && q->nheld >= PLAN_MAX_SEQ) {
@@ -661,11 +672,16 @@ cl_int fusion_enqueue_kernel(cl_command_queue queue, cl_kernel k, cl_uint dim, c
                     r && r->name ? r->name : "?", why ? why : "clEnqueueTask");
             q->ext = 0;
         }
+        int noted = 0;
         if (fb_auto && !q->ext) {
-            if (!task && r && r->origin_ok && !r->svm && q->in_order && !q->off) fa_note(q, r);
+            noted = !task && r && r->origin_ok && !r->svm && q->in_order && !q->off && gws && dim >= 1 && dim <= 3;
+            if (noted) fa_note(q, r, dim, gws);
             else fa_break(q);
         }
-        rc = forward(q, r, k, dim, off, gws, lws, nw, wl, ev, task);
+        cl_event timing = NULL; /* the report times the run through its last kernel's event */
+        rc = forward(q, r, k, dim, off, gws, lws, nw, wl, noted && fa_reporting && !ev ? &timing : ev, task);
+        if (noted && fa_reporting && rc == CL_SUCCESS) fa_note_event(q, timing ? timing : *ev);
+        if (timing) fb_real->clReleaseEvent(timing);
     }
     pthread_mutex_unlock(&q->lock);
     fb_pending_run(&p);

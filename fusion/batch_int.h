@@ -224,7 +224,20 @@ int fa_init(struct fusion_plan **plan);
 void fa_before_kernel(struct fq *q, const struct fk_kernel *r);
 /* A kernel that could be held was submitted as it came (not held): it
  * extends q's current run. Caller holds q->lock. */
-void fa_note(struct fq *q, struct fk_kernel *r);
+void fa_note(struct fq *q, struct fk_kernel *r, cl_uint dim, const size_t *gws);
+
+/* The report (CLSHIM_FUSION_REPORT; fa_reporting is set when it is on):
+ * fa_note_event gives the event of the kernel just noted (retained here);
+ * fa_held is called after each kernel held (the first one starts the
+ * occurrence's clock); fa_fused after plan sequence `seq` completed on q
+ * and was fused (`launch`: the fused launch's event, taken over) or refused
+ * (`launch` NULL, `why` the reason). Callers hold q->lock.
+ * fa_write_report appends the entries to the file (at exit). */
+extern int fa_reporting;
+void fa_note_event(struct fq *q, cl_event ev);
+void fa_held(struct fq *q);
+void fa_fused(struct fq *q, int seq, cl_event launch, const char *why);
+void fa_write_report(void);
 /* Anything else on q (another command, a sync, a kernel that cannot be
  * held, held kernels): the current run ends. A run of 2 or more kernels
  * seen twice on q is learned as a plan sequence, so that its next
