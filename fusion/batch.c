@@ -279,10 +279,25 @@ void fusion_queue_created(cl_command_queue q)
     fq_get(q, 1);
 }
 
+/* Before the record of k is freed: no queue's run of kernels may keep it. */
+static void unwatch_kernel(cl_kernel k)
+{
+    if (!fb_auto) return;
+    for (struct fq *q = __atomic_load_n(&all_queues, __ATOMIC_ACQUIRE); q; q = q->next_all) {
+        if (!fa_running(q)) continue;
+        pthread_mutex_lock(&q->lock);
+        fa_forget_kernel(q, k);
+        pthread_mutex_unlock(&q->lock);
+    }
+}
+
 void fusion_kernels_created(const cl_kernel *kernels, cl_uint n)
 {
     for (cl_uint i = 0; i < n; i++)
-        if (kernels[i]) fk_forget(kernels[i]);
+        if (kernels[i]) {
+            unwatch_kernel(kernels[i]);
+            fk_forget(kernels[i]);
+        }
 }
 
 void fusion_release_queue(cl_command_queue q)
@@ -782,8 +797,10 @@ void fusion_release_kernel(cl_kernel k)
 {
     cancel_where(uses_kernel, k, "release of a held kernel");
     cl_uint refs = 0;
-    if (fb_real->clGetKernelInfo(k, CL_KERNEL_REFERENCE_COUNT, sizeof refs, &refs, NULL) == CL_SUCCESS && refs == 1)
+    if (fb_real->clGetKernelInfo(k, CL_KERNEL_REFERENCE_COUNT, sizeof refs, &refs, NULL) == CL_SUCCESS && refs == 1) {
+        unwatch_kernel(k);
         fk_forget(k);
+    }
 }
 
 /* ---- the extension API ------------------------------------------------------------------- */

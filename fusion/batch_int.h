@@ -32,7 +32,6 @@ extern int fb_mem_gen;                /* bumped by every buffer release while ar
 extern uint64_t fb_stat_fused, fb_stat_replaced, fb_stat_unfused, fb_stat_refused;
 extern int fb_auto;                   /* CLSHIM_FUSION=auto: sequences are learned (fauto.c) */
 extern uint32_t fb_plan_cap;          /* sequences fb_plan has room for (fb_seq_failed, fq.cand) */
-extern int fb_kernel_gen;             /* bumped whenever a kernel record is freed (atomic) */
 
 /* The plan's sequence count. Automatic fusion appends learned sequences
  * while other threads match against the plan: an entry is complete before
@@ -244,6 +243,10 @@ void fa_write_report(void);
  * occurrences are held and fused (when the analysis proves it safe).
  * Caller holds q->lock. */
 void fa_break(struct fq *q);
+/* The record of kernel k is about to be freed: q's run is dropped if it
+ * holds it (a run's records are then always alive under q->lock). Caller
+ * holds q->lock. */
+void fa_forget_kernel(struct fq *q, cl_kernel k);
 /* Whether q has a run in progress (no lock; a hint to skip fa_break). */
 int fa_running(const struct fq *q);
 

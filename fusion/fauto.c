@@ -49,7 +49,6 @@
 
 int fb_auto;
 uint32_t fb_plan_cap;
-int fb_kernel_gen;
 int fa_reporting;
 
 struct fa_seen {
@@ -66,7 +65,6 @@ struct fa_watch {
     double t0;     /* when the run's first kernel (or the first held one) was enqueued, ms */
     cl_event last; /* the run's last kernel's event, retained (report only) */
     int overflow;  /* the run had more than FA_RUN_MAX kernels */
-    int gen;       /* fb_kernel_gen when the run started: a change means a record in it may be freed */
     struct fa_seen seen[FA_SEEN];
     uint32_t next_seen;
 };
@@ -256,7 +254,6 @@ void fa_note(struct fq *q, struct fk_kernel *r, cl_uint dim, const size_t *gws)
     struct fa_watch *w = watch_of(q);
     if (!w) return;
     if (!w->n) {
-        w->gen = __atomic_load_n(&fb_kernel_gen, __ATOMIC_ACQUIRE);
         w->dim = dim;
         for (cl_uint d = 0; d < 3; d++) w->gws[d] = d < dim ? gws[d] : 1;
         if (fa_reporting) w->t0 = now_ms();
@@ -332,12 +329,26 @@ out:
     pthread_mutex_unlock(&learn_lock);
 }
 
+void fa_forget_kernel(struct fq *q, cl_kernel k)
+{
+    struct fa_watch *w = q->watch;
+    if (!w) return;
+    for (uint32_t i = 0; i < w->n; i++)
+        if (w->run[i]->k == k) {
+            __atomic_store_n(&w->n, 0, __ATOMIC_RELAXED);
+            w->overflow = 0;
+            if (w->last) fb_real->clReleaseEvent(w->last);
+            w->last = NULL;
+            return;
+        }
+}
+
 void fa_break(struct fq *q)
 {
     struct fa_watch *w = q->watch;
     if (!w || !w->n) return;
     uint32_t n = w->n;
-    int usable = n >= 2 && !w->overflow && w->gen == __atomic_load_n(&fb_kernel_gen, __ATOMIC_ACQUIRE);
+    int usable = n >= 2 && !w->overflow;
     __atomic_store_n(&w->n, 0, __ATOMIC_RELAXED);
     w->overflow = 0;
     cl_event last = w->last;

@@ -198,7 +198,6 @@ void fk_forget(cl_kernel k)
     if (!kernels) return;
     struct fk_kernel *r = objmap_remove(kernels, k);
     if (!r) return;
-    __atomic_add_fetch(&fb_kernel_gen, 1, __ATOMIC_ACQ_REL); /* runs naming it are not learned (fauto.c) */
     fk_free_args(r->args, r->nargs);
     free(r->options);
     free(r->name);

@@ -81,6 +81,12 @@ auto_vs_plain pairs --mode pairs --iterations 8
 [ "$(fused k1+k2 pairs)" = 6 ] || fail "pairs: expected 6 fused launches, got $(fused k1+k2 pairs)"
 ok "pairs: a loop without syncs is learned and fused"
 
+# 5b. Kernel objects created and released in every iteration: learned by
+#     name, fused.
+auto_vs_plain recreate --mode recreate --iterations 6
+[ "$(fused k1+k2+k3 recreate)" = 4 ] || fail "recreate: expected 4 fused launches, got $(fused k1+k2+k3 recreate)"
+ok "recreate: kernels recreated every iteration are learned and fused"
+
 # 6. Learning is per queue and repeats of a sequence are not learned twice;
 #    a sequence the user's plan already names is not learned again.
 fresh_pocl; run_shim planned env CLSHIM_FUSION=auto CLSHIM_FUSE="k1+k2+k3+k4" "$FA" --mode chain4 --iterations 6

@@ -11,6 +11,9 @@
  *   sync     k1, clFinish, k2, clFinish, k3, k4 (the chain broken by syncs)
  *   pairs    k1 k2 k1 k2 ... without syncs in between (runs split at the
  *            repeat of their first kernel)
+ *   recreate k1 k2 k3 from kernel objects created for the iteration and
+ *            released after its clFinish (the driver may hand the next
+ *            ones the same handles)
  */
 #define CL_USE_DEPRECATED_OPENCL_1_2_APIS
 #include <stdint.h>
@@ -84,7 +87,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--iterations") && i + 1 < argc) iters = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--n") && i + 1 < argc) n_elems = (size_t)atol(argv[++i]);
         else {
-            fprintf(stderr, "usage: fusion_auto --mode chain4|stencil|alias|sync|pairs [--iterations N] [--n N]\n");
+            fprintf(stderr, "usage: fusion_auto --mode chain4|stencil|alias|sync|pairs|recreate [--iterations N] [--n N]\n");
             return 2;
         }
     }
@@ -125,6 +128,15 @@ int main(int argc, char **argv)
             CHECK(clFinish(q));
             run(k3, t2, t3, a, n);
             run(k4, t3, out, a, n);
+        } else if (!strcmp(mode, "recreate")) {
+            cl_kernel f1 = kernel("k1"), f2 = kernel("k2"), f3 = kernel("k3");
+            run(f1, in, t1, a, n);
+            run(f2, t1, t2, a, n);
+            run(f3, t2, t3, a, n);
+            CHECK(clFinish(q));
+            CHECK(clReleaseKernel(f1));
+            CHECK(clReleaseKernel(f2));
+            CHECK(clReleaseKernel(f3));
         } else if (!strcmp(mode, "pairs")) {
             run(k1, in, t1, a, n);
             run(k2, t1, t2, a, n);
