@@ -46,11 +46,11 @@ use stencil --mode stencil
 ok "stencil: listed as not fusable, with the reason; nothing suggested"
 
 # 3. A chain broken by syncs: only the part that runs back to back.
-suggest sync --mode sync --iterations 6 --n 262144
+suggest sync --mode sync --iterations 10 --n 262144
 [ "$(grep '^fuse ' "$TMP/sync.plan" | cut -d'#' -f1 | tr -s ' ')" = "fuse k3 k4 " ] ||
     { cat "$TMP/sync.plan" >&2; fail "sync: expected exactly 'fuse k3 k4'"; }
-use sync --mode sync --iterations 6 --n 262144
-[ "$(occurrences 'fused k3+k4 into one launch' "$TMP/sync.err")" = 6 ] || fail "sync: k3+k4 not fused 6 times"
+use sync --mode sync --iterations 10 --n 262144
+[ "$(occurrences "fused k3+k4 into one launch" "$TMP/sync.err")" = 10 ] || fail "sync: k3+k4 not fused 10 times"
 [ "$(count 'fused k1\|fused k2' "$TMP/sync.err")" = 0 ] || fail "sync: something across a clFinish was fused"
 ok "sync: suggested only k3+k4, which the plan fuses"
 
