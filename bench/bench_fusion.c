@@ -13,7 +13,15 @@
  *            intermediates are not needed afterwards, so the fused kernel
  *            keeps them in registers and stores only the last buffer;
  *   hand-internal  a hand-written kernel keeping the intermediates in
- *            registers (the fair comparison for internal).
+ *            registers (the fair comparison for internal);
+ *   auto     the unfused loop again, with no plan and no extension call:
+ *            automatic fusion (CLSHIM_FUSION=auto, which the program sets
+ *            unless the environment says otherwise) learns the chain from
+ *            its first runs and fuses it. Its kernels (autoK_k) have names of
+ *            their own per K, so that the K = 2 chain learned first is not a
+ *            prefix of the K = 4 one; the unfused way's kernels come from a
+ *            program created from the binary of the same source, which
+ *            clshim never holds, so that automatic fusion leaves them alone.
  * Two modes, each way timed as a loop running that way would see it (every
  * timed run follows an untimed run of the same way, so caches and worker
  * threads are in the state that way leaves them):
@@ -22,9 +30,9 @@
  *              (an iterative app that syncs rarely; N <= 1 Mi only, where
  *              launch costs matter).
  * Each figure is the median of at least 5 rounds (min and max beside it in
- * BENCH_CSV), the five ways interleaved round by round so that a change in
+ * BENCH_CSV), the six ways interleaved round by round so that a change in
  * the machine's load hits all alike. The results of the first three ways
- * are compared bit for bit, every buffer; those of internal and
+ * and auto are compared bit for bit, every buffer; those of internal and
  * hand-internal with the others' last buffer (the intermediates excluded).
  * At the end the issues' targets for K = 4 are checked in each mode, beside
  * what the hand-written kernels themselves reach (the ceiling of any fusion
@@ -111,6 +119,12 @@ static char *make_source(void)
                               "__kernel void step%d(__global const float *in, __global float *out, float a, "
                               "float b%s) {\n    %s out[i] = in[i] * a + b; }\n",
                               k, n_param, loop);
+    for (int K = 2; K <= KMAX; K *= 2)
+        for (int k = 0; k < K; k++)
+            o += (size_t)snprintf(src + o, sizeof src - o,
+                                  "__kernel void auto%d_%d(__global const float *in, __global float *out, float a, "
+                                  "float b%s) {\n    %s out[i] = in[i] * a + b; }\n",
+                                  K, k, n_param, loop);
     for (int K = 2; K <= KMAX; K *= 2) {
         o += (size_t)snprintf(src + o, sizeof src - o, "__kernel void hand%d(__global const float *b0", K);
         for (int k = 1; k <= K; k++) o += (size_t)snprintf(src + o, sizeof src - o, ", __global float *b%d", k);
@@ -131,7 +145,7 @@ static char *make_source(void)
 }
 
 enum { LATENCY = 0, PIPELINED = 1 };
-enum { UNFUSED, FUSED, HAND, INTERNAL, HAND_INTERNAL, NWAYS };
+enum { UNFUSED, FUSED, HAND, INTERNAL, HAND_INTERNAL, AUTO, NWAYS };
 #define PIPELINED_REPS 32
 #define PIPELINED_MAX_N (1u << 20)
 
@@ -151,6 +165,8 @@ struct setup {
     size_t n, gws; /* elements, work-items */
     cl_mem buf[KMAX + 1];
     cl_kernel step[KMAX], hand, handreg;
+    cl_kernel ustep[KMAX]; /* step0.. of the binary program: never held by clshim */
+    cl_kernel autok[KMAX]; /* autoK_0.. */
 };
 
 /* Each runs `reps` chains, then clFinish. */
@@ -158,7 +174,16 @@ static void run_unfused(struct setup *s, int reps)
 {
     size_t gws = s->gws, lws = LOCAL;
     for (int r = 0; r < reps; r++)
-        for (int k = 0; k < s->K; k++) enqueue(s->step[k], gws, lws);
+        for (int k = 0; k < s->K; k++) enqueue(s->ustep[k], gws, lws);
+    CHECK(clFinish(q));
+}
+
+/* The same loop on kernels clshim may hold: fused automatically. */
+static void run_auto(struct setup *s, int reps)
+{
+    size_t gws = s->gws, lws = LOCAL;
+    for (int r = 0; r < reps; r++)
+        for (int k = 0; k < s->K; k++) enqueue(s->autok[k], gws, lws);
     CHECK(clFinish(q));
 }
 
@@ -207,7 +232,8 @@ static void run_hand_internal(struct setup *s, int reps)
 #define MAX_ROUNDS 4000
 static void time_ways(struct setup *s, int reps, double budget, struct result *res)
 {
-    void (*fn[NWAYS])(struct setup *, int) = {run_unfused, run_fused, run_hand, run_internal, run_hand_internal};
+    void (*fn[NWAYS])(struct setup *, int) = {run_unfused, run_fused, run_hand, run_internal, run_hand_internal,
+                                          run_auto};
     static double t[NWAYS][MAX_ROUNDS];
     for (int v = 0; v < NWAYS; v++) fn[v](s, 1); /* warm-up: first-launch compilation, page faults */
     double spent = 0;
@@ -226,7 +252,7 @@ static void time_ways(struct setup *s, int reps, double budget, struct result *r
         res->lo[v] = bu_quantile(t[v], (size_t)r, 0.0);
         res->hi[v] = bu_quantile(t[v], (size_t)r, 1.0);
     }
-    static const char *const way[NWAYS] = {"unfused", "fused", "hand", "internal", "hand-internal"};
+    static const char *const way[NWAYS] = {"unfused", "fused", "hand", "internal", "hand-internal", "auto"};
     char cas[128];
     snprintf(cas, sizeof cas, "k=%d;n=%zu;mode=%s;shape=%s%s", s->K, s->n, reps > 1 ? "pipelined" : "latency",
              grid_shape ? "grid" : "pointwise", with_events ? ";events=1" : "");
@@ -260,7 +286,21 @@ static void clear_outputs(struct setup *s)
     CHECK(clFinish(q));
 }
 
-static void bench_one(cl_program prog, int K, size_t n, int *fails)
+static cl_kernel step_kernel(cl_program prog, const char *name, const struct setup *s, int k, cl_long n_arg)
+{
+    cl_int err;
+    cl_kernel kern = clCreateKernel(prog, name, &err);
+    CHECK(err);
+    float a = 1.0f + 0.125f * (float)k, b = 0.5f - 0.25f * (float)k;
+    CHECK(clSetKernelArg(kern, 0, sizeof(cl_mem), &s->buf[k]));
+    CHECK(clSetKernelArg(kern, 1, sizeof(cl_mem), &s->buf[k + 1]));
+    CHECK(clSetKernelArg(kern, 2, sizeof a, &a));
+    CHECK(clSetKernelArg(kern, 3, sizeof b, &b));
+    if (grid_shape) CHECK(clSetKernelArg(kern, 4, sizeof n_arg, &n_arg));
+    return kern;
+}
+
+static void bench_one(cl_program prog, cl_program bin, int K, size_t n, int *fails)
 {
     struct setup s;
     memset(&s, 0, sizeof s);
@@ -280,14 +320,10 @@ static void bench_one(cl_program prog, int K, size_t n, int *fails)
     char name[32];
     for (int k = 0; k < K; k++) {
         snprintf(name, sizeof name, "step%d", k);
-        s.step[k] = clCreateKernel(prog, name, &err);
-        CHECK(err);
-        float a = 1.0f + 0.125f * (float)k, b = 0.5f - 0.25f * (float)k;
-        CHECK(clSetKernelArg(s.step[k], 0, sizeof(cl_mem), &s.buf[k]));
-        CHECK(clSetKernelArg(s.step[k], 1, sizeof(cl_mem), &s.buf[k + 1]));
-        CHECK(clSetKernelArg(s.step[k], 2, sizeof a, &a));
-        CHECK(clSetKernelArg(s.step[k], 3, sizeof b, &b));
-        if (grid_shape) CHECK(clSetKernelArg(s.step[k], 4, sizeof n_arg, &n_arg));
+        s.step[k] = step_kernel(prog, name, &s, k, n_arg);
+        s.ustep[k] = step_kernel(bin, name, &s, k, n_arg);
+        snprintf(name, sizeof name, "auto%d_%d", K, k);
+        s.autok[k] = step_kernel(prog, name, &s, k, n_arg);
     }
     for (int way = 0; way < 2; way++) {
         snprintf(name, sizeof name, "%s%d", way ? "handreg" : "hand", K);
@@ -318,7 +354,10 @@ static void bench_one(cl_program prog, int K, size_t n, int *fails)
     clear_outputs(&s);
     run_hand_internal(&s, 1);
     uint64_t dhi_last = digest(&s, K);
-    int same = du == df && df == dh, same_last = du_last == di_last && di_last == dhi_last;
+    clear_outputs(&s);
+    for (int i = 0; i < 3; i++) run_auto(&s, 1); /* learned from the first two, fused from the third */
+    uint64_t da = digest(&s, 1);
+    int same = du == df && df == dh && dh == da, same_last = du_last == di_last && di_last == dhi_last;
     if (!same || !same_last) (*fails)++;
     for (int mode = 0; mode < 2; mode++) {
         if (!(modes & (1 << mode)) || (mode == PIPELINED && n > PIPELINED_MAX_N)) continue;
@@ -331,7 +370,11 @@ static void bench_one(cl_program prog, int K, size_t n, int *fails)
         time_ways(&s, mode == PIPELINED ? PIPELINED_REPS : 1, n >= (16u << 20) ? 6.0 : 1.5, res);
         fprintf(stderr, ".");
     }
-    for (int k = 0; k < K; k++) clReleaseKernel(s.step[k]);
+    for (int k = 0; k < K; k++) {
+        clReleaseKernel(s.step[k]);
+        clReleaseKernel(s.ustep[k]);
+        clReleaseKernel(s.autok[k]);
+    }
     clReleaseKernel(s.hand);
     clReleaseKernel(s.handreg);
     for (int k = 0; k <= K; k++) clReleaseMemObject(s.buf[k]);
@@ -352,8 +395,8 @@ static void print_tables(void)
                with_events ? "; an event for every enqueue" : "");
         printf("| K | N | unfused | fused | hand | speedup (unfused/fused) | hand's speedup (unfused/hand) "
                "| fused/hand | internal | hand-internal | speedup (unfused/internal) | internal/hand-internal "
-               "| results |\n");
-        printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+               "| auto | speedup (unfused/auto) | results |\n");
+        printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
         for (int i = 0; i < nresults; i++) {
             const struct result *r = &results[i];
             if (r->mode != mode) continue;
@@ -361,10 +404,10 @@ static void print_tables(void)
             if (r->n >= (1u << 20)) snprintf(nn, sizeof nn, "%zu Mi", r->n >> 20);
             else snprintf(nn, sizeof nn, "%zu Ki", r->n >> 10);
             printf("| %d | %6s | %10.4f | %10.4f | %10.4f | %6.2fx | %6.2fx | %6.2f | %10.4f | %10.4f | %6.2fx "
-                   "| %6.2f | %s |\n", r->K, nn, r->t[UNFUSED] * 1e3, r->t[FUSED] * 1e3, r->t[HAND] * 1e3,
+                   "| %6.2f | %10.4f | %6.2fx | %s |\n", r->K, nn, r->t[UNFUSED] * 1e3, r->t[FUSED] * 1e3, r->t[HAND] * 1e3,
                    r->t[UNFUSED] / r->t[FUSED], r->t[UNFUSED] / r->t[HAND], r->t[FUSED] / r->t[HAND],
                    r->t[INTERNAL] * 1e3, r->t[HAND_INTERNAL] * 1e3, r->t[UNFUSED] / r->t[INTERNAL],
-                   r->t[INTERNAL] / r->t[HAND_INTERNAL],
+                   r->t[INTERNAL] / r->t[HAND_INTERNAL], r->t[AUTO] * 1e3, r->t[UNFUSED] / r->t[AUTO],
                    r->same && r->same_last ? "same" : r->same ? "internal DIFFER" : "DIFFER");
         }
     }
@@ -427,6 +470,14 @@ static void print_targets(void)
             if (ih > in_worst) in_worst = ih;
             if (ih > 1.1) in_hand = 0;
             if (r->t[UNFUSED] / r->t[HAND_INTERNAL] < hi_min) hi_min = r->t[UNFUSED] / r->t[HAND_INTERNAL];
+        }
+        /* issue 19: automatic fusion of the K = 4 chain at 1 Mi, no plan */
+        for (int i = 0; i < nresults; i++) {
+            const struct result *r = &results[i];
+            if (r->mode != mode || r->K != 4 || r->n != (1u << 20)) continue;
+            double sp = r->t[UNFUSED] / r->t[AUTO];
+            printf("%s: K=4 auto (no plan), 1 Mi: >= 1.5x (%.2fx): target %s\n", name[mode], sp,
+                   sp >= 1.5 ? "met" : "MISSED");
         }
         if (in_any) {
             printf("%s: K=4 internal, 1-64 Mi: >= 3x (lowest %.2fx; hand-internal's lowest: %.2fx): target %s\n",
@@ -537,6 +588,7 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    setenv("CLSHIM_FUSION", "auto", 0); /* the auto way; read at clshim's first call */
     cl_platform_id platform;
     CHECK(clGetPlatformIDs(1, &platform, NULL));
     start_fusion = (clStartFusionCLSHIM_fn)clGetExtensionFunctionAddressForPlatform(platform, "clStartFusionCLSHIM");
@@ -564,6 +616,16 @@ int main(int argc, char **argv)
     cl_program prog = clCreateProgramWithSource(ctx, 1, &src, NULL, &err);
     CHECK(err);
     CHECK(clBuildProgram(prog, 1, &dev, NULL, NULL, NULL));
+    /* The unfused way's kernels: the same code from the binary (see the top). */
+    size_t bin_size = 0;
+    CHECK(clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, sizeof bin_size, &bin_size, NULL));
+    unsigned char *bin_bytes = malloc(bin_size);
+    CHECK(clGetProgramInfo(prog, CL_PROGRAM_BINARIES, sizeof bin_bytes, &bin_bytes, NULL));
+    cl_program bin = clCreateProgramWithBinary(ctx, 1, &dev, &bin_size, (const unsigned char **)&bin_bytes, NULL,
+                                               &err);
+    CHECK(err);
+    CHECK(clBuildProgram(bin, 1, &dev, NULL, NULL, NULL));
+    free(bin_bytes);
     char devname[256] = "";
     clGetDeviceInfo(dev, CL_DEVICE_NAME, sizeof devname, devname, NULL);
     printf("bench_fusion on %s, local size %d; medians of >= 5 interleaved rounds, each way timed after an "
@@ -577,11 +639,12 @@ int main(int argc, char **argv)
     for (int K = 2; K <= KMAX; K *= 2) {
         if (only_k && K != only_k) continue;
         for (size_t i = 0; i < nn; i++)
-            if (!only_n || ns[i] == only_n) bench_one(prog, K, ns[i], &fails);
+            if (!only_n || ns[i] == only_n) bench_one(prog, bin, K, ns[i], &fails);
     }
     fprintf(stderr, "\n");
     print_tables();
     print_targets();
+    clReleaseProgram(bin);
     clReleaseProgram(prog);
     clReleaseCommandQueue(q);
     clReleaseContext(ctx);

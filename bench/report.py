@@ -214,32 +214,32 @@ class Report:
         if not rows:
             return
         get = {(r.keys["mode"], int(r.keys["k"]), int(r.keys["n"]), r.variant): r for r in rows}
+        def side_by_side(mode, way, other):
+            """Rows K, N, unfused, way, other and their ratios, where all three were measured."""
+            body = []
+            for k in sorted({k for (m, k, n, v) in get if m == mode}):
+                for n in sorted({n for (m, kk, n, v) in get if m == mode and kk == k}):
+                    u, x, y = (get.get((mode, k, n, w)) for w in ("unfused", way, other))
+                    if u and x and y:
+                        body.append([k, size_name(n), cell(u), cell(x), cell(y), "%.2fx" % (u.med / x.med),
+                                     "%.2fx" % (u.med / y.med), "%.2f" % (x.med / y.med)])
+            return body
+        tables = [  # way, compared with, title (% mode), its columns
+            ("fused", "hand", "### Kernel fusion, %s\n\n`bench_fusion`: K elementwise kernels, every intermediate "
+             "stored; ms per chain, median (min–max) of interleaved rounds:",
+             ["fused", "hand-written", "speed-up", "hand's speed-up", "fused / hand"]),
+            ("internal", "hand-internal", "Internalised (plan option `internal`: intermediates kept in registers, "
+             "against a hand-written kernel that does the same), %s, ms per chain:",
+             ["internal", "hand-written internal", "speed-up", "hand's speed-up", "internal / hand"]),
+            ("auto", "fused", "Automatic (`CLSHIM_FUSION=auto`, no plan: the chain learned from its first runs, "
+             "then fused; every intermediate stored), %s, ms per chain:",
+             ["auto", "fused (extension API)", "speed-up", "fused's speed-up", "auto / fused"]),
+        ]
         for mode in ("latency", "pipelined"):
-            ks = sorted({k for (m, k, n, v) in get if m == mode})
-            body = []
-            for k in ks:
-                for n in sorted({n for (m, kk, n, v) in get if m == mode and kk == k}):
-                    u, f, h = (get.get((mode, k, n, w)) for w in ("unfused", "fused", "hand"))
-                    if u and f and h:
-                        body.append([k, size_name(n), cell(u), cell(f), cell(h), "%.2fx" % (u.med / f.med),
-                                     "%.2fx" % (u.med / h.med), "%.2f" % (f.med / h.med)])
-            if body:
-                self.parts.append("### Kernel fusion, %s\n\n`bench_fusion`: K elementwise kernels, every "
-                                  "intermediate stored; ms per chain, median (min–max) of interleaved rounds:\n\n"
-                                  % mode + table(["K", "N", "unfused", "fused", "hand-written", "speed-up",
-                                                  "hand's speed-up", "fused / hand"], body) + "\n")
-            body = []
-            for k in ks:
-                for n in sorted({n for (m, kk, n, v) in get if m == mode and kk == k}):
-                    u, i, h = (get.get((mode, k, n, w)) for w in ("unfused", "internal", "hand-internal"))
-                    if u and i and h:
-                        body.append([k, size_name(n), cell(u), cell(i), cell(h), "%.2fx" % (u.med / i.med),
-                                     "%.2fx" % (u.med / h.med), "%.2f" % (i.med / h.med)])
-            if body:
-                self.parts.append("Internalised (plan option `internal`: intermediates kept in registers, against "
-                                  "a hand-written kernel that does the same), %s, ms per chain:\n\n" % mode +
-                                  table(["K", "N", "unfused", "internal", "hand-written internal", "speed-up",
-                                         "hand's speed-up", "internal / hand"], body) + "\n")
+            for way, other, title, columns in tables:
+                body = side_by_side(mode, way, other)
+                if body:
+                    self.parts.append(title % mode + "\n\n" + table(["K", "N", "unfused"] + columns, body) + "\n")
         grid = [r for r in self.of("fusion") if r.keys.get("shape") == "grid"]
         if grid:
             g = {(int(r.keys["k"]), int(r.keys["n"]), r.keys["mode"], r.variant): r for r in grid}
@@ -268,6 +268,11 @@ class Report:
             if ipts:
                 ax.plot([p[0] for p in ipts], [p[1] for p in ipts], "s-.", color=line.get_color(),
                         label="K=%d internal" % k)
+            apts = [(n, get[("latency", k, n, "unfused")].med / get[("latency", k, n, "auto")].med)
+                    for n in ns if ("latency", k, n, "auto") in get and ("latency", k, n, "unfused") in get]
+            if apts:
+                ax.plot([p[0] for p in apts], [p[1] for p in apts], "^:", color=line.get_color(),
+                        label="K=%d auto" % k)
         ax.set_xscale("log", base=2)
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.set_xlabel("N (floats, log)")

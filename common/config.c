@@ -132,6 +132,7 @@ static const struct {
     const char *accepts;
 } choices[] = {
     {"CAPTURE", {"auto", "build", "release", NULL}, "auto, build or release"},
+    {"FUSION", {"off", "auto", NULL}, "off or auto"},
 };
 
 /* What a knob accepts: its choices, else its type's values. NULL *words

@@ -114,6 +114,16 @@
       "A fusion plan file naming kernel sequences to fuse (docs/fusion.md).")  \
     X(FUSE, STRING, fuse, "", "0.1",                                           \
       "Inline fusion plan: sequences like \"k1+k2+k3\" separated by ';'.")     \
+    X(FUSION, STRING, fusion, "off", "0.1",                                    \
+      "auto: watch each in-order queue and fuse kernel sequences that recur "  \
+      "back to back, where the analysis proves them equivalent without a "     \
+      "barrier (docs/fusion.md, \"Automatic fusion\"); off: only plans and "   \
+      "the extension API fuse.")                                               \
+    X(FUSION_REPORT, PATH, fusion_report, "", "0.1",                           \
+      "With CLSHIM_FUSION=auto: at exit, append to this file one line per "    \
+      "kernel sequence learned (names, work-items, occurrences, verdict, "     \
+      "time per occurrence unfused and fused). `clshim plan suggest` sets "    \
+      "it and turns the lines into a plan.")                                   \
     X(CLANG, PATH, clang, "clang-15", "0.1",                                   \
       "The clang that compiles OpenCL C to SPIR for fusion of source "         \
       "programs, and preprocesses sources whose includes the program cache "  \

@@ -148,6 +148,7 @@ static void at_exit(void)
         }
     const struct clshim_config *cfg = config_get();
     if (__atomic_load_n(&fusion_armed, __ATOMIC_RELAXED) <= 0) return; /* no plan, no extension use */
+    fa_write_report();
     if (!cfg->stats && !log_enabled(LOG_INFO)) return;
     log_kinds_summary();
     if (!log_enabled(LOG_INFO)) log_set_level(LOG_INFO); /* CLSHIM_STATS below level info */
@@ -166,17 +167,24 @@ static void do_init(void)
         char err[1024];
         struct fusion_plan *plan = NULL;
         int rc = plan_load(cfg->fusion_plan, cfg->fuse, &plan, err, sizeof err);
+        int automatic = !strcmp(cfg->fusion, "auto");
         if (rc) {
             log_msg(LOG_WARN, "invalid fusion plan: %s; fusion is off", err);
-        } else if (plan && plan->nseqs) {
+        } else if ((plan && plan->nseqs) || automatic) {
             /* The program layer knows the kernels' source or IL whenever
              * clshim is enabled, also with CLSHIM_CACHE=0. */
-            if (!(fb_seq_failed = calloc(plan->nseqs, sizeof *fb_seq_failed))) {
+            fb_plan_cap = plan ? plan->nseqs : 0;
+            if ((automatic && fa_init(&plan) != 0) || !(fb_seq_failed = calloc(fb_plan_cap, sizeof *fb_seq_failed))) {
                 plan_free(plan);
+                log_msg(LOG_WARN, "fusion: out of memory at start-up; fusion is off");
             } else {
                 fb_plan = plan;
-                armed = FUSION_ARMED_PLAN;
-                log_msg(LOG_INFO, "fusion plan: %u sequence%s", (unsigned)plan->nseqs, plan->nseqs == 1 ? "" : "s");
+                fb_auto = automatic;
+                armed = (plan->nseqs ? FUSION_ARMED_PLAN : 0) | (automatic ? FUSION_ARMED_AUTO : 0);
+                if (plan->nseqs)
+                    log_msg(LOG_INFO, "fusion plan: %u sequence%s", (unsigned)plan->nseqs,
+                            plan->nseqs == 1 ? "" : "s");
+                if (automatic) log_msg(LOG_INFO, "fusion: automatic (CLSHIM_FUSION=auto)");
             }
         } else {
             plan_free(plan);
@@ -205,7 +213,7 @@ int fusion_wants_arg_info(cl_program prog)
 {
     int armed = __atomic_load_n(&fusion_armed, __ATOMIC_ACQUIRE);
     if (armed <= 0) return 0;
-    if (armed & FUSION_ARMED_EXT) return 1;
+    if (armed & (FUSION_ARMED_EXT | FUSION_ARMED_AUTO)) return 1;
     enum key_kind kind;
     void *input;
     size_t len;
@@ -271,10 +279,25 @@ void fusion_queue_created(cl_command_queue q)
     fq_get(q, 1);
 }
 
+/* Before the record of k is freed: no queue's run of kernels may keep it. */
+static void unwatch_kernel(cl_kernel k)
+{
+    if (!fb_auto) return;
+    for (struct fq *q = __atomic_load_n(&all_queues, __ATOMIC_ACQUIRE); q; q = q->next_all) {
+        if (!fa_running(q)) continue;
+        pthread_mutex_lock(&q->lock);
+        fa_forget_kernel(q, k);
+        pthread_mutex_unlock(&q->lock);
+    }
+}
+
 void fusion_kernels_created(const cl_kernel *kernels, cl_uint n)
 {
     for (cl_uint i = 0; i < n; i++)
-        if (kernels[i]) fk_forget(kernels[i]);
+        if (kernels[i]) {
+            unwatch_kernel(kernels[i]);
+            fk_forget(kernels[i]);
+        }
 }
 
 void fusion_release_queue(cl_command_queue q)
@@ -285,6 +308,7 @@ void fusion_release_queue(cl_command_queue q)
     cl_uint refs = 0;
     pthread_mutex_lock(&r->lock);
     if (r->nheld) fb_submit_held(r, &p);
+    fa_break(r);
     r->ext = 0;
     if (fb_real->clGetCommandQueueInfo(q, CL_QUEUE_REFERENCE_COUNT, sizeof refs, &refs, NULL) == CL_SUCCESS &&
         refs == 1) {
@@ -481,9 +505,10 @@ static int hold(struct fq *q, struct fk_kernel *r, cl_kernel k, cl_uint dim, con
 
 static int plan_start(struct fq *q, const char *name)
 {
-    if (!q->cand && !(q->cand = malloc(fb_plan->nseqs * sizeof *q->cand))) return 0;
+    if (!q->cand && !(q->cand = malloc(fb_plan_cap * sizeof *q->cand))) return 0;
     q->ncand = 0;
-    for (uint32_t s = 0; s < fb_plan->nseqs; s++)
+    uint32_t nseqs = fb_plan_nseqs();
+    for (uint32_t s = 0; s < nseqs; s++)
         if (!__atomic_load_n(&fb_seq_failed[s], __ATOMIC_RELAXED) && !strcmp(fb_plan->seqs[s].names[0], name))
             q->cand[q->ncand++] = s;
     return q->ncand > 0;
@@ -551,14 +576,21 @@ static void fuse_or_submit(struct fq *q, int flags, int seq, struct fb_pending *
     uint32_t n = q->nheld, nargs = 0;
     for (uint32_t i = 0; i < n; i++) nargs += q->held[i].nargs;
     uint32_t nparams = 0;
-    if (fb_fuse_held(q, flags, seq, p, out, &nparams, why, sizeof why) == 0) {
+    int timed = fa_reporting && seq >= 0; /* the report times the fused launch */
+    cl_event timing = NULL;
+    if (fb_fuse_held(q, flags, seq, p, out ? out : timed ? &timing : NULL, &nparams, why, sizeof why) == 0) {
         STAT_ADD(fb_stat_fused, 1);
         STAT_ADD(fb_stat_replaced, n);
+        if (timed) {
+            if (out && *out) fb_real->clRetainEvent(timing = *out);
+            fa_fused(q, seq, timing, NULL);
+        }
         fb_log_kind("fused %s into one launch (%u parameters for %u arguments)", names, (unsigned)nparams,
                 (unsigned)nargs);
         return;
     }
     STAT_ADD(fb_stat_refused, 1);
+    if (timed) fa_fused(q, seq, NULL, why);
     if (seq >= 0) {
         __atomic_store_n(&fb_seq_failed[seq], 1, __ATOMIC_RELAXED);
         log_msg(LOG_INFO, "fusion of %s (plan %s) refused: %s; submitted unfused, not tried again", names,
@@ -606,7 +638,8 @@ cl_int fusion_enqueue_kernel(cl_command_queue queue, cl_kernel k, cl_uint dim, c
     cl_int rc = CL_SUCCESS;
     const char *why = NULL;
     pthread_mutex_lock(&q->lock);
-    int want = !task && r && !q->off && (q->ext || (fb_plan && r->in_plan && q->in_order));
+    if (fb_auto && !q->ext) fa_before_kernel(q, r);
+    int want = !task && r && !q->off && (q->ext || (fb_plan && (r->in_plan || fb_auto) && q->in_order));
     if (want && !q->ext) {
         /* Plan mode: does it continue (or start) a sequence? */
         if (q->nheld && !plan_filter(q, r->name)) {
@@ -630,6 +663,10 @@ cl_int fusion_enqueue_kernel(cl_command_queue queue, cl_kernel k, cl_uint dim, c
         if (!held && !why) why = "out of memory";
     }
     if (held) {
+        if (fb_auto) {
+            fa_break(q);
+            fa_held(q);
+        }
         int done = q->ext ? -1 : plan_done(q);
         if (done >= 0) fuse_or_submit(q, plan_flags(&fb_plan->seqs[done]), done, &p, NULL);
         else if (q->ext && q->nheld >= PLAN_MAX_SEQ) {
@@ -650,7 +687,16 @@ cl_int fusion_enqueue_kernel(cl_command_queue queue, cl_kernel k, cl_uint dim, c
                     r && r->name ? r->name : "?", why ? why : "clEnqueueTask");
             q->ext = 0;
         }
-        rc = forward(q, r, k, dim, off, gws, lws, nw, wl, ev, task);
+        int noted = 0;
+        if (fb_auto && !q->ext) {
+            noted = !task && r && r->origin_ok && !r->svm && q->in_order && !q->off && gws && dim >= 1 && dim <= 3;
+            if (noted) fa_note(q, r, dim, gws);
+            else fa_break(q);
+        }
+        cl_event timing = NULL; /* the report times the run through its last kernel's event */
+        rc = forward(q, r, k, dim, off, gws, lws, nw, wl, noted && fa_reporting && !ev ? &timing : ev, task);
+        if (noted && fa_reporting && rc == CL_SUCCESS) fa_note_event(q, timing ? timing : *ev);
+        if (timing) fb_real->clReleaseEvent(timing);
     }
     pthread_mutex_unlock(&q->lock);
     fb_pending_run(&p);
@@ -689,6 +735,14 @@ void fusion_before_command(cl_command_queue queue, cl_uint n, const cl_event *li
     if (queue && __atomic_load_n(&fb_held_total, __ATOMIC_ACQUIRE)) {
         struct fq *q = fq_get(queue, 0);
         if (q && __atomic_load_n(&q->nheld, __ATOMIC_ACQUIRE)) fb_cancel(q, what);
+    }
+    if (queue && fb_auto) { /* another command: the queue's run of kernels ends */
+        struct fq *q = fq_get(queue, 0);
+        if (q && fa_running(q)) {
+            pthread_mutex_lock(&q->lock);
+            fa_break(q);
+            pthread_mutex_unlock(&q->lock);
+        }
     }
     if (!n || !list || !__atomic_load_n(&fb_tracked_events, __ATOMIC_ACQUIRE)) return;
     int any = 0;
@@ -743,8 +797,10 @@ void fusion_release_kernel(cl_kernel k)
 {
     cancel_where(uses_kernel, k, "release of a held kernel");
     cl_uint refs = 0;
-    if (fb_real->clGetKernelInfo(k, CL_KERNEL_REFERENCE_COUNT, sizeof refs, &refs, NULL) == CL_SUCCESS && refs == 1)
+    if (fb_real->clGetKernelInfo(k, CL_KERNEL_REFERENCE_COUNT, sizeof refs, &refs, NULL) == CL_SUCCESS && refs == 1) {
+        unwatch_kernel(k);
         fk_forget(k);
+    }
 }
 
 /* ---- the extension API ------------------------------------------------------------------- */

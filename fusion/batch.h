@@ -1,7 +1,9 @@
 /* batch.h — queue batching: holding marked kernel sequences and fusing them.
  *
- * Design. With a fusion plan (fusion/plan.h) or once the application looks
- * up the extension API (include/CL/clshim_ext.h), clshim is "armed": it
+ * Design. With a fusion plan (fusion/plan.h), with automatic fusion
+ * (CLSHIM_FUSION=auto: sequences seen twice are added to the plan, see
+ * fusion/fauto.c) or once the application looks up the extension API
+ * (include/CL/clshim_ext.h), clshim is "armed": it
  * records the arguments of the kernels that may be held (clSetKernelArg),
  * and on each in-order queue it holds back kernel enqueues that match a plan
  * sequence (or every kernel, between clStartFusionCLSHIM and
@@ -47,6 +49,7 @@
 extern int fusion_armed;
 #define FUSION_ARMED_PLAN 1
 #define FUSION_ARMED_EXT 2
+#define FUSION_ARMED_AUTO 4
 
 /* The hot-path check: nonzero when a wrapper must take the slow path. */
 static inline int fusion_hot(void) { return __atomic_load_n(&fusion_armed, __ATOMIC_RELAXED) != 0; }

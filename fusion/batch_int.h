@@ -30,6 +30,13 @@ extern int fb_held_total;             /* kernels held on all queues (atomic) */
 extern int fb_tracked_events;         /* live struct fev records (atomic) */
 extern int fb_mem_gen;                /* bumped by every buffer release while armed (atomic) */
 extern uint64_t fb_stat_fused, fb_stat_replaced, fb_stat_unfused, fb_stat_refused;
+extern int fb_auto;                   /* CLSHIM_FUSION=auto: sequences are learned (fauto.c) */
+extern uint32_t fb_plan_cap;          /* sequences fb_plan has room for (fb_seq_failed, fq.cand) */
+
+/* The plan's sequence count. Automatic fusion appends learned sequences
+ * while other threads match against the plan: an entry is complete before
+ * the count that covers it is published, and entries never move. */
+static inline uint32_t fb_plan_nseqs(void) { return __atomic_load_n(&fb_plan->nseqs, __ATOMIC_ACQUIRE); }
 
 /* ---- kernels (fkernel.c) ---- */
 
@@ -180,6 +187,7 @@ struct fq {
     cl_mem *checked;      /* the buffers of the last fusion, found not to alias ... */
     uint32_t nchecked;
     int checked_gen;      /* ... while fb_mem_gen had this value */
+    struct fa_watch *watch; /* automatic fusion: the run of kernels seen since the last break (fauto.c) */
     struct fq *next_all;
 };
 
@@ -202,6 +210,45 @@ cl_event fb_subst(struct fq *own, cl_event e);
 /* Logs a line at info level the first time this text comes, at debug level
  * after that; the exit summary counts the repeats ("again N times: ..."). */
 void fb_log_kind(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- automatic fusion (fauto.c) ---- */
+
+/* Makes room in *plan (allocated here when NULL) for the sequences
+ * automatic fusion learns; sets fb_plan_cap. 0, or -1 on OOM. */
+int fa_init(struct fusion_plan **plan);
+/* Before a kernel enqueue on q is matched against the plan: a repeat of
+ * the run's first kernel ends the run (a loop enqueueing a chain without
+ * syncs), so a run learned here is matched from this kernel on. Caller
+ * holds q->lock. */
+void fa_before_kernel(struct fq *q, const struct fk_kernel *r);
+/* A kernel that could be held was submitted as it came (not held): it
+ * extends q's current run. Caller holds q->lock. */
+void fa_note(struct fq *q, struct fk_kernel *r, cl_uint dim, const size_t *gws);
+
+/* The report (CLSHIM_FUSION_REPORT; fa_reporting is set when it is on):
+ * fa_note_event gives the event of the kernel just noted (retained here);
+ * fa_held is called after each kernel held (the first one starts the
+ * occurrence's clock); fa_fused after plan sequence `seq` completed on q
+ * and was fused (`launch`: the fused launch's event, taken over) or refused
+ * (`launch` NULL, `why` the reason). Callers hold q->lock.
+ * fa_write_report appends the entries to the file (at exit). */
+extern int fa_reporting;
+void fa_note_event(struct fq *q, cl_event ev);
+void fa_held(struct fq *q);
+void fa_fused(struct fq *q, int seq, cl_event launch, const char *why);
+void fa_write_report(void);
+/* Anything else on q (another command, a sync, a kernel that cannot be
+ * held, held kernels): the current run ends. A run of 2 or more kernels
+ * seen twice on q is learned as a plan sequence, so that its next
+ * occurrences are held and fused (when the analysis proves it safe).
+ * Caller holds q->lock. */
+void fa_break(struct fq *q);
+/* The record of kernel k is about to be freed: q's run is dropped if it
+ * holds it (a run's records are then always alive under q->lock). Caller
+ * holds q->lock. */
+void fa_forget_kernel(struct fq *q, cl_kernel k);
+/* Whether q has a run in progress (no lock; a hint to skip fa_break). */
+int fa_running(const struct fq *q);
 
 /* ---- fused launch (flaunch.c) ---- */
 

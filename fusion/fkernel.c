@@ -68,7 +68,7 @@ static void decide_tracking(struct fk_kernel *r)
     if (r->arm_gen == gen) return;
     r->arm_gen = gen;
     int armed = __atomic_load_n(&fusion_armed, __ATOMIC_RELAXED);
-    int want = armed > 0 && ((armed & FUSION_ARMED_EXT) || r->in_plan);
+    int want = armed > 0 && ((armed & (FUSION_ARMED_EXT | FUSION_ARMED_AUTO)) || r->in_plan);
     if (want && !r->track) {
         for (cl_uint i = 0; i < r->nargs; i++) fk_arg_clear(&r->args[i]); /* unknown until set again */
         r->track = 1;
@@ -156,7 +156,9 @@ static struct fk_kernel *make_record(cl_kernel k)
         else
             r->args[i].mem = 2;
     }
-    r->in_plan = plan_has_kernel(fb_plan, r->name);
+    /* Under automatic fusion every kernel is a candidate (and the plan
+     * grows while this runs): in_plan is not needed. */
+    r->in_plan = fb_auto ? 0 : plan_has_kernel(fb_plan, r->name);
     r->arm_gen = -1;
     decide_tracking(r);
     return r;

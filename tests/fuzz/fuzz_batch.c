@@ -7,7 +7,9 @@
  * earlier event), clFlush, clFinish, markers, clWaitForEvents, status
  * queries, releases of events and kernels (recreated). The plan
  * (CLSHIM_FUSE, set before the first configuration read) holds sequences of
- * those kernels; the fake driver has no argument info, so every completed
+ * those kernels, and automatic fusion (CLSHIM_FUSION=auto) learns more from
+ * the runs it sees (learned sequences stay for the process, so an input
+ * may find some learned by earlier ones); the fake driver has no argument info, so every completed
  * sequence is refused and submitted unfused (and made holdable again for
  * the next input) — what is fuzzed is holding, breaking, cancelling and
  * event substitution. The fake driver runs each
@@ -285,6 +287,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc, (void)argv;
     setenv("CLSHIM_FUSE", "ka+kb+kc;kb+kb;kc+ka+kb+ka", 1);
+    setenv("CLSHIM_FUSION", "auto", 1);
     setenv("CLSHIM_STRICT", "1", 1);
     setenv("CLSHIM_LOG", "error", 1);
     fake.clRetainEvent = f_retain_event;
@@ -310,7 +313,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     fake.clFlush = f_queue_op;
     fake.clFinish = f_queue_op;
     pc_init(&fake);
-    FUZZ_ASSERT(fusion_init(&fake, 1) == FUSION_ARMED_PLAN);
+    FUZZ_ASSERT(fusion_init(&fake, 1) == (FUSION_ARMED_PLAN | FUSION_ARMED_AUTO));
     for (int i = 0; i < NQ; i++) {
         fake_queues[i].refs = 1;
         fake_queues[i].out_of_order = i == NQ - 1;
@@ -333,7 +336,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                       " __kernel void kc(long a, long b) {}";
     /* A refused fusion marks its sequence "never again" for the process:
      * every input starts with all of them holdable. */
-    memset(fb_seq_failed, 0, fb_plan->nseqs * sizeof *fb_seq_failed);
+    memset(fb_seq_failed, 0, fb_plan_nseqs() * sizeof *fb_seq_failed);
     cl_int rc;
     cl_program prog = pc_create_with_source((cl_context)&fake_ctx, 1, &src, NULL, &rc);
     cl_kernel k[NK];

@@ -30,6 +30,7 @@ fusion,k=4;n=1048576;mode=latency;shape=pointwise,fused,chain,ms,0.3,0.29,0.4,10
 fusion,k=4;n=1048576;mode=latency;shape=pointwise,hand,chain,ms,0.25,0.2,0.3,100
 fusion,k=4;n=1048576;mode=latency;shape=pointwise,internal,chain,ms,0.15,0.14,0.2,100
 fusion,k=4;n=1048576;mode=latency;shape=pointwise,hand-internal,chain,ms,0.12,0.1,0.13,100
+fusion,k=4;n=1048576;mode=latency;shape=pointwise,auto,chain,ms,0.32,0.3,0.45,100
 clients,client=demo-app,plain,wall,ms,2000,1900,2100,5
 clients,client=demo-app,clshim-warm,wall,ms,200,190,210,5
 EOF
@@ -43,6 +44,8 @@ grep -q '^| 4 | 1 Mi | 0.6000 (0.5000–0.7000) | 0.3000 (0.2900–0.4000) | 0.2
     { grep '^| 4 ' "$R"; fail "fusion row"; }
 grep -q '^| 4 | 1 Mi | 0.6000 (0.5000–0.7000) | 0.1500 (0.1400–0.2000) | 0.1200 (0.1000–0.1300) | 4.00x | 5.00x | 1.25 |$' "$R" ||
     { grep '^| 4 ' "$R"; fail "internalised fusion row"; }
+grep -q '^| 4 | 1 Mi | 0.6000 (0.5000–0.7000) | 0.3200 (0.3000–0.4500) | 0.3000 (0.2900–0.4000) | 1.88x | 2.00x | 1.07 |$' "$R" ||
+    { grep '^| 4 ' "$R"; fail "automatic fusion row"; }
 grep -q '^| demo-app | clshim-warm | 200 (190–210) | 0.10 |$' "$R" || fail "clients row"
 ok "report.py: tables and side-by-side ratios from known medians"
 if "$PY" -c 'import matplotlib' 2>/dev/null; then

@@ -6,7 +6,8 @@
 # digests of every buffer and every event's status and profiling order must
 # be equal (buffers an `internal` sequence may leave undefined excepted),
 # with no abort (run-all.sh sets CLSHIM_STRICT=1: a broken
-# internal invariant aborts) and no internal error logged.
+# internal invariant aborts) and no internal error logged. Section 4 runs
+# the same streams under CLSHIM_FUSION=auto with no plan.
 #   make check: PLANS plan seeds x CASES cases (a few hundred, fixed);
 #   CLSHIM_LONG=1 (make check-long): 40 plans x 125 cases = 5,000 cases.
 source "$(dirname "$0")/lib.sh"
@@ -57,8 +58,13 @@ if [ "${CLSHIM_LONG:-0}" = 1 ]; then PLANS=40; CASES=125; else PLANS=7; CASES=40
 model() { # plan_seed first count
     local ps=$1 first=$2 n=$3 plan tag=m$1_$2
     plan=$("$FM" --plan "$ps")
+    [ "${AUTO:-0}" = 1 ] && tag=a$1_$2 && plan="CLSHIM_FUSION=auto"
     run_plain "ref_$tag" "$FM" --plan-seed "$ps" --cases "$first" "$n"
-    run_shim "$tag" env CLSHIM_FUSE="$plan" "$FM" --plan-seed "$ps" --cases "$first" "$n"
+    if [ "${AUTO:-0}" = 1 ]; then # no plan: what automatic fusion learns
+        run_shim "$tag" env CLSHIM_FUSION=auto "$FM" --plan-seed "$ps" --cases "$first" "$n"
+    else
+        run_shim "$tag" env CLSHIM_FUSE="$plan" "$FM" --plan-seed "$ps" --cases "$first" "$n"
+    fi
     if ! cmp -s "$TMP/ref_$tag.out" "$TMP/$tag.out" || ! cmp -s "$TMP/ref_$tag.rc" "$TMP/$tag.rc"; then
         diff "$TMP/ref_$tag.out" "$TMP/$tag.out" | head -6 >&2
         tail -3 "$TMP/$tag.err" >&2
@@ -85,4 +91,17 @@ cases=0; fused=0
 model 15 0 20
 [ "$(count 'kept in registers' "$TMP/m15_0.err")" -gt 0 ] || fail "model: plan 15 internalised nothing"
 ok "model: internalised sequences leave every other buffer and event as without clshim"
+
+# 4. Automatic fusion (CLSHIM_FUSION=auto, no plan): the same streams (they
+#    run the plan seed's sequences, now unknown to clshim, among everything
+#    else), so sequences recur, are learned and fused where proven safe.
+cases=0; fused=0; learned=0
+for ps in $(seq 1 $PLANS); do
+    AUTO=1 model "$ps" 0 "$CASES"
+    learned=$((learned + $(count 'auto: learned' "$TMP/a${ps}_0.err")))
+done
+[ "$cases" -ge $((PLANS * CASES)) ] || fail "auto model: only $cases cases ran"
+[ "$learned" -gt 0 ] || fail "auto model: nothing was learned"
+[ "$fused" -gt 0 ] || fail "auto model: nothing was fused: the test exercised no fused launch"
+ok "auto model: $cases random cases over $PLANS seeds as without clshim ($learned sequences learned, $fused fused kinds logged)"
 finish

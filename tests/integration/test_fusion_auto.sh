@@ -1,0 +1,98 @@
+#!/bin/bash
+# Automatic fusion (CLSHIM_FUSION=auto, docs/fusion.md "Automatic fusion") on
+# PoCL under LD_PRELOAD, with no plan: clshim learns the kernel sequences a
+# program runs back to back and fuses their later occurrences only where the
+# analysis proves it safe. Every run is compared bit for bit with the plain
+# run (no shim); the log shows what was learned, fused and refused.
+source "$(dirname "$0")/lib.sh"
+export CLSHIM_LOG=info
+FA=$PROGS/fusion_auto
+
+# auto_vs_plain TAG ARGS...: ARGS plainly and under CLSHIM_FUSION=auto, compared.
+auto_vs_plain() {
+    local tag=$1; shift
+    fresh_pocl; run_plain "ref_$tag" "$FA" "$@"
+    fresh_pocl; run_shim "$tag" env CLSHIM_FUSION=auto "$FA" "$@"
+    [ "$(cat "$TMP/$tag.rc")" = 0 ] || fail "$tag: exit code $(cat "$TMP/$tag.rc")"
+    [ "$(wc -l <"$TMP/$tag.out")" -ge 5 ] || fail "$tag: missing output lines"
+    same_output "ref_$tag" "$tag" "$tag: every buffer bit for bit as without clshim"
+}
+fused() { occurrences "fused $1 into one launch" "$TMP/$2.err"; }
+# refused TAG: the lines saying a fusion was refused
+refused() { grep 'refused' "$TMP/$1.err" | grep -v 'fusion summary' || true; }
+
+# 1. A pointwise 4-kernel chain, 6 iterations: learned after the second,
+#    fused from the third on (4 fused launches), in/t1/t2/t3/out bit for bit.
+auto_vs_plain chain4 --mode chain4 --iterations 6
+[ "$(count 'auto: learned k1+k2+k3+k4' "$TMP/chain4.err")" = 1 ] || fail "chain4: k1+k2+k3+k4 not learned once"
+[ "$(fused k1+k2+k3+k4 chain4)" = 4 ] || fail "chain4: expected 4 fused launches, got $(fused k1+k2+k3+k4 chain4)"
+grep -q "fusion summary: 4 fused launches replaced 16 kernel launches; 0 held kernels submitted unfused" \
+    "$TMP/chain4.err" || fail "chain4: the summary does not show 4 launches for 16"
+[ -z "$(refused chain4)" ] || fail "chain4: a fusion was refused"
+[ "$(count 'kept in registers' "$TMP/chain4.err")" = 0 ] || fail "chain4: automatic fusion internalised"
+ok "chain4: learned after 2 occurrences, the 4 later ones fused, never internalised"
+
+# 1b. Off by default: the same program without the knob fuses nothing.
+fresh_pocl; run_shim chain4_default "$FA" --mode chain4 --iterations 6
+same_output ref_chain4 chain4_default "chain4 without CLSHIM_FUSION: as without clshim"
+[ "$(count 'fused \|auto: learned' "$TMP/chain4_default.err")" = 0 ] || fail "chain4: fused without CLSHIM_FUSION=auto"
+ok "automatic fusion is off by default"
+
+# 1c. An invalid value is reported as any other invalid knob, fusion stays off.
+fresh_pocl; run_shim chain4_bad env CLSHIM_FUSION=always "$FA" --mode chain4 --iterations 4
+fresh_pocl; run_plain ref_chain4_4 "$FA" --mode chain4 --iterations 4
+same_output ref_chain4_4 chain4_bad "CLSHIM_FUSION=always: as without clshim"
+grep -q 'CLSHIM_FUSION' "$TMP/chain4_bad.err" || fail "CLSHIM_FUSION=always: not reported"
+[ "$(count 'fused \|auto: learned' "$TMP/chain4_bad.err")" = 0 ] || fail "CLSHIM_FUSION=always: something fused"
+ok "CLSHIM_FUSION=always is reported and fuses nothing"
+
+# refused_case TAG SEQUENCE REASON: run --mode TAG; SEQUENCE learned, then
+#    refused once with REASON, never held again, every buffer bit for bit.
+refused_case() {
+    local tag=$1 seq=$2 reason=$3
+    auto_vs_plain "$tag" --mode "$tag" --iterations 6
+    [ "$(fused "$seq" "$tag")" = 0 ] || fail "$tag: $seq was fused"
+    [ "$(refused "$tag" | wc -l)" = 1 ] || fail "$tag: expected one refusal line"
+    refused "$tag" | grep -qF "$seq (plan auto) refused: $reason" || fail "$tag: the refusal does not say '$reason'"
+    grep -q "fusion summary: 0 fused launches replaced 0 kernel launches; 2 held kernels submitted unfused; 1 fusions refused" \
+        "$TMP/$tag.err" || fail "$tag: held again after the refusal"
+}
+
+# 2. A neighbour-reading stencil after a pointwise kernel.
+refused_case stencil k1+blur "needs a barrier: kernel 'blur' reads 'in' at an index"
+ok "stencil: refused once (needs a barrier), never held again"
+
+# 3. An aliasing pair (sub-buffers of one parent).
+refused_case alias k1+k2 "sub-buffer arguments (they may alias)"
+grep -q '^parent ' "$TMP/alias.out" || fail "alias: the parent buffer was not compared"
+ok "alias: sub-buffers of one parent refused once, parent bit for bit"
+
+# 4. A chain broken by syncs: k1 | k2 | k3 k4. Only k3+k4 runs back to back;
+#    nothing across a clFinish is ever fused.
+auto_vs_plain sync --mode sync --iterations 6
+[ "$(fused k3+k4 sync)" = 4 ] || fail "sync: expected k3+k4 fused 4 times"
+[ "$(count 'fused k1+\|fused k2+\|learned k1\|learned k2' "$TMP/sync.err")" = 0 ] ||
+    fail "sync: kernels separated by clFinish were fused"
+ok "sync: nothing fused across clFinish; the unbroken k3+k4 fused"
+
+# 5. The same pair enqueued over and over without syncs: runs split where
+#    their first kernel comes again.
+auto_vs_plain pairs --mode pairs --iterations 8
+[ "$(fused k1+k2 pairs)" = 6 ] || fail "pairs: expected 6 fused launches, got $(fused k1+k2 pairs)"
+ok "pairs: a loop without syncs is learned and fused"
+
+# 5b. Kernel objects created and released in every iteration: learned by
+#     name, fused.
+auto_vs_plain recreate --mode recreate --iterations 6
+[ "$(fused k1+k2+k3 recreate)" = 4 ] || fail "recreate: expected 4 fused launches, got $(fused k1+k2+k3 recreate)"
+ok "recreate: kernels recreated every iteration are learned and fused"
+
+# 6. Learning is per queue and repeats of a sequence are not learned twice;
+#    a sequence the user's plan already names is not learned again.
+fresh_pocl; run_shim planned env CLSHIM_FUSION=auto CLSHIM_FUSE="k1+k2+k3+k4" "$FA" --mode chain4 --iterations 6
+same_output ref_chain4 planned "chain4 with a plan and auto: as without clshim"
+[ "$(fused k1+k2+k3+k4 planned)" = 6 ] || fail "planned: expected 6 fused launches (the plan fuses from the first)"
+[ "$(count 'auto: learned' "$TMP/planned.err")" = 0 ] || fail "planned: a planned sequence was learned"
+ok "with a plan: its sequences fuse from the first occurrence, nothing learned on top"
+
+finish
