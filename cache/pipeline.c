@@ -549,7 +549,9 @@ static const char *late_plan(void)
     const struct clshim_config *cfg = config_get();
     if (!cfg->cache || !pipeline_store()) return "not stored (no persistent cache)";
     if (cfg->cache_readonly) return "not stored (read-only cache)";
-    return "to be stored at its first use or release (not stored if neither happens before exit)";
+    if (!cfg->capture_exit_budget)
+        return "to be stored at its first use or release (not at exit: CLSHIM_CAPTURE_EXIT_BUDGET=0)";
+    return "to be stored at its first use, its release or exit";
 }
 
 void pipeline_built(struct pipeline_flight *f, size_t n, const struct pipeline_output *out)

@@ -121,6 +121,25 @@ static void need_exit_handler(void)
 }
 
 static void pending_captures_reset(void);
+static void capture_owed_at_exit(unsigned budget_ms);
+static void owed_at_exit(void)
+{
+    if (!idle_child) capture_owed_at_exit(config_get()->capture_exit_budget);
+}
+
+/* Binaries still owed at exit are read then (capture_owed_at_exit). Reading
+ * a PoCL binary generates code, and exit destroys the driver's lazily made
+ * statics (LLVM's, made at its first build and first code generation) in
+ * reverse order of creation: a handler registered before them would read
+ * after their teardown (that crashed GEGL). So the handler is registered
+ * again after each build that leaves a binary owed and at the first
+ * synchronisation after a program's first run (at most twice per program);
+ * the last one registered runs first, the others find nothing owed. */
+static void arm_owed_capture_at_exit(void)
+{
+    if (config_get()->capture_exit_budget) atexit(owed_at_exit);
+}
+
 static void run_capture(void *item);
 static void capture_done(void *item);
 
@@ -271,6 +290,7 @@ void pc_sync_point(void)
 {
     /* Capture under pending_lock: a record cannot be freed meanwhile (its
      * last release removes it from this list first, under the same lock). */
+    int ran = 0;
     pthread_mutex_lock(&pending_lock);
     for (size_t i = 0; i < npending;) {
         struct pc_program *rec = pending[i];
@@ -278,13 +298,17 @@ void pc_sync_point(void)
             i++;
             continue;
         }
+        ran = 1;
         remove_pending_locked(rec);
         if (queue_capture_locked(rec) == 0) continue;
         pthread_mutex_lock(&rec->lock);
         capture(rec);
         pthread_mutex_unlock(&rec->lock);
     }
+    int still_owed = npending > 0;
     pthread_mutex_unlock(&pending_lock);
+    /* A first run generated code: the exit handler goes after its state. */
+    if (ran && still_owed) arm_owed_capture_at_exit();
 }
 
 static void free_devs(struct pc_program *rec)
@@ -905,7 +929,10 @@ static cl_int build_program(cl_program prog, cl_uint num_devices, const cl_devic
     for (size_t i = 0; i < rec->ndevs; i++) late |= rec->devs[i].needs_capture;
     rec->ran = 0;
     pthread_mutex_unlock(&rec->lock);
-    if (late) add_pending(rec);
+    if (late) {
+        add_pending(rec);
+        arm_owed_capture_at_exit();
+    }
     free(owned);
     if (notify) notify(prog, user_data);
     return err;
@@ -1251,7 +1278,10 @@ cl_program pc_link(cl_context ctx, cl_uint num_devices, const cl_device_id *devi
         } else {
             int late = 0;
             for (cl_uint d = 0; d < ndev; d++) late |= out->devs[d].needs_capture;
-            if (late) add_pending(out);
+            if (late) {
+                add_pending(out);
+                arm_owed_capture_at_exit();
+            }
         }
     }
     if (!(result && cacheable) && out) {
@@ -1816,14 +1846,60 @@ cl_program pc_build_derived(cl_context ctx, cl_device_id dev, const char *option
 
 void pc_print_summary(void) { pipeline_print_summary(); }
 
+/* At exit: the programs whose binaries are still owed (built here, and
+ * neither run and synchronised nor released: a GEGL-like app builds its
+ * largest program and exits without a synchronisation) are captured now,
+ * on the worker, within CLSHIM_CAPTURE_EXIT_BUDGET (issue 16); what the
+ * budget does not cover is given up, in one line. Inline (no worker) the
+ * captures stop at the same deadline. */
+static void capture_owed_at_exit(unsigned budget_ms)
+{
+    pthread_mutex_lock(&pending_lock);
+    size_t owed = npending, queued = 0, skipped = 0;
+    if (!owed || !pipeline_store() || config_get()->cache_readonly) {
+        /* Nothing to store into: the miss lines said "not stored". */
+        pthread_mutex_unlock(&pending_lock);
+        return;
+    }
+    if (!budget_ms) {
+        pthread_mutex_unlock(&pending_lock);
+        log_msg(LOG_INFO, "%zu program%s built here not used or released before exit: not stored "
+                          "(CLSHIM_CAPTURE_EXIT_BUDGET=0)", owed, owed == 1 ? "" : "s");
+        return;
+    }
+    uint64_t t0 = now_ns(), deadline = t0 + (uint64_t)budget_ms * 1000000u;
+    while (npending) {
+        struct pc_program *rec = pending[0];
+        if (queue_capture_locked(rec) == 0) {
+            queued++;
+            continue;
+        }
+        remove_pending_locked(rec);
+        if (now_ns() >= deadline) {
+            skipped++;
+            continue;
+        }
+        pthread_mutex_lock(&rec->lock);
+        capture(rec);
+        pthread_mutex_unlock(&rec->lock);
+    }
+    pthread_mutex_unlock(&pending_lock);
+    uint64_t left_ms = (now_ns() - t0) / 1000000u;
+    size_t dropped = capture_exit(left_ms < budget_ms ? budget_ms - (unsigned)left_ms : 0);
+    size_t given_up = skipped + (dropped < queued ? dropped : queued);
+    if (given_up)
+        log_msg(LOG_INFO, "%zu of %zu program%s not used or released before exit: not stored, the exit budget "
+                          "(CLSHIM_CAPTURE_EXIT_BUDGET=%u ms) spent", given_up, owed, owed == 1 ? "" : "s",
+                budget_ms);
+    else
+        log_msg(LOG_INFO, "%zu program%s not used or released before exit: captured at exit in %.0f ms", owed,
+                owed == 1 ? "" : "s", (now_ns() - t0) / 1e6);
+}
+
 static void at_exit(void)
 {
     if (idle_child) return; /* a forked child that built nothing: the parent reports */
-    /* Late captures still pending are not stored (see program/origin.h): say so. */
-    size_t never = npending;
-    if (never && pipeline_store() && !config_get()->cache_readonly)
-        log_msg(LOG_INFO, "%zu program%s built here never ran nor were released before exit: not stored", never,
-                never == 1 ? "" : "s");
+    capture_owed_at_exit(config_get()->capture_exit_budget); /* nothing left when owed_at_exit ran */
     /* Captures still queued for the worker: within the exit budget. */
     capture_exit(config_get()->capture_exit_budget);
     pipeline_exit();

@@ -17,10 +17,11 @@
  *    CL_KERNEL_PROGRAM.
  *  - On a miss the handle itself is built by the driver, and its binary is
  *    stored at once — or, on PoCL, at the first synchronisation after one of
- *    its kernels ran, or when the handle is released, never at exit (PoCL
- *    adds the work-group functions it compiles at first enqueue; that
- *    binary loads several times faster). See program/origin.h. The
- *    captures at a synchronisation run on a background thread
+ *    its kernels ran, or when the handle is released, or at exit within
+ *    CLSHIM_CAPTURE_EXIT_BUDGET for a program that did neither (PoCL adds
+ *    the work-group functions it compiles at first enqueue; that binary
+ *    loads several times faster). See program/origin.h. The captures at a
+ *    synchronisation and at exit run on a background thread
  *    (program/capture.h), which holds a driver reference on the program
  *    until its capture is done; the last release captures on the app's
  *    thread (or waits for it).
