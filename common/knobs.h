@@ -88,9 +88,11 @@
       "the lowest priority (0: on the application's thread, at the "         \
       "synchronisation or release, as before).")                             \
     X(CAPTURE_EXIT_BUDGET, UINT, capture_exit_budget, "2000", "0.1",          \
-      "Milliseconds exit waits at most for binaries still queued for the "    \
-      "background capture; what is left then is not stored (one line says "  \
-      "how many). 0: nothing queued is waited for.")                          \
+      "Milliseconds exit spends at most on binaries still owed: captures "    \
+      "queued for the background worker, and programs built here that "      \
+      "neither ran nor were released (read and stored at exit); what is "    \
+      "left then is not stored (one line says how many). 0: nothing is "     \
+      "read or waited for at exit.")                                         \
     X(MEM_CACHE_MAX, SIZE, mem_cache_max, "256M", "0.1",                       \
       "Bytes of binaries the in-process tier keeps; 0 means unbounded. "       \
       "Entries in use are never dropped.")                                     \

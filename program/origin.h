@@ -60,8 +60,10 @@ cl_program pc_build_derived(cl_context ctx, cl_device_id dev, const char *option
  * a blocking read or map): then the binary, with the work-group functions
  * PoCL compiled at the first enqueue, is read and stored, on the background
  * capture thread (program/capture.h; exit waits for it at most
- * CLSHIM_CAPTURE_EXIT_BUDGET). Never read at exit for the first time:
- * reading a PoCL binary may compile, and LLVM is being torn down then.
+ * CLSHIM_CAPTURE_EXIT_BUDGET). A program that neither ran nor was released
+ * is read at exit, within the same budget, by an exit handler registered
+ * again after each such build and first run, so it runs before the
+ * teardown of the driver state they created (program.c).
  * The enqueue and sync wrappers call these only while pc_capture_pending()
  * (one relaxed load). */
 extern int pc_pending_captures;

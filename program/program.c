@@ -23,6 +23,7 @@
 #include "cache/device.h"
 #include "cache/key.h"
 #include "cache/memtier.h"
+#include "cache/pipeline.h"
 #include "cache/quirks.h"
 #include "cache/preproc.h"
 #include "cache/remote.h"
@@ -37,16 +38,11 @@
 
 struct pc_dev {
     cl_device_id dev;
-    struct cache_hash hash;
-    char *key;              /* key material; NULL when the build is not cacheable */
-    size_t key_len;
+    struct pipeline_flight f; /* key (NULL: not cacheable), hash, compile time, the lookup */
     char *log;              /* the original build's log when served from the cache */
     void *object;           /* a compile hit: the compiled object in hand (owned) */
     size_t object_size;
-    size_t stored_size;     /* binary size last stored; capture compares */
-    uint64_t compile_ns;
-    int needs_capture;      /* built by the driver here: store (again) at release */
-    int from_remote;        /* a compile or link hit served by the remote tier */
+    int needs_capture;      /* built by the driver here: store (again) at use, release or exit */
     cl_program attached;    /* the built program lent to the in-memory tier */
 };
 
@@ -78,17 +74,13 @@ struct pc_program {
     int failed;             /* the last build's failure was shared: status is CL_BUILD_ERROR */
     char *options;
     struct pc_dev *devs;
+    struct pipeline_flight *flights; /* one per device, parallel to devs */
     size_t ndevs;
 };
 
 static const struct cl_api *real;
 static objmap *programs; /* app handle -> struct pc_program */
 static objmap *kernels;  /* kernel from an effective program -> struct pc_kernel */
-
-/* Per-process statistics, flushed to the store at exit. */
-static struct store_stats proc_stats;
-static uint64_t stat_memory_hits, stat_translations, stat_failed, stat_failed_shared;
-#define STAT_ADD(field, n) __atomic_add_fetch(&(field), (n), __ATOMIC_RELAXED)
 
 static uint64_t now_ns(void)
 {
@@ -97,230 +89,18 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* ---- the persistent store, opened on first need -------------------------- */
-
-static store *the_store;
-static pthread_once_t store_once = PTHREAD_ONCE_INIT;
-
-static void need_exit_handler(void);
-
-static void open_store(void)
+static uint64_t thread_cpu_ns(void)
 {
-    const struct clshim_config *cfg = config_get();
-    if (!cfg->cache) return;
-    need_exit_handler(); /* opened during a build: the driver is loaded */
-    char dir[4096];
-    if (config_cache_dir(cfg, dir, sizeof dir) != 0) {
-        log_msg(LOG_WARN, "no cache directory (set CLSHIM_CACHE_DIR, XDG_CACHE_HOME or HOME); "
-                          "persistent cache off");
-        return;
-    }
-    struct store_options opt = {
-        .dir = dir,
-        .max_size = cfg->cache_max_size,
-        .max_age_days = cfg->cache_max_age_days,
-        .min_entry = cfg->cache_min_entry,
-        .max_entry = cfg->cache_max_entry,
-        .readonly = cfg->cache_readonly,
-        .allow_shared = cfg->cache_allow_shared,
-        .compress_level = (int)cfg->cache_compress_level,
-    };
-    int rc = store_open(&opt, &the_store);
-    if (rc != CLSHIM_OK) {
-        /* The store has said why (one warning); this line only at info,
-         * except for a read-only cache that does not exist yet. */
-        log_msg(rc == CLSHIM_ENOTFOUND ? LOG_WARN : LOG_INFO, "cannot open the cache in %s (%s); persistent cache off",
-                dir, clshim_strerror(rc));
-        the_store = NULL;
-    }
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static store *get_store(void)
+/* The device's name for log lines and records. */
+static const char *device_name(cl_device_id dev)
 {
-    pthread_once(&store_once, open_store);
-    return the_store;
-}
-
-/* ---- claims held past the compile -----------------------------------------
- * A late capture stores the binary at the first use of the program, so the
- * cross-process claim is kept after the compile, for the processes waiting
- * for that binary — but only for CLAIM_GRACE_BUILDS times as long as the
- * build took: a process that keeps its program unused never makes others
- * wait much longer than compiling would (they then compile it themselves).
- * Compiling includes what a driver does at first use: PoCL generates the
- * work-group functions then, 1.2-1.6x the build's own time (bench_ttfr:
- * 690 ms build, 1,108 ms first run), so a grace of one build let waiters
- * give up just before the binary came, and compile it again. One thread,
- * started on first need, lets expired claims go. */
-#define CLAIM_GRACE_BUILDS 3
-
-struct held_claim {
-    struct cache_hash hash;
-    uint64_t deadline_ns;
-};
-
-static pthread_mutex_t claims_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t claims_changed = PTHREAD_COND_INITIALIZER;
-static struct held_claim *claims;
-static size_t nclaims, claims_cap;
-static int reaper_running, reaper_stop;
-static pthread_t reaper;
-
-static void *reap_claims(void *arg)
-{
-    (void)arg;
-    pthread_mutex_lock(&claims_lock);
-    while (!reaper_stop) {
-        uint64_t now = now_ns(), next = 0;
-        for (size_t i = 0; i < nclaims;) {
-            if (claims[i].deadline_ns <= now) {
-                store_release_build(the_store, claims[i].hash);
-                claims[i] = claims[--nclaims];
-                continue;
-            }
-            if (!next || claims[i].deadline_ns < next) next = claims[i].deadline_ns;
-            i++;
-        }
-        if (!next) {
-            pthread_cond_wait(&claims_changed, &claims_lock);
-            continue;
-        }
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        uint64_t wait = next - now;
-        until.tv_sec += (time_t)(wait / 1000000000u);
-        until.tv_nsec += (long)(wait % 1000000000u);
-        if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
-        pthread_cond_timedwait(&claims_changed, &claims_lock, &until);
-    }
-    pthread_mutex_unlock(&claims_lock);
-    return NULL;
-}
-
-/* Keeps this process's claim of `hash` for `grace_ns` more; 0 when it is
- * held, -1 when the caller must release it now. */
-static int hold_claim(struct cache_hash hash, uint64_t grace_ns)
-{
-    int rc = -1;
-    pthread_mutex_lock(&claims_lock);
-    if (!reaper_running) {
-        pthread_condattr_t attr;
-        pthread_condattr_init(&attr);
-        pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-        pthread_cond_init(&claims_changed, &attr);
-        pthread_condattr_destroy(&attr);
-        reaper_stop = 0;
-        reaper_running = pthread_create(&reaper, NULL, reap_claims, NULL) == 0;
-    }
-    if (reaper_running && nclaims == claims_cap) {
-        size_t cap = claims_cap ? claims_cap * 2 : 8;
-        struct held_claim *n = realloc(claims, cap * sizeof *n);
-        if (n) claims = n, claims_cap = cap;
-    }
-    if (reaper_running && nclaims < claims_cap) {
-        claims[nclaims++] = (struct held_claim){hash, now_ns() + grace_ns};
-        pthread_cond_signal(&claims_changed);
-        rc = 0;
-    }
-    pthread_mutex_unlock(&claims_lock);
-    return rc;
-}
-
-/* Lets the claim of `hash` go now if this process still holds it. */
-static void drop_claim(struct cache_hash hash)
-{
-    pthread_mutex_lock(&claims_lock);
-    for (size_t i = 0; i < nclaims; i++)
-        if (claims[i].hash.lo == hash.lo && claims[i].hash.hi == hash.hi) {
-            store_release_build(the_store, hash);
-            claims[i] = claims[--nclaims];
-            break;
-        }
-    pthread_mutex_unlock(&claims_lock);
-}
-
-/* At exit: the thread stops and every held claim goes. */
-static void drop_all_claims(void)
-{
-    pthread_mutex_lock(&claims_lock);
-    int running = reaper_running;
-    reaper_stop = 1;
-    pthread_cond_signal(&claims_changed);
-    pthread_mutex_unlock(&claims_lock);
-    if (running) pthread_join(reaper, NULL);
-    reaper_running = 0;
-    for (size_t i = 0; i < nclaims; i++) store_release_build(the_store, claims[i].hash);
-    nclaims = 0;
-}
-
-/* ---- the remote tier (cache/remote.h), behind the store ------------------
- * Every lookup of the program layer goes memory, store, then tier_get();
- * every store goes through tier_put(): builds, compiles, links and derived
- * programs alike. Only builds (lookup_all) take part in the fleet's single
- * flight (remote_fetch() claims the key); compile, link and derived lookups
- * only read (remote_get()), so no claim of theirs can outlive a failure.
- * Manifests (cache/preproc.h) stay local: see docs/cache.md. */
-
-static remote *the_remote;
-static pthread_once_t remote_once = PTHREAD_ONCE_INIT;
-
-static void open_remote(void)
-{
-    const struct clshim_config *cfg = config_get();
-    if (!cfg->cache || !*cfg->remote) return;
-    struct remote_options opt = {
-        .url = cfg->remote,
-        .password_file = cfg->remote_password_file,
-        .ns = cfg->remote_namespace,
-        .timeout_ms = cfg->remote_timeout_ms,
-        .max_value = cfg->remote_max_value,
-        .expire_s = cfg->remote_expire_days * 86400,
-        .readonly = cfg->remote_readonly,
-        .compress_level = (int)cfg->cache_compress_level,
-    };
-    if (remote_open(&opt, &the_remote) != CLSHIM_OK) {
-        char name[512];
-        config_redact_url(cfg->remote, name, sizeof name);
-        log_msg(LOG_WARN, "CLSHIM_REMOTE=%s: not a redis:// or unix:// URL, or its password file cannot be "
-                          "read; remote tier off", name);
-        the_remote = NULL;
-    }
-}
-
-static remote *get_remote(void)
-{
-    pthread_once(&remote_once, open_remote);
-    return the_remote;
-}
-
-/* The store, then (on a local miss) the remote tier; a remote hit is stored
- * locally. fleet_wait: wait for, or claim, another runner's build of the
- * key (remote_fetch()); the claim then goes with tier_put() or
- * remote_release(). *from_remote (may be NULL) says which tier answered. */
-static int tier_get(store *st, struct cache_hash hash, const void *key, size_t key_len, int fleet_wait,
-                    struct store_record *sr, void **arena, int *from_remote)
-{
-    if (from_remote) *from_remote = 0;
-    int rc = store_get(st, hash, key, key_len, sr, arena);
-    remote *rm = rc == CLSHIM_ENOTFOUND ? get_remote() : NULL;
-    if (!rm) return rc;
-    int got = fleet_wait ? remote_fetch(rm, hash, key, key_len, config_get()->build_wait_ms, sr, arena)
-                         : remote_get(rm, hash, key, key_len, sr, arena);
-    if (got != CLSHIM_OK) return CLSHIM_ENOTFOUND;
-    if (store_put(st, hash, key, key_len, sr) == CLSHIM_OK) STAT_ADD(proc_stats.stores, 1);
-    if (from_remote) *from_remote = 1;
-    return CLSHIM_OK;
-}
-
-/* A local store, and the same record to the remote tier in the background
- * (which also gives up this process's fleet claim on it). */
-static int tier_put(store *st, struct cache_hash hash, const void *key, size_t key_len,
-                    const struct store_record *sr)
-{
-    int rc = store_put(st, hash, key, key_len, sr);
-    remote *rm = get_remote();
-    if (rm) remote_push(rm, hash, key, key_len, sr);
-    return rc;
+    const struct device_info *info = device_info(real, dev);
+    return info ? info->name : "?";
 }
 
 static void at_exit(void);
@@ -343,6 +123,25 @@ static void need_exit_handler(void)
 }
 
 static void pending_captures_reset(void);
+static void capture_owed_at_exit(unsigned budget_ms);
+static void owed_at_exit(void)
+{
+    if (!atomic_load_explicit(&idle_child, memory_order_relaxed)) capture_owed_at_exit(config_get()->capture_exit_budget);
+}
+
+/* Binaries still owed at exit are read then (capture_owed_at_exit). Reading
+ * a PoCL binary generates code, and exit destroys the driver's lazily made
+ * statics (LLVM's, made at its first build and first code generation) in
+ * reverse order of creation: a handler registered before them would read
+ * after their teardown (that crashed GEGL). So the handler is registered
+ * again after each build that leaves a binary owed and at the first
+ * synchronisation after a program's first run (at most twice per program);
+ * the last one registered runs first, the others find nothing owed. */
+static void arm_owed_capture_at_exit(void)
+{
+    if (config_get()->capture_exit_budget) atexit(owed_at_exit);
+}
+
 static void run_capture(void *item);
 static void capture_done(void *item);
 
@@ -352,15 +151,9 @@ static void capture_done(void *item);
  * touches the parent's lock file) and reopened if the child builds. */
 static void after_fork_in_child(void)
 {
-    the_store = NULL;
-    store_once = (pthread_once_t)PTHREAD_ONCE_INIT;
-    memset(&proc_stats, 0, sizeof proc_stats);
-    stat_memory_hits = stat_translations = stat_failed = stat_failed_shared = 0;
+    pipeline_after_fork_in_child();
     pending_captures_reset();
     capture_after_fork_in_child();
-    claims_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
-    nclaims = 0; /* the parent's; its thread is not in this process */
-    reaper_running = 0;
     atomic_store_explicit(&idle_child, 1, memory_order_relaxed);
 }
 
@@ -376,8 +169,6 @@ void pc_init(const struct cl_api *real_api)
 }
 
 /* ---- records ------------------------------------------------------------- */
-
-static store *get_store(void);
 
 /* ---- pending late captures (see progcache.h) ------------------------------ */
 
@@ -501,6 +292,7 @@ void pc_sync_point(void)
 {
     /* Capture under pending_lock: a record cannot be freed meanwhile (its
      * last release removes it from this list first, under the same lock). */
+    int ran = 0;
     pthread_mutex_lock(&pending_lock);
     for (size_t i = 0; i < npending;) {
         struct pc_program *rec = pending[i];
@@ -508,26 +300,31 @@ void pc_sync_point(void)
             i++;
             continue;
         }
+        ran = 1;
         remove_pending_locked(rec);
         if (queue_capture_locked(rec) == 0) continue;
         pthread_mutex_lock(&rec->lock);
         capture(rec);
         pthread_mutex_unlock(&rec->lock);
     }
+    int still_owed = npending > 0;
     pthread_mutex_unlock(&pending_lock);
+    /* A first run generated code: the exit handler goes after its state. */
+    if (ran && still_owed) arm_owed_capture_at_exit();
 }
 
 static void free_devs(struct pc_program *rec)
 {
     for (size_t i = 0; i < rec->ndevs; i++) {
-        if (rec->devs[i].attached) memtier_detach(rec->devs[i].hash, rec->devs[i].attached);
-        if (rec->devs[i].needs_capture) drop_claim(rec->devs[i].hash);
-        free(rec->devs[i].key);
+        if (rec->devs[i].attached) memtier_detach(rec->flights[i].hash, rec->devs[i].attached);
+        pipeline_flight_free(&rec->flights[i]); /* a claim still held for a late store goes */
         free(rec->devs[i].log);
         free(rec->devs[i].object);
     }
     free(rec->devs);
+    free(rec->flights);
     rec->devs = NULL;
+    rec->flights = NULL;
     rec->ndevs = 0;
 }
 
@@ -722,71 +519,28 @@ static int stands_aside(const struct device_info *info)
     return 1;
 }
 
-/* Whether a compile may run the preprocessor beside it (cache/preproc.h):
- * only where a missing manifest means a missing binary, i.e. manifests are
- * always stored and no remote tier could answer the key. */
-static int preprocessor_may_overlap(void)
+/* The key of device i: the program's fields, then the pipeline finishes it
+ * (headers, input, hash). No key when the build must not be cached. */
+static void derive_key(struct pc_program *rec, const char *options, size_t i)
 {
-    const struct clshim_config *cfg = config_get();
-    return cfg->preproc_overlap && !cfg->cache_min_entry && !get_remote();
-}
-
-/* The header fields of a source program's key (cache/preproc.h): -1, with
- * the key freed, when the program cannot be cached. With `job` (a compile),
- * the preprocessor may be left running beside it: *job is then set and the
- * fields come from finish_source_headers() after the compile. */
-static int source_headers(struct key_buf *k, const struct key_source *in, const struct device_info *info,
-                          void *handle, struct preproc_job **job)
-{
-    char why[1024];
-    enum preproc_route route;
-    store *st = get_store(); /* opened first: the time below is the key's alone */
-    uint64_t t0 = now_ns();
-    int rc = job ? preproc_start(k, st, in, info->identity, preprocessor_may_overlap(), &route, job, why, sizeof why)
-                 : preproc_add_headers(k, st, in, info->identity, &route, why, sizeof why);
-    if (rc != 0) {
-        STAT_ADD(proc_stats.uncacheable, 1);
-        log_msg(LOG_INFO, "not caching program %p: %s", handle, why);
-        key_free(k);
-        return -1;
-    }
-    if (route != PREPROC_SCANNER && !(job && *job))
-        log_msg(LOG_INFO, "program %p: headers from %s in %.2f ms", handle,
-                route == PREPROC_DIRECT ? "its manifest (direct mode)" : "the preprocessor",
-                (now_ns() - t0) / 1e6);
-    return 0;
-}
-
-/* Key material for one device; NULL key when the build must not be cached. */
-static void derive_key(struct pc_program *rec, const char *options, struct pc_dev *d)
-{
-    const struct device_info *info = device_info(real, d->dev);
+    const struct device_info *info = device_info(real, rec->devs[i].dev);
     if (!info || stands_aside(info)) return;
     struct key_buf k;
     key_begin(&k, rec->kind, options);
     key_add_text(&k, "device", info->identity);
     if (rec->translated) key_add_text(&k, "route", "spirv->spir");
     if (rec->nspecs) qsort(rec->specs, rec->nspecs, sizeof *rec->specs, cmp_spec);
-    for (size_t i = 0; i < rec->nspecs; i++) {
+    for (size_t s = 0; s < rec->nspecs; s++) {
         char name[32], value[24];
         uint64_t v = 0;
-        memcpy(&v, rec->specs[i].value, 8);
-        snprintf(name, sizeof name, "spec.%u", rec->specs[i].id);
-        snprintf(value, sizeof value, "%zu:%016llx", rec->specs[i].size, (unsigned long long)v);
+        memcpy(&v, rec->specs[s].value, 8);
+        snprintf(name, sizeof name, "spec.%u", rec->specs[s].id);
+        snprintf(value, sizeof value, "%zu:%016llx", rec->specs[s].size, (unsigned long long)v);
         key_add_text(&k, name, value);
     }
-    if (rec->kind == KEY_SOURCE) {
-        struct key_source in = {.source = rec->input, .len = rec->input_len, .options = options};
-        if (source_headers(&k, &in, info, (void *)rec->handle, NULL) != 0) return;
-    }
-    key_add_blob(&k, "input", rec->input, rec->input_len);
-    if (k.oom) {
-        key_free(&k);
-        return;
-    }
-    d->key = k.data;
-    d->key_len = k.len;
-    d->hash = key_hash(k.data, k.len);
+    struct key_source in = {.source = rec->input, .len = rec->input_len, .options = options};
+    pipeline_key(&rec->flights[i], &k, rec->kind == KEY_SOURCE ? &in : NULL, info->identity, rec->input,
+                 rec->input_len, rec->handle);
 }
 
 /* Nonzero when reading the binaries of `prog` would make a device's driver
@@ -884,51 +638,6 @@ static char *read_build_log(cl_program prog, cl_device_id dev)
     return log;
 }
 
-static void key_prefix(struct cache_hash h, char out[17])
-{
-    char hex[33];
-    key_hash_hex(h, hex);
-    memcpy(out, hex, 16);
-    out[16] = 0;
-}
-
-/* Waits for another process building the same key; 0 with the record when
- * it appeared, -1 when we should build (claim taken, or waited too long). */
-static int wait_for_other_builder(store *st, const struct pc_dev *d, struct store_record *rec, void **arena,
-                                  int *claimed)
-{
-    uint64_t wait_ms = config_get()->build_wait_ms;
-    uint64_t deadline = now_ns() + wait_ms * 1000000u;
-    unsigned sleep_us = 5000;
-    for (;;) {
-        int rc = store_claim_build(st, d->hash, wait_ms ? wait_ms : 1);
-        if (rc == CLSHIM_OK) {
-            *claimed = 1;
-            /* The other builder may have stored and released just now. */
-            if (store_get(st, d->hash, d->key, d->key_len, rec, arena) == CLSHIM_OK) return 0;
-            return -1;
-        }
-        if (rc != CLSHIM_EBUSY) return -1;
-        if (now_ns() > deadline) {
-            log_msg(LOG_INFO, "waited %llu ms for another process compiling the same program; compiling here",
-                    (unsigned long long)wait_ms);
-            return -1;
-        }
-        usleep(sleep_us);
-        if (sleep_us < 50000) sleep_us *= 2;
-        if (store_get(st, d->hash, d->key, d->key_len, rec, arena) == CLSHIM_OK) return 0;
-    }
-}
-
-struct lookup {
-    memtier_entry *entry; /* pinned */
-    int filling;          /* we own the fill */
-    int claimed;          /* we hold the cross-process claim */
-    int from_disk;
-    int failed;           /* a concurrent build of the key failed: shared */
-    int from_remote;      /* found on the remote tier (and stored locally) */
-};
-
 /* Translates the IL of rec to SPIR and creates the program from it. */
 static cl_program translate_il(struct pc_program *rec, cl_uint ndev, const cl_device_id *devs, cl_int *err,
                                char *why, size_t why_len)
@@ -954,7 +663,7 @@ static cl_program translate_il(struct pc_program *rec, cl_uint ndev, const cl_de
         *err = CL_BUILD_PROGRAM_FAILURE;
         return NULL;
     }
-    STAT_ADD(stat_translations, 1);
+    pipeline_count_translation();
     log_msg(LOG_INFO, "translated SPIR-V program %p to SPIR (%zu bytes) in %.1f ms", (void *)rec->handle,
             bc_size, (now_ns() - t0) / 1e6);
     const unsigned char **bins = calloc(ndev, sizeof *bins);
@@ -1016,63 +725,53 @@ static int retain_program_object(void *program)
     return real->clRetainProgram((cl_program)program) == CL_SUCCESS ? 0 : -1;
 }
 
-static const unsigned char *entry_binary(memtier_entry *e, const struct pc_dev *d, size_t *size)
+static const unsigned char *entry_binary(struct pipeline_flight *f, cl_device_id dev, size_t *size)
 {
-    const unsigned char *bin = memtier_binary(e, size);
-    if (bin) return bin;
-    cl_program other = memtier_any_object_retain(e, retain_program_object);
+    const unsigned char *bin = pipeline_binary(f, size);
+    if (bin || !f->entry) return bin;
+    cl_program other = memtier_any_object_retain(f->entry, retain_program_object);
     if (!other) return NULL;
+    struct pc_dev want = {.dev = dev};
     void *b = NULL;
     size_t n = 0;
-    if (read_binaries(other, 1, d, &b, &n) == 0) memtier_refill(e, b, n);
+    if (read_binaries(other, 1, &want, &b, &n) == 0) memtier_refill(f->entry, b, n);
     real->clReleaseProgram(other);
     free(b);
-    return memtier_binary(e, size);
+    return pipeline_binary(f, size);
 }
 
-/* A hit: the record gets a program of its own made from the cached
- * binaries. Never the program object of another record, even in the same
- * context: program-scope variables and rebuilds belong to one app program
- * (share binaries, never program objects). */
-static cl_int substitute(struct pc_program *rec, cl_uint ndev, const cl_device_id *devs, const char *options,
-                         struct lookup *lk)
+/* A hit: a program of its own made from the cached binaries (built when
+ * `build`; a compiled object is not). Never the program object of another
+ * record, even in the same context: program-scope variables and rebuilds
+ * belong to one app program (share binaries, never program objects). */
+static cl_program program_from_hits(cl_context ctx, struct pipeline_flight *fl, cl_uint ndev,
+                                    const cl_device_id *devs, const char *options, int build, cl_int *err)
 {
-    {
-        const unsigned char **bins = calloc(ndev, sizeof *bins);
-        size_t *sizes = calloc(ndev, sizeof *sizes);
-        cl_int *status = calloc(ndev, sizeof *status);
-        cl_int err = CL_OUT_OF_HOST_MEMORY;
-        cl_program p = NULL;
-        int complete = bins && sizes && status;
-        for (cl_uint i = 0; complete && i < ndev; i++)
-            complete = (bins[i] = entry_binary(lk[i].entry, &rec->devs[i], &sizes[i])) != NULL;
-        if (complete) p = real->clCreateProgramWithBinary(rec->context, ndev, devs, sizes, bins, status, &err);
-        else if (bins && sizes && status) err = CL_INVALID_BINARY;
-        free(bins);
-        free(sizes);
-        free(status);
-        if (!p) return err;
-        err = real->clBuildProgram(p, ndev, devs, options, NULL, NULL);
-        if (err != CL_SUCCESS) {
-            real->clReleaseProgram(p);
-            return err;
-        }
-        set_effective(rec, p);
+    const unsigned char **bins = calloc(ndev, sizeof *bins);
+    size_t *sizes = calloc(ndev, sizeof *sizes);
+    cl_program p = NULL;
+    *err = CL_OUT_OF_HOST_MEMORY;
+    int complete = bins && sizes;
+    for (cl_uint i = 0; complete && i < ndev; i++)
+        complete = (bins[i] = entry_binary(&fl[i], devs[i], &sizes[i])) != NULL;
+    if (complete) p = real->clCreateProgramWithBinary(ctx, ndev, devs, sizes, bins, NULL, err);
+    else if (bins && sizes) *err = CL_INVALID_BINARY;
+    free(bins);
+    free(sizes);
+    if (p && build && (*err = real->clBuildProgram(p, ndev, devs, options, NULL, NULL)) != CL_SUCCESS) {
+        real->clReleaseProgram(p);
+        p = NULL;
     }
-    for (cl_uint i = 0; i < ndev; i++) {
+    return p;
+}
+
+/* The app-visible logs of a hit: the original build's. */
+static void logs_from_hits(struct pc_program *rec)
+{
+    for (size_t i = 0; i < rec->ndevs; i++) {
         free(rec->devs[i].log);
-        rec->devs[i].log = strdup(memtier_build_log(lk[i].entry));
+        rec->devs[i].log = strdup(pipeline_build_log(&rec->flights[i]));
     }
-    return CL_SUCCESS;
-}
-
-/* What happens to a binary captured late, as the miss line says it. */
-static const char *late_store_plan(void)
-{
-    const struct clshim_config *cfg = config_get();
-    if (!cfg->cache || !get_store()) return "not stored (no persistent cache)";
-    if (cfg->cache_readonly) return "not stored (read-only cache)";
-    return "to be stored at its first use or release (not stored if neither happens before exit)";
 }
 
 /* Whether this build's binary is stored later (see CLSHIM_CAPTURE). */
@@ -1090,187 +789,75 @@ static int capture_late(const struct pc_program *rec)
     return lazy;
 }
 
-/* A late capture: the in-memory tier gets the built program itself now;
- * the binary is read and stored when the program is released. */
-static void keep_built(struct pc_program *rec, cl_program built, struct lookup *lk, uint64_t compile_ns)
+/* After the driver built `built` for rec (a build or a link): the pipeline
+ * stores its binaries now, or — a late capture — gets the program itself
+ * (the binary is read at first use, release or exit: capture()), or shares
+ * the failure (builds: `share_failure`). */
+static void after_driver_build(struct pc_program *rec, cl_program built, cl_int err, const struct pipeline_clock *clk,
+                               int share_failure)
 {
-    for (size_t i = 0; i < rec->ndevs; i++) {
-        struct pc_dev *d = &rec->devs[i];
-        if (!lk[i].filling) continue;
-        STAT_ADD(proc_stats.misses, 1);
-        char *log = read_build_log(built, d->dev);
-        d->compile_ns = compile_ns / rec->ndevs;
-        /* Attach before filling: waiters wake to the program. */
-        if (real->clRetainProgram(built) == CL_SUCCESS) {
-            memtier_attach(lk[i].entry, built, rec->context, release_program_object);
-            d->attached = built;
-        }
-        memtier_fill(lk[i].entry, NULL, 0, log, d->compile_ns);
-        lk[i].filling = 0;
-        d->needs_capture = 1;
-        d->stored_size = 0;
-        /* Waiting processes want the binary captured at first use: the
-         * claim stays, for CLAIM_GRACE_BUILDS builds' time at most. */
-        if (lk[i].claimed && hold_claim(d->hash, CLAIM_GRACE_BUILDS * compile_ns) == 0) lk[i].claimed = 0;
-        char prefix[17];
-        key_prefix(d->hash, prefix);
-        const struct device_info *info = device_info(real, d->dev);
-        log_msg(LOG_INFO, "miss %s on '%s': compiled in %.1f ms, %s", prefix,
-                info ? info->name : "?", d->compile_ns / 1e6, late_store_plan());
-        free(log);
-    }
-}
-
-static void store_built(struct pc_program *rec, cl_program built, struct lookup *lk, uint64_t compile_ns)
-{
-    store *st = get_store();
     size_t n = rec->ndevs;
-    int any_key = 0; /* binaries are read only to be kept (uncacheable: none) */
-    for (size_t i = 0; i < n; i++) any_key |= rec->devs[i].key != NULL || lk[i].filling;
-    if (!any_key) return;
+    struct pipeline_flight *fl = rec->flights;
+    if (err == CL_SUCCESS && built && binaries_unsafe(built, n, rec->devs))
+        pipeline_uncacheable(fl, n); /* built, but its binary must never be read */
+    int any_fill = 0;
+    for (size_t i = 0; i < n; i++) any_fill |= fl[i].filling;
+    char **logs = calloc(n, sizeof *logs);
     void **bins = calloc(n, sizeof *bins);
     size_t *sizes = calloc(n, sizeof *sizes);
-    if (!bins || !sizes || read_binaries(built, n, rec->devs, bins, sizes) != 0) {
-        for (size_t i = 0; i < n; i++)
-            if (lk[i].filling) {
-                STAT_ADD(proc_stats.misses, 1);
-                memtier_abandon(lk[i].entry), lk[i].entry = NULL, lk[i].filling = 0;
+    for (size_t i = 0; logs && i < n; i++)
+        logs[i] = rec->devs[i].log ? strdup(rec->devs[i].log)
+                                   : built ? read_build_log(built, rec->devs[i].dev) : NULL;
+    struct pipeline_output out = {.error = err == CL_SUCCESS && !built ? CL_OUT_OF_HOST_MEMORY : err,
+                                  .logs = (const char *const *)logs, .clock = clk, .share_failure = share_failure};
+    if (out.error == CL_SUCCESS && any_fill) {
+        if (capture_late(rec)) {
+            out.late = 1;
+            /* Attached before the fill: waiters wake to the program. */
+            for (size_t i = 0; i < n; i++) {
+                if (!fl[i].filling || real->clRetainProgram(built) != CL_SUCCESS) continue;
+                if (pipeline_attach(&fl[i], built, rec->context, release_program_object) == 0)
+                    rec->devs[i].attached = built;
+                else
+                    real->clReleaseProgram(built);
             }
-        log_msg(LOG_INFO, "cannot read the built binaries of program %p; not cached", (void *)rec->handle);
-        goto out;
-    }
-    for (size_t i = 0; i < n; i++) {
-        struct pc_dev *d = &rec->devs[i];
-        if (!lk[i].filling) continue;
-        STAT_ADD(proc_stats.misses, 1);
-        char *log = read_build_log(built, d->dev);
-        d->compile_ns = compile_ns / n;
-        memtier_fill(lk[i].entry, bins[i], sizes[i], log, d->compile_ns);
-        lk[i].filling = 0;
-        d->needs_capture = 1;
-        d->stored_size = sizes[i];
-        char prefix[17];
-        key_prefix(d->hash, prefix);
-        const struct device_info *info = device_info(real, d->dev);
-        if (st) {
-            struct store_record sr = {bins[i], sizes[i], log ? log : "", d->compile_ns, (uint32_t)rec->kind,
-                                      info ? info->name : ""};
-            int rc = tier_put(st, d->hash, d->key, d->key_len, &sr);
-            if (rc == CLSHIM_OK) STAT_ADD(proc_stats.stores, 1);
-            else if (rc != CLSHIM_EREADONLY && rc != CLSHIM_ETOOBIG)
-                LOG_ONCE(LOG_WARN, "cannot store a built program (%s); the app goes on uncached",
-                         clshim_strerror(rc));
-            log_msg(LOG_INFO, "miss %s on '%s': compiled in %.1f ms, %s %zu bytes", prefix,
-                    info ? info->name : "?", d->compile_ns / 1e6, rc == CLSHIM_OK ? "stored" : "not stored",
-                    sizes[i]);
+            for (size_t i = 0; i < n; i++) rec->devs[i].needs_capture = fl[i].filling;
+        } else if (bins && sizes && read_binaries(built, n, rec->devs, bins, sizes) == 0) {
+            out.binaries = (const void *const *)bins;
+            out.sizes = sizes;
+            for (size_t i = 0; i < n; i++) rec->devs[i].needs_capture = fl[i].filling;
         } else {
-            log_msg(LOG_INFO, "miss %s on '%s': compiled in %.1f ms", prefix, info ? info->name : "?",
-                    d->compile_ns / 1e6);
+            log_msg(LOG_INFO, "cannot read the built binaries of program %p; not cached", (void *)rec->handle);
         }
-        free(log);
     }
-out:
-    for (size_t i = 0; bins && i < n; i++) free(bins[i]);
+    pipeline_built(fl, n, &out);
+    for (size_t i = 0; i < n; i++) {
+        if (logs) free(logs[i]);
+        if (bins) free(bins[i]);
+    }
+    free(logs);
     free(bins);
     free(sizes);
 }
 
-/* A failed build: counted as failed, logged once, and its error and log
- * filled into the in-memory tier so concurrent and later builds of the key
- * in this process answer the same without compiling again. */
-static void share_failure(struct pc_program *rec, cl_program built, struct lookup *lk, cl_int err,
-                          uint64_t compile_ns)
+/* New device and flight arrays for a build, compile or link of rec (its
+ * lock held); -1 when out of memory. */
+static int new_devs(struct pc_program *rec, cl_uint ndev, const cl_device_id *devs, enum key_kind kind)
 {
-    STAT_ADD(stat_failed, 1);
-    for (size_t i = 0; i < rec->ndevs; i++) {
-        struct pc_dev *d = &rec->devs[i];
-        char *log = d->log ? strdup(d->log) : read_build_log(built, d->dev);
-        char prefix[17] = "(uncached)";
-        if (d->key) key_prefix(d->hash, prefix);
-        const struct device_info *info = device_info(real, d->dev);
-        log_msg(LOG_INFO, "build failed %s on '%s' in %.1f ms (error %d)", prefix, info ? info->name : "?",
-                compile_ns / rec->ndevs / 1e6, err);
-        /* Only a compile error is the inputs' own: a transient fault (out
-         * of resources) is not remembered, waiters then build themselves. */
-        if (lk[i].filling && (err == CL_BUILD_PROGRAM_FAILURE || err == CL_INVALID_BUILD_OPTIONS))
-            memtier_fail(lk[i].entry, err, log ? log : "", compile_ns / rec->ndevs);
-        else if (lk[i].filling)
-            memtier_abandon(lk[i].entry), lk[i].entry = NULL;
-        lk[i].filling = 0;
-        free(log);
+    free_devs(rec);
+    rec->devs = calloc(ndev, sizeof *rec->devs);
+    rec->flights = calloc(ndev, sizeof *rec->flights);
+    if (!rec->devs || !rec->flights) {
+        free_devs(rec);
+        return -1;
     }
-}
-
-/* Looks every device's key up; returns 1 when all hit. */
-static int lookup_all(struct pc_program *rec, struct lookup *lk)
-{
-    store *st = get_store();
-    int all_hit, own_fill = 0;
-    for (size_t i = 0; i < rec->ndevs; i++) {
-        struct pc_dev *d = &rec->devs[i];
-        if (!d->key) continue;
-        /* Never wait for another thread while owning a fill: two builders
-         * of overlapping device sets could otherwise wait on each other. */
-        enum memtier_result r = memtier_acquire(d->hash, !own_fill, &lk[i].entry);
-        if (r == MEMTIER_HIT && memtier_failure(lk[i].entry)) {
-            lk[i].failed = 1; /* a build of this key failed in this process */
-            continue;
-        }
-        if (r == MEMTIER_HIT && !memtier_servable(lk[i].entry)) {
-            /* Its builder's program is gone and no bytes were kept. */
-            memtier_discard(lk[i].entry);
-            memtier_release(lk[i].entry);
-            r = memtier_acquire(d->hash, !own_fill, &lk[i].entry);
-        }
-        if (r == MEMTIER_HIT) {
-            STAT_ADD(stat_memory_hits, 1);
-            continue;
-        }
-        if (r != MEMTIER_FILL) continue;
-        lk[i].filling = own_fill = 1;
-        if (!st) continue;
-        struct store_record sr;
-        void *arena = NULL;
-        int rc = tier_get(st, d->hash, d->key, d->key_len, 1, &sr, &arena, &lk[i].from_remote);
-        if (rc == CLSHIM_ENOTFOUND) rc = wait_for_other_builder(st, d, &sr, &arena, &lk[i].claimed) == 0
-                                              ? CLSHIM_OK : CLSHIM_ENOTFOUND;
-        if (log_enabled(LOG_DEBUG)) {
-            char prefix[17];
-            key_prefix(d->hash, prefix);
-            log_msg(LOG_DEBUG, "lookup %s: %s", prefix, rc == CLSHIM_OK ? "found on disk" : clshim_strerror(rc));
-        }
-        if (rc == CLSHIM_OK) {
-            memtier_fill(lk[i].entry, sr.binary, sr.binary_size, sr.build_log, sr.compile_ns);
-            lk[i].filling = 0;
-            lk[i].from_disk = 1;
-            d->stored_size = sr.binary_size;
-            store_record_free(arena);
-            if (lk[i].claimed) store_release_build(st, d->hash), lk[i].claimed = 0;
-            continue;
-        }
-        if (rc == CLSHIM_ECORRUPT || rc == CLSHIM_ECOLLISION)
-            log_msg(LOG_WARN, "cache entry for program %p is %s; rebuilding it", (void *)rec->handle,
-                    clshim_strerror(rc));
-        if (!lk[i].claimed) store_claim_build(st, d->hash, config_get()->build_wait_ms), lk[i].claimed = 1;
+    rec->ndevs = ndev;
+    for (cl_uint i = 0; i < ndev; i++) {
+        rec->devs[i].dev = devs[i];
+        rec->flights[i].device = device_name(devs[i]);
+        rec->flights[i].kind = kind;
     }
-    all_hit = rec->ndevs > 0;
-    for (size_t i = 0; i < rec->ndevs; i++) all_hit &= lk[i].entry && !lk[i].filling;
-    return all_hit;
-}
-
-static void finish_lookups(struct pc_program *rec, struct lookup *lk)
-{
-    store *st = get_store();
-    for (size_t i = 0; i < rec->ndevs; i++) {
-        /* The fleet claim goes now unless a capture still owes the binary
-         * (a push gave it up already; an uncacheable or failed build never
-         * pushes). */
-        if (!rec->devs[i].needs_capture && get_remote())
-            remote_release(get_remote(), rec->devs[i].hash);
-        if (lk[i].filling) memtier_abandon(lk[i].entry);
-        else if (lk[i].entry) memtier_release(lk[i].entry);
-        if (lk[i].claimed && st) store_release_build(st, rec->devs[i].hash);
-    }
+    return 0;
 }
 
 static cl_int build_program(cl_program prog, cl_uint num_devices, const cl_device_id *device_list,
@@ -1294,115 +881,65 @@ static cl_int build_program(cl_program prog, cl_uint num_devices, const cl_devic
     }
 
     pthread_mutex_lock(&rec->lock);
-    free_devs(rec);
     free(rec->options);
     rec->options = strdup(options ? options : "");
-    rec->devs = calloc(ndev, sizeof *rec->devs);
-    struct lookup *lk = calloc(ndev, sizeof *lk);
-    cl_int err;
-    if (!rec->devs || !lk || !rec->options) {
-        free(lk);
-        free_devs(rec);
+    if (new_devs(rec, ndev, devs, rec->kind) != 0 || !rec->options) {
         pthread_mutex_unlock(&rec->lock);
         free(owned);
         return rec->translated ? CL_OUT_OF_HOST_MEMORY
                                : real->clBuildProgram(prog, num_devices, device_list, options, notify, user_data);
     }
-    rec->ndevs = ndev;
-    for (cl_uint i = 0; i < ndev; i++) {
-        rec->devs[i].dev = devs[i];
-        if (config_get()->cache) derive_key(rec, options, &rec->devs[i]);
-    }
-
-    uint64_t t0 = now_ns();
-    int all_hit = lookup_all(rec, lk);
     need_exit_handler(); /* the driver is loaded by now */
-    err = CL_BUILD_PROGRAM_FAILURE;
+    for (cl_uint i = 0; i < ndev; i++)
+        if (config_get()->cache) derive_key(rec, options, i);
+
+    struct pipeline_flight *fl = rec->flights;
+    enum pipeline_result r = pipeline_begin(fl, ndev, PIPELINE_SHARE_FAILURE | PIPELINE_FLEET_CLAIM);
+    cl_int err = CL_BUILD_PROGRAM_FAILURE;
     rec->failed = 0;
-    int shared_failure = 0;
-    for (cl_uint i = 0; all_hit && i < ndev; i++)
-        if (lk[i].failed) shared_failure = memtier_failure(lk[i].entry);
-    if (shared_failure) {
+    if (r == PIPELINE_FAILED) {
         /* Single flight shares failures: the app sees the driver's error,
          * status and log of the one build that ran. */
         set_effective(rec, NULL);
         rec->failed = 1;
-        err = shared_failure;
-        for (cl_uint i = 0; i < ndev; i++) {
-            free(rec->devs[i].log);
-            rec->devs[i].log = strdup(memtier_build_log(lk[i].entry));
-            char prefix[17];
-            key_prefix(rec->devs[i].hash, prefix);
-            if (lk[i].failed)
-                log_msg(LOG_INFO, "failed build %s shared: error %d, not compiled again", prefix, err);
-        }
-        STAT_ADD(stat_failed_shared, 1);
-        all_hit = -1;
-    } else if (all_hit) {
-        err = substitute(rec, ndev, devs, options, lk);
-        if (err == CL_SUCCESS) {
-            double ms = (now_ns() - t0) / 1e6;
-            for (cl_uint i = 0; i < ndev; i++) {
-                char prefix[17];
-                key_prefix(rec->devs[i].hash, prefix);
-                uint64_t saved = memtier_compile_ns(lk[i].entry);
-                const struct device_info *info = device_info(real, devs[i]);
-                STAT_ADD(proc_stats.hits, 1);
-                STAT_ADD(proc_stats.compile_ns_saved, saved > (uint64_t)(ms * 1e6) ? saved - (uint64_t)(ms * 1e6) : 0);
-                log_msg(LOG_INFO, "hit %s on '%s' (%s): %.1f ms instead of %.1f ms", prefix, info ? info->name : "?",
-                        lk[i].from_remote ? "remote" : lk[i].from_disk ? "disk" : "memory", ms,
-                        saved / 1e6);
-            }
+        for (cl_uint i = 0; i < ndev; i++)
+            if (pipeline_failure(&fl[i])) err = pipeline_failure(&fl[i]);
+        logs_from_hits(rec);
+        pipeline_failure_shared(fl, ndev);
+    } else if (r == PIPELINE_HIT) {
+        cl_program p = program_from_hits(rec->context, fl, ndev, devs, options, 1, &err);
+        if (p) {
+            set_effective(rec, p);
+            logs_from_hits(rec);
+            pipeline_hit(fl, ndev);
         } else {
             /* The driver refused a cached binary: rebuild and replace it. */
-            STAT_ADD(proc_stats.rejected, 1);
-            LOG_ONCE(LOG_WARN, "the driver rejected a cached binary (error %d); rebuilding and replacing it", err);
-            log_msg(LOG_INFO, "the driver rejected the cached binary of program %p (error %d); rebuilding",
-                    (void *)prog, err);
-            store *st = get_store();
-            for (cl_uint i = 0; i < ndev; i++) {
-                if (st) store_delete(st, rec->devs[i].hash);
-                memtier_discard(lk[i].entry);
-                memtier_release(lk[i].entry);
-                lk[i].entry = NULL;
-                /* Refill from the rebuild below, if nobody else pins it. */
-                if (memtier_acquire(rec->devs[i].hash, 0, &lk[i].entry) == MEMTIER_FILL) lk[i].filling = 1;
-            }
-            all_hit = 0;
+            pipeline_rejected(fl, ndev, err, prog);
+            r = PIPELINE_BUILD;
         }
     }
-    if (!all_hit) {
-        uint64_t b0 = now_ns();
+    if (r == PIPELINE_BUILD) {
+        struct pipeline_clock clk;
+        pipeline_clock_start(&clk);
         err = driver_build(rec, ndev, devs, options);
-        uint64_t compile_ns = now_ns() - b0;
+        pipeline_clock_stop(&clk);
         cl_program built = rec->effective ? rec->effective : rec->handle;
-        if (err == CL_SUCCESS && binaries_unsafe(built, rec->ndevs, rec->devs)) {
-            /* Built, but its binary must never be read: not cached. */
-            STAT_ADD(proc_stats.uncacheable, 1);
-            for (size_t i = 0; i < rec->ndevs; i++) {
-                if (lk[i].filling) memtier_abandon(lk[i].entry), lk[i].entry = NULL, lk[i].filling = 0;
-                free(rec->devs[i].key);
-                rec->devs[i].key = NULL;
-            }
-        }
-        if (err != CL_SUCCESS) share_failure(rec, built, lk, err, compile_ns);
-        else if (capture_late(rec)) keep_built(rec, built, lk, compile_ns);
-        else store_built(rec, built, lk, compile_ns);
+        after_driver_build(rec, built, err, &clk, 1);
     }
-    finish_lookups(rec, lk);
-    free(lk);
+    pipeline_end(fl, ndev);
     int late = 0;
     for (size_t i = 0; i < rec->ndevs; i++) late |= rec->devs[i].needs_capture;
     rec->ran = 0;
     pthread_mutex_unlock(&rec->lock);
-    if (late) add_pending(rec);
+    if (late) {
+        add_pending(rec);
+        arm_owed_capture_at_exit();
+    }
     free(owned);
     if (notify) notify(prog, user_data);
     return err;
 }
 
-/* Stores the program's binary again when it changed since it was stored
- * (PoCL adds work-group functions compiled at first enqueue). */
 /* Gives the in-memory tier the bytes of a program it was lent, before the
  * program goes, so later builds in this process still hit. */
 static void keep_bytes_in_memory(struct cache_hash hash, const void *bin, size_t size)
@@ -1422,50 +959,35 @@ static int capture_wanted(const struct pc_program *rec)
 {
     int any = 0;
     for (size_t i = 0; i < rec->ndevs; i++)
-        any |= (rec->devs[i].needs_capture && rec->devs[i].key) || rec->devs[i].attached;
+        any |= (rec->devs[i].needs_capture && rec->flights[i].key) || rec->devs[i].attached;
     return any;
 }
 
+/* Reads the built binaries and hands those still owed to the pipeline
+ * (stored when they changed since the build). */
 static void capture(struct pc_program *rec)
 {
-    store *st = get_store();
     if (!capture_wanted(rec)) return;
+    store *st = pipeline_store();
     cl_program built = rec->effective ? rec->effective : rec->handle;
     void **bins = calloc(rec->ndevs, sizeof *bins);
     size_t *sizes = calloc(rec->ndevs, sizeof *sizes);
+    uint64_t cpu0 = thread_cpu_ns();
     if (bins && sizes && read_binaries(built, rec->ndevs, rec->devs, bins, sizes) == 0) {
+        uint64_t read_cpu = (thread_cpu_ns() - cpu0) / rec->ndevs;
         for (size_t i = 0; i < rec->ndevs; i++) {
             struct pc_dev *d = &rec->devs[i];
-            if (d->attached) keep_bytes_in_memory(d->hash, bins[i], sizes[i]);
-            if (!st || !d->needs_capture || !d->key || sizes[i] == d->stored_size) continue;
-            const struct device_info *info = device_info(real, d->dev);
+            struct pipeline_flight *f = &rec->flights[i];
+            if (d->attached) keep_bytes_in_memory(f->hash, bins[i], sizes[i]);
+            if (!st || !d->needs_capture || !f->key || sizes[i] == f->stored_size) continue;
             char *log = read_build_log(built, d->dev);
-            struct store_record sr = {bins[i], sizes[i], log ? log : "", d->compile_ns, (uint32_t)rec->kind,
-                                      info ? info->name : ""};
-            int rc = tier_put(st, d->hash, d->key, d->key_len, &sr);
-            char prefix[17];
-            key_prefix(d->hash, prefix);
-            if (rc == CLSHIM_OK) {
-                STAT_ADD(proc_stats.stores, d->stored_size == 0);
-                log_msg(LOG_INFO, "stored %s: %zu bytes%s", prefix, sizes[i],
-                        d->stored_size ? " (replaces the one stored at build)" : "");
-                d->stored_size = sizes[i];
-            } else if (rc != CLSHIM_EREADONLY && rc != CLSHIM_ETOOBIG) {
-                LOG_ONCE(LOG_WARN, "cannot store a built program (%s); the app goes on uncached",
-                         clshim_strerror(rc));
-            } else {
-                log_msg(LOG_INFO, "not stored %s (%zu bytes): %s", prefix, sizes[i], clshim_strerror(rc));
-            }
+            pipeline_store_late(f, bins[i], sizes[i], log, read_cpu);
             free(log);
             d->needs_capture = 0;
         }
     }
     /* Stored or not, waiting processes have nothing more to wait for. */
-    remote *rm = get_remote();
-    for (size_t i = 0; i < rec->ndevs; i++) {
-        drop_claim(rec->devs[i].hash);
-        if (rm) remote_release(rm, rec->devs[i].hash); /* a no-op after the push above */
-    }
+    for (size_t i = 0; i < rec->ndevs; i++) pipeline_let_go(&rec->flights[i]);
     for (size_t i = 0; bins && i < rec->ndevs; i++) free(bins[i]);
     free(bins);
     free(sizes);
@@ -1488,77 +1010,6 @@ static int device_list(cl_context ctx, cl_uint n, const cl_device_id *list, cl_d
     if (context_devices(ctx, owned, ndev) != 0) return -1;
     *devs = *owned;
     return 0;
-}
-
-/* Looks up every device's key on disk; fills bins/sizes/logs when all hit. */
-static int lookup_disk_all(struct pc_program *rec, const unsigned char **bins, size_t *sizes, void **arenas)
-{
-    store *st = get_store();
-    if (!st) return 0;
-    for (size_t i = 0; i < rec->ndevs; i++) {
-        struct pc_dev *d = &rec->devs[i];
-        struct store_record sr;
-        if (!d->key || tier_get(st, d->hash, d->key, d->key_len, 0, &sr, &arenas[i], &d->from_remote) != CLSHIM_OK)
-            return 0;
-        bins[i] = sr.binary;
-        sizes[i] = sr.binary_size;
-        free(d->log);
-        d->log = strdup(sr.build_log);
-        d->compile_ns = sr.compile_ns;
-        d->stored_size = sr.binary_size;
-    }
-    return rec->ndevs > 0;
-}
-
-static void log_hits(struct pc_program *rec, const char *what, double ms)
-{
-    for (size_t i = 0; i < rec->ndevs; i++) {
-        char prefix[17];
-        key_prefix(rec->devs[i].hash, prefix);
-        const struct device_info *info = device_info(real, rec->devs[i].dev);
-        STAT_ADD(proc_stats.hits, 1);
-        uint64_t used = (uint64_t)(ms * 1e6);
-        STAT_ADD(proc_stats.compile_ns_saved, rec->devs[i].compile_ns > used ? rec->devs[i].compile_ns - used : 0);
-        log_msg(LOG_INFO, "hit %s on '%s' (%s, %s): %.1f ms instead of %.1f ms", prefix, info ? info->name : "?",
-                rec->devs[i].from_remote ? "remote" : "disk", what, ms, rec->devs[i].compile_ns / 1e6);
-    }
-}
-
-/* A compile's key whose header fields the preprocessor is still finding. */
-struct pending_key {
-    struct preproc_job *job;
-    struct key_buf k;
-};
-
-/* After the compile: the preprocessor's fields complete each pending key,
- * or (it failed) the program is not cached on that device. */
-static void finish_source_headers(struct pc_program *rec, struct pending_key *pend, void *handle)
-{
-    for (size_t i = 0; pend && i < rec->ndevs; i++) {
-        if (!pend[i].job) continue;
-        struct pc_dev *d = &rec->devs[i];
-        struct key_buf *k = &pend[i].k;
-        char why[1024];
-        uint64_t ran_ns = 0, t0 = now_ns();
-        int rc = preproc_finish(pend[i].job, k, &ran_ns, why, sizeof why);
-        pend[i].job = NULL;
-        if (rc != 0) {
-            STAT_ADD(proc_stats.uncacheable, 1);
-            log_msg(LOG_INFO, "not caching program %p: %s", handle, why);
-            key_free(k);
-            continue;
-        }
-        log_msg(LOG_INFO, "program %p: headers from the preprocessor in %.2f ms, beside the compile (%.2f ms after it)",
-                handle, ran_ns / 1e6, (now_ns() - t0) / 1e6);
-        key_add_blob(k, "input", rec->input, rec->input_len);
-        if (k->oom) {
-            key_free(k);
-            continue;
-        }
-        d->key = k->data;
-        d->key_len = k->len;
-        d->hash = key_hash(k->data, k->len);
-    }
 }
 
 static cl_int compile_program(cl_program prog, cl_uint num_devices, const cl_device_id *device_list_in,
@@ -1590,20 +1041,24 @@ static cl_int compile_program(cl_program prog, cl_uint num_devices, const cl_dev
         return CL_INVALID_OPERATION; /* as the driver answers: kernels attached */
     }
     struct key_embedded *embedded = num_headers ? calloc(num_headers, sizeof *embedded) : NULL;
-    struct pending_key *pend = calloc(ndev, sizeof *pend);
     pthread_mutex_lock(&rec->lock);
     /* A stand-in of an earlier compile hit never answers for this one. */
     set_effective(rec, NULL);
-    free_devs(rec);
     free(rec->options);
     rec->options = strdup(options ? options : "");
-    rec->devs = calloc(ndev, sizeof *rec->devs);
-    rec->ndevs = rec->devs ? ndev : 0;
-    for (cl_uint i = 0; i < rec->ndevs; i++) {
-        struct pc_dev *d = &rec->devs[i];
-        d->dev = devs[i];
-        const struct device_info *info = device_info(real, d->dev);
-        if (!info || stands_aside(info)) continue;
+    if (new_devs(rec, ndev, devs, KEY_COMPILE) != 0) {
+        pthread_mutex_unlock(&rec->lock);
+        free(owned);
+        free(hrecs);
+        free(embedded);
+        return real->clCompileProgram(prog, num_devices, device_list_in, options, num_headers, headers, header_names,
+                                      notify, user_data);
+    }
+    need_exit_handler();
+    struct pipeline_flight *fl = rec->flights;
+    for (cl_uint i = 0; i < ndev; i++) {
+        const struct device_info *info = device_info(real, devs[i]);
+        if (!info || stands_aside(info) || (num_headers && !embedded)) continue;
         struct key_buf k;
         key_begin(&k, KEY_COMPILE, options);
         key_add_text(&k, "device", info->identity);
@@ -1611,96 +1066,61 @@ static cl_int compile_program(cl_program prog, cl_uint num_devices, const cl_dev
             char name[1100];
             snprintf(name, sizeof name, "embedded-header %s", header_names[h]);
             key_add_blob(&k, name, hrecs[h]->input, hrecs[h]->input_len);
-            if (embedded) embedded[h] = (struct key_embedded){header_names[h], hrecs[h]->input, hrecs[h]->input_len};
+            embedded[h] = (struct key_embedded){header_names[h], hrecs[h]->input, hrecs[h]->input_len};
         }
         struct key_source in = {rec->input, rec->input_len, options, embedded, embedded ? num_headers : 0};
-        struct preproc_job **job = pend ? &pend[i].job : NULL;
-        if ((num_headers && !embedded) || source_headers(&k, &in, info, (void *)prog, job) != 0) {
-            key_free(&k);
-            continue;
-        }
-        if (pend && pend[i].job) { /* completed after the compile */
-            pend[i].k = k;
-            continue;
-        }
-        if (k.oom) {
-            key_free(&k);
-            continue;
-        }
-        key_add_blob(&k, "input", rec->input, rec->input_len);
-        d->key = k.data;
-        d->key_len = k.len;
-        d->hash = key_hash(k.data, k.len);
+        pipeline_key(&fl[i], &k, &in, info->identity, rec->input, rec->input_len, prog);
     }
     free(hrecs);
     free(embedded);
-    int any_key = 0;
-    for (size_t i = 0; i < rec->ndevs; i++) any_key |= rec->devs[i].key != NULL;
-    const unsigned char **bins = calloc(ndev, sizeof *bins);
-    size_t *sizes = calloc(ndev, sizeof *sizes);
-    void **arenas = calloc(ndev, sizeof *arenas);
     cl_int err = CL_OUT_OF_HOST_MEMORY;
-    uint64_t t0 = now_ns();
-    need_exit_handler();
-    if (bins && sizes && arenas && lookup_disk_all(rec, bins, sizes, arenas)) {
-        cl_program p = real->clCreateProgramWithBinary(rec->context, ndev, devs, sizes, bins, NULL, &err);
+    if (pipeline_begin(fl, ndev, 0) == PIPELINE_HIT) {
+        cl_program p = program_from_hits(rec->context, fl, ndev, devs, NULL, 0, &err);
         if (p) {
             set_effective(rec, p);
             /* PoCL refuses binary queries on the unbuilt stand-in: they are
              * answered from these bytes. */
-            for (cl_uint i = 0; i < ndev; i++)
-                if ((rec->devs[i].object = malloc(sizes[i] ? sizes[i] : 1))) {
-                    memcpy(rec->devs[i].object, bins[i], sizes[i]);
-                    rec->devs[i].object_size = sizes[i];
+            for (cl_uint i = 0; i < ndev; i++) {
+                size_t size = 0;
+                const void *bin = pipeline_binary(&fl[i], &size);
+                if (bin && (rec->devs[i].object = malloc(size ? size : 1))) {
+                    memcpy(rec->devs[i].object, bin, size);
+                    rec->devs[i].object_size = size;
                 }
-            log_hits(rec, "compiled object", (now_ns() - t0) / 1e6);
-        } else {
-            STAT_ADD(proc_stats.rejected, 1);
-        }
-    }
-    for (cl_uint i = 0; arenas && i < ndev; i++) store_record_free(arenas[i]);
-    free(arenas);
-    if (!rec->effective) {
-        for (size_t i = 0; i < rec->ndevs; i++) {
-            free(rec->devs[i].log);
-            rec->devs[i].log = NULL;
-        }
-        uint64_t c0 = now_ns();
-        err = real->clCompileProgram(prog, ndev, devs, options, num_headers, headers, header_names, NULL, NULL);
-        uint64_t compile_ns = now_ns() - c0;
-        finish_source_headers(rec, pend, (void *)prog);
-        for (size_t i = 0; i < rec->ndevs; i++) any_key |= rec->devs[i].key != NULL;
-        store *st = get_store();
-        void **got = calloc(ndev, sizeof *got);
-        /* Binaries are read only to be stored (a hashcat object is ~5 MB). */
-        if (err == CL_SUCCESS && st && any_key && got &&
-            read_binaries(prog, rec->ndevs, rec->devs, got, sizes) == 0) {
-            for (size_t i = 0; i < rec->ndevs; i++) {
-                struct pc_dev *d = &rec->devs[i];
-                if (!d->key) continue;
-                char *log = read_build_log(prog, d->dev);
-                const struct device_info *info = device_info(real, d->dev);
-                d->compile_ns = compile_ns / rec->ndevs;
-                struct store_record sr = {got[i], sizes[i], log ? log : "", d->compile_ns, KEY_COMPILE,
-                                          info ? info->name : ""};
-                int rc = tier_put(st, d->hash, d->key, d->key_len, &sr);
-                STAT_ADD(proc_stats.misses, 1);
-                if (rc == CLSHIM_OK) STAT_ADD(proc_stats.stores, 1);
-                char prefix[17];
-                key_prefix(d->hash, prefix);
-                log_msg(LOG_INFO, "miss %s on '%s': compiled object in %.1f ms, %s %zu bytes", prefix,
-                        info ? info->name : "?", d->compile_ns / 1e6, rc == CLSHIM_OK ? "stored" : "not stored",
-                        sizes[i]);
-                free(log);
             }
+            logs_from_hits(rec);
+            pipeline_hit(fl, ndev);
+        } else {
+            pipeline_rejected(fl, ndev, err, prog);
         }
-        for (size_t i = 0; got && i < rec->ndevs; i++) free(got[i]);
-        free(got);
     }
-    finish_source_headers(rec, pend, (void *)prog); /* none left: a hit has every key */
-    free(pend);
-    free(bins);
-    free(sizes);
+    if (!rec->effective) {
+        struct pipeline_clock clk;
+        pipeline_clock_start(&clk);
+        err = real->clCompileProgram(prog, ndev, devs, options, num_headers, headers, header_names, NULL, NULL);
+        pipeline_clock_stop(&clk);
+        int any_fill = 0;
+        for (cl_uint i = 0; i < ndev; i++) any_fill |= fl[i].filling;
+        char **logs = calloc(ndev, sizeof *logs);
+        void **got = calloc(ndev, sizeof *got);
+        size_t *sizes = calloc(ndev, sizeof *sizes);
+        for (cl_uint i = 0; logs && i < ndev; i++) logs[i] = read_build_log(prog, devs[i]);
+        struct pipeline_output out = {.error = err, .logs = (const char *const *)logs, .clock = &clk};
+        /* Binaries are read only to be kept (a hashcat object is ~5 MB). */
+        if (err == CL_SUCCESS && any_fill && got && sizes && read_binaries(prog, ndev, rec->devs, got, sizes) == 0) {
+            out.binaries = (const void *const *)got;
+            out.sizes = sizes;
+        }
+        pipeline_built(fl, ndev, &out);
+        for (cl_uint i = 0; i < ndev; i++) {
+            if (logs) free(logs[i]);
+            if (got) free(got[i]);
+        }
+        free(logs);
+        free(got);
+        free(sizes);
+    }
+    pipeline_end(fl, ndev);
     pthread_mutex_unlock(&rec->lock);
     free(owned);
     if (notify) notify(prog, user_data);
@@ -1783,9 +1203,25 @@ cl_program pc_link(cl_context ctx, cl_uint num_devices, const cl_device_id *devi
     cl_uint ndev = 0;
     const cl_device_id *devs = NULL;
     int cacheable = config_get()->cache && device_list(ctx, num_devices, device_list_in, &owned, &ndev, &devs) == 0;
+    /* The record of the linked program, keyed per device by the options,
+     * the device and every input's compile key. */
     struct pc_program *out = calloc(1, sizeof *out);
-    struct pc_dev *dv = cacheable ? calloc(ndev, sizeof *dv) : NULL;
-    cacheable = cacheable && out && dv;
+    if (out) {
+        out->context = ctx;
+        out->kind = KEY_LINK;
+        out->refs = 1;
+        out->options = strdup(options ? options : "");
+        pthread_mutex_init(&out->lock, NULL);
+    }
+    cacheable = cacheable && out && new_devs(out, ndev, devs, KEY_LINK) == 0;
+    struct key_buf *kb = cacheable ? calloc(ndev, sizeof *kb) : NULL;
+    cacheable = cacheable && kb;
+    for (cl_uint d = 0; cacheable && d < ndev; d++) {
+        const struct device_info *info = device_info(real, devs[d]);
+        key_begin(&kb[d], KEY_LINK, options);
+        key_add_text(&kb[d], "device", info ? info->identity : "");
+        cacheable = info != NULL;
+    }
     /* Inputs: the program standing in for each (a hit's compiled object). */
     for (cl_uint i = 0; i < num_inputs; i++) {
         struct pc_program *in = objmap_get(programs, inputs[i]);
@@ -1794,105 +1230,67 @@ cl_program pc_link(cl_context ctx, cl_uint num_devices, const cl_device_id *devi
         if (mapped[i] != inputs[i] && real->clRetainProgram(mapped[i]) != CL_SUCCESS)
             mapped[i] = inputs[i]; /* the driver then answers for the input itself */
         for (cl_uint d = 0; cacheable && d < ndev; d++) {
-            const struct pc_dev *found = NULL;
+            const struct pipeline_flight *found = NULL;
             for (size_t j = 0; in && j < in->ndevs; j++)
-                if (in->devs[j].dev == devs[d] && in->devs[j].key) found = &in->devs[j];
+                if (in->devs[j].dev == devs[d] && in->flights[j].key) found = &in->flights[j];
             if (!found) {
                 cacheable = 0;
                 break;
             }
-            if (i == 0) {
-                const struct device_info *info = device_info(real, devs[d]);
-                struct key_buf k;
-                key_begin(&k, KEY_LINK, options);
-                key_add_text(&k, "device", info ? info->identity : "");
-                dv[d].key = k.data;
-                dv[d].key_len = k.len;
-                cacheable = info && !k.oom;
-            }
             char hex[33];
             key_hash_hex(found->hash, hex);
-            struct key_buf k = {dv[d].key, dv[d].key_len, dv[d].key_len, 0};
-            key_add_text(&k, "input-key", hex);
-            dv[d].key = k.data;
-            dv[d].key_len = k.len;
-            cacheable = cacheable && !k.oom;
+            key_add_text(&kb[d], "input-key", hex);
         }
         if (in) pthread_mutex_unlock(&in->lock);
     }
+    for (cl_uint d = 0; kb && d < ndev; d++) {
+        if (cacheable) cacheable = pipeline_key(&out->flights[d], &kb[d], NULL, NULL, NULL, 0, NULL) == 0;
+        else key_free(&kb[d]);
+    }
+    free(kb);
     cl_program result = NULL;
     cl_int err = CL_SUCCESS;
-    if (cacheable) {
-        out->context = ctx;
-        out->kind = KEY_LINK;
-        out->refs = 1;
-        out->devs = dv;
-        out->ndevs = ndev;
-        out->options = strdup(options ? options : "");
-        pthread_mutex_init(&out->lock, NULL);
-        for (cl_uint d = 0; d < ndev; d++) {
-            dv[d].dev = devs[d];
-            dv[d].hash = key_hash(dv[d].key, dv[d].key_len);
+    struct pipeline_flight *fl = cacheable ? out->flights : NULL;
+    need_exit_handler();
+    if (cacheable && pipeline_begin(fl, ndev, 0) == PIPELINE_HIT) {
+        result = program_from_hits(ctx, fl, ndev, devs, options, 1, &err);
+        if (result) {
+            out->answers_options = 1;
+            logs_from_hits(out);
+            pipeline_hit(fl, ndev);
+        } else {
+            pipeline_rejected(fl, ndev, err, NULL);
         }
-        const unsigned char **bins = calloc(ndev, sizeof *bins);
-        size_t *sizes = calloc(ndev, sizeof *sizes);
-        void **arenas = calloc(ndev, sizeof *arenas);
-        uint64_t t0 = now_ns();
-        if (bins && sizes && arenas && lookup_disk_all(out, bins, sizes, arenas)) {
-            result = real->clCreateProgramWithBinary(ctx, ndev, devs, sizes, bins, NULL, &err);
-            if (result && real->clBuildProgram(result, ndev, devs, options, NULL, NULL) != CL_SUCCESS) {
-                real->clReleaseProgram(result);
-                result = NULL;
-            }
-            if (result) {
-                out->answers_options = 1;
-                log_hits(out, "linked program", (now_ns() - t0) / 1e6);
-            } else {
-                STAT_ADD(proc_stats.rejected, 1);
-            }
-        }
-        for (cl_uint d = 0; arenas && d < ndev; d++) store_record_free(arenas[d]);
-        free(arenas);
-        free(bins);
-        free(sizes);
     }
     if (!result) {
-        if (out && out->devs)
-            for (cl_uint d = 0; d < ndev; d++) {
-                free(dv[d].log);
-                dv[d].log = NULL;
-            }
-        uint64_t t0 = now_ns();
-        need_exit_handler();
+        struct pipeline_clock clk;
+        pipeline_clock_start(&clk);
         result = real->clLinkProgram(ctx, num_devices, device_list_in, options, num_inputs, mapped, NULL, NULL, &err);
-        uint64_t link_ns = now_ns() - t0;
-        if (result && cacheable) {
+        pipeline_clock_stop(&clk);
+        if (cacheable) {
             out->handle = result;
-            for (cl_uint d = 0; d < ndev; d++) {
-                dv[d].compile_ns = link_ns / ndev;
-                dv[d].needs_capture = 1;
-                STAT_ADD(proc_stats.misses, 1);
-                char prefix[17];
-                key_prefix(dv[d].hash, prefix);
-                log_msg(LOG_INFO, "miss %s: linked in %.1f ms, %s", prefix, link_ns / 1e6, late_store_plan());
-            }
-            if (!capture_late(out)) capture(out);
+            after_driver_build(out, result, result || err != CL_SUCCESS ? err : CL_LINK_PROGRAM_FAILURE, &clk, 0);
         }
     }
+    if (cacheable) pipeline_end(fl, ndev);
     if (result && cacheable) {
         out->handle = result;
-        if (objmap_put(programs, result, out) != 0) cacheable = 0;
-        else if (dv[0].needs_capture) add_pending(out);
-    }
-    if (!(result && cacheable)) {
-        if (out) {
-            out->devs = dv;
-            out->ndevs = dv ? ndev : 0;
-            free_devs(out);
-            free(out->options);
-            if (out->refs) pthread_mutex_destroy(&out->lock);
-            free(out);
+        if (objmap_put(programs, result, out) != 0) {
+            cacheable = 0;
+        } else {
+            int late = 0;
+            for (cl_uint d = 0; d < ndev; d++) late |= out->devs[d].needs_capture;
+            if (late) {
+                add_pending(out);
+                arm_owed_capture_at_exit();
+            }
         }
+    }
+    if (!(result && cacheable) && out) {
+        free_devs(out);
+        free(out->options);
+        pthread_mutex_destroy(&out->lock);
+        free(out);
     }
     for (cl_uint i = 0; i < num_inputs; i++)
         if (mapped[i] != inputs[i]) real->clReleaseProgram(mapped[i]);
@@ -2321,51 +1719,46 @@ cl_int pc_get_device_info(cl_device_id dev, cl_device_info param, size_t size, v
 
 /* ---- derived programs ------------------------------------------------------ */
 
-/* A derived program just built, to be stored. */
-struct derived_pending {
-    cl_program program;
-    cl_device_id dev;
-    struct cache_hash hash;
-    char *key;
-    size_t key_len;
-    void *meta;
-    size_t meta_size;
-    uint64_t compile_ns;
-};
-
-static void store_derived(struct derived_pending *d)
+/* A derived program's cached value: the caller's metadata, then the binary
+ * (8-byte metadata length first). */
+static void *derived_value(const void *meta, size_t meta_size, const void *bin, size_t size, size_t *total)
 {
-    store *st = get_store();
-    struct pc_dev want = {.dev = d->dev};
-    void *bin = NULL;
-    size_t size = 0;
-    if (!st || read_binaries(d->program, 1, &want, &bin, &size) != 0) return;
-    size_t total = 8 + d->meta_size + size;
-    unsigned char *value = malloc(total);
-    if (value) {
-        uint64_t m = d->meta_size;
-        memcpy(value, &m, 8);
-        memcpy(value + 8, d->meta, d->meta_size);
-        memcpy(value + 8 + d->meta_size, bin, size);
-        const struct device_info *info = device_info(real, d->dev);
-        struct store_record sr = {value, total, "", d->compile_ns, KEY_FUSION, info ? info->name : ""};
-        if (tier_put(st, d->hash, d->key, d->key_len, &sr) == CLSHIM_OK) {
-            STAT_ADD(proc_stats.stores, 1);
-            char prefix[17];
-            key_prefix(d->hash, prefix);
-            log_msg(LOG_INFO, "stored derived program %s: %zu bytes", prefix, size);
-        }
-        free(value);
-    }
-    free(bin);
+    *total = 8 + meta_size + size;
+    unsigned char *value = malloc(*total);
+    if (!value) return NULL;
+    uint64_t m = meta_size;
+    memcpy(value, &m, 8);
+    memcpy(value + 8, meta, meta_size);
+    memcpy(value + 8 + meta_size, bin, size);
+    return value;
 }
 
-static void free_derived(struct derived_pending *d)
+/* A hit: the program from the cached value, its metadata to *meta. */
+static cl_program derived_from_hit(cl_context ctx, cl_device_id dev, const char *options,
+                                   const struct pipeline_flight *fl, void **meta, size_t *meta_size, cl_int *err)
 {
-    real->clReleaseProgram(d->program);
-    free(d->key);
-    free(d->meta);
-    free(d);
+    size_t total = 0;
+    const unsigned char *value = pipeline_binary(fl, &total);
+    uint64_t m = 0;
+    *err = CL_INVALID_BINARY;
+    if (!value || total < 8) return NULL;
+    memcpy(&m, value, 8);
+    if (m > total - 8 || !(*meta = malloc(m ? m : 1))) return NULL;
+    const unsigned char *bin = value + 8 + m;
+    size_t bin_size = total - 8 - m;
+    memcpy(*meta, value + 8, m);
+    *meta_size = m;
+    cl_program p = real->clCreateProgramWithBinary(ctx, 1, &dev, &bin_size, &bin, NULL, err);
+    if (p && (*err = real->clBuildProgram(p, 1, &dev, options, NULL, NULL)) != CL_SUCCESS) {
+        real->clReleaseProgram(p);
+        p = NULL;
+    }
+    if (!p) {
+        free(*meta);
+        *meta = NULL;
+        *meta_size = 0;
+    }
+    return p;
 }
 
 cl_program pc_build_derived(cl_context ctx, cl_device_id dev, const char *options, const void *key, size_t key_len,
@@ -2384,146 +1777,135 @@ cl_program pc_build_derived(cl_context ctx, cl_device_id dev, const char *option
         if (errcode_ret) *errcode_ret = info ? CL_OUT_OF_HOST_MEMORY : CL_INVALID_DEVICE;
         return NULL;
     }
-    struct cache_hash hash = key_hash(k.data, k.len);
-    char prefix[17];
-    key_prefix(hash, prefix);
-    store *st = config_get()->cache && !stands_aside(info) ? get_store() : NULL;
-    cl_program p = NULL;
-    if (st) {
-        struct store_record sr;
-        void *arena = NULL;
-        int from_remote;
-        if (tier_get(st, hash, k.data, k.len, 0, &sr, &arena, &from_remote) == CLSHIM_OK) {
-            uint64_t m = 0;
-            if (sr.binary_size >= 8) memcpy(&m, sr.binary, 8);
-            if (m <= sr.binary_size - 8 && (*meta = malloc(m ? m : 1))) {
-                const unsigned char *bin = (const unsigned char *)sr.binary + 8 + m;
-                size_t bin_size = sr.binary_size - 8 - m;
-                memcpy(*meta, (const unsigned char *)sr.binary + 8, m);
-                *meta_size = m;
-                p = real->clCreateProgramWithBinary(ctx, 1, &dev, &bin_size, &bin, NULL, &err);
-                if (p && (err = real->clBuildProgram(p, 1, &dev, options, NULL, NULL)) != CL_SUCCESS) {
-                    real->clReleaseProgram(p);
-                    p = NULL;
-                }
-                if (p) {
-                    STAT_ADD(proc_stats.hits, 1);
-                    log_msg(LOG_INFO, "hit derived program %s (%s)", prefix, from_remote ? "remote" : "disk");
-                } else {
-                    STAT_ADD(proc_stats.rejected, 1);
-                    free(*meta);
-                    *meta = NULL;
-                    *meta_size = 0;
-                }
-            }
-            store_record_free(arena);
-        }
-    }
-    if (p) {
-        key_free(&k);
-        return p;
-    }
     need_exit_handler();
-    /* Miss: make the bitcode, build it, keep it for the store. */
-    void *bc = NULL, *m = NULL;
-    size_t bc_size = 0, m_size = 0;
-    uint64_t t0 = now_ns();
-    if (make(arg, &bc, &bc_size, &m, &m_size) != 0) {
-        key_free(&k);
-        if (errcode_ret) *errcode_ret = CL_BUILD_PROGRAM_FAILURE;
-        return NULL;
-    }
-    const unsigned char *bin = bc;
-    p = real->clCreateProgramWithBinary(ctx, 1, &dev, &bc_size, &bin, NULL, &err);
-    free(bc);
-    if (p && (err = real->clBuildProgram(p, 1, &dev, options, NULL, NULL)) != CL_SUCCESS) {
-        real->clReleaseProgram(p);
-        p = NULL;
+    struct pipeline_flight fl = {.device = info->name, .kind = KEY_FUSION};
+    struct cache_hash hash = key_hash(k.data, k.len); /* for the log line when not cached */
+    int cached = 0;
+    if (config_get()->cache && !stands_aside(info)) cached = pipeline_key(&fl, &k, NULL, NULL, NULL, 0, NULL) == 0;
+    else key_free(&k);
+    cl_program p = NULL;
+    if (cached && pipeline_begin(&fl, 1, 0) == PIPELINE_HIT) {
+        p = derived_from_hit(ctx, dev, options, &fl, meta, meta_size, &err);
+        if (p) pipeline_hit(&fl, 1);
+        else pipeline_rejected(&fl, 1, err, NULL);
     }
     if (!p) {
+        /* Miss: make the bitcode, build it, keep it for the store. */
+        void *bc = NULL, *m = NULL;
+        size_t bc_size = 0, m_size = 0;
+        struct pipeline_clock clk;
+        pipeline_clock_start(&clk);
+        if (make(arg, &bc, &bc_size, &m, &m_size) == 0) {
+            const unsigned char *bin = bc;
+            p = real->clCreateProgramWithBinary(ctx, 1, &dev, &bc_size, &bin, NULL, &err);
+            free(bc);
+            if (p && (err = real->clBuildProgram(p, 1, &dev, options, NULL, NULL)) != CL_SUCCESS) {
+                real->clReleaseProgram(p);
+                p = NULL;
+            }
+        } else {
+            err = CL_BUILD_PROGRAM_FAILURE;
+        }
+        pipeline_clock_stop(&clk);
+        if (p && !(*meta = malloc(m_size ? m_size : 1))) {
+            real->clReleaseProgram(p);
+            p = NULL;
+            err = CL_OUT_OF_HOST_MEMORY;
+        }
+        if (p) {
+            memcpy(*meta, m, m_size);
+            *meta_size = m_size;
+        }
+        /* Stored now: a late capture would have to wait for a release the
+         * fusion layer only makes at exit. */
+        struct pc_dev want = {.dev = dev};
+        void *bin = NULL, *value = NULL;
+        size_t size = 0, total = 0;
+        if (p && fl.filling && read_binaries(p, 1, &want, &bin, &size) == 0)
+            value = derived_value(m, m_size, bin, size, &total);
+        const void *values[1] = {value};
+        struct pipeline_output out = {.error = p ? CL_SUCCESS : err, .binaries = value ? values : NULL,
+                                      .sizes = &total, .clock = &clk};
+        if (cached) pipeline_built(&fl, 1, &out);
+        else if (p) {
+            char hex[33];
+            key_hash_hex(hash, hex);
+            hex[16] = 0;
+            log_msg(LOG_INFO, "derived program %s made and built in %.1f ms (CLSHIM_CACHE=0: not cached)", hex,
+                    clk.wall_ns / 1e6);
+        }
+        free(value);
+        free(bin);
         free(m);
-        key_free(&k);
-        if (errcode_ret) *errcode_ret = err;
-        return NULL;
     }
-    if (config_get()->cache) {
-        STAT_ADD(proc_stats.misses, 1);
-        log_msg(LOG_INFO, "miss derived program %s: made and built in %.1f ms", prefix, (now_ns() - t0) / 1e6);
-    } else {
-        log_msg(LOG_INFO, "derived program %s made and built in %.1f ms (CLSHIM_CACHE=0: not cached)", prefix,
-                (now_ns() - t0) / 1e6);
-    }
-    *meta = malloc(m_size ? m_size : 1);
-    struct derived_pending *d = calloc(1, sizeof *d);
-    if (!*meta || !d) {
-        free(*meta);
-        free(d);
-        free(m);
-        key_free(&k);
-        real->clReleaseProgram(p);
-        if (errcode_ret) *errcode_ret = CL_OUT_OF_HOST_MEMORY;
-        return NULL;
-    }
-    memcpy(*meta, m, m_size);
-    *meta_size = m_size;
-    /* Stored now: a late capture would have to wait for a release the fusion
-     * layer only makes at exit, when reading a PoCL binary is not safe. */
-    if (real->clRetainProgram(p) == CL_SUCCESS) {
-        *d = (struct derived_pending){p, dev, hash, k.data, k.len, m, m_size, now_ns() - t0};
-        if (st) store_derived(d);
-        free_derived(d);
-    } else {
-        free(m);
-        key_free(&k);
-        free(d);
-    }
-    if (errcode_ret) *errcode_ret = CL_SUCCESS;
+    if (cached) pipeline_end(&fl, 1);
+    pipeline_flight_free(&fl);
+    if (errcode_ret) *errcode_ret = p ? CL_SUCCESS : err;
     return p;
 }
 
 /* ---- exit ---------------------------------------------------------------- */
 
 
-void pc_print_summary(void)
+void pc_print_summary(void) { pipeline_print_summary(); }
+
+/* At exit: the programs whose binaries are still owed (built here, and
+ * neither run and synchronised nor released: a GEGL-like app builds its
+ * largest program and exits without a synchronisation) are captured now,
+ * on the worker, within CLSHIM_CAPTURE_EXIT_BUDGET (issue 16); what the
+ * budget does not cover is given up, in one line. Inline (no worker) the
+ * captures stop at the same deadline. */
+static void capture_owed_at_exit(unsigned budget_ms)
 {
-    struct store_stats s = proc_stats;
-    double saved = s.compile_ns_saved / 1e6;
-    log_msg(LOG_WARN,
-            "summary: %llu hits (%llu from memory), %llu misses, %llu failed (%llu shared), %llu stored, %llu rejected, "
-            "%llu uncacheable, %llu IL translations; compile time saved %.1f ms",
-            (unsigned long long)s.hits, (unsigned long long)stat_memory_hits, (unsigned long long)s.misses,
-            (unsigned long long)stat_failed, (unsigned long long)stat_failed_shared,
-            (unsigned long long)s.stores, (unsigned long long)s.rejected, (unsigned long long)s.uncacheable,
-            (unsigned long long)stat_translations, saved);
+    pthread_mutex_lock(&pending_lock);
+    size_t owed = npending, queued = 0, skipped = 0;
+    if (!owed || !pipeline_store() || config_get()->cache_readonly) {
+        /* Nothing to store into: the miss lines said "not stored". */
+        pthread_mutex_unlock(&pending_lock);
+        return;
+    }
+    if (!budget_ms) {
+        pthread_mutex_unlock(&pending_lock);
+        log_msg(LOG_INFO, "%zu program%s built here not used or released before exit: not stored "
+                          "(CLSHIM_CAPTURE_EXIT_BUDGET=0)", owed, owed == 1 ? "" : "s");
+        return;
+    }
+    uint64_t t0 = now_ns(), deadline = t0 + (uint64_t)budget_ms * 1000000u;
+    while (npending) {
+        struct pc_program *rec = pending[0];
+        if (queue_capture_locked(rec) == 0) {
+            queued++;
+            continue;
+        }
+        remove_pending_locked(rec);
+        if (now_ns() >= deadline) {
+            skipped++;
+            continue;
+        }
+        pthread_mutex_lock(&rec->lock);
+        capture(rec);
+        pthread_mutex_unlock(&rec->lock);
+    }
+    pthread_mutex_unlock(&pending_lock);
+    uint64_t left_ms = (now_ns() - t0) / 1000000u;
+    size_t dropped = capture_exit(left_ms < budget_ms ? budget_ms - (unsigned)left_ms : 0);
+    size_t given_up = skipped + (dropped < queued ? dropped : queued);
+    if (given_up)
+        log_msg(LOG_INFO, "%zu of %zu program%s not used or released before exit: not stored, the exit budget "
+                          "(CLSHIM_CAPTURE_EXIT_BUDGET=%u ms) spent", given_up, owed, owed == 1 ? "" : "s",
+                budget_ms);
+    else
+        log_msg(LOG_INFO, "%zu program%s not used or released before exit: captured at exit in %.0f ms", owed,
+                owed == 1 ? "" : "s", (now_ns() - t0) / 1e6);
 }
 
 static void at_exit(void)
 {
     if (atomic_load_explicit(&idle_child, memory_order_relaxed)) return; /* a forked child that built nothing: the parent reports */
-    /* Late captures still pending are not stored (see program/origin.h): say so. */
-    size_t never = npending;
-    if (never && the_store && !config_get()->cache_readonly)
-        log_msg(LOG_INFO, "%zu program%s built here never ran nor were released before exit: not stored", never,
-                never == 1 ? "" : "s");
-    /* No captures here (see progcache.h): only what is already known is
-     * written — statistics and access times. */
+    capture_owed_at_exit(config_get()->capture_exit_budget); /* nothing left when owed_at_exit ran */
     /* Captures still queued for the worker: within the exit budget. */
     capture_exit(config_get()->capture_exit_budget);
-    store *st = the_store;
-    drop_all_claims();
-    if (the_remote) {
-        struct remote_counters rc;
-        remote_close(the_remote, &rc); /* waits a bounded time for queued pushes */
-        the_remote = NULL;
-        proc_stats.remote_hits = rc.hits, proc_stats.remote_misses = rc.misses;
-        proc_stats.remote_errors = rc.errors, proc_stats.remote_corrupt = rc.corrupt;
-        proc_stats.remote_pushes = rc.pushes;
-    }
-    if (st) {
-        store_stats_add(st, &proc_stats);
-        store_close(st);
-        the_store = NULL;
-    }
+    pipeline_exit();
     const struct clshim_config *cfg = config_get();
     if (cfg->stats || log_enabled(LOG_INFO)) {
         if (!log_enabled(LOG_WARN)) log_set_level(LOG_WARN);

@@ -6,7 +6,7 @@
  *  - Source (and native IL) programs: the handle is the program the app
  *    created. At clBuildProgram, per device, the key is looked up in the
  *    in-memory tier, then the persistent store, then the remote tier
- *    (cache/remote.h, CLSHIM_REMOTE; compile, link and derived programs
+ *    (cache/pipeline.h; compile, link and derived programs
  *    too). When every device hits, a
  *    second real program is created from the cached binaries and built (the
  *    "effective" program); the handle stays unbuilt and queries about the
@@ -17,12 +17,18 @@
  *    CL_KERNEL_PROGRAM.
  *  - On a miss the handle itself is built by the driver, and its binary is
  *    stored at once — or, on PoCL, at the first synchronisation after one of
- *    its kernels ran, or when the handle is released, never at exit (PoCL
- *    adds the work-group functions it compiles at first enqueue; that binary
+ *    its kernels ran, or when the handle is released, or at exit within
+ *    CLSHIM_CAPTURE_EXIT_BUDGET for a program that did neither (PoCL adds
+ *    the work-group functions it compiles at first enqueue; that binary
  *    loads several times faster). See program/origin.h. The captures at a
- *    synchronisation run on a background thread (program/capture.h), which
- *    holds a driver reference on the program until its capture is done;
- *    the last release captures on the app's thread (or waits for it).
+ *    synchronisation and at exit run on a background thread
+ *    (program/capture.h), which holds a driver reference on the program
+ *    until its capture is done; the last release captures on the app's
+ *    thread (or waits for it).
+ *  - The lookup, single flight, store, failure sharing, logging and
+ *    accounting of builds, compiles, links and derived programs are the
+ *    pipeline's (cache/pipeline.h); this layer keeps the records, answers
+ *    the queries and does the driver's work the pipeline asks for.
  *  - A hit never hands out another record's program object: every app
  *    program owns its driver program (program-scope variables, rebuilds).
  *    A build or compile with kernels attached is refused as the driver

@@ -1,0 +1,742 @@
+/* pipeline.c — the lookup -> build -> store sequence (see pipeline.h).
+ *
+ * Invariants:
+ *  1. A flight that pipeline_begin() left filling is filled, failed or
+ *     abandoned by pipeline_built() or pipeline_end(); its pin and its
+ *     cross-process claim go in pipeline_end(), except a claim kept for a
+ *     late store (owes_store), which goes in pipeline_let_go() or when its
+ *     grace expires.
+ *  2. The counters are this process's; they reach the store once, at exit.
+ */
+#include "cache/pipeline.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cache/preproc.h"
+#include "cache/remote.h"
+#include "common/clapi.h"
+#include "common/config.h"
+#include "common/error.h"
+#include "common/log.h"
+
+static struct store_stats proc_stats;
+static uint64_t stat_memory_hits, stat_translations, stat_failed, stat_failed_shared;
+#define STAT_ADD(field, n) __atomic_add_fetch(&(field), (n), __ATOMIC_RELAXED)
+
+static uint64_t clock_ns(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t now_ns(void) { return clock_ns(CLOCK_MONOTONIC); }
+static uint64_t thread_cpu_ns(void) { return clock_ns(CLOCK_THREAD_CPUTIME_ID); }
+
+static void key_prefix(struct cache_hash h, char out[17])
+{
+    char hex[33];
+    key_hash_hex(h, hex);
+    memcpy(out, hex, 16);
+    out[16] = 0;
+}
+
+/* ---- the persistent store, opened on first need -------------------------- */
+
+static store *the_store;
+static pthread_once_t store_once = PTHREAD_ONCE_INIT;
+
+static void open_store(void)
+{
+    const struct clshim_config *cfg = config_get();
+    if (!cfg->cache) return;
+    char dir[4096];
+    if (config_cache_dir(cfg, dir, sizeof dir) != 0) {
+        log_msg(LOG_WARN, "no cache directory (set CLSHIM_CACHE_DIR, XDG_CACHE_HOME or HOME); "
+                          "persistent cache off");
+        return;
+    }
+    struct store_options opt = {
+        .dir = dir,
+        .max_size = cfg->cache_max_size,
+        .max_age_days = cfg->cache_max_age_days,
+        .min_entry = cfg->cache_min_entry,
+        .max_entry = cfg->cache_max_entry,
+        .readonly = cfg->cache_readonly,
+        .allow_shared = cfg->cache_allow_shared,
+        .compress_level = (int)cfg->cache_compress_level,
+    };
+    int rc = store_open(&opt, &the_store);
+    if (rc != CLSHIM_OK) {
+        /* The store has said why (one warning); this line only at info,
+         * except for a read-only cache that does not exist yet. */
+        log_msg(rc == CLSHIM_ENOTFOUND ? LOG_WARN : LOG_INFO, "cannot open the cache in %s (%s); persistent cache off",
+                dir, clshim_strerror(rc));
+        the_store = NULL;
+    }
+}
+
+store *pipeline_store(void)
+{
+    pthread_once(&store_once, open_store);
+    return the_store;
+}
+
+/* ---- claims held past the compile -----------------------------------------
+ * A late store writes the binary at the first use of the program, so the
+ * cross-process claim is kept after the compile, for the processes waiting
+ * for that binary — but only for CLAIM_GRACE_BUILDS times as long as the
+ * build took: a process that keeps its program unused never makes others
+ * wait much longer than compiling would (they then compile it themselves).
+ * Compiling includes what a driver does at first use: PoCL generates the
+ * work-group functions then, 1.2-1.6x the build's own time (bench_ttfr:
+ * 690 ms build, 1,108 ms first run), so a grace of one build let waiters
+ * give up just before the binary came, and compile it again. One thread,
+ * started on first need, lets expired claims go. */
+#define CLAIM_GRACE_BUILDS 3
+
+struct held_claim {
+    struct cache_hash hash;
+    uint64_t deadline_ns;
+};
+
+static pthread_mutex_t claims_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t claims_changed = PTHREAD_COND_INITIALIZER;
+static struct held_claim *claims;
+static size_t nclaims, claims_cap;
+static int reaper_running, reaper_stop;
+static pthread_t reaper;
+
+static void *reap_claims(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&claims_lock);
+    while (!reaper_stop) {
+        uint64_t now = now_ns(), next = 0;
+        for (size_t i = 0; i < nclaims;) {
+            if (claims[i].deadline_ns <= now) {
+                store_release_build(the_store, claims[i].hash);
+                claims[i] = claims[--nclaims];
+                continue;
+            }
+            if (!next || claims[i].deadline_ns < next) next = claims[i].deadline_ns;
+            i++;
+        }
+        if (!next) {
+            pthread_cond_wait(&claims_changed, &claims_lock);
+            continue;
+        }
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        uint64_t wait = next - now;
+        until.tv_sec += (time_t)(wait / 1000000000u);
+        until.tv_nsec += (long)(wait % 1000000000u);
+        if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&claims_changed, &claims_lock, &until);
+    }
+    pthread_mutex_unlock(&claims_lock);
+    return NULL;
+}
+
+/* Keeps this process's claim of `hash` for `grace_ns` more; 0 when it is
+ * held, -1 when the caller must release it now. */
+static int hold_claim(struct cache_hash hash, uint64_t grace_ns)
+{
+    int rc = -1;
+    pthread_mutex_lock(&claims_lock);
+    if (!reaper_running) {
+        pthread_condattr_t attr;
+        pthread_condattr_init(&attr);
+        pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+        pthread_cond_init(&claims_changed, &attr);
+        pthread_condattr_destroy(&attr);
+        reaper_stop = 0;
+        reaper_running = pthread_create(&reaper, NULL, reap_claims, NULL) == 0;
+    }
+    if (reaper_running && nclaims == claims_cap) {
+        size_t cap = claims_cap ? claims_cap * 2 : 8;
+        struct held_claim *n = realloc(claims, cap * sizeof *n);
+        if (n) claims = n, claims_cap = cap;
+    }
+    if (reaper_running && nclaims < claims_cap) {
+        claims[nclaims++] = (struct held_claim){hash, now_ns() + grace_ns};
+        pthread_cond_signal(&claims_changed);
+        rc = 0;
+    }
+    pthread_mutex_unlock(&claims_lock);
+    return rc;
+}
+
+/* Lets the claim of `hash` go now if this process still holds it. */
+static void drop_claim(struct cache_hash hash)
+{
+    pthread_mutex_lock(&claims_lock);
+    for (size_t i = 0; i < nclaims; i++)
+        if (claims[i].hash.lo == hash.lo && claims[i].hash.hi == hash.hi) {
+            store_release_build(the_store, hash);
+            claims[i] = claims[--nclaims];
+            break;
+        }
+    pthread_mutex_unlock(&claims_lock);
+}
+
+/* At exit: the thread stops and every held claim goes. */
+static void drop_all_claims(void)
+{
+    pthread_mutex_lock(&claims_lock);
+    int running = reaper_running;
+    reaper_stop = 1;
+    pthread_cond_signal(&claims_changed);
+    pthread_mutex_unlock(&claims_lock);
+    if (running) pthread_join(reaper, NULL);
+    reaper_running = 0;
+    for (size_t i = 0; i < nclaims; i++) store_release_build(the_store, claims[i].hash);
+    nclaims = 0;
+}
+
+/* ---- the remote tier (cache/remote.h), behind the store ------------------
+ * Every lookup goes memory, store, then tier_get(); every store goes through
+ * tier_put(). Only builds (PIPELINE_FLEET_CLAIM) take part in the fleet's
+ * single flight (remote_fetch() claims the key); compile, link and derived
+ * lookups only read (remote_get()). Manifests (cache/preproc.h) stay local:
+ * see docs/cache.md. */
+
+static remote *the_remote;
+static pthread_once_t remote_once = PTHREAD_ONCE_INIT;
+
+static void open_remote(void)
+{
+    const struct clshim_config *cfg = config_get();
+    if (!cfg->cache || !*cfg->remote) return;
+    struct remote_options opt = {
+        .url = cfg->remote,
+        .password_file = cfg->remote_password_file,
+        .ns = cfg->remote_namespace,
+        .timeout_ms = cfg->remote_timeout_ms,
+        .max_value = cfg->remote_max_value,
+        .expire_s = cfg->remote_expire_days * 86400,
+        .readonly = cfg->remote_readonly,
+        .compress_level = (int)cfg->cache_compress_level,
+    };
+    if (remote_open(&opt, &the_remote) != CLSHIM_OK) {
+        char name[512];
+        config_redact_url(cfg->remote, name, sizeof name);
+        log_msg(LOG_WARN, "CLSHIM_REMOTE=%s: not a redis:// or unix:// URL, or its password file cannot be "
+                          "read; remote tier off", name);
+        the_remote = NULL;
+    }
+}
+
+static remote *get_remote(void)
+{
+    pthread_once(&remote_once, open_remote);
+    return the_remote;
+}
+
+/* The store, then (on a local miss) the remote tier; a remote hit is stored
+ * locally. fleet_wait: wait for, or claim, another runner's build of the
+ * key (remote_fetch()); the claim then goes with tier_put() or
+ * remote_release(). *from_remote says which tier answered. */
+static int tier_get(store *st, struct cache_hash hash, const void *key, size_t key_len, int fleet_wait,
+                    struct store_record *sr, void **arena, int *from_remote)
+{
+    *from_remote = 0;
+    int rc = store_get(st, hash, key, key_len, sr, arena);
+    remote *rm = rc == CLSHIM_ENOTFOUND ? get_remote() : NULL;
+    if (!rm) return rc;
+    int got = fleet_wait ? remote_fetch(rm, hash, key, key_len, config_get()->build_wait_ms, sr, arena)
+                         : remote_get(rm, hash, key, key_len, sr, arena);
+    if (got != CLSHIM_OK) return CLSHIM_ENOTFOUND;
+    if (store_put(st, hash, key, key_len, sr) == CLSHIM_OK) STAT_ADD(proc_stats.stores, 1);
+    *from_remote = 1;
+    return CLSHIM_OK;
+}
+
+/* A local store, and the same record to the remote tier in the background
+ * (which also gives up this process's fleet claim on it). */
+static int tier_put(store *st, struct cache_hash hash, const void *key, size_t key_len,
+                    const struct store_record *sr)
+{
+    int rc = store_put(st, hash, key, key_len, sr);
+    remote *rm = get_remote();
+    if (rm) remote_push(rm, hash, key, key_len, sr);
+    return rc;
+}
+
+/* ---- the key ----------------------------------------------------------------- */
+
+int pipeline_key(struct pipeline_flight *f, struct key_buf *k, const struct key_source *src, const char *identity,
+                 const void *input, size_t input_len, const void *handle)
+{
+    if (src) {
+        char why[1024];
+        enum preproc_route route;
+        store *st = pipeline_store(); /* opened first: the time below is the key's alone */
+        uint64_t t0 = now_ns();
+        if (preproc_add_headers(k, st, src, identity, &route, why, sizeof why) != 0) {
+            STAT_ADD(proc_stats.uncacheable, 1);
+            log_msg(LOG_INFO, "not caching program %p: %s", (void *)handle, why);
+            key_free(k);
+            return -1;
+        }
+        if (route != PREPROC_SCANNER)
+            log_msg(LOG_INFO, "program %p: headers from %s in %.2f ms", (void *)handle,
+                    route == PREPROC_DIRECT ? "its manifest (direct mode)" : "the preprocessor",
+                    (now_ns() - t0) / 1e6);
+    }
+    if (input) key_add_blob(k, "input", input, input_len);
+    if (k->oom) {
+        key_free(k);
+        return -1;
+    }
+    free(f->key);
+    f->key = k->data;
+    f->key_len = k->len;
+    f->hash = key_hash(k->data, k->len);
+    return 0;
+}
+
+/* ---- lookup ------------------------------------------------------------------ */
+
+/* Waits for another process building the same key; 0 with the record when
+ * it appeared, -1 when we should build (claim taken, or waited too long). */
+static int wait_for_other_builder(store *st, struct pipeline_flight *f, struct store_record *rec, void **arena)
+{
+    uint64_t wait_ms = config_get()->build_wait_ms;
+    uint64_t deadline = now_ns() + wait_ms * 1000000u;
+    unsigned sleep_us = 5000;
+    for (;;) {
+        int rc = store_claim_build(st, f->hash, wait_ms ? wait_ms : 1);
+        if (rc == CLSHIM_OK) {
+            f->claimed = 1;
+            /* The other builder may have stored and released just now. */
+            if (store_get(st, f->hash, f->key, f->key_len, rec, arena) == CLSHIM_OK) return 0;
+            return -1;
+        }
+        if (rc != CLSHIM_EBUSY) return -1;
+        if (now_ns() > deadline) {
+            log_msg(LOG_INFO, "waited %llu ms for another process compiling the same program; compiling here",
+                    (unsigned long long)wait_ms);
+            return -1;
+        }
+        usleep(sleep_us);
+        if (sleep_us < 50000) sleep_us *= 2;
+        if (store_get(st, f->hash, f->key, f->key_len, rec, arena) == CLSHIM_OK) return 0;
+    }
+}
+
+/* The persistent tiers for a flight that fills: found (filled), or claimed. */
+static void lookup_persistent(store *st, struct pipeline_flight *f, unsigned flags)
+{
+    struct store_record sr;
+    void *arena = NULL;
+    int from_remote = 0;
+    int rc = tier_get(st, f->hash, f->key, f->key_len, !!(flags & PIPELINE_FLEET_CLAIM), &sr, &arena,
+                      &from_remote);
+    if (rc == CLSHIM_ENOTFOUND)
+        rc = wait_for_other_builder(st, f, &sr, &arena) == 0 ? CLSHIM_OK : CLSHIM_ENOTFOUND;
+    if (log_enabled(LOG_DEBUG)) {
+        char prefix[17];
+        key_prefix(f->hash, prefix);
+        log_msg(LOG_DEBUG, "lookup %s: %s", prefix, rc == CLSHIM_OK ? "found on disk" : clshim_strerror(rc));
+    }
+    if (rc == CLSHIM_OK) {
+        if (memtier_fill(f->entry, sr.binary, sr.binary_size, sr.build_log, sr.compile_ns) != 0) f->entry = NULL;
+        f->filling = 0;
+        f->from = from_remote ? PIPELINE_FROM_REMOTE : PIPELINE_FROM_DISK;
+        f->stored_size = sr.binary_size;
+        store_record_free(arena);
+        if (f->claimed) store_release_build(st, f->hash), f->claimed = 0;
+        return;
+    }
+    if (rc == CLSHIM_ECORRUPT || rc == CLSHIM_ECOLLISION) {
+        char prefix[17];
+        key_prefix(f->hash, prefix);
+        log_msg(LOG_WARN, "cache entry %s is %s; rebuilding it", prefix, clshim_strerror(rc));
+    }
+    if (!f->claimed) store_claim_build(st, f->hash, config_get()->build_wait_ms), f->claimed = 1;
+}
+
+enum pipeline_result pipeline_begin(struct pipeline_flight *f, size_t n, unsigned flags)
+{
+    store *st = pipeline_store();
+    int own_fill = 0, any_failed = 0, all_hit = n > 0;
+    uint64_t t0 = now_ns(), cpu0 = thread_cpu_ns();
+    for (size_t i = 0; i < n; i++) {
+        f[i].entry = NULL;
+        f[i].filling = f[i].claimed = f[i].failed = 0;
+        f[i].from = PIPELINE_FROM_MEMORY;
+        f[i].t0 = t0;
+        f[i].cpu0 = cpu0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct pipeline_flight *fl = &f[i];
+        if (!fl->key) {
+            all_hit = 0;
+            continue;
+        }
+        /* Never wait for another thread while owning a fill: two builders
+         * of overlapping device sets could otherwise wait on each other. */
+        enum memtier_result r = memtier_acquire(fl->hash, !own_fill, &fl->entry);
+        if (r == MEMTIER_HIT && memtier_failure(fl->entry)) {
+            fl->failed = any_failed = 1; /* a build of this key failed in this process */
+            continue;
+        }
+        if (r == MEMTIER_HIT && !memtier_servable(fl->entry)) {
+            /* Its builder's program is gone and no bytes were kept. */
+            memtier_discard(fl->entry);
+            memtier_release(fl->entry);
+            r = memtier_acquire(fl->hash, !own_fill, &fl->entry);
+        }
+        if (r == MEMTIER_FILL) {
+            fl->filling = own_fill = 1;
+            if (st) lookup_persistent(st, fl, flags);
+        }
+        all_hit &= fl->entry && !fl->filling;
+    }
+    if (!all_hit) return PIPELINE_BUILD;
+    return any_failed ? PIPELINE_FAILED : PIPELINE_HIT;
+}
+
+const void *pipeline_binary(const struct pipeline_flight *f, size_t *size)
+{
+    *size = 0;
+    return f->entry ? memtier_binary(f->entry, size) : NULL;
+}
+
+const char *pipeline_build_log(const struct pipeline_flight *f)
+{
+    return f->entry ? memtier_build_log(f->entry) : "";
+}
+
+int pipeline_failure(const struct pipeline_flight *f)
+{
+    return f->failed && f->entry ? memtier_failure(f->entry) : 0;
+}
+
+/* How the log lines name a flight's kind (the words the lines had before
+ * the pipeline, which scripts grep): a derived program before its key, a
+ * compiled object or linked program after the tier of a hit, and how each
+ * is made. */
+static const char *kind_noun(enum key_kind kind) { return kind == KEY_FUSION ? "derived program " : ""; }
+
+static const char *kind_hit(enum key_kind kind)
+{
+    return kind == KEY_COMPILE ? ", compiled object" : kind == KEY_LINK ? ", linked program" : "";
+}
+
+static const char *kind_verb(enum key_kind kind)
+{
+    return kind == KEY_COMPILE ? "compiled object" : kind == KEY_LINK ? "linked"
+           : kind == KEY_FUSION ? "made and built" : "compiled";
+}
+
+static const char *kind_op(enum key_kind kind)
+{
+    return kind == KEY_COMPILE ? "compile" : kind == KEY_LINK ? "link" : kind == KEY_FUSION ? "derived build" : "build";
+}
+
+static const char *source_name(enum pipeline_source from)
+{
+    return from == PIPELINE_FROM_REMOTE ? "remote" : from == PIPELINE_FROM_DISK ? "disk" : "memory";
+}
+
+void pipeline_hit(struct pipeline_flight *f, size_t n)
+{
+    /* What the hit cost this thread, against what the compile cost. */
+    double ms = n ? (now_ns() - f[0].t0) / 1e6 : 0;
+    uint64_t used = n ? thread_cpu_ns() - f[0].cpu0 : 0;
+    for (size_t i = 0; i < n; i++) {
+        char prefix[17];
+        key_prefix(f[i].hash, prefix);
+        uint64_t saved = f[i].entry ? memtier_compile_ns(f[i].entry) : 0;
+        f[i].compile_ns = saved;
+        STAT_ADD(proc_stats.hits, 1);
+        if (f[i].from == PIPELINE_FROM_MEMORY) STAT_ADD(stat_memory_hits, 1);
+        STAT_ADD(proc_stats.compile_ns_saved, saved > used ? saved - used : 0);
+        log_msg(LOG_INFO, "hit %s%s on '%s' (%s%s): %.1f ms instead of %.1f ms of compile CPU time",
+                kind_noun(f[i].kind), prefix, f[i].device ? f[i].device : "?", source_name(f[i].from),
+                kind_hit(f[i].kind), ms, saved / 1e6);
+    }
+}
+
+void pipeline_failure_shared(struct pipeline_flight *f, size_t n)
+{
+    STAT_ADD(stat_failed_shared, 1);
+    for (size_t i = 0; i < n; i++) {
+        if (!f[i].failed) continue;
+        char prefix[17];
+        key_prefix(f[i].hash, prefix);
+        log_msg(LOG_INFO, "failed build %s shared: error %d, not compiled again", prefix, pipeline_failure(&f[i]));
+    }
+}
+
+void pipeline_rejected(struct pipeline_flight *f, size_t n, int error, const void *handle)
+{
+    STAT_ADD(proc_stats.rejected, 1);
+    LOG_ONCE(LOG_WARN, "the driver rejected a cached binary (error %d); rebuilding and replacing it", error);
+    log_msg(LOG_INFO, "the driver rejected the cached binary of program %p (error %d); rebuilding", (void *)handle,
+            error);
+    store *st = pipeline_store();
+    for (size_t i = 0; i < n; i++) {
+        if (!f[i].key) continue;
+        if (st) store_delete(st, f[i].hash);
+        if (f[i].entry) {
+            memtier_discard(f[i].entry);
+            if (f[i].filling) memtier_abandon(f[i].entry);
+            else memtier_release(f[i].entry);
+        }
+        f[i].entry = NULL;
+        f[i].filling = 0;
+        f[i].stored_size = 0;
+        /* Refilled from the rebuild, if nobody else pins it. */
+        if (memtier_acquire(f[i].hash, 0, &f[i].entry) == MEMTIER_FILL) f[i].filling = 1;
+    }
+}
+
+/* ---- build ------------------------------------------------------------------- */
+
+void pipeline_clock_start(struct pipeline_clock *c)
+{
+    c->wall0 = now_ns();
+    c->cpu0 = thread_cpu_ns();
+    c->wall_ns = c->cpu_ns = 0;
+}
+
+void pipeline_clock_stop(struct pipeline_clock *c)
+{
+    c->wall_ns = now_ns() - c->wall0;
+    c->cpu_ns = thread_cpu_ns() - c->cpu0;
+}
+
+int pipeline_attach(struct pipeline_flight *f, void *object, const void *tag, void (*release)(void *object))
+{
+    if (!f->filling || !f->entry) return -1;
+    memtier_attach(f->entry, object, tag, release);
+    return 0;
+}
+
+static void built_failed(struct pipeline_flight *f, size_t n, const struct pipeline_output *out, unsigned share)
+{
+    STAT_ADD(stat_failed, 1);
+    for (size_t i = 0; i < n; i++) {
+        struct pipeline_flight *fl = &f[i];
+        const char *log = out->logs && out->logs[i] ? out->logs[i] : "";
+        char prefix[17] = "(uncached)";
+        if (fl->key) key_prefix(fl->hash, prefix);
+        uint64_t cpu = out->clock->cpu_ns / n;
+        log_msg(LOG_INFO, "%s failed %s on '%s' in %.1f ms (error %d)", kind_op(fl->kind), prefix,
+                fl->device ? fl->device : "?", out->clock->wall_ns / n / 1e6, out->error);
+        /* Only a compile error is the inputs' own: a transient fault (out
+         * of resources) is not remembered, waiters then build themselves. */
+        if (fl->filling && share && (out->error == CL_BUILD_PROGRAM_FAILURE || out->error == CL_INVALID_BUILD_OPTIONS))
+            memtier_fail(fl->entry, out->error, log, cpu);
+        else if (fl->filling)
+            memtier_abandon(fl->entry);
+        if (fl->filling) fl->entry = NULL;
+        fl->filling = 0;
+    }
+}
+
+/* What a late store will do, as the miss line says it. */
+static const char *late_plan(void)
+{
+    const struct clshim_config *cfg = config_get();
+    if (!cfg->cache || !pipeline_store()) return "not stored (no persistent cache)";
+    if (cfg->cache_readonly) return "not stored (read-only cache)";
+    if (!cfg->capture_exit_budget)
+        return "to be stored at its first use or release (not at exit: CLSHIM_CAPTURE_EXIT_BUDGET=0)";
+    return "to be stored at its first use, its release or exit";
+}
+
+void pipeline_built(struct pipeline_flight *f, size_t n, const struct pipeline_output *out)
+{
+    if (out->error) {
+        built_failed(f, n, out, out->share_failure);
+        return;
+    }
+    store *st = pipeline_store();
+    for (size_t i = 0; i < n; i++) {
+        struct pipeline_flight *fl = &f[i];
+        if (!fl->filling) continue;
+        STAT_ADD(proc_stats.misses, 1);
+        const char *log = out->logs && out->logs[i] ? out->logs[i] : "";
+        fl->compile_ns = out->clock->cpu_ns / n;
+        double ms = out->clock->wall_ns / n / 1e6;
+        char prefix[17];
+        key_prefix(fl->hash, prefix);
+        const char *dev = fl->device ? fl->device : "?", *noun = kind_noun(fl->kind), *verb = kind_verb(fl->kind);
+        if (out->late) {
+            /* Filled with the attached program (or nothing): waiters wake
+             * to it; the binary is stored by pipeline_store_late(). */
+            if (memtier_fill(fl->entry, NULL, 0, log, fl->compile_ns) != 0) fl->entry = NULL;
+            fl->filling = 0;
+            fl->stored_size = 0;
+            fl->owes_store = 1;
+            /* Waiting processes want that binary: the claim stays, for
+             * CLAIM_GRACE_BUILDS builds' time at most. */
+            if (fl->claimed && hold_claim(fl->hash, CLAIM_GRACE_BUILDS * out->clock->wall_ns) == 0)
+                fl->claimed = 0;
+            log_msg(LOG_INFO, "miss %s%s on '%s': %s in %.1f ms (%.1f ms CPU), %s", noun, prefix, dev, verb, ms,
+                    fl->compile_ns / 1e6, late_plan());
+            continue;
+        }
+        if (!out->binaries || !out->binaries[i]) {
+            memtier_abandon(fl->entry);
+            fl->entry = NULL;
+            fl->filling = 0;
+            continue;
+        }
+        if (memtier_fill(fl->entry, out->binaries[i], out->sizes[i], log, fl->compile_ns) != 0) fl->entry = NULL;
+        fl->filling = 0;
+        if (!st) {
+            log_msg(LOG_INFO, "miss %s%s on '%s': %s in %.1f ms (%.1f ms CPU)", noun, prefix, dev, verb, ms,
+                    fl->compile_ns / 1e6);
+            continue;
+        }
+        struct store_record sr = {out->binaries[i], out->sizes[i], log, fl->compile_ns, (uint32_t)fl->kind, dev};
+        int rc = tier_put(st, fl->hash, fl->key, fl->key_len, &sr);
+        if (rc == CLSHIM_OK) {
+            STAT_ADD(proc_stats.stores, 1);
+            fl->stored_size = out->sizes[i];
+        } else if (rc != CLSHIM_EREADONLY && rc != CLSHIM_ETOOBIG) {
+            LOG_ONCE(LOG_WARN, "cannot store a built program (%s); the app goes on uncached", clshim_strerror(rc));
+        }
+        log_msg(LOG_INFO, "miss %s%s on '%s': %s in %.1f ms (%.1f ms CPU), %s %zu bytes", noun, prefix, dev, verb, ms,
+                fl->compile_ns / 1e6, rc == CLSHIM_OK ? "stored" : "not stored", out->sizes[i]);
+    }
+}
+
+void pipeline_uncacheable(struct pipeline_flight *f, size_t n)
+{
+    STAT_ADD(proc_stats.uncacheable, 1);
+    for (size_t i = 0; i < n; i++) {
+        if (f[i].filling) memtier_abandon(f[i].entry), f[i].entry = NULL, f[i].filling = 0;
+        free(f[i].key);
+        f[i].key = NULL;
+        f[i].key_len = 0;
+    }
+}
+
+int pipeline_store_late(struct pipeline_flight *f, const void *binary, size_t size, const char *log,
+                        uint64_t read_cpu_ns)
+{
+    store *st = pipeline_store();
+    if (!st || !f->key || size == f->stored_size) return 0;
+    char prefix[17];
+    key_prefix(f->hash, prefix);
+    struct store_record sr = {binary, size, log ? log : "", f->compile_ns + read_cpu_ns, (uint32_t)f->kind,
+                              f->device ? f->device : ""};
+    int rc = tier_put(st, f->hash, f->key, f->key_len, &sr);
+    if (rc == CLSHIM_OK) {
+        STAT_ADD(proc_stats.stores, f->stored_size == 0);
+        log_msg(LOG_INFO, "stored %s%s: %zu bytes%s", kind_noun(f->kind), prefix, size,
+                f->stored_size ? " (replaces the one stored at build)" : "");
+        f->stored_size = size;
+        return 1;
+    }
+    if (rc != CLSHIM_EREADONLY && rc != CLSHIM_ETOOBIG)
+        LOG_ONCE(LOG_WARN, "cannot store a built program (%s); the app goes on uncached", clshim_strerror(rc));
+    else
+        log_msg(LOG_INFO, "not stored %s (%zu bytes): %s", prefix, size, clshim_strerror(rc));
+    return 0;
+}
+
+void pipeline_let_go(struct pipeline_flight *f)
+{
+    f->owes_store = 0;
+    if (!f->key) return;
+    drop_claim(f->hash);
+    remote *rm = get_remote();
+    if (rm) remote_release(rm, f->hash); /* a no-op after a push */
+}
+
+void pipeline_end(struct pipeline_flight *f, size_t n)
+{
+    store *st = pipeline_store();
+    remote *rm = get_remote();
+    for (size_t i = 0; i < n; i++) {
+        struct pipeline_flight *fl = &f[i];
+        /* The fleet claim goes now unless a late store still owes the
+         * binary (a push gave it up already; a failed build never pushes). */
+        if (fl->key && !fl->owes_store && rm) remote_release(rm, fl->hash);
+        if (fl->filling) memtier_abandon(fl->entry);
+        else if (fl->entry) memtier_release(fl->entry);
+        fl->entry = NULL;
+        fl->filling = 0;
+        if (fl->claimed && st) store_release_build(st, fl->hash);
+        fl->claimed = 0;
+    }
+}
+
+void pipeline_flight_free(struct pipeline_flight *f)
+{
+    if (f->owes_store) pipeline_let_go(f);
+    free(f->key);
+    f->key = NULL;
+    f->key_len = 0;
+}
+
+/* ---- accounting and exit ----------------------------------------------------- */
+
+void pipeline_count_translation(void) { STAT_ADD(stat_translations, 1); }
+void pipeline_count_uncacheable(void) { STAT_ADD(proc_stats.uncacheable, 1); }
+
+void pipeline_stats(struct pipeline_stats *out)
+{
+    out->store = proc_stats;
+    out->memory_hits = stat_memory_hits;
+    out->translations = stat_translations;
+    out->failed = stat_failed;
+    out->failed_shared = stat_failed_shared;
+}
+
+void pipeline_print_summary(void)
+{
+    struct pipeline_stats s;
+    pipeline_stats(&s);
+    log_msg(LOG_WARN,
+            "summary: %llu hits (%llu from memory), %llu misses, %llu failed (%llu shared), %llu stored%s, "
+            "%llu rejected, %llu uncacheable, %llu IL translations; compile CPU time saved %.1f ms",
+            (unsigned long long)s.store.hits, (unsigned long long)s.memory_hits, (unsigned long long)s.store.misses,
+            (unsigned long long)s.failed, (unsigned long long)s.failed_shared, (unsigned long long)s.store.stores,
+            config_get()->cache_readonly ? " (read-only: counters not written)" : "",
+            (unsigned long long)s.store.rejected, (unsigned long long)s.store.uncacheable,
+            (unsigned long long)s.translations, s.store.compile_ns_saved / 1e6);
+}
+
+void pipeline_exit(void)
+{
+    store *st = the_store;
+    drop_all_claims();
+    if (the_remote) {
+        struct remote_counters rc;
+        remote_close(the_remote, &rc); /* waits a bounded time for queued pushes */
+        the_remote = NULL;
+        proc_stats.remote_hits = rc.hits, proc_stats.remote_misses = rc.misses;
+        proc_stats.remote_errors = rc.errors, proc_stats.remote_corrupt = rc.corrupt;
+        proc_stats.remote_pushes = rc.pushes;
+    }
+    if (st) {
+        /* A read-only run writes nothing, its counters included. */
+        if (!store_is_readonly(st)) store_stats_add(st, &proc_stats);
+        store_close(st);
+        the_store = NULL;
+    }
+}
+
+void pipeline_after_fork_in_child(void)
+{
+    the_store = NULL;
+    store_once = (pthread_once_t)PTHREAD_ONCE_INIT;
+    memset(&proc_stats, 0, sizeof proc_stats);
+    stat_memory_hits = stat_translations = stat_failed = stat_failed_shared = 0;
+    claims_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    nclaims = 0; /* the parent's; its thread is not in this process */
+    reaper_running = 0;
+}

@@ -1,0 +1,181 @@
+/* pipeline.h — the one lookup -> build -> store sequence of every cached program.
+ *
+ * Builds, compiles, links and derived (fused) programs all go through the
+ * same steps, one flight per device (an array of flights per call), so single
+ * flight, failure sharing, the tiers, logging and accounting exist once:
+ *
+ *   pipeline_key()      the key: the caller's fields first (kind, options,
+ *                       device, ...), then — for source — the headers the
+ *                       program includes (cache/preproc.h), then the input;
+ *                       its hash. The one place a key is finished.
+ *   pipeline_begin()    per flight: the in-process tier (single flight: one
+ *                       thread fills a key, the others wait for its result,
+ *                       a shared failure included), then the store, then the
+ *                       remote tier (cache/remote.h); on a miss this process
+ *                       claims the key so other processes wait for it
+ *                       (CLSHIM_BUILD_WAIT_MS) instead of compiling too.
+ *                       PIPELINE_HIT when every flight hit, PIPELINE_FAILED
+ *                       when every flight hit and one of them is a failed
+ *                       build of this process, else PIPELINE_BUILD: the
+ *                       caller builds (the driver's work stays with it).
+ *   pipeline_hit()      the caller used the cached binaries: counted, logged.
+ *   pipeline_rejected() the driver refused them: the entries are dropped
+ *                       and the flights refill from the caller's rebuild.
+ *   pipeline_built()    the caller built: a success with its binaries is
+ *                       stored (memory, disk, remote); a success whose
+ *                       binaries come later (PoCL: after first use) fills
+ *                       the in-process tier with the program the caller
+ *                       attached and keeps the claim for a grace, until
+ *                       pipeline_store_late(); a failure is shared with the
+ *                       waiting threads, with its log (builds only).
+ *   pipeline_end()      pins and claims let go.
+ *
+ * Accounting: the counters of this process (pipeline_stats()), flushed to
+ * the store by pipeline_exit() unless the cache is read-only (a read-only
+ * run writes nothing, its counters included: see docs/cache.md); compile
+ * time is the compile's CPU time (pipeline_clock), so "compile time saved"
+ * is CPU time saved. Thread-safe; the tiers open on first need.
+ */
+#ifndef CLSHIM_PIPELINE_H
+#define CLSHIM_PIPELINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cache/key.h"
+#include "cache/memtier.h"
+#include "cache/store.h"
+
+enum pipeline_result {
+    PIPELINE_BUILD = 0,  /* the caller builds, then pipeline_built() */
+    PIPELINE_HIT = 1,    /* every flight has a binary (pipeline_binary()) */
+    PIPELINE_FAILED = 2, /* a build of this key failed here: shared (pipeline_failure()) */
+};
+
+enum pipeline_source { PIPELINE_FROM_MEMORY, PIPELINE_FROM_DISK, PIPELINE_FROM_REMOTE };
+
+/* One key on one device. The caller zeroes it, sets `device` (a name for
+ * logs and records; it must outlive the flight) and `kind`, and finishes
+ * the key with pipeline_key(); the rest is the pipeline's. A flight without
+ * a key (not cacheable) takes part in nothing: it is always built. */
+struct pipeline_flight {
+    const char *device;
+    enum key_kind kind;
+    char *key; /* key material (owned; pipeline_flight_free) */
+    size_t key_len;
+    struct cache_hash hash;
+    uint64_t compile_ns;  /* the compile's CPU time: a hit's recorded one, or this build's */
+    size_t stored_size;   /* bytes last stored or found (0: none yet) */
+    enum pipeline_source from;
+    /* the pipeline's, from pipeline_begin() to pipeline_end(): */
+    memtier_entry *entry; /* pinned */
+    int filling;          /* this thread fills the key */
+    int claimed;          /* this process holds the cross-process claim */
+    int failed;           /* the key's build failed in this process */
+    int owes_store;       /* built, binary to be stored late: the claim is held */
+    uint64_t t0, cpu0;    /* when the lookup began: wall, this thread's CPU */
+};
+
+/* Finishes the key of f from the caller's key_buf k (taken over, freed on
+ * failure). For source programs `src` names the source and options (the
+ * headers are listed through cache/preproc.h; `identity` is the device's);
+ * NULL for the other kinds. The input blob is added when `input` is not
+ * NULL. Returns 0, or -1 when the program cannot be cached (logged once
+ * with `handle`; counted as uncacheable when the headers are the cause). */
+int pipeline_key(struct pipeline_flight *f, struct key_buf *k, const struct key_source *src, const char *identity,
+                 const void *input, size_t input_len, const void *handle);
+
+/* The flags of pipeline_begin(). */
+#define PIPELINE_SHARE_FAILURE 1u /* a failed build is shared (builds; not compile, link, derived) */
+#define PIPELINE_FLEET_CLAIM 2u   /* take part in the remote tier's single flight (builds) */
+
+enum pipeline_result pipeline_begin(struct pipeline_flight *f, size_t n, unsigned flags);
+
+/* A hit flight's binary (valid until pipeline_end()); NULL when the tier
+ * holds only an attached object (memtier_any_object_retain() on f->entry
+ * then gives it, and memtier_refill() keeps its bytes). */
+const void *pipeline_binary(const struct pipeline_flight *f, size_t *size);
+const char *pipeline_build_log(const struct pipeline_flight *f);
+/* PIPELINE_FAILED: the shared failure's error code (0 for a flight whose
+ * key did not fail). */
+int pipeline_failure(const struct pipeline_flight *f);
+
+/* The binaries were used: counted as hits, "hit" logged per flight (the
+ * line names the kind: "hit <key> on '<device>' (disk)" for a build,
+ * "(disk, compiled object)", "(disk, linked program)", and "hit derived
+ * program <key> ..."). */
+void pipeline_hit(struct pipeline_flight *f, size_t n);
+/* The shared failure was answered: counted, logged. */
+void pipeline_failure_shared(struct pipeline_flight *f, size_t n);
+/* The driver refused the cached binaries: entries deleted and discarded;
+ * each flight refills from the caller's rebuild where nobody else does. */
+void pipeline_rejected(struct pipeline_flight *f, size_t n, int error, const void *handle);
+
+/* A build's cost: wall time and this thread's CPU time around the driver's
+ * work (PoCL compiles on the calling thread: measured, thread CPU time ==
+ * process CPU time around clBuildProgram). */
+struct pipeline_clock {
+    uint64_t wall0, cpu0, wall_ns, cpu_ns;
+};
+void pipeline_clock_start(struct pipeline_clock *c);
+void pipeline_clock_stop(struct pipeline_clock *c);
+
+/* What the caller built, per flight (arrays of n). */
+struct pipeline_output {
+    int error;                   /* the driver's result (0: success) */
+    const void *const *binaries; /* NULL: the binaries come later (late store) or cannot be read */
+    const size_t *sizes;
+    const char *const *logs;     /* build logs (NULL entries: "") */
+    const struct pipeline_clock *clock;
+    int late;                    /* binaries come later: pipeline_store_late() */
+    int share_failure;           /* a compile error is shared with waiters (builds) */
+};
+
+/* Lends the built program to the in-process tier (late store), so waiting
+ * threads wake to it: attached before the fill. 0 when attached (the tier
+ * then owns the caller's reference and calls `release` when it drops it,
+ * or at memtier_detach()); -1 when the flight does not fill. */
+int pipeline_attach(struct pipeline_flight *f, void *object, const void *tag, void (*release)(void *object));
+
+void pipeline_built(struct pipeline_flight *f, size_t n, const struct pipeline_output *out);
+
+/* The build's binaries must never be read (a driver quirk): the flights
+ * stop filling and lose their keys; counted as uncacheable. */
+void pipeline_uncacheable(struct pipeline_flight *f, size_t n);
+
+/* A late binary of a built flight: stored (disk, remote) when it differs
+ * from what was stored; its claim goes either way. `read_cpu_ns`: the CPU
+ * time reading it took (PoCL generates the code again for the read, as it
+ * did at first use on its own threads, where it cannot be measured): added
+ * to the compile's, as a hit saves that code generation too. Returns 1
+ * when stored. */
+int pipeline_store_late(struct pipeline_flight *f, const void *binary, size_t size, const char *log,
+                        uint64_t read_cpu_ns);
+/* The flight owes no store any more (captured, given up): claims go. */
+void pipeline_let_go(struct pipeline_flight *f);
+
+void pipeline_end(struct pipeline_flight *f, size_t n);
+void pipeline_flight_free(struct pipeline_flight *f);
+
+/* The store (opened on first need; NULL without a persistent cache). */
+store *pipeline_store(void);
+
+/* Counters of this process (the store's names; see store.h). */
+struct pipeline_stats {
+    struct store_stats store;
+    uint64_t memory_hits, translations, failed, failed_shared;
+};
+void pipeline_stats(struct pipeline_stats *out);
+void pipeline_count_translation(void);
+void pipeline_count_uncacheable(void);
+/* The one summary line. */
+void pipeline_print_summary(void);
+
+/* At exit: claims let go, the remote tier drained (bounded), counters added
+ * to the store (not for a read-only cache), the store closed. */
+void pipeline_exit(void);
+/* In a child of fork(): inherited handles dropped (not closed), counters
+ * and claims are the parent's. */
+void pipeline_after_fork_in_child(void);
+
+#endif
