@@ -12,7 +12,9 @@
 # kept, so the same scripts run against another driver. A run leaves in its
 # directory: stdout, stderr, rc, wall (seconds) and, with clshim, clshim.log
 # (CLSHIM_LOG=info written to CLSHIM_LOG_FILE, so the client's own output
-# holds nothing of clshim's).
+# holds nothing of clshim's). Settings in the array COMPAT_RUN_ENV
+# (VAR=value words) are added last, in every mode: make compat's armed mode
+# passes its fusion plan that way.
 #
 # Needs: COMPAT_TMP (scratch dir), SHIM (absolute path of libclshim.so).
 # Safe under set -euo pipefail: helpers report through their return codes.
@@ -23,6 +25,7 @@ source "$COMPAT_DIR/pins"
 # Debian's interpreter: python3-pyopencl lives in its dist-packages, and a
 # python3 earlier on PATH (pyenv, venv) would not see it.
 COMPAT_PYTHON=${COMPAT_PYTHON:-/usr/bin/python3}
+[ -n "${COMPAT_RUN_ENV+set}" ] || COMPAT_RUN_ENV=()
 
 compat_missing_packages() { # packages... -> those not installed, on stdout
     local p missing=""
@@ -102,6 +105,7 @@ compat_run() {
         mkdir -p "$cache"
         e+=(LD_PRELOAD="$SHIM" CLSHIM_CACHE_DIR="$cache" CLSHIM_LOG=info CLSHIM_LOG_FILE="$out/clshim.log")
     fi
+    e+=("${COMPAT_RUN_ENV[@]}")
     t0=$EPOCHREALTIME
     rc=0
     (cd "$cwd" && exec timeout -k 10 "${COMPAT_RUN_TIMEOUT:-1800}" "${e[@]}" "$@") >"$out/stdout" 2>"$out/stderr" || rc=$?
@@ -143,4 +147,18 @@ compat_same_outcomes() { # refdir outdir
     [ -s "$1/outcomes" ] || { echo "no test outcomes recorded without clshim"; return 1; }
     cmp -s "$1/outcomes" "$2/outcomes" ||
         { diff "$1/outcomes" "$2/outcomes" | grep '^[<>]' | head -n 20; return 1; }
+}
+
+# Sums the "fusion summary:" lines clshim wrote at each process exit (armed
+# runs): "FUSED REPLACED UNFUSED REFUSED" — fused launches, the kernel
+# launches they replaced, held kernels submitted unfused, fusions refused.
+compat_fusion_counts() { # outdir
+    local log=$1/clshim.log
+    [ -f "$log" ] || { echo "0 0 0 0"; return; }
+    awk '/clshim: fusion summary:/ { for (i = 1; i <= NF; i++) {
+            if ($i == "fused" && $(i+1) ~ /^launches/) f += $(i-1)
+            if ($i == "replaced") r += $(i+1)
+            if ($i == "held") u += $(i-1)
+            if ($i ~ /^fusions/) x += $(i-1) } }
+         END { printf "%d %d %d %d\n", f, r, u, x }' "$log"
 }

@@ -7,12 +7,17 @@
 #   clinfo    identical output (clinfo, clinfo --raw), exit codes included;
 #   clpeak    --kernel-latency and one compute test: identical output apart
 #             from the measurements, and those within noise.
+# PyOpenCL's suite also runs "armed": a recording run (warm, with
+# launch_trace.py) lists every kernel launched, plan_from_trace.py makes a
+# fusion plan naming every one of them, and the suite runs again under that
+# plan: every outcome must equal the run without clshim.
 # Installs its Debian packages when missing (root or sudo) and fetches the
 # sdist once into BUILD/compat. Prints a table (also in BUILD/compat/results.md)
 # and exits non-zero on any difference.
 #   tests/compat/run.sh BUILD [--only pyopencl|clinfo|clpeak]...
 # Environment:
 #   COMPAT_PYOPENCL_TESTS  test files (default: every test_*.py of the sdist)
+#   COMPAT_PYOPENCL_ARMED  0: leave out the armed mode (default 1)
 #   COMPAT_CLPEAK_COMPUTE  the compute test (default --compute-sp)
 #   COMPAT_CLPEAK_TOL      min/max ratio measurements must reach (default 0.5)
 #   COMPAT_CLPEAK_ROUNDS   rounds, retried only while a measurement differs (3)
@@ -41,6 +46,7 @@ COMPAT_TMP=$(mktemp -d /tmp/clshim-compat.XXXXXX)
 trap 'rm -rf "$COMPAT_TMP"' EXIT
 failed=""
 rows=()
+fusion_rows=()
 
 want() { [ -z "$ONLY" ] || [[ " $ONLY " == *" $1 "* ]]; }
 note_fail() { failed="$failed $1"; echo "FAIL $1: $2"; }
@@ -78,6 +84,38 @@ if want pyopencl; then
     read -r h m <<<"$(compat_shim_counts "$RUNS/pyopencl-warm")"
     [ "$h" -gt 0 ] || note_fail pyopencl-warm "no cache hit on the warm run"
     rows+=("| PyOpenCL ${PYOPENCL_VERSION} (${#files[@]} files) | $(cat "$P/summary") | $(cat "$RUNS/pyopencl-cold/summary") | $(cat "$RUNS/pyopencl-warm/summary") | $(wall "$P") s | $(wall "$RUNS/pyopencl-cold") s ($(hm "$RUNS/pyopencl-cold")) | $(wall "$RUNS/pyopencl-warm") s ($(hm "$RUNS/pyopencl-warm")) | $(ratio "$(wall "$P")" "$(wall "$RUNS/pyopencl-warm")") |")
+    # Armed: a plan naming every kernel the suite launches (docs/compat.md).
+    if [ "${COMPAT_PYOPENCL_ARMED:-1}" != 0 ]; then
+        R=$RUNS/pyopencl-record A=$RUNS/pyopencl-armed plan=$WORK/pyopencl.plan
+        echo "compat: pyopencl ${files[*]}: recording the kernel launches (warm)"
+        COMPAT_RUN_ENV=(PYTHONPATH="$COMPAT_DIR${PYTHONPATH:+:$PYTHONPATH}" COMPAT_LAUNCH_TRACE="$COMPAT_TMP/launches.txt")
+        compat_pytest warm "$R" "$cache" "$TDIR" -p launch_trace "${files[@]}"
+        COMPAT_RUN_ENV=()
+        why=$(compat_same_outcomes "$P" "$R") || note_fail pyopencl-record "the recording run's outcomes differ: $why"
+        if read -r nkernels nseqs < <("$COMPAT_PYTHON" "$COMPAT_DIR/plan_from_trace.py" "$COMPAT_TMP/launches.txt" "$plan") &&
+           [ "$nseqs" -gt 0 ]; then
+            echo "    $nkernels kernels launched, plan: $nseqs sequences ($plan)"
+            echo "compat: pyopencl ${files[*]}: armed run"
+            COMPAT_RUN_ENV=(CLSHIM_FUSION_PLAN="$plan")
+            compat_pytest armed "$A" "$cache" "$TDIR" "${files[@]}"
+            COMPAT_RUN_ENV=()
+            echo "    $(cat "$A/summary") in $(wall "$A") s"
+            why=$(compat_same_outcomes "$P" "$A") || note_fail pyopencl-armed "outcomes differ from the run without clshim: $why"
+            compat_shim_silent "$A" || note_fail pyopencl-armed "clshim wrote to the client's output"
+            grep -q -E "clshim: fusion plan: $nseqs sequences?$" "$A/clshim.log" ||
+                note_fail pyopencl-armed "clshim did not load the plan: $(grep -m1 'fusion plan' "$A/clshim.log")"
+            ! grep -q "fusion: internal error" "$A/clshim.log" ||
+                note_fail pyopencl-armed "$(grep -m1 'fusion: internal error' "$A/clshim.log")"
+            read -r fl rl ul xl <<<"$(compat_fusion_counts "$A")"
+            [ "$fl" -gt 0 ] || note_fail pyopencl-armed "nothing fused"
+            kinds=$(grep -c 'clshim: fused .* into one launch' "$A/clshim.log" || true)
+            refusedk=$(grep -c 'clshim: fusion of .* refused' "$A/clshim.log" || true)
+            echo "    $fl fused launches ($kinds kinds) replaced $rl launches; $ul held kernels submitted unfused; $xl fusions refused"
+            fusion_rows+=("| PyOpenCL ${PYOPENCL_VERSION} (${#files[@]} files) | $nkernels kernels, $nseqs sequences | $(cat "$P/summary") | $(cat "$A/summary") | $fl ($kinds kinds), replacing $rl launches | $ul | $xl ($refusedk kinds) | $(wall "$P") s | $(wall "$R") s | $(wall "$A") s |")
+        else
+            note_fail pyopencl-record "no kernel launch recorded (launch_trace.py not loaded?)"
+        fi
+    fi
     # Per-file figures when several files ran: which ones are build-bound.
     if [ "${#files[@]}" -gt 1 ]; then
         "$COMPAT_PYTHON" - "$RUNS" >"$WORK/pyopencl-files.md" <<'PY'
@@ -160,6 +198,14 @@ fi
     echo "| client | without clshim | with clshim, cold | with clshim, warm | wall without | wall cold | wall warm | warm / without |"
     echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
     printf '%s\n' "${rows[@]}"
+    if [ "${#fusion_rows[@]}" -gt 0 ]; then
+        echo
+        echo "Armed: a fusion plan naming every kernel launched (fused launches and refusals: clshim's fusion summary):"
+        echo
+        echo "| client | plan | without clshim | armed | fused launches | held, submitted unfused | fusions refused | wall without | wall recording (warm) | wall armed |"
+        echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+        printf '%s\n' "${fusion_rows[@]}"
+    fi
     echo
     echo "$(date -u +%Y-%m-%d) on $(clinfo --raw 2>/dev/null | awk -F'  +' '/CL_DEVICE_NAME/ { print $NF; exit }'), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
     [ -f "$WORK/pyopencl-files.md" ] && { echo; echo "PyOpenCL, test time per file (pytest's own timing):"; echo; cat "$WORK/pyopencl-files.md"; }
