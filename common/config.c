@@ -132,6 +132,7 @@ static const struct {
     const char *accepts;
 } choices[] = {
     {"CAPTURE", {"auto", "build", "release", NULL}, "auto, build or release"},
+    {"FUSE_ROUTE", {"auto", "ir", "source", NULL}, "auto, ir or source"},
 };
 
 /* What a knob accepts: its choices, else its type's values. NULL *words

@@ -114,6 +114,11 @@
       "A fusion plan file naming kernel sequences to fuse (docs/fusion.md).")  \
     X(FUSE, STRING, fuse, "", "0.1",                                           \
       "Inline fusion plan: sequences like \"k1+k2+k3\" separated by ';'.")     \
+    X(FUSE_ROUTE, STRING, fuse_route, "auto", "0.2",                           \
+      "How fused kernels are built: ir (a fused SPIR module, for drivers "     \
+      "with cl_khr_spir), source (generated OpenCL C that calls the original " \
+      "kernels, built by the driver; programs built from source only), or "    \
+      "auto: ir where the device has cl_khr_spir, else source (NVIDIA).")      \
     X(CLANG, PATH, clang, "clang-15", "0.1",                                   \
       "The clang that compiles OpenCL C to SPIR for fusion of source "         \
       "programs, and preprocesses sources whose includes the program cache "  \

@@ -44,8 +44,9 @@ int pc_program_input(cl_program prog, enum key_kind *kind, void **input, size_t 
  * program (its inputs' keys, kernel names, ranges, argument classes, plan
  * options). The cached value is the caller's metadata plus the device
  * binary. On a hit nothing is made: *meta receives the stored metadata. On a
- * miss make() returns SPIR bitcode and metadata (malloc'd; freed here), the
- * program is created from the bitcode and built, and its device binary is
+ * miss make() returns SPIR bitcode and metadata (malloc'd; freed here) and 0,
+ * or OpenCL C text in *bitcode (bitcode_size bytes) and 1; the program is
+ * created from the bitcode (or the source) and built, and its device binary is
  * stored right away (a late capture would wait for a release fusion only
  * makes at exit). Returns the built program (the
  * caller owns one reference) and *meta (malloc'd, caller frees), or NULL

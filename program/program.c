@@ -2365,13 +2365,19 @@ cl_program pc_build_derived(cl_context ctx, cl_device_id dev, const char *option
     void *bc = NULL, *m = NULL;
     size_t bc_size = 0, m_size = 0;
     uint64_t t0 = now_ns();
-    if (make(arg, &bc, &bc_size, &m, &m_size) != 0) {
+    int made = make(arg, &bc, &bc_size, &m, &m_size);
+    if (made != 0 && made != 1) {
         key_free(&k);
         if (errcode_ret) *errcode_ret = CL_BUILD_PROGRAM_FAILURE;
         return NULL;
     }
     const unsigned char *bin = bc;
-    p = real->clCreateProgramWithBinary(ctx, 1, &dev, &bc_size, &bin, NULL, &err);
+    if (made == 1) { /* OpenCL C */
+        const char *text = bc;
+        p = real->clCreateProgramWithSource(ctx, 1, &text, &bc_size, &err);
+    } else {
+        p = real->clCreateProgramWithBinary(ctx, 1, &dev, &bc_size, &bin, NULL, &err);
+    }
     free(bc);
     if (p && (err = real->clBuildProgram(p, 1, &dev, options, NULL, NULL)) != CL_SUCCESS) {
         real->clReleaseProgram(p);
