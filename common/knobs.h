@@ -114,6 +114,11 @@
       "A fusion plan file naming kernel sequences to fuse (docs/fusion.md).")  \
     X(FUSE, STRING, fuse, "", "0.1",                                           \
       "Inline fusion plan: sequences like \"k1+k2+k3\" separated by ';'.")     \
+    X(DRIVER_CACHES, BOOL, driver_caches, "0", "0.2",                         \
+      "1 keeps the drivers' own caches inside clshim's cache directory: "     \
+      "CUDA_CACHE_PATH (NVIDIA's ComputeCache) and POCL_CACHE_DIR (PoCL's "    \
+      "kcache) are set to <cache dir>/driver/nvidia and .../pocl when "        \
+      "libclshim.so is loaded, where not set already.")                       \
     X(FUSE_ROUTE, STRING, fuse_route, "auto", "0.2",                           \
       "How fused kernels are built: ir (a fused SPIR module, for drivers "     \
       "with cl_khr_spir), source (generated OpenCL C that calls the original " \
