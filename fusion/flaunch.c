@@ -32,6 +32,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cache/device.h"
 #include "cache/key.h"
@@ -355,15 +356,67 @@ struct make_ctx {
     const struct fq *q;
     int flags;
     const uint32_t *cls;
+    const unsigned char *key; /* the key material */
+    size_t key_len;
     char *why;
     size_t why_len;
 };
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Route (b): the generated source and metadata, device-independent, from
+ * the cache (pc_derived_get: a value of a u64 metadata length, the
+ * metadata, the text). 1 with the outputs set, else 0. */
+static int source_from_cache(const struct make_ctx *m, void **text, size_t *text_size, void **meta, size_t *meta_size)
+{
+    void *v = NULL;
+    size_t n = 0;
+    uint64_t ml = 0;
+    if (pc_derived_get(m->key, m->key_len, &v, &n) != 0) return 0;
+    if (n >= 8) memcpy(&ml, v, 8);
+    if (n < 8 || ml > n - 8 || !(*meta = malloc(ml ? ml : 1)) || !(*text = malloc(n - 8 - ml + 1))) {
+        free(*meta);
+        *meta = NULL;
+        free(v);
+        return 0;
+    }
+    memcpy(*meta, (unsigned char *)v + 8, ml);
+    memcpy(*text, (unsigned char *)v + 8 + ml, n - 8 - ml);
+    *meta_size = ml;
+    *text_size = n - 8 - ml;
+    free(v);
+    return 1;
+}
+
+static void source_to_cache(const struct make_ctx *m, const void *text, size_t text_size, const void *meta,
+                            size_t meta_size, uint64_t make_ns)
+{
+    unsigned char *v = malloc(8 + meta_size + text_size);
+    if (!v) return;
+    uint64_t ml = meta_size;
+    memcpy(v, &ml, 8);
+    memcpy(v + 8, meta, meta_size);
+    memcpy(v + 8 + meta_size, text, text_size);
+    pc_derived_put(m->key, m->key_len, v, 8 + meta_size + text_size, make_ns);
+    free(v);
+}
 
 static int make(void *arg, void **bitcode, size_t *bitcode_size, void **meta, size_t *meta_size)
 {
     struct make_ctx *m = arg;
     const struct fq *q = m->q;
     uint32_t n = q->nheld;
+    if ((m->flags & FB_SOURCE) && source_from_cache(m, bitcode, bitcode_size, meta, meta_size)) {
+        log_msg(LOG_INFO, "fusion: the generated OpenCL C for %s..%s (%u kernels) comes from the cache",
+                q->held[0].rec->name, q->held[n - 1].rec->name, (unsigned)n);
+        return 1;
+    }
+    uint64_t t0 = now_ns();
     const struct clshim_llvm_api *api = llvm_api();
     if (!api) return snprintf(m->why, m->why_len, "libclshim-llvm.so cannot be loaded"), -1;
     struct mod {
@@ -510,6 +563,7 @@ static int make(void *arg, void **bitcode, size_t *bitcode_size, void **meta, si
     *meta = b.p;
     *meta_size = b.len;
     rc = m->flags & FB_SOURCE ? 1 : 0; /* 1: *bitcode is OpenCL C (pc_build_derived) */
+    if (rc == 1) source_to_cache(m, bc, *bitcode_size, b.p, b.len, now_ns() - t0);
 out:
     for (uint32_t j = 0; mods && j < nmods; j++) {
         if (mods[j].llvm_owned) api->free(mods[j].bc);
@@ -612,7 +666,7 @@ static struct fb_memo *memo_build(const struct fq *q, int flags, const uint32_t 
     memcpy(e->key, key->p, key->len);
     e->key_len = key->len;
     char why[600] = "";
-    struct make_ctx mc = {q, flags, cls, why, sizeof why};
+    struct make_ctx mc = {q, flags, cls, e->key, e->key_len, why, sizeof why};
     void *meta = NULL;
     size_t meta_size = 0;
     cl_int err = CL_SUCCESS;

@@ -2258,6 +2258,49 @@ cl_int pc_get_device_info(cl_device_id dev, cl_device_info param, size_t size, v
 
 /* ---- derived programs ------------------------------------------------------ */
 
+/* The device-independent half of a derived program (origin.h). */
+static void derived_any_key(struct key_buf *k, const void *key, size_t key_len)
+{
+    key_begin(k, KEY_FUSION, "");
+    key_add_text(k, "device", "any");
+    key_add_blob(k, "derived-any-device", key, key_len);
+}
+
+int pc_derived_get(const void *key, size_t key_len, void **value, size_t *size)
+{
+    *value = NULL;
+    *size = 0;
+    store *st = config_get()->cache ? get_store() : NULL;
+    if (!st) return -1;
+    struct key_buf k;
+    derived_any_key(&k, key, key_len);
+    int rc = -1;
+    struct store_record sr;
+    void *arena = NULL;
+    if (!k.oom && tier_get(st, key_hash(k.data, k.len), k.data, k.len, 0, &sr, &arena, NULL) == CLSHIM_OK) {
+        if ((*value = malloc(sr.binary_size ? sr.binary_size : 1))) {
+            memcpy(*value, sr.binary, sr.binary_size);
+            *size = sr.binary_size;
+            rc = 0;
+        }
+        store_record_free(arena);
+    }
+    key_free(&k);
+    return rc;
+}
+
+void pc_derived_put(const void *key, size_t key_len, const void *value, size_t size, uint64_t make_ns)
+{
+    store *st = config_get()->cache ? get_store() : NULL;
+    if (!st) return;
+    struct key_buf k;
+    derived_any_key(&k, key, key_len);
+    struct store_record sr = {value, size, "", make_ns, KEY_FUSION, "any device"};
+    if (!k.oom && tier_put(st, key_hash(k.data, k.len), k.data, k.len, &sr) == CLSHIM_OK)
+        STAT_ADD(proc_stats.stores, 1);
+    key_free(&k);
+}
+
 /* A derived program just built, to be stored. */
 struct derived_pending {
     cl_program program;

@@ -42,6 +42,19 @@ same_output ref_chain ir "IR route: same results"
 [ "$(generated ir)" = 0 ] || fail "IR route: built generated OpenCL C"
 ok "warm: the generated program comes from the cache; the route is part of the key"
 
+# 2b. The generated source is also stored apart from any device: a machine
+#     without LLVM (NVIDIA's, in practice) builds the fused kernel from an
+#     imported cache. Here: a cache whose device entry was too big to store
+#     (CLSHIM_CACHE_MAX_ENTRY), then a run that cannot load libclshim-llvm.so.
+fresh_pocl; run_shim nodev env CLSHIM_CACHE_DIR="$TMP/c-any" CLSHIM_CACHE_MAX_ENTRY=40K CLSHIM_FUSE="offset+scale+square" "$FC" --mode chain
+same_output ref_chain nodev "small entries: same results"
+fresh_pocl; run_shim nollvm env CLSHIM_CACHE_DIR="$TMP/c-any" CLSHIM_LLVM_LIB=/nonexistent CLSHIM_FUSE="offset+scale+square" "$FC" --mode chain
+same_output ref_chain nollvm "without LLVM: same results"
+grep -q "the generated OpenCL C for offset..square (3 kernels) comes from the cache" "$TMP/nollvm.err" || fail "without LLVM: the source was not taken from the cache"
+[ "$(fused offset+scale+square nollvm)" = 3 ] || fail "without LLVM: expected 3 fused launches"
+[ "$(count 'cannot load' "$TMP/nollvm.err")" = 0 ] || fail "without LLVM: libclshim-llvm.so was needed"
+ok "the generated source is cached apart from the device: fused without LLVM"
+
 # 3. Different global sizes (guarded calls), shared arguments, aliasing, and
 #    the same scalar or buffer passed to several parameters.
 vs_plain sizes "offset+scale+square" "$FC" --mode sizes
