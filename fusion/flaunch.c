@@ -343,8 +343,15 @@ static int route_flag(struct fq *q)
 {
     if (!q->route) {
         const char *route = config_get()->fuse_route;
-        const struct device_info *info = device_info(fb_real, q->dev);
-        int source = route && !strcmp(route, "source") ? 1 : route && !strcmp(route, "ir") ? 0 : info && !info->has_spir;
+        int source;
+        if (route && (!strcmp(route, "source") || !strcmp(route, "ir"))) {
+            source = !strcmp(route, "source");
+        } else { /* auto; a table without the device queries (the batcher's fuzz target) keeps the IR route */
+            const struct device_info *info = fb_real->clGetDeviceInfo && fb_real->clGetPlatformInfo
+                                                 ? device_info(fb_real, q->dev)
+                                                 : NULL;
+            source = info && !info->has_spir;
+        }
         q->route = source ? FB_SOURCE : -1;
     }
     return q->route == FB_SOURCE ? FB_SOURCE : 0;
