@@ -268,6 +268,36 @@ static int tier_put(store *st, struct cache_hash hash, const void *key, size_t k
     return rc;
 }
 
+int pipeline_record_get(const struct key_buf *k, void **value, size_t *size)
+{
+    *value = NULL;
+    *size = 0;
+    store *st = pipeline_store();
+    if (!st || k->oom) return -1;
+    struct store_record sr;
+    void *arena = NULL;
+    int from_remote;
+    if (tier_get(st, key_hash(k->data, k->len), k->data, k->len, 0, &sr, &arena, &from_remote) != CLSHIM_OK)
+        return -1;
+    int rc = -1;
+    if ((*value = malloc(sr.binary_size ? sr.binary_size : 1))) {
+        memcpy(*value, sr.binary, sr.binary_size);
+        *size = sr.binary_size;
+        rc = 0;
+    }
+    store_record_free(arena);
+    return rc;
+}
+
+void pipeline_record_put(const struct key_buf *k, const void *value, size_t size, enum key_kind kind,
+                         const char *device, uint64_t make_ns)
+{
+    store *st = pipeline_store();
+    if (!st || k->oom) return;
+    struct store_record sr = {value, size, "", make_ns, (uint32_t)kind, device};
+    if (tier_put(st, key_hash(k->data, k->len), k->data, k->len, &sr) == CLSHIM_OK) STAT_ADD(proc_stats.stores, 1);
+}
+
 /* ---- the key ----------------------------------------------------------------- */
 
 int pipeline_key(struct pipeline_flight *f, struct key_buf *k, const struct key_source *src, const char *identity,

@@ -160,6 +160,16 @@ void pipeline_flight_free(struct pipeline_flight *f);
 /* The store (opened on first need; NULL without a persistent cache). */
 store *pipeline_store(void);
 
+/* Records that are not a build's binaries (a fused kernel's generated
+ * text, kept apart from any device: program/origin.h): the same tiers
+ * (store, then remote), no single flight, no claim. `k` is the finished
+ * key material (key_begin() ... ). get: 0 with *value (malloc'd, the
+ * caller frees), or -1 (absent, cache off, out of memory). put: best
+ * effort, counted as a store. */
+int pipeline_record_get(const struct key_buf *k, void **value, size_t *size);
+void pipeline_record_put(const struct key_buf *k, const void *value, size_t size, enum key_kind kind,
+                         const char *device, uint64_t make_ns);
+
 /* Counters of this process (the store's names; see store.h). */
 struct pipeline_stats {
     struct store_stats store;

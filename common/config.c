@@ -133,6 +133,7 @@ static const struct {
 } choices[] = {
     {"CAPTURE", {"auto", "build", "release", NULL}, "auto, build or release"},
     {"FUSION", {"off", "auto", NULL}, "off or auto"},
+    {"FUSE_ROUTE", {"auto", "ir", "source", NULL}, "auto, ir or source"},
 };
 
 /* What a knob accepts: its choices, else its type's values. NULL *words

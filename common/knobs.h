@@ -126,6 +126,16 @@
       "kernel sequence learned (names, work-items, occurrences, verdict, "     \
       "time per occurrence unfused and fused). `clshim plan suggest` sets "    \
       "it and turns the lines into a plan.")                                   \
+    X(DRIVER_CACHES, BOOL, driver_caches, "0", "0.2",                         \
+      "1 keeps the drivers' own caches inside clshim's cache directory: "     \
+      "CUDA_CACHE_PATH (NVIDIA's ComputeCache) and POCL_CACHE_DIR (PoCL's "    \
+      "kcache) are set to <cache dir>/driver/nvidia and .../pocl when "        \
+      "libclshim.so is loaded, where not set already.")                       \
+    X(FUSE_ROUTE, STRING, fuse_route, "auto", "0.2",                           \
+      "How fused kernels are built: ir (a fused SPIR module, for drivers "     \
+      "with cl_khr_spir), source (generated OpenCL C that calls the original " \
+      "kernels, built by the driver; programs built from source only), or "    \
+      "auto: ir where the device has cl_khr_spir, else source (NVIDIA).")      \
     X(CLANG, PATH, clang, "clang-15", "0.1",                                   \
       "The clang that compiles OpenCL C to SPIR for fusion of source "         \
       "programs, and preprocesses sources whose includes the program cache "  \

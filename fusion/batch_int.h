@@ -177,6 +177,7 @@ struct fq {
     int dead;             /* the queue was destroyed; the record stays reachable */
     int ext;              /* clStartFusionCLSHIM is active */
     int off;              /* an internal invariant broke here: never hold again */
+    int route;            /* 0 not decided yet, else FB_SOURCE or -1 (IR): how its fusions are built */
     struct held *held;
     uint32_t nheld;       /* written under lock, read atomically */
     uint32_t cap;
@@ -254,7 +255,7 @@ int fa_running(const struct fq *q);
 
 /* The plan options of one fusion, a bit set passed as `flags` (also part of
  * the fused program's key). */
-enum { FB_FORCE_BARRIER = 1, FB_INTERNAL = 2 };
+enum { FB_FORCE_BARRIER = 1, FB_INTERNAL = 2, FB_SOURCE = 4 /* route (b): fusion/fuse_source.h */ };
 
 /* Fuses and launches q's held kernels (caller holds q->lock). Returns 0
  * when launched (held entries are then cleared and their events queued in

@@ -19,6 +19,12 @@
  *    metadata stored beside the binary is the parameter mapping and the
  *    fused ND-range (format below). A failed request is remembered in the
  *    memo and never built again in this process.
+ *    Route (b) (FB_SOURCE: CLSHIM_FUSE_ROUTE, or auto on a device without
+ *    cl_khr_spir): the same analysis, but the program made is generated
+ *    OpenCL C (fusion/fuse_source.h), built by the driver from source with
+ *    the kernels' own build options; argument classes then ignore the
+ *    driver's argument info, and which fused parameters are buffers (for
+ *    the aliasing checks) comes from the analysis, stored in the metadata.
  * 4. The launch: arguments from the held snapshots through the mapping, the
  *    union of the held wait lists without the held commands' own events,
  *    one clEnqueueNDRangeKernel; every held event then completes from its
@@ -26,19 +32,24 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "cache/device.h"
 #include "cache/key.h"
+#include "common/config.h"
 #include "program/origin.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "fusion/batch.h"
 #include "fusion/batch_int.h"
 #include "fusion/frontend.h"
+#include "fusion/fuse_source.h"
 #include "fusion/llvmload.h"
 
 #define FUSED_NAME "clshim_fused"
 #define META_MAGIC 0x46534c43u /* "CLSF" */
 #define META_VERSION 1u
+#define META_VERSION_SOURCE 2u /* then: per parameter a buffer byte, the kernel name's length and bytes */
 
 /* Arguments of all held kernels together up to which the launch path uses
  * stack arrays (no allocation while a warm sequence is fused). */
@@ -55,6 +66,8 @@ struct fb_memo {
     cl_kernel kernel;
     uint32_t nparams;
     uint32_t *pk, *pi;     /* fused parameter -> (held kernel, its parameter) */
+    uint8_t *is_buf;       /* route (b): per fused parameter, 1 for a buffer (else NULL) */
+    char name[32];         /* the fused kernel's name */
     struct fk_arg *set;    /* the arguments the fused kernel holds now (skip setting equal ones) ... */
     int set_gen;           /* ... valid while fb_mem_gen has this value (a handle may be reused) */
     uint32_t dim;
@@ -149,7 +162,12 @@ static int check_mem(cl_mem m, struct span *spans, size_t *nspans, char *why, si
  * the distinct buffers for aliasing — skipped when they are the buffers the
  * queue's last fusion checked and none has been released since (a released
  * handle could come back as a different buffer). */
-static int make_classes(struct fq *q, uint32_t *cls, char *why, size_t why_len)
+static int check_buffers(struct fq *q, cl_mem *mems, uint32_t nmems, char *why, size_t why_len);
+
+/* `analysed` (route (b)): the driver's argument info is not used; equal
+ * bytes make one class whatever the argument is, and the buffers are
+ * checked later, once the analysis has said which parameters are buffers. */
+static int make_classes(struct fq *q, uint32_t *cls, int analysed, char *why, size_t why_len)
 {
     size_t total = 0;
     for (uint32_t i = 0; i < q->nheld; i++) total += q->held[i].nargs;
@@ -177,45 +195,79 @@ static int make_classes(struct fq *q, uint32_t *cls, char *why, size_t why_len)
                 rc = -1;
                 break;
             }
-            if (a->mem == 2 && a->size == sizeof(cl_mem)) {
+            if (!analysed && a->mem == 2 && a->size == sizeof(cl_mem)) {
                 snprintf(why, why_len, "kernel '%s': argument info unavailable", q->held[i].rec->name);
                 rc = -1;
                 break;
             }
             size_t k;
             for (k = 0; k < at; k++)
-                if (seen[k]->kind == FK_VALUE && seen[k]->mem == a->mem && fk_arg_equal(seen[k], a)) break;
+                if (seen[k]->kind == FK_VALUE && (analysed || seen[k]->mem == a->mem) && fk_arg_equal(seen[k], a))
+                    break;
             if (k < at) {
                 cls[at] = cls[k];
                 continue;
             }
             cls[at] = next++;
             cl_mem m = NULL;
-            if (a->mem && a->size == sizeof m) memcpy(&m, a->v.inl, sizeof m);
+            if (!analysed && a->mem && a->size == sizeof m) memcpy(&m, a->v.inl, sizeof m);
             if (m) mems[nmems++] = m;
         }
-    int gen = __atomic_load_n(&fb_mem_gen, __ATOMIC_ACQUIRE);
-    if (!rc && !(q->checked && q->checked_gen == gen && q->nchecked == nmems &&
-                 !memcmp(q->checked, mems, nmems * sizeof *mems))) {
-        struct span *spans = malloc((nmems ? nmems : 1) * sizeof *spans);
-        size_t nspans = 0;
-        if (!spans) {
-            snprintf(why, why_len, "out of memory");
-            rc = -1;
-        }
-        for (uint32_t i = 0; i < nmems && !rc; i++) rc = check_mem(mems[i], spans, &nspans, why, why_len);
-        free(spans);
-        free(q->checked);
-        q->checked = NULL;
-        q->nchecked = 0;
-        if (!rc && nmems && (q->checked = malloc(nmems * sizeof *q->checked))) {
-            memcpy(q->checked, mems, nmems * sizeof *mems);
-            q->nchecked = nmems;
-            q->checked_gen = gen;
-        }
-    }
+    if (!rc && !analysed) rc = check_buffers(q, mems, nmems, why, why_len);
     if (mems != mems_buf) free(mems);
     if (seen != seen_buf) free(seen);
+    return rc;
+}
+
+/* Checks the distinct buffers `mems` of a fusion for aliasing, unless they
+ * are the ones q's last fusion checked and none was released since. */
+static int check_buffers(struct fq *q, cl_mem *mems, uint32_t nmems, char *why, size_t why_len)
+{
+    int rc = 0;
+    int gen = __atomic_load_n(&fb_mem_gen, __ATOMIC_ACQUIRE);
+    if (q->checked && q->checked_gen == gen && q->nchecked == nmems && !memcmp(q->checked, mems, nmems * sizeof *mems))
+        return 0;
+    struct span *spans = malloc((nmems ? nmems : 1) * sizeof *spans);
+    size_t nspans = 0;
+    if (!spans) {
+        snprintf(why, why_len, "out of memory");
+        rc = -1;
+    }
+    for (uint32_t i = 0; i < nmems && !rc; i++) rc = check_mem(mems[i], spans, &nspans, why, why_len);
+    free(spans);
+    free(q->checked);
+    q->checked = NULL;
+    q->nchecked = 0;
+    if (!rc && nmems && (q->checked = malloc(nmems * sizeof *q->checked))) {
+        memcpy(q->checked, mems, nmems * sizeof *mems);
+        q->nchecked = nmems;
+        q->checked_gen = gen;
+    }
+    return rc;
+}
+
+/* Route (b): the buffers among the fused kernel's arguments, as the analysis
+ * found them (e->is_buf), checked like those of make_classes. */
+static int check_analysed_buffers(struct fq *q, const struct fb_memo *e, char *why, size_t why_len)
+{
+    cl_mem buf[STACK_ARGS];
+    cl_mem *mems = e->nparams <= STACK_ARGS ? buf : malloc(e->nparams * sizeof *mems);
+    if (!mems) return snprintf(why, why_len, "out of memory"), -1;
+    uint32_t n = 0;
+    for (uint32_t p = 0; p < e->nparams; p++) {
+        const struct fk_arg *a = &q->held[e->pk[p]].args[e->pi[p]];
+        if (!e->is_buf[p]) continue;
+        if (a->kind != FK_VALUE || a->size != sizeof(cl_mem)) {
+            snprintf(why, why_len, "a buffer parameter of the fused kernel has no buffer argument");
+            if (mems != buf) free(mems);
+            return -1;
+        }
+        cl_mem m;
+        memcpy(&m, a->v.inl, sizeof m);
+        if (m) mems[n++] = m;
+    }
+    int rc = check_buffers(q, mems, n, why, why_len);
+    if (mems != buf) free(mems);
     return rc;
 }
 
@@ -277,21 +329,101 @@ static char *shared_options(const struct fq *q)
     return out;
 }
 
+/* Route (b) builds the program's own source again, so with its own build
+ * options, all of them (the kernels' programs differ otherwise, and make()
+ * refuses). */
+static char *source_options(const struct fq *q)
+{
+    return strdup(q->held[0].rec->options ? q->held[0].rec->options : "");
+}
+
+/* Whether q's fusions take route (b): CLSHIM_FUSE_ROUTE, and under auto a
+ * device without cl_khr_spir (decided once per queue, under its lock). */
+static int route_flag(struct fq *q)
+{
+    if (!q->route) {
+        const char *route = config_get()->fuse_route;
+        int source;
+        if (route && (!strcmp(route, "source") || !strcmp(route, "ir"))) {
+            source = !strcmp(route, "source");
+        } else { /* auto; a table without the device queries (the batcher's fuzz target) keeps the IR route */
+            const struct device_info *info = fb_real->clGetDeviceInfo && fb_real->clGetPlatformInfo
+                                                 ? device_info(fb_real, q->dev)
+                                                 : NULL;
+            source = info && !info->has_spir;
+        }
+        q->route = source ? FB_SOURCE : -1;
+    }
+    return q->route == FB_SOURCE ? FB_SOURCE : 0;
+}
+
 /* ---- make(): bitcode and metadata on a cache miss ------------------------------------- */
 
 struct make_ctx {
     const struct fq *q;
     int flags;
     const uint32_t *cls;
+    const unsigned char *key; /* the key material */
+    size_t key_len;
     char *why;
     size_t why_len;
 };
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Route (b): the generated source and metadata, device-independent, from
+ * the cache (pc_derived_get: a value of a u64 metadata length, the
+ * metadata, the text). 1 with the outputs set, else 0. */
+static int source_from_cache(const struct make_ctx *m, void **text, size_t *text_size, void **meta, size_t *meta_size)
+{
+    void *v = NULL;
+    size_t n = 0;
+    uint64_t ml = 0;
+    if (pc_derived_get(m->key, m->key_len, &v, &n) != 0) return 0;
+    if (n >= 8) memcpy(&ml, v, 8);
+    if (n < 8 || ml > n - 8 || !(*meta = malloc(ml ? ml : 1)) || !(*text = malloc(n - 8 - ml + 1))) {
+        free(*meta);
+        *meta = NULL;
+        free(v);
+        return 0;
+    }
+    memcpy(*meta, (unsigned char *)v + 8, ml);
+    memcpy(*text, (unsigned char *)v + 8 + ml, n - 8 - ml);
+    *meta_size = ml;
+    *text_size = n - 8 - ml;
+    free(v);
+    return 1;
+}
+
+static void source_to_cache(const struct make_ctx *m, const void *text, size_t text_size, const void *meta,
+                            size_t meta_size, uint64_t make_ns)
+{
+    unsigned char *v = malloc(8 + meta_size + text_size);
+    if (!v) return;
+    uint64_t ml = meta_size;
+    memcpy(v, &ml, 8);
+    memcpy(v + 8, meta, meta_size);
+    memcpy(v + 8 + meta_size, text, text_size);
+    pc_derived_put(m->key, m->key_len, v, 8 + meta_size + text_size, make_ns);
+    free(v);
+}
 
 static int make(void *arg, void **bitcode, size_t *bitcode_size, void **meta, size_t *meta_size)
 {
     struct make_ctx *m = arg;
     const struct fq *q = m->q;
     uint32_t n = q->nheld;
+    if ((m->flags & FB_SOURCE) && source_from_cache(m, bitcode, bitcode_size, meta, meta_size)) {
+        log_msg(LOG_INFO, "fusion: the generated OpenCL C for %s..%s (%u kernels) comes from the cache",
+                q->held[0].rec->name, q->held[n - 1].rec->name, (unsigned)n);
+        return 1;
+    }
+    uint64_t t0 = now_ns();
     const struct clshim_llvm_api *api = llvm_api();
     if (!api) return snprintf(m->why, m->why_len, "libclshim-llvm.so cannot be loaded"), -1;
     struct mod {
@@ -323,6 +455,11 @@ static int make(void *arg, void **bitcode, size_t *bitcode_size, void **meta, si
         const void *input = origin->input;
         size_t len = origin->input_len;
         const char *options = origin->options;
+        if ((m->flags & FB_SOURCE) && origin->kind != KEY_SOURCE) {
+            snprintf(m->why, m->why_len, "kernel '%s' comes from IL, and this device takes no SPIR "
+                     "(generated OpenCL C needs the source)", h->rec->name);
+            goto out;
+        }
         uint32_t j;
         for (j = 0; j < nmods; j++)
             if (mods[j].input_len == len && !memcmp(mods[j].input, input, len) && !strcmp(mods[j].options, options))
@@ -363,19 +500,30 @@ static int make(void *arg, void **bitcode, size_t *bitcode_size, void **meta, si
         int w = snprintf(names + o, sizeof names - o, "%s%s", i ? "+" : "", h->rec->name);
         if (w > 0 && o + (size_t)w < sizeof names) o += (size_t)w;
     }
-    log_msg(LOG_INFO, "fusion: building the fused kernel for %s (%u program%s to IR)", names, (unsigned)nmods,
-            nmods == 1 ? "" : "s");
+    log_msg(LOG_INFO, "fusion: building the fused kernel for %s (%u program%s to IR%s)", names, (unsigned)nmods,
+            nmods == 1 ? "" : "s", m->flags & FB_SOURCE ? ", then generated OpenCL C" : "");
     struct fuse_request req = {fk, n, FUSED_NAME, m->flags & FB_FORCE_BARRIER, (m->flags & FB_INTERNAL) != 0};
     struct fuse_result res;
     memset(&res, 0, sizeof res);
-    int e = api->fuse(&req, &res);
-    if (e) {
-        snprintf(m->why, m->why_len, "%s", res.reason[0] ? res.reason : clshim_strerror(e));
-        goto out;
+    struct fs_program gen = {0};
+    int e;
+    if (!(m->flags & FB_SOURCE)) {
+        e = api->fuse(&req, &res);
+        if (e) snprintf(m->why, m->why_len, "%s", res.reason[0] ? res.reason : clshim_strerror(e));
+    } else if (nmods != 1) {
+        e = CLSHIM_EUNSUPPORTED;
+        snprintf(m->why, m->why_len, "the kernels come from different programs (generated OpenCL C "
+                 "extends one program's source)");
+    } else {
+        e = fs_fuse(api, mods[0].input, mods[0].input_len, &req, &res, &gen, m->why, m->why_len);
+        if (!e && (m->flags & FB_INTERNAL))
+            log_msg(LOG_INFO, "fusion: %s: internal: stored as without the option: generated OpenCL C "
+                    "(route (b)) keeps every buffer", names);
     }
+    if (e) goto out;
     struct bytes b = {0};
     put32(&b, META_MAGIC);
-    put32(&b, META_VERSION);
+    put32(&b, gen.text ? META_VERSION_SOURCE : META_VERSION);
     put32(&b, res.num_params);
     put32(&b, res.work_dim);
     for (int d = 0; d < 3; d++) put64(&b, res.global_size[d]);
@@ -384,8 +532,19 @@ static int make(void *arg, void **bitcode, size_t *bitcode_size, void **meta, si
     put32(&b, (uint32_t)res.barrier_inserted);
     put(&b, res.param_kernel, res.num_params * sizeof(uint32_t));
     put(&b, res.param_index, res.num_params * sizeof(uint32_t));
-    void *bc = malloc(res.bitcode_size ? res.bitcode_size : 1);
-    if (bc) memcpy(bc, res.bitcode, res.bitcode_size);
+    void *bc;
+    if (gen.text) { /* the program made is the generated source */
+        put(&b, gen.is_buf, res.num_params);
+        put32(&b, (uint32_t)strlen(gen.name));
+        put(&b, gen.name, strlen(gen.name));
+        bc = gen.text;
+        res.bitcode_size = gen.len;
+        gen.text = NULL;
+        fs_program_free(&gen);
+    } else {
+        bc = malloc(res.bitcode_size ? res.bitcode_size : 1);
+        if (bc) memcpy(bc, res.bitcode, res.bitcode_size);
+    }
     api->free(res.bitcode);
     api->free(res.param_kernel);
     api->free(res.param_index);
@@ -410,7 +569,8 @@ static int make(void *arg, void **bitcode, size_t *bitcode_size, void **meta, si
     *bitcode_size = res.bitcode_size;
     *meta = b.p;
     *meta_size = b.len;
-    rc = 0;
+    rc = m->flags & FB_SOURCE ? 1 : 0; /* 1: *bitcode is OpenCL C (pc_build_derived) */
+    if (rc == 1) source_to_cache(m, bc, *bitcode_size, b.p, b.len, now_ns() - t0);
 out:
     for (uint32_t j = 0; mods && j < nmods; j++) {
         if (mods[j].llvm_owned) api->free(mods[j].bc);
@@ -429,10 +589,24 @@ static int read_meta(struct fb_memo *e, const struct fq *q, const unsigned char 
     uint32_t head[4];
     if (len < 16 + 9 * 8 + 4) return -1;
     memcpy(head, p, 16);
-    if (head[0] != META_MAGIC || head[1] != META_VERSION || head[3] < 1 || head[3] > 3) return -1;
+    int source = head[1] == META_VERSION_SOURCE;
+    if (head[0] != META_MAGIC || (head[1] != META_VERSION && !source) || head[3] < 1 || head[3] > 3) return -1;
     uint32_t np = head[2];
     size_t need = 16 + 9 * 8 + 4 + (size_t)np * 8;
-    if (np > 65536 || len != need) return -1;
+    if (np > 65536 || len < need) return -1;
+    snprintf(e->name, sizeof e->name, "%s", FUSED_NAME);
+    if (source) {
+        uint32_t nl;
+        if (len < need + np + 4) return -1;
+        memcpy(&nl, p + need + np, 4);
+        if (nl == 0 || nl >= sizeof e->name || len != need + np + 4 + nl) return -1;
+        if (!(e->is_buf = malloc(np ? np : 1))) return -1;
+        memcpy(e->is_buf, p + need, np);
+        memcpy(e->name, p + need + np + 4, nl);
+        e->name[nl] = 0;
+    } else if (len != need) {
+        return -1;
+    }
     uint64_t v[9];
     memcpy(v, p + 16, sizeof v);
     e->nparams = np;
@@ -477,6 +651,7 @@ static void memo_drop(struct fb_memo *e)
     free(e->reason);
     free(e->pk);
     free(e->pi);
+    free(e->is_buf);
     pthread_mutex_destroy(&e->lock);
     free(e);
 }
@@ -498,7 +673,7 @@ static struct fb_memo *memo_build(const struct fq *q, int flags, const uint32_t 
     memcpy(e->key, key->p, key->len);
     e->key_len = key->len;
     char why[600] = "";
-    struct make_ctx mc = {q, flags, cls, why, sizeof why};
+    struct make_ctx mc = {q, flags, cls, e->key, e->key_len, why, sizeof why};
     void *meta = NULL;
     size_t meta_size = 0;
     cl_int err = CL_SUCCESS;
@@ -507,7 +682,7 @@ static struct fb_memo *memo_build(const struct fq *q, int flags, const uint32_t 
         if (!why[0]) snprintf(why, sizeof why, "building the fused program failed (error %d)", err);
     } else if (read_meta(e, q, meta, meta_size) != 0) {
         snprintf(why, sizeof why, "the fused program's metadata is invalid");
-    } else if (!(e->kernel = fb_real->clCreateKernel(e->prog, FUSED_NAME, &err)) || err != CL_SUCCESS) {
+    } else if (!(e->kernel = fb_real->clCreateKernel(e->prog, e->name, &err)) || err != CL_SUCCESS) {
         snprintf(why, sizeof why, "creating the fused kernel failed (error %d)", err);
         e->kernel = NULL;
     }
@@ -702,14 +877,15 @@ static struct fb_memo *fused_program(struct fq *q, int flags, int gen, int *repe
         snprintf(why, why_len, "out of memory");
         goto out;
     }
-    if (make_classes(q, cls, why, why_len) != 0) goto out;
+    if (make_classes(q, cls, (flags & FB_SOURCE) != 0, why, why_len) != 0) goto out;
     key_material(q, flags, cls, &key);
     if (key.oom) {
         snprintf(why, why_len, "out of memory");
         goto out;
     }
     e = q->last && memo_matches(q->last, q, &key) ? q->last : memo_find(q, &key);
-    if (!e && (!(options = shared_options(q)) || !(e = memo_build(q, flags, cls, &key, options)))) {
+    if (!e && (!(options = flags & FB_SOURCE ? source_options(q) : shared_options(q)) ||
+               !(e = memo_build(q, flags, cls, &key, options)))) {
         snprintf(why, why_len, "out of memory");
         goto out;
     }
@@ -717,6 +893,7 @@ static struct fb_memo *fused_program(struct fq *q, int flags, int gen, int *repe
         snprintf(why, why_len, "%s", e->reason);
         e = NULL;
     }
+    if (e && e->is_buf && check_analysed_buffers(q, e, why, why_len) != 0) e = NULL;
 out:
     if (cls != cls_buf) free(cls);
     bytes_free(&key);
@@ -728,6 +905,7 @@ int fb_fuse_held(struct fq *q, int flags, int seq, struct fb_pending *p, cl_even
                  char *why, size_t why_len)
 {
     (void)seq;
+    flags |= route_flag(q);
     int gen = __atomic_load_n(&fb_mem_gen, __ATOMIC_ACQUIRE), repeat = 0;
     struct fb_memo *e = fused_program(q, flags, gen, &repeat, why, why_len);
     if (!e) return -1;

@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CLSHIM_LLVM_API_VERSION 3
+#define CLSHIM_LLVM_API_VERSION 4
 
 /* A specialization constant: SpecId and its value's bytes (1, 2, 4 or 8). */
 struct llvm_spec_const {
@@ -90,6 +90,34 @@ struct fuse_result {
     char reason[512];       /* why fusion was refused, or why a barrier was needed */
 };
 
+/* What generated OpenCL C (fused kernels of route (b), fusion/fuse_source.h)
+ * needs to know of one kernel, read from clshim's own IR of its source (the
+ * kernel_arg_* metadata clang writes with -cl-kernel-arg-info), never from
+ * the driver. */
+#define KI_CONST 1u    /* kernel_arg_type_qual: const (of the pointee for pointers) */
+#define KI_VOLATILE 2u
+#define KI_RESTRICT 4u
+struct kernel_param_info {
+    uint32_t addr_space; /* of the pointee: 1 __global, 2 __constant, 3 __local; 0 a value */
+    uint32_t qual;       /* KI_* bits */
+    char type[128];      /* kernel_arg_type as clang spells it: "float*", "uint4", "mystruct" */
+    char name[64];       /* kernel_arg_name ("" when absent) */
+};
+/* Work-item functions a kernel calls, itself or through the functions it
+ * calls (all bits when it calls through a pointer), KI_CALLS_* bits. */
+#define KI_CALLS_GLOBAL_SIZE 1u  /* get_global_size */
+#define KI_CALLS_NUM_GROUPS 2u   /* get_num_groups */
+#define KI_CALLS_LINEAR 4u       /* get_global_linear_id */
+#define KI_CALLS_LOCAL 8u        /* get_local_id/size, get_group_id, get_enqueued_local_size,
+                                    get_local_linear_id */
+struct kernel_info {
+    uint32_t num_params;
+    struct kernel_param_info *params; /* [num_params]; free with api->free */
+    uint32_t reqd_wg[3];              /* reqd_work_group_size, all 0 when none */
+    uint32_t calls;                   /* KI_CALLS_* bits */
+    int kernel_scope_locals;          /* the module declares __local variables in a kernel's scope */
+};
+
 struct clshim_llvm_api {
     uint32_t version; /* CLSHIM_LLVM_API_VERSION */
 
@@ -117,6 +145,15 @@ struct clshim_llvm_api {
     int (*fuse)(const struct fuse_request *req, struct fuse_result *result);
 
     void (*free)(void *p);
+
+    /* The parameters, attributes and work-item calls of kernel `name` in a
+     * SPIR module made by fusion/frontend.h. CLSHIM_EINVAL: no such kernel,
+     * unreadable bitcode, or argument metadata missing (reason in err). */
+    int (*kernel_info)(const void *bitcode, size_t size, const char *name, struct kernel_info *out, char *err,
+                       size_t err_len);
+
+    /* SPIR bitcode as LLVM assembly text (NUL-terminated, api->free). */
+    int (*bitcode_to_text)(const void *bitcode, size_t size, char **text, char *err, size_t err_len);
 };
 
 typedef const struct clshim_llvm_api *(*clshim_llvm_api_fn)(void);

@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "cache/driver_caches.h"
 #include "program/program.h"
 #include "common/config.h"
 #include "common/log.h"
@@ -17,6 +18,15 @@
 int entry_initialized;
 int entry_enabled;
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+
+/* At load time, so the driver finds the variables however early the
+ * program makes its first OpenCL call (clGetPlatformIDs goes straight to
+ * the loader, and the driver reads them while it initialises). */
+__attribute__((constructor)) static void set_driver_caches(void)
+{
+    const struct clshim_config *cfg = config_get();
+    if (!cfg->disable) driver_caches_apply(cfg);
+}
 
 static void init_modules(void)
 {

@@ -44,8 +44,9 @@ int pc_program_input(cl_program prog, enum key_kind *kind, void **input, size_t 
  * program (its inputs' keys, kernel names, ranges, argument classes, plan
  * options). The cached value is the caller's metadata plus the device
  * binary. On a hit nothing is made: *meta receives the stored metadata. On a
- * miss make() returns SPIR bitcode and metadata (malloc'd; freed here), the
- * program is created from the bitcode and built, and its device binary is
+ * miss make() returns SPIR bitcode and metadata (malloc'd; freed here) and 0,
+ * or OpenCL C text in *bitcode (bitcode_size bytes) and 1; the program is
+ * created from the bitcode (or the source) and built, and its device binary is
  * stored right away (a late capture would wait for a release fusion only
  * makes at exit). Returns the built program (the
  * caller owns one reference) and *meta (malloc'd, caller frees), or NULL
@@ -53,6 +54,15 @@ int pc_program_input(cl_program prog, enum key_kind *kind, void **input, size_t 
 typedef int (*pc_make_fn)(void *arg, void **bitcode, size_t *bitcode_size, void **meta, size_t *meta_size);
 cl_program pc_build_derived(cl_context ctx, cl_device_id dev, const char *options, const void *key, size_t key_len,
                             pc_make_fn make, void *arg, void **meta, size_t *meta_size, cl_int *errcode_ret);
+
+/* The device-independent half of a derived program: what make() computes
+ * before any driver is involved (route (b) of fusion: the generated OpenCL
+ * C and its metadata), stored under the caller's key material alone, so a
+ * machine without LLVM (the GPU machine) can build a fused kernel from an
+ * imported cache. get: 0 with *value (malloc'd, caller frees), or -1 (none,
+ * cache off, out of memory). put: best effort. */
+int pc_derived_get(const void *key, size_t key_len, void **value, size_t *size);
+void pc_derived_put(const void *key, size_t key_len, const void *value, size_t size, uint64_t make_ns);
 
 /* Late capture (PoCL). A program built here whose binary is stored after
  * use is "pending" until its handle is released or the first

@@ -1719,6 +1719,35 @@ cl_int pc_get_device_info(cl_device_id dev, cl_device_info param, size_t size, v
 
 /* ---- derived programs ------------------------------------------------------ */
 
+/* The device-independent half of a derived program (origin.h). */
+static int derived_any_key(struct key_buf *k, const void *key, size_t key_len)
+{
+    if (!config_get()->cache) return -1;
+    key_begin(k, KEY_FUSION, "");
+    key_add_text(k, "device", "any");
+    key_add_blob(k, "derived-any-device", key, key_len);
+    return 0;
+}
+
+int pc_derived_get(const void *key, size_t key_len, void **value, size_t *size)
+{
+    struct key_buf k;
+    *value = NULL;
+    *size = 0;
+    if (derived_any_key(&k, key, key_len) != 0) return -1;
+    int rc = pipeline_record_get(&k, value, size);
+    key_free(&k);
+    return rc;
+}
+
+void pc_derived_put(const void *key, size_t key_len, const void *value, size_t size, uint64_t make_ns)
+{
+    struct key_buf k;
+    if (derived_any_key(&k, key, key_len) != 0) return;
+    pipeline_record_put(&k, value, size, KEY_FUSION, "any device", make_ns);
+    key_free(&k);
+}
+
 /* A derived program's cached value: the caller's metadata, then the binary
  * (8-byte metadata length first). */
 static void *derived_value(const void *meta, size_t meta_size, const void *bin, size_t size, size_t *total)
@@ -1795,9 +1824,12 @@ cl_program pc_build_derived(cl_context ctx, cl_device_id dev, const char *option
         size_t bc_size = 0, m_size = 0;
         struct pipeline_clock clk;
         pipeline_clock_start(&clk);
-        if (make(arg, &bc, &bc_size, &m, &m_size) == 0) {
+        int made = make(arg, &bc, &bc_size, &m, &m_size);
+        if (made == 0 || made == 1) {
             const unsigned char *bin = bc;
-            p = real->clCreateProgramWithBinary(ctx, 1, &dev, &bc_size, &bin, NULL, &err);
+            const char *text = bc;
+            p = made == 1 ? real->clCreateProgramWithSource(ctx, 1, &text, &bc_size, &err) /* OpenCL C */
+                          : real->clCreateProgramWithBinary(ctx, 1, &dev, &bc_size, &bin, NULL, &err);
             free(bc);
             if (p && (err = real->clBuildProgram(p, 1, &dev, options, NULL, NULL)) != CL_SUCCESS) {
                 real->clReleaseProgram(p);

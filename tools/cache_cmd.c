@@ -10,7 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <spawn.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 
 #include "cache/entry.h"
@@ -33,12 +35,15 @@
     "  clear                   remove every entry\n"                                              \
     "  verify [--fix]          check every entry; --fix removes bad ones (exit 1: bad remain)\n"   \
     "  compact                 rewrite the database file without free space\n"                    \
-    "  export [--sign KEYFILE] FILE\n"                                                             \
+    "  export [--sign KEYFILE] [--with-driver-caches] FILE\n"                                      \
     "                          write every entry to FILE ('-': standard output), signed\n"        \
-    "                          with KEYFILE's ed25519 key when given\n"                            \
-    "  import [--trust PUBKEY] FILE\n"                                                             \
+    "                          with KEYFILE's ed25519 key when given; --with-driver-caches\n"     \
+    "                          also writes FILE.drivers.tar.gz, the drivers' caches kept in\n"   \
+    "                          the cache directory (CLSHIM_DRIVER_CACHES=1), unsigned\n"          \
+    "  import [--trust PUBKEY] [--with-driver-caches] FILE\n"                                     \
     "                          add the verified entries of an export; with --trust, only\n"      \
-    "                          an export signed by PUBKEY's key, unchanged\n"                      \
+    "                          an export signed by PUBKEY's key, unchanged;\n"                    \
+    "                          --with-driver-caches also unpacks FILE.drivers.tar.gz\n"          \
     "  keygen FILE             a signing key pair: FILE (secret, 0600) and FILE.pub\n"            \
     "  help                    this text\n"                                                        \
     "The cache directory is CLSHIM_CACHE_DIR (else $XDG_CACHE_HOME/clshim, else\n"                \
@@ -590,11 +595,85 @@ static int take_option(int *argc, char **argv, const char *name, const char **va
     return 0;
 }
 
+/* Takes "--NAME" out of argv; 1 when it was there. */
+static int take_flag(int *argc, char **argv, const char *name)
+{
+    for (int i = 1; i < *argc; i++) {
+        if (strcmp(argv[i], name)) continue;
+        memmove(argv + i, argv + i + 1, (size_t)(*argc - i - 1) * sizeof *argv);
+        (*argc)--;
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- the drivers' caches (cache/driver_caches.h) beside an export ---- */
+
+/* Runs tar with `args` (a fixed argv, no shell); 0 when it exits 0. */
+static int run_tar(char *const args[])
+{
+    extern char **environ;
+    pid_t pid;
+    int status = 0;
+    if (posix_spawnp(&pid, "tar", NULL, NULL, args, environ) != 0) {
+        fprintf(stderr, "clshim cache: cannot run tar: %s\n", strerror(errno));
+        return -1;
+    }
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) return -1;
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+}
+
+static int driver_archive_path(const char *file, char *buf, size_t len)
+{
+    int n = snprintf(buf, len, "%s.drivers.tar.gz", file);
+    return n > 0 && (size_t)n < len ? 0 : -1;
+}
+
+/* <dir>/driver packed into FILE.drivers.tar.gz (an empty directory when
+ * the drivers have written nothing there yet). */
+static int export_driver_caches(const struct cmd_ctx *c, const char *file)
+{
+    char archive[4200], sub[4200];
+    snprintf(sub, sizeof sub, "%s/driver", c->dir);
+    if (driver_archive_path(file, archive, sizeof archive) != 0 || (mkdir(sub, 0700) != 0 && errno != EEXIST)) {
+        fprintf(stderr, "clshim cache: cannot prepare %s: %s\n", sub, strerror(errno));
+        return -1;
+    }
+    char *args[] = {"tar", "-C", (char *)c->dir, "-czf", archive, "driver", NULL};
+    if (run_tar(args) != 0) {
+        fprintf(stderr, "clshim cache: packing the driver caches into %s failed\n", archive);
+        remove(archive);
+        return -1;
+    }
+    printf("Exported the driver caches of %s to %s.\n", sub, archive);
+    return 0;
+}
+
+/* FILE.drivers.tar.gz unpacked into <dir>/driver: only that member, owned
+ * by the user, permissions as packed less the umask. */
+static int import_driver_caches(const struct cmd_ctx *c, const char *file)
+{
+    char archive[4200];
+    if (driver_archive_path(file, archive, sizeof archive) != 0) return -1;
+    char *args[] = {"tar", "-C", (char *)c->dir, "-xzf", archive, "--no-same-owner", "--no-same-permissions",
+                    "driver", NULL};
+    if (run_tar(args) != 0) {
+        fprintf(stderr, "clshim cache: unpacking the driver caches from %s failed\n", archive);
+        return -1;
+    }
+    printf("Imported the driver caches from %s.\n", archive);
+    return 0;
+}
+
 static int cmd_export(struct cmd_ctx *c, int argc, char **argv)
 {
     const char *keyfile = NULL;
     if (take_option(&argc, argv, "--sign", &keyfile) < 0) return usage_error("export: %s", "--sign needs a KEYFILE");
+    int drivers = take_flag(&argc, argv, "--with-driver-caches");
     if (argc != 2) return usage_error("export: %s", "give one FILE ('-' for standard output)");
+    if (drivers && (keyfile || !strcmp(argv[1], "-")))
+        return usage_error("export: %s", "--with-driver-caches needs a FILE, and is not signed (no --sign)");
     int to_stdout = !strcmp(argv[1], "-");
     int rc = open_cache(c, 0);
     if (rc && rc != CLSHIM_ENOTFOUND) return 1;
@@ -629,7 +708,7 @@ static int cmd_export(struct cmd_ctx *c, int argc, char **argv)
     }
     fprintf(to_stdout ? stderr : stdout, "Exported %llu entr%s to %s%s.\n", (unsigned long long)n,
             n == 1 ? "y" : "ies", to_stdout ? "standard output" : argv[1], keyfile ? ", signed" : "");
-    return 0;
+    return drivers && export_driver_caches(c, argv[1]) != 0 ? 1 : 0;
 }
 
 /* The whole of `in` in a private temporary file (unlinked: no one else can
@@ -656,7 +735,10 @@ static int cmd_import(struct cmd_ctx *c, int argc, char **argv)
 {
     const char *pubkey = NULL;
     if (take_option(&argc, argv, "--trust", &pubkey) < 0) return usage_error("import: %s", "--trust needs a PUBKEY");
+    int drivers = take_flag(&argc, argv, "--with-driver-caches");
     if (argc != 2) return usage_error("import: %s", "give one FILE ('-' for standard input)");
+    if (drivers && (pubkey || !strcmp(argv[1], "-")))
+        return usage_error("import: %s", "--with-driver-caches needs a FILE, and cannot be verified (no --trust)");
     FILE *f = strcmp(argv[1], "-") ? fopen(argv[1], "rb") : stdin;
     if (!f) {
         fprintf(stderr, "clshim cache: cannot read %s: %s\n", argv[1], strerror(errno));
@@ -695,6 +777,7 @@ static int cmd_import(struct cmd_ctx *c, int argc, char **argv)
     else if (rejected)
         fprintf(stderr, "clshim cache: %llu entr%s failed verification or the size limits and were skipped\n",
                 (unsigned long long)rejected, rejected == 1 ? "y" : "ies");
+    if (!rc && drivers && import_driver_caches(c, argv[1]) != 0) return 1;
     return rc || rejected ? 1 : 0;
 }
 

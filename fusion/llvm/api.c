@@ -57,6 +57,8 @@ static const struct clshim_llvm_api api_table = {
     .spir_to_spirv = api_spir_to_spirv,
     .fuse = fuse_kernels,
     .free = api_free,
+    .kernel_info = kinfo_kernel,
+    .bitcode_to_text = kinfo_text,
 };
 
 __attribute__((visibility("default"))) const struct clshim_llvm_api *clshim_llvm_api(void)

@@ -46,6 +46,11 @@ void glue_context_typed_pointers(LLVMContextRef ctx);
 /* The fuser (fuse.c); see llvm_api.h. */
 int fuse_kernels(const struct fuse_request *req, struct fuse_result *result);
 
+/* kernel_info and bitcode_to_text (kinfo.c); see llvm_api.h. */
+int kinfo_kernel(const void *bitcode, size_t size, const char *name, struct kernel_info *out, char *err,
+                 size_t err_len);
+int kinfo_text(const void *bitcode, size_t size, char **text, char *err, size_t err_len);
+
 #ifdef __cplusplus
 }
 #endif

@@ -6,6 +6,7 @@
 
 #define CL_TARGET_OPENCL_VERSION 300
 #include <CL/cl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,6 +87,33 @@ static inline void run_on_floats(cl_context ctx, cl_device_id dev, cl_kernel k, 
     CHECK(clEnqueueReadBuffer(q, b, CL_TRUE, 0, n * sizeof *y, y, 0, NULL, NULL));
     clReleaseMemObject(b);
     clReleaseCommandQueue(q);
+}
+
+/* A buffer of n floats from rand() seeded with `seed` (the same values on
+ * every run). */
+static inline cl_mem seeded_float_buffer(cl_context ctx, size_t n, unsigned seed)
+{
+    float *host = malloc(n * sizeof *host);
+    srand(seed);
+    for (size_t i = 0; i < n; i++) host[i] = (float)(rand() % 20000) / 37.0f - 200.0f;
+    cl_int err;
+    cl_mem m = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, n * sizeof(float), host, &err);
+    CHECK(err);
+    free(host);
+    return m;
+}
+
+/* Prints a buffer of n floats: an FNV-1a hash of its bytes and three values
+ * as bits. */
+static inline void print_float_buffer(cl_command_queue q, cl_mem m, size_t n, const char *what)
+{
+    float *h = malloc(n * sizeof *h);
+    CHECK(clEnqueueReadBuffer(q, m, CL_TRUE, 0, n * sizeof *h, h, 0, NULL, NULL));
+    uint64_t x = 1469598103934665603ULL;
+    const unsigned char *p = (const unsigned char *)h;
+    for (size_t i = 0; i < n * sizeof *h; i++) x = (x ^ p[i]) * 1099511628211ULL;
+    printf("%s: %016llx %a %a %a\n", what, (unsigned long long)x, h[0], h[n / 2], h[n - 1]);
+    free(h);
 }
 
 static inline char *read_text_file(const char *path, size_t *len)

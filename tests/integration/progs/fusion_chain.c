@@ -63,14 +63,7 @@ static cl_kernel kernel(const char *name)
 
 static cl_mem buffer(unsigned seed)
 {
-    float *host = malloc(n_elems * sizeof *host);
-    srand(seed);
-    for (size_t i = 0; i < n_elems; i++) host[i] = (float)(rand() % 20000) / 37.0f - 200.0f;
-    cl_int err;
-    cl_mem m = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, n_elems * sizeof(float), host, &err);
-    CHECK(err);
-    free(host);
-    return m;
+    return seeded_float_buffer(ctx, n_elems, seed);
 }
 
 static void chain_init(struct chain *c, unsigned seed)
@@ -113,16 +106,9 @@ static void launch(cl_command_queue q, cl_kernel k, size_t gws, cl_uint nw, cons
     CHECK(clEnqueueNDRangeKernel(q, k, 1, NULL, &gws, NULL, nw, wl, ev));
 }
 
-/* Prints a buffer: an FNV-1a hash of its bytes and three values as bits. */
 static void report(struct chain *c, cl_mem m, const char *what)
 {
-    float *h = malloc(n_elems * sizeof *h);
-    CHECK(clEnqueueReadBuffer(c->q, m, CL_TRUE, 0, n_elems * sizeof *h, h, 0, NULL, NULL));
-    uint64_t x = 1469598103934665603ULL;
-    const unsigned char *p = (const unsigned char *)h;
-    for (size_t i = 0; i < n_elems * sizeof *h; i++) x = (x ^ p[i]) * 1099511628211ULL;
-    printf("%s: %016llx %a %a %a\n", what, (unsigned long long)x, h[0], h[n_elems / 2], h[n_elems - 1]);
-    free(h);
+    print_float_buffer(c->q, m, n_elems, what);
 }
 
 /* offset(a -> b, t), scale(b -> c, s), square(c) */

@@ -1,0 +1,66 @@
+#!/bin/bash
+# The drivers' own caches kept inside clshim's (cache/driver_caches.h): with
+# CLSHIM_DRIVER_CACHES=1 PoCL's kcache (and NVIDIA's ComputeCache, by
+# CUDA_CACHE_PATH) goes to <cache dir>/driver/, unless the user set the
+# variable; `clshim cache export/import --with-driver-caches` carries it.
+source "$(dirname "$0")/lib.sh"
+export CLSHIM_LOG=info
+FC=$PROGS/fusion_chain
+CLSHIM=$CLSHIM_BUILD/clshim
+C1=$TMP/c1
+C2=$TMP/c2
+# Files of a kcache; PoCL 3.1 leaves a tempfile_* behind at each run whatever
+# it compiles, so those are not counted.
+files() { find "$1" -type f ! -name 'tempfile_*' 2>/dev/null | wc -l; }
+
+# 1. The knob on, the variables unset: both point into the cache directory,
+#    and PoCL writes its kcache there.
+run_shim on env -u POCL_CACHE_DIR -u CUDA_CACHE_PATH CLSHIM_CACHE_DIR="$C1" CLSHIM_DRIVER_CACHES=1 "$FC" --mode chain
+[ "$(cat "$TMP/on.rc")" = 0 ] || fail "knob on: exit code $(cat "$TMP/on.rc")"
+grep -q "driver caches: POCL_CACHE_DIR=$C1/driver/pocl" "$TMP/on.err" || fail "knob on: POCL_CACHE_DIR not set"
+grep -q "driver caches: CUDA_CACHE_PATH=$C1/driver/nvidia" "$TMP/on.err" || fail "knob on: CUDA_CACHE_PATH not set"
+[ "$(files "$C1/driver/pocl")" -gt 0 ] || fail "knob on: PoCL wrote nothing into $C1/driver/pocl"
+[ "$(stat -c %a "$C1/driver")" = 700 ] || fail "knob on: $C1/driver is not private"
+fresh_pocl; run_plain ref "$FC" --mode chain
+same_output ref on "knob on: same results"
+ok "CLSHIM_DRIVER_CACHES=1: PoCL's kcache lives in the cache directory"
+
+# 2. A variable the user set stands; without the knob nothing changes.
+fresh_pocl
+run_shim user env -u CUDA_CACHE_PATH CLSHIM_CACHE_DIR="$TMP/c3" CLSHIM_DRIVER_CACHES=1 "$FC" --mode chain
+[ "$(count 'driver caches: POCL_CACHE_DIR' "$TMP/user.err")" = 0 ] || fail "user's POCL_CACHE_DIR overridden"
+[ "$(files "$TMP/c3/driver/pocl")" = 0 ] || fail "user's POCL_CACHE_DIR: PoCL wrote into clshim's directory"
+[ "$(files "$POCL_CACHE_DIR")" -gt 0 ] || fail "user's POCL_CACHE_DIR: PoCL did not use it"
+run_shim off env -u POCL_CACHE_DIR -u CUDA_CACHE_PATH CLSHIM_CACHE_DIR="$TMP/c4" "$FC" --mode chain
+[ "$(count 'driver caches' "$TMP/off.err")" = 0 ] || fail "knob off: variables set"
+[ ! -e "$TMP/c4/driver" ] || fail "knob off: a driver directory was made"
+ok "a variable the user set is kept; off by default"
+
+# 3. export/import --with-driver-caches: a fresh cache directory gets clshim's
+#    entries and PoCL's kcache; a run on it compiles nothing in PoCL. (A
+#    second run first: a clshim hit loads a PoCL binary, which PoCL keeps in
+#    its kcache under its own key, once.)
+run_shim second env -u POCL_CACHE_DIR -u CUDA_CACHE_PATH CLSHIM_CACHE_DIR="$C1" CLSHIM_DRIVER_CACHES=1 "$FC" --mode chain
+same_output ref second "second run: same results"
+"$CLSHIM" cache --dir "$C1" export --with-driver-caches "$TMP/x.export" >"$TMP/export.txt"
+[ -s "$TMP/x.export.drivers.tar.gz" ] || fail "export: no driver archive"
+grep -q "Exported the driver caches" "$TMP/export.txt" || fail "export: no line about the driver caches"
+"$CLSHIM" cache --dir "$C2" import --with-driver-caches "$TMP/x.export" >"$TMP/import.txt"
+grep -q "Imported the driver caches" "$TMP/import.txt" || fail "import: no line about the driver caches"
+diff -r "$C1/driver" "$C2/driver" >/dev/null || fail "import: the driver caches differ from the exported ones"
+before=$(files "$C2/driver/pocl")
+run_shim imported env -u POCL_CACHE_DIR -u CUDA_CACHE_PATH CLSHIM_CACHE_DIR="$C2" CLSHIM_DRIVER_CACHES=1 "$FC" --mode chain
+same_output ref imported "imported: same results"
+grep -q "hit " "$TMP/imported.err" || fail "imported: no clshim cache hit"
+[ "$(files "$C2/driver/pocl")" = "$before" ] || fail "imported: PoCL compiled again ($before files before, $(files "$C2/driver/pocl") after)"
+ok "export/import --with-driver-caches: clshim's entries and PoCL's kcache, nothing compiled again"
+
+# 4. Not with standard output/input, nor with signing (the archive is unsigned).
+set +e
+"$CLSHIM" cache --dir "$C1" export --with-driver-caches - >/dev/null 2>&1; rc1=$?
+"$CLSHIM" cache --dir "$C1" import --with-driver-caches --trust "$TMP/none.pub" "$TMP/x.export" >/dev/null 2>&1; rc2=$?
+set -e
+[ "$rc1" = 2 ] && [ "$rc2" = 2 ] || fail "--with-driver-caches with '-' or --trust: exit codes $rc1 $rc2, expected 2"
+ok "--with-driver-caches refuses standard output and signatures"
+
+finish
