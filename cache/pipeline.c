@@ -300,25 +300,19 @@ void pipeline_record_put(const struct key_buf *k, const void *value, size_t size
 
 /* ---- the key ----------------------------------------------------------------- */
 
-int pipeline_key(struct pipeline_flight *f, struct key_buf *k, const struct key_source *src, const char *identity,
-                 const void *input, size_t input_len, const void *handle)
+/* Where a compile may leave the preprocessor running beside it: only
+ * where a missing manifest means a missing binary (preproc_start() adds:
+ * a writable store). */
+static int preprocessor_may_overlap(void)
 {
-    if (src) {
-        char why[1024];
-        enum preproc_route route;
-        store *st = pipeline_store(); /* opened first: the time below is the key's alone */
-        uint64_t t0 = now_ns();
-        if (preproc_add_headers(k, st, src, identity, &route, why, sizeof why) != 0) {
-            STAT_ADD(proc_stats.uncacheable, 1);
-            log_msg(LOG_INFO, "not caching program %p: %s", (void *)handle, why);
-            key_free(k);
-            return -1;
-        }
-        if (route != PREPROC_SCANNER)
-            log_msg(LOG_INFO, "program %p: headers from %s in %.2f ms", (void *)handle,
-                    route == PREPROC_DIRECT ? "its manifest (direct mode)" : "the preprocessor",
-                    (now_ns() - t0) / 1e6);
-    }
+    const struct clshim_config *cfg = config_get();
+    return cfg->preproc_overlap && !cfg->cache_min_entry && !get_remote();
+}
+
+/* The input blob and the hash finish k, which becomes f's key; -1 (k
+ * freed) when out of memory. */
+static int take_key(struct pipeline_flight *f, struct key_buf *k, const void *input, size_t input_len)
+{
     if (input) key_add_blob(k, "input", input, input_len);
     if (k->oom) {
         key_free(k);
@@ -329,6 +323,112 @@ int pipeline_key(struct pipeline_flight *f, struct key_buf *k, const struct key_
     f->key_len = k->len;
     f->hash = key_hash(k->data, k->len);
     return 0;
+}
+
+static void not_cacheable(struct key_buf *k, const char *why, const void *handle)
+{
+    STAT_ADD(proc_stats.uncacheable, 1);
+    log_msg(LOG_INFO, "not caching program %p: %s", (void *)handle, why);
+    key_free(k);
+}
+
+static int derive_key(struct pipeline_flight *f, struct key_buf *k, const struct key_source *src,
+                      const char *identity, const void *input, size_t input_len, const void *handle,
+                      int may_overlap)
+{
+    if (src) {
+        char why[1024];
+        enum preproc_route route;
+        struct preproc_job *job = NULL;
+        store *st = pipeline_store(); /* opened first: the time below is the key's alone */
+        uint64_t t0 = now_ns();
+        if (preproc_start(k, st, src, identity, may_overlap && preprocessor_may_overlap(), &route, &job, why,
+                          sizeof why) != 0) {
+            not_cacheable(k, why, handle);
+            return -1;
+        }
+        if (job) { /* finished by pipeline_key_finish() */
+            free(f->key);
+            f->key = NULL;
+            f->key_len = 0;
+            f->pending = job;
+            f->pending_key = *k;
+            f->pending_input = input;
+            f->pending_input_len = input_len;
+            return 0;
+        }
+        if (route != PREPROC_SCANNER)
+            log_msg(LOG_INFO, "program %p: headers from %s in %.2f ms", (void *)handle,
+                    route == PREPROC_DIRECT ? "its manifest (direct mode)" : "the preprocessor",
+                    (now_ns() - t0) / 1e6);
+    }
+    return take_key(f, k, input, input_len);
+}
+
+int pipeline_key(struct pipeline_flight *f, struct key_buf *k, const struct key_source *src, const char *identity,
+                 const void *input, size_t input_len, const void *handle)
+{
+    return derive_key(f, k, src, identity, input, input_len, handle, 0);
+}
+
+int pipeline_key_start(struct pipeline_flight *f, struct key_buf *k, const struct key_source *src,
+                       const char *identity, const void *input, size_t input_len, const void *handle)
+{
+    return derive_key(f, k, src, identity, input, input_len, handle, 1);
+}
+
+/* A pending key's preprocessor waited for and its key finished (0), or
+ * the flight left keyless (-1: the preprocessor failed, or `keep` is 0). */
+static int finish_pending(struct pipeline_flight *f, int keep, const void *handle)
+{
+    struct preproc_job *job = f->pending;
+    struct key_buf k = f->pending_key;
+    f->pending = NULL;
+    memset(&f->pending_key, 0, sizeof f->pending_key);
+    if (!keep) {
+        preproc_finish(job, NULL, NULL, NULL, 0);
+        key_free(&k);
+        return -1;
+    }
+    char why[1024];
+    uint64_t ran_ns = 0, t0 = now_ns();
+    if (preproc_finish(job, &k, &ran_ns, why, sizeof why) != 0) {
+        not_cacheable(&k, why, handle);
+        return -1;
+    }
+    log_msg(LOG_INFO, "program %p: headers from the preprocessor in %.2f ms, beside the compile (%.2f ms after it)",
+            (void *)handle, ran_ns / 1e6, (now_ns() - t0) / 1e6);
+    return take_key(f, &k, f->pending_input, f->pending_input_len);
+}
+
+void pipeline_key_finish(struct pipeline_flight *f, size_t n, const void *handle)
+{
+    for (size_t i = 0; i < n; i++) {
+        struct pipeline_flight *fl = &f[i];
+        if (!fl->pending || finish_pending(fl, 1, handle) != 0) continue;
+        /* Fill only a key nobody else fills or filled: never wait (the
+         * compile is done; a waiter here could wait on a thread that waits
+         * for this one's other flights). */
+        memtier_entry *e = NULL;
+        enum memtier_result r = memtier_acquire(fl->hash, 0, &e);
+        if (r == MEMTIER_HIT && !memtier_servable(e)) { /* nothing to serve: as pipeline_begin() */
+            memtier_discard(e);
+            memtier_release(e);
+            r = memtier_acquire(fl->hash, 0, &e);
+        }
+        if (r == MEMTIER_FILL) {
+            fl->entry = e;
+            fl->filling = 1;
+        } else if (r == MEMTIER_HIT) {
+            memtier_release(e);
+        }
+        if (r != MEMTIER_FILL && log_enabled(LOG_DEBUG)) {
+            char prefix[17];
+            key_prefix(fl->hash, prefix);
+            log_msg(LOG_DEBUG, "late key %s: %s in this process; not stored again", prefix,
+                    r == MEMTIER_HIT ? "filled already" : "filled by another thread");
+        }
+    }
 }
 
 /* ---- lookup ------------------------------------------------------------------ */
@@ -692,6 +792,7 @@ void pipeline_end(struct pipeline_flight *f, size_t n)
     remote *rm = get_remote();
     for (size_t i = 0; i < n; i++) {
         struct pipeline_flight *fl = &f[i];
+        if (fl->pending) finish_pending(fl, 0, NULL);
         /* The fleet claim goes now unless a late store still owes the
          * binary (a push gave it up already; a failed build never pushes). */
         if (fl->key && !fl->owes_store && rm) remote_release(rm, fl->hash);
@@ -706,6 +807,7 @@ void pipeline_end(struct pipeline_flight *f, size_t n)
 
 void pipeline_flight_free(struct pipeline_flight *f)
 {
+    if (f->pending) finish_pending(f, 0, NULL);
     if (f->owes_store) pipeline_let_go(f);
     free(f->key);
     f->key = NULL;

@@ -8,6 +8,10 @@
  *                       device, ...), then — for source — the headers the
  *                       program includes (cache/preproc.h), then the input;
  *                       its hash. The one place a key is finished.
+ *   pipeline_key_start() / pipeline_key_finish()
+ *                       the same for a compile whose key may be finished
+ *                       after it: the preprocessor runs beside the driver
+ *                       (a late key, below).
  *   pipeline_begin()    per flight: the in-process tier (single flight: one
  *                       thread fills a key, the others wait for its result,
  *                       a shared failure included), then the store, then the
@@ -46,6 +50,8 @@
 #include "cache/memtier.h"
 #include "cache/store.h"
 
+struct preproc_job; /* cache/preproc.h */
+
 enum pipeline_result {
     PIPELINE_BUILD = 0,  /* the caller builds, then pipeline_built() */
     PIPELINE_HIT = 1,    /* every flight has a binary (pipeline_binary()) */
@@ -74,6 +80,11 @@ struct pipeline_flight {
     int failed;           /* the key's build failed in this process */
     int owes_store;       /* built, binary to be stored late: the claim is held */
     uint64_t t0, cpu0;    /* when the lookup began: wall, this thread's CPU */
+    /* a late key (pipeline_key_start), until pipeline_key_finish(): */
+    struct preproc_job *pending; /* the preprocessor, running */
+    struct key_buf pending_key;  /* the fields before the headers */
+    const void *pending_input;   /* the caller's; must outlive the finish */
+    size_t pending_input_len;
 };
 
 /* Finishes the key of f from the caller's key_buf k (taken over, freed on
@@ -84,6 +95,39 @@ struct pipeline_flight {
  * with `handle`; counted as uncacheable when the headers are the cause). */
 int pipeline_key(struct pipeline_flight *f, struct key_buf *k, const struct key_source *src, const char *identity,
                  const void *input, size_t input_len, const void *handle);
+
+/* A late key: the preprocessor beside the driver's compile
+ * (clCompileProgram; cache/preproc.h preproc_start()).
+ *
+ * pipeline_key_start() is pipeline_key(), except that when the headers
+ * need the preprocessor and the source was never seen (no manifest at all:
+ * a compile is then all but certain), it leaves clang running on a thread
+ * of its own, keeps k and `input` (which must stay valid until the finish)
+ * and leaves the flight without a key. Only where a missing manifest means
+ * a missing binary: CLSHIM_PREPROC_OVERLAP on, no CLSHIM_CACHE_MIN_ENTRY
+ * (manifests may be refused), no remote tier (another runner may hold the
+ * binary), a writable store. Returns as pipeline_key() does (0 with a late
+ * key pending).
+ *
+ * Such a flight cannot be looked up — there is no key yet, that is the
+ * point: pipeline_begin() treats it as keyless (PIPELINE_BUILD) and the
+ * caller builds. pipeline_key_finish(), after the build and before
+ * pipeline_built(), waits for the preprocessor and finishes each pending
+ * key (the headers, the input, the hash; logged with the time clang ran).
+ * The flight then joins the in-process tier without waiting: it fills
+ * (pipeline_built() stores it like any miss) unless another thread fills
+ * or has filled that key already — then it stores nothing, the other's
+ * result stands. It is not looked up in the store (the compile is done: a
+ * key stored meanwhile, or by another working directory, is stored again,
+ * harmless) and takes no cross-process claim: a claim exists to make other
+ * processes wait instead of compiling, and this compile is over, so
+ * processes that start the same program meanwhile compile it too. A
+ * failing preprocessor leaves the flight keyless (one line; counted as
+ * uncacheable). pipeline_end() and pipeline_flight_free() discard a key
+ * still pending. */
+int pipeline_key_start(struct pipeline_flight *f, struct key_buf *k, const struct key_source *src,
+                       const char *identity, const void *input, size_t input_len, const void *handle);
+void pipeline_key_finish(struct pipeline_flight *f, size_t n, const void *handle);
 
 /* The flags of pipeline_begin(). */
 #define PIPELINE_SHARE_FAILURE 1u /* a failed build is shared (builds; not compile, link, derived) */

@@ -1069,7 +1069,8 @@ static cl_int compile_program(cl_program prog, cl_uint num_devices, const cl_dev
             embedded[h] = (struct key_embedded){header_names[h], hrecs[h]->input, hrecs[h]->input_len};
         }
         struct key_source in = {rec->input, rec->input_len, options, embedded, embedded ? num_headers : 0};
-        pipeline_key(&fl[i], &k, &in, info->identity, rec->input, rec->input_len, prog);
+        /* The preprocessor may run beside the compile (a late key). */
+        pipeline_key_start(&fl[i], &k, &in, info->identity, rec->input, rec->input_len, prog);
     }
     free(hrecs);
     free(embedded);
@@ -1099,6 +1100,7 @@ static cl_int compile_program(cl_program prog, cl_uint num_devices, const cl_dev
         pipeline_clock_start(&clk);
         err = real->clCompileProgram(prog, ndev, devs, options, num_headers, headers, header_names, NULL, NULL);
         pipeline_clock_stop(&clk);
+        pipeline_key_finish(fl, ndev, prog); /* late keys: now they can fill */
         int any_fill = 0;
         for (cl_uint i = 0; i < ndev; i++) any_fill |= fl[i].filling;
         char **logs = calloc(ndev, sizeof *logs);
