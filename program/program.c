@@ -145,12 +145,19 @@ static void arm_owed_capture_at_exit(void)
 static void run_capture(void *item);
 static void capture_done(void *item);
 
+/* Every read of a program's binaries, clshim's and the app's, one at a
+ * time: PoCL generates code at a program's first read, and two reads at
+ * once (the capture worker's and the app's own CL_PROGRAM_BINARY_SIZES)
+ * crashed in a clean root (test_cache, two devices). */
+static pthread_mutex_t binary_reads = PTHREAD_MUTEX_INITIALIZER;
+
 /* In the child of fork(): LMDB forbids using an environment opened before
  * the fork, and the parent's statistics and pending captures are the
  * parent's. The inherited store handle is dropped (not closed: closing
  * touches the parent's lock file) and reopened if the child builds. */
 static void after_fork_in_child(void)
 {
+    binary_reads = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER; /* a worker may have held it */
     pipeline_after_fork_in_child();
     pending_captures_reset();
     capture_after_fork_in_child();
@@ -581,11 +588,10 @@ static int read_binaries_locked(cl_program prog, size_t n, const struct pc_dev *
  * would copy more than it allocated. */
 static int read_binaries(cl_program prog, size_t n, const struct pc_dev *want, void **bins, size_t *sizes)
 {
-    static pthread_mutex_t one_reader = PTHREAD_MUTEX_INITIALIZER;
     if (binaries_unsafe(prog, n, want)) return -1;
-    pthread_mutex_lock(&one_reader);
+    pthread_mutex_lock(&binary_reads);
     int rc = read_binaries_locked(prog, n, want, bins, sizes);
-    pthread_mutex_unlock(&one_reader);
+    pthread_mutex_unlock(&binary_reads);
     return rc;
 }
 
@@ -1386,7 +1392,10 @@ cl_int pc_get_program_info(cl_program prog, cl_program_info param, size_t size, 
                       param == CL_PROGRAM_SCOPE_GLOBAL_DTORS_PRESENT;
     cl_program p;
     if ((rc = program_for(rec, about_build, &p)) != CL_SUCCESS) return rc;
+    int binaries = param == CL_PROGRAM_BINARY_SIZES || param == CL_PROGRAM_BINARIES;
+    if (binaries) pthread_mutex_lock(&binary_reads);
     rc = real->clGetProgramInfo(p, param, size, value, size_ret);
+    if (binaries) pthread_mutex_unlock(&binary_reads);
     real->clReleaseProgram(p);
     return rc;
 }
