@@ -4,12 +4,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
-#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -100,56 +101,6 @@ static void free_environ(char **env)
     free(env);
 }
 
-static long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* Feeds stdin, drains stdout and stderr until both close. -1 on timeout or error. */
-static int pump(int in_fd, const char *src, size_t len, int out_fd, int err_fd,
-                struct byte_buf *out, struct byte_buf *errs)
-{
-    size_t sent = 0;
-    long deadline = now_ms() + CLANG_TIMEOUT_MS;
-    struct pollfd fds[3] = {{in_fd, POLLOUT, 0}, {out_fd, POLLIN, 0}, {err_fd, POLLIN, 0}};
-    if (len == 0) {
-        close(in_fd);
-        fds[0].fd = -1;
-    }
-    char buf[65536];
-    while (fds[1].fd >= 0 || fds[2].fd >= 0) {
-        long left = deadline - now_ms();
-        if (left <= 0) return -1;
-        int n = poll(fds, 3, (int)left);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) return -1;
-        if (fds[0].fd >= 0 && fds[0].revents) {
-            ssize_t w = write(fds[0].fd, src + sent, len - sent);
-            if (w > 0) sent += (size_t)w;
-            if ((w < 0 && errno != EINTR && errno != EAGAIN) || sent == len) {
-                close(fds[0].fd); /* EPIPE: clang is gone; its exit status tells */
-                fds[0].fd = -1;
-            }
-        }
-        for (int i = 1; i < 3; i++) {
-            if (fds[i].fd < 0 || !fds[i].revents) continue;
-            ssize_t r = read(fds[i].fd, buf, sizeof buf);
-            if (r < 0 && errno == EINTR) continue;
-            if (r <= 0) {
-                fds[i].fd = -1;
-                continue;
-            }
-            struct byte_buf *dst = i == 1 ? out : errs;
-            if (i == 2 && errs->len > 65536) continue; /* enough diagnostics */
-            if (buf_append(dst, buf, (size_t)r) != 0) return -1;
-        }
-    }
-    if (fds[0].fd >= 0) close(fds[0].fd);
-    return 0;
-}
-
 /* The first line of clang's stderr that says "error", else its first line. */
 static void first_error(const struct byte_buf *errs, char *err, size_t err_len)
 {
@@ -165,25 +116,101 @@ static void first_error(const struct byte_buf *errs, char *err, size_t err_len)
     else snprintf(err, err_len, "clang: %.*s", (int)n, line);
 }
 
-static int spawn_and_pump(char *const *argv, const char *source, size_t len, struct byte_buf *out,
+static long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* An unnamed file, closed at exec: memfd, else an O_TMPFILE in TMPDIR. clang
+ * talks to clshim through files, not pipes: a fork() of the app (without
+ * exec) while clang runs inherits copies of every descriptor, and a pipe end
+ * such a child holds would keep clang waiting for stdin's EOF, or clshim for
+ * stdout's, until that child exits. A file ends where it ends. */
+static int anonymous_file(void)
+{
+    int fd = memfd_create("clshim-clang", MFD_CLOEXEC);
+    if (fd >= 0) return fd;
+    const char *dir = getenv("TMPDIR");
+    return open(dir && *dir ? dir : "/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+}
+
+static int write_all(int fd, const char *p, size_t n)
+{
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return lseek(fd, 0, SEEK_SET) == 0 ? 0 : -1;
+}
+
+/* Appends at most `max` bytes of file `fd` (from its start) to `b`. */
+static int read_file(int fd, struct byte_buf *b, size_t max)
+{
+    char buf[65536];
+    off_t at = 0;
+    while (b->len < max) {
+        size_t want = max - b->len < sizeof buf ? max - b->len : sizeof buf;
+        ssize_t r = pread(fd, buf, want, at);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return -1;
+        if (r == 0) break;
+        if (buf_append(b, buf, (size_t)r) != 0) return CLSHIM_ENOMEM;
+        at += r;
+    }
+    return 0;
+}
+
+/* Waits until `pid` exits or the deadline passes: 0, or -1 on timeout. It
+ * waits for the process, not for descriptors, and does not reap it (the
+ * caller does). A pidfd where the kernel has one, else short sleeps. */
+static int wait_exit(pid_t pid, long deadline)
+{
+    int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    for (long nap_us = 200;;) {
+        siginfo_t info;
+        info.si_pid = 0;
+        int w = waitid(P_PID, (id_t)pid, &info, WEXITED | WNOHANG | WNOWAIT);
+        if ((w == 0 && info.si_pid == pid) || (w < 0 && errno == ECHILD)) break; /* exited, or reaped by the app */
+        long left = deadline - now_ms();
+        if (left <= 0) {
+            if (pidfd >= 0) close(pidfd);
+            return -1;
+        }
+        if (pidfd >= 0) {
+            struct pollfd pfd = {pidfd, POLLIN, 0};
+            poll(&pfd, 1, (int)left);
+        } else {
+            struct timespec nap = {0, nap_us * 1000};
+            nanosleep(&nap, NULL);
+            if (nap_us < 10000) nap_us *= 2;
+        }
+    }
+    if (pidfd >= 0) close(pidfd);
+    return 0;
+}
+
+static int spawn_and_wait(char *const *argv, const char *source, size_t len, struct byte_buf *out,
                           char *err, size_t err_len)
 {
-    int pin[2], pout[2], perr[2];
-    if (pipe2(pin, O_CLOEXEC)) return set_err(err, err_len, CLSHIM_EIO, "pipe: %s", strerror(errno));
-    if (pipe2(pout, O_CLOEXEC)) {
-        close(pin[0]), close(pin[1]);
-        return set_err(err, err_len, CLSHIM_EIO, "pipe: %s", strerror(errno));
-    }
-    if (pipe2(perr, O_CLOEXEC)) {
-        close(pin[0]), close(pin[1]), close(pout[0]), close(pout[1]);
-        return set_err(err, err_len, CLSHIM_EIO, "pipe: %s", strerror(errno));
+    int in = anonymous_file(), outf = anonymous_file(), errf = anonymous_file();
+    if (in < 0 || outf < 0 || errf < 0 || write_all(in, source, len) != 0) {
+        int e = errno;
+        if (in >= 0) close(in);
+        if (outf >= 0) close(outf);
+        if (errf >= 0) close(errf);
+        return set_err(err, err_len, CLSHIM_EIO, "clang's input/output files: %s", strerror(e));
     }
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t attr;
     posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, pin[0], 0);
-    posix_spawn_file_actions_adddup2(&fa, pout[1], 1);
-    posix_spawn_file_actions_adddup2(&fa, perr[1], 2);
+    posix_spawn_file_actions_adddup2(&fa, in, 0);
+    posix_spawn_file_actions_adddup2(&fa, outf, 1);
+    posix_spawn_file_actions_adddup2(&fa, errf, 2);
     posix_spawnattr_init(&attr);
     sigset_t none, def;
     sigemptyset(&none);
@@ -198,47 +225,37 @@ static int spawn_and_pump(char *const *argv, const char *source, size_t len, str
     free_environ(envp);
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&attr);
-    close(pin[0]), close(pout[1]), close(perr[1]);
+    close(in);
     if (sp != 0) {
-        close(pin[1]), close(pout[0]), close(perr[0]);
+        close(outf), close(errf);
         if (err && err_len) snprintf(err, err_len, "cannot run %s: %s", argv[0], strerror(sp));
         return CLSHIM_EIO;
     }
 
-    /* Non-blocking, so a write never waits past what poll() promised. */
-    fcntl(pin[1], F_SETFL, fcntl(pin[1], F_GETFL) | O_NONBLOCK);
-    /* A clang that exits before reading all of stdin must not SIGPIPE the app. */
-    sigset_t pipe_set, old;
-    sigemptyset(&pipe_set);
-    sigaddset(&pipe_set, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
-    struct byte_buf errs = {0};
-    int pumped = pump(pin[1], source, len, pout[0], perr[0], out, &errs);
-    if (!sigismember(&old, SIGPIPE)) {
-        struct timespec zero = {0, 0};
-        while (sigtimedwait(&pipe_set, NULL, &zero) > 0) {
-        }
-    }
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    close(pout[0]), close(perr[0]);
-    if (pumped != 0) kill(pid, SIGKILL);
+    int timed_out = wait_exit(pid, now_ms() + CLANG_TIMEOUT_MS) != 0;
+    if (timed_out) kill(pid, SIGKILL);
     int status = 0;
     pid_t waited;
     while ((waited = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
     }
+    struct byte_buf errs = {0};
     int rc = 0;
     if (waited < 0) {
         /* An app reaping every child (waitpid(-1) in a SIGCHLD handler) took
          * clang's status: unknown is a failure, never a success. */
         rc = set_err(err, err_len, CLSHIM_EIO, "%s: its exit status was taken by the application", argv[0]);
-    } else if (pumped != 0) {
-        rc = set_err(err, err_len, CLSHIM_EIO, "%s ran too long or its output failed; killed",
-                     argv[0]);
+    } else if (timed_out) {
+        rc = set_err(err, err_len, CLSHIM_EIO, "%s ran too long; killed", argv[0]);
     } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        if (err && err_len) first_error(&errs, err, err_len);
+        if (read_file(errf, &errs, 65536) == 0 && err && err_len) first_error(&errs, err, err_len);
+        else set_err(err, err_len, CLSHIM_EIO, "%s failed", argv[0]);
         rc = CLSHIM_EINVAL;
+    } else {
+        int r = read_file(outf, out, (size_t)-1 / 2);
+        if (r != 0) rc = r == CLSHIM_ENOMEM ? r : set_err(err, err_len, CLSHIM_EIO, "%s: its output: %s", argv[0]);
     }
     free(errs.data);
+    close(outf), close(errf);
     return rc;
 }
 
@@ -263,7 +280,7 @@ int clang_run(const char *const *args, const char *input, size_t len, char **out
     }
     argv[n] = NULL;
     struct byte_buf buf = {0};
-    int rc = spawn_and_pump(argv, input, len, &buf, err, err_len);
+    int rc = spawn_and_wait(argv, input, len, &buf, err, err_len);
     if (rc == 0 && !buf.data) rc = buf_append(&buf, "", 0);
     if (rc != 0) {
         free(buf.data);

@@ -6,9 +6,11 @@
  * clang (CLSHIM_CLANG, default clang-15) is started with posix_spawnp and a
  * fixed argv, never a shell, with clshim taken out of its LD_PRELOAD (clang
  * makes no OpenCL call, and a sanitizer-built shim would stop it from
- * starting); all three pipes are serviced by one poll loop, so neither side
- * blocks the other however much clang prints; the child is always reaped,
- * killed first when it runs past 120 s.
+ * starting). Its standard input, output and error are unnamed files
+ * (memfd), not pipes: clshim waits for clang's exit, not for an EOF, so a
+ * child the app forks meanwhile (holding copies of every descriptor) holds
+ * nothing up, and neither side blocks the other however much clang prints.
+ * The child is always reaped, killed first when it runs past 120 s.
  */
 #ifndef CLSHIM_CLANG_H
 #define CLSHIM_CLANG_H
@@ -24,11 +26,10 @@ const char *clang_name(void);
  * length, or:
  *   CLSHIM_EINVAL  clang exited non-zero (err: its first error line) or an
  *                  argument list too long;
- *   CLSHIM_EIO     clang cannot be run, a pipe fails, or it ran too long;
+ *   CLSHIM_EIO     clang cannot be run, its files fail, or it ran too long;
  *   CLSHIM_ENOMEM  out of memory.
  * On failure *out is NULL. `err` (may be NULL) receives a one-line reason.
- * Thread-safe; SIGPIPE is blocked in the calling thread while it feeds
- * clang, so a clang that dies early cannot kill the app. */
+ * Thread-safe; no pipe, so no SIGPIPE can reach the app. */
 int clang_run(const char *const *args, const char *input, size_t len, char **out, size_t *out_len, char *err,
               size_t err_len);
 

@@ -94,4 +94,21 @@ same_output fork-plain fork-shim "fork: same output"
 grep -Eq '^Misses +1$' "$TMP/fork-stats.txt" || { cat "$TMP/fork-stats.txt" >&2; fail "fork: misses counted more than once"; }
 ok "fork: one summary, statistics counted once"
 
+# 9. fork() without exec while clang runs for the key (an #include): the
+# children inherit the descriptors open at that instant and live on; the
+# build must neither wait for them nor lose its key (clang's end was once
+# seen only at EOF on pipes such a child still held: 120 s, then no key).
+mkdir -p "$TMP/forkinc"; echo '#define VAL 7' >"$TMP/forkinc/h.h"
+rm -rf "$CLSHIM_CACHE_DIR"; mkdir -p "$CLSHIM_CACHE_DIR"
+fresh_pocl; run_plain forkb-plain "$P" fork-during-build "$TMP/forkinc"
+grep -q '^runs 7$' "$TMP/forkb-plain.out" || fail "fork-during-build: the plain run"
+fresh_pocl; CLSHIM_LOG=info run_shim forkb-cold "$P" fork-during-build "$TMP/forkinc"
+same_output forkb-plain forkb-cold "fork-during-build: cold run, same output"
+grep -E 'clshim: .*(ran too long|clang|not caching)' "$TMP/forkb-cold.err" &&
+    fail "fork-during-build: clang was held up or failed under the forks"
+fresh_pocl; CLSHIM_LOG=info run_shim forkb-warm "$P" fork-during-build "$TMP/forkinc"
+same_output forkb-plain forkb-warm "fork-during-build: warm run, same output"
+[ "$(count 'hit ' "$TMP/forkb-warm.err")" -ge 1 ] || fail "fork-during-build: the warm run is not a hit"
+ok "fork-during-build: children forked while clang ran held nothing up"
+
 finish

@@ -4,6 +4,7 @@
  * run and a run under clshim (cold and warm) can be diffed line by line.
  *   progsem counter | twin-rebuild | rebuild-attached | compile-binaries
  *   progsem compile-twice VALUE | failing-threads N | hold SECONDS | fork N
+ *   progsem fork-during-build INCLUDE_DIR
  */
 #include <pthread.h>
 #include <sys/wait.h>
@@ -245,6 +246,54 @@ static int forks(int n)
     return 0;
 }
 
+/* Item 8, the other half: a thread forks children that never exec (and
+ * stay alive) while the main thread builds a program whose key needs clang
+ * (a computed #include). The children inherit whatever descriptors are open at
+ * that instant; none of them may hold up the build. */
+static volatile int building = 1;
+enum { MAX_CHILDREN = 256 };
+static pid_t children[MAX_CHILDREN];
+static int nchildren;
+
+static void *forker(void *unused)
+{
+    (void)unused;
+    while (building && nchildren < MAX_CHILDREN) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            for (;;) pause(); /* async-signal-safe only: the parent is threaded */
+        }
+        if (pid > 0) children[nchildren++] = pid;
+        usleep(500);
+    }
+    return NULL;
+}
+
+static int fork_during_build(const char *include_dir)
+{
+    const char *src = "#define HEADER \"h.h\"\n#include HEADER\n" /* computed: the scanner defers to clang */
+                      "__kernel void val(__global int *out) { out[0] = VAL; }\n";
+    char options[4200];
+    snprintf(options, sizeof options, "-I %s", include_dir);
+    cl_program p = source_program(src);
+    pthread_t t;
+    if (pthread_create(&t, NULL, forker, NULL)) return 1;
+    cl_int rc = clBuildProgram(p, 1, &dev, options, NULL, NULL);
+    building = 0;
+    pthread_join(t, NULL);
+    for (int i = 0; i < nchildren; i++) kill(children[i], SIGKILL);
+    for (int i = 0; i < nchildren; i++) waitpid(children[i], NULL, 0);
+    printf("build rc %d\n", rc);
+    if (rc != CL_SUCCESS) return 1;
+    cl_int err;
+    cl_kernel k = clCreateKernel(p, "val", &err);
+    CHECK(err);
+    printf("runs %d\n", run_one(k));
+    clReleaseKernel(k);
+    clReleaseProgram(p);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -262,6 +311,7 @@ int main(int argc, char **argv)
     else if (!strcmp(what, "failing-threads")) rc = failing_threads(atoi(arg));
     else if (!strcmp(what, "hold")) rc = hold(atoi(arg));
     else if (!strcmp(what, "fork")) rc = forks(atoi(arg));
+    else if (!strcmp(what, "fork-during-build")) rc = fork_during_build(arg);
     else fprintf(stderr, "progsem: unknown scenario %s\n", what);
     clReleaseCommandQueue(queue);
     clReleaseContext(ctx);
