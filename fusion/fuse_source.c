@@ -207,6 +207,8 @@ int fs_fuse(const struct clshim_llvm_api *api, const char *source, size_t len, c
     memset(res, 0, sizeof *res);
     struct fuse_request analysis = *req;
     analysis.internal = 0;
+    analysis.consts = NULL; /* the generated kernel passes every scalar as an argument */
+    analysis.num_consts = 0;
     int rc = api->fuse(&analysis, res);
     if (rc) {
         snprintf(why, why_len, "%s", res->reason[0] ? res->reason : clshim_strerror(rc));

@@ -26,7 +26,9 @@
  *      (same signature; byval parameters stay byval so bodies never see each
  *      other's struct copies); a new spir_kernel `fused_name` takes the
  *      union of the parameters (equal arg_class = one parameter, except
- *      __local pointers, which are never merged), calls the bodies in order,
+ *      __local pointers, which are never merged; with the `const` option a
+ *      scalar of a baked class is no parameter: the bodies get its value as
+ *      a constant, which step 7 folds), calls the bodies in order,
  *      each under `if (get_global_id(d) < offset(d) + GS_i(d) ...)` when its
  *      range is smaller, with barrier(CLK_GLOBAL_MEM_FENCE) between bodies
  *      when forced. kernel_arg_* metadata is concatenated from the originals
@@ -532,11 +534,15 @@ static int make_body(struct fuser *f, size_t i)
     return 0;
 }
 
+/* map[i][j] for a parameter baked in as a constant (the `const` option). */
+#define PARAM_BAKED FUSE_MAX_PARAMS
+
 struct fused_params {
     unsigned count;
     LLVMTypeRef type[FUSE_MAX_PARAMS];
     uint32_t kernel[FUSE_MAX_PARAMS], index[FUSE_MAX_PARAMS];
-    unsigned map[FUSE_MAX_KERNELS][FUSE_MAX_PARAMS]; /* (kernel, param) -> fused param */
+    unsigned map[FUSE_MAX_KERNELS][FUSE_MAX_PARAMS]; /* (kernel, param) -> fused param, or PARAM_BAKED */
+    LLVMValueRef baked[FUSE_MAX_KERNELS][FUSE_MAX_PARAMS]; /* the constant of a PARAM_BAKED one */
 };
 
 static int pointer_as(LLVMTypeRef t)
@@ -544,13 +550,124 @@ static int pointer_as(LLVMTypeRef t)
     return LLVMGetTypeKind(t) == LLVMPointerTypeKind ? (int)LLVMGetPointerAddressSpace(t) : -1;
 }
 
+/* The `const` option: the value of class c as a constant of type t (an
+ * integer, floating-point or vector type whose size fits the argument's
+ * bytes), or NULL when c is not baked or t cannot take it. The bytes become
+ * an integer of t's width, bit-cast to t: floats stay bit-exact. */
+static LLVMValueRef baked_value(struct fuser *f, uint32_t c, LLVMTypeRef t)
+{
+    const struct fuse_const *k = NULL;
+    for (uint32_t i = 0; i < f->req->num_consts && !k; i++)
+        if (f->req->consts[i].arg_class == c) k = &f->req->consts[i];
+    if (!k || !k->bytes) return NULL;
+    LLVMTypeKind kind = LLVMGetTypeKind(t);
+    LLVMTypeRef elem = kind == LLVMVectorTypeKind ? LLVMGetElementType(t) : t;
+    LLVMTypeKind ek = LLVMGetTypeKind(elem);
+    if (ek != LLVMIntegerTypeKind && ek != LLVMHalfTypeKind && ek != LLVMFloatTypeKind && ek != LLVMDoubleTypeKind)
+        return NULL;
+    unsigned long long bits = LLVMSizeOfTypeInBits(LLVMGetModuleDataLayout(f->mod), t);
+    if (bits == 0 || bits % 8 || bits / 8 > k->size || bits > 64 * 16) return NULL;
+    uint64_t words[16] = {0};
+    memcpy(words, k->bytes, bits / 8);
+    LLVMValueRef v = LLVMConstIntOfArbitraryPrecision(LLVMIntTypeInContext(f->ctx, (unsigned)bits),
+                                                      (unsigned)((bits + 63) / 64), words);
+    return kind == LLVMIntegerTypeKind ? v : LLVMConstBitCast(v, t);
+}
+
+/* The index of parameter v of fn, or -1. */
+static int param_index(LLVMValueRef fn, LLVMValueRef v)
+{
+    unsigned n = LLVMCountParams(fn);
+    for (unsigned j = 0; j < n; j++)
+        if (LLVMGetParam(fn, j) == v) return (int)j;
+    return -1;
+}
+
+/* Clears baked[] for every parameter of fn that v is computed from (all of
+ * them past a depth bound). */
+static void unbake_sources(LLVMValueRef v, LLVMValueRef fn, unsigned char *baked, unsigned np, int depth)
+{
+    if (LLVMIsAArgument(v)) {
+        int j = param_index(fn, v);
+        if (j >= 0) baked[j] = 0;
+        return;
+    }
+    if (!LLVMIsAInstruction(v) || LLVMIsALoadInst(v)) return;
+    if (depth > 24) {
+        memset(baked, 0, np);
+        return;
+    }
+    for (int a = 0; a < LLVMGetNumOperands(v); a++) unbake_sources(LLVMGetOperand(v, a), fn, baked, np, depth + 1);
+}
+
+/* Whether v is a constant once the parameters of fn marked in `baked` are
+ * (over-approximated: any value computed from constants and baked
+ * parameters alone, except work-item functions and loads). */
+static int constant_if_baked(LLVMValueRef v, LLVMValueRef fn, const unsigned char *baked, int depth)
+{
+    if (LLVMIsAConstant(v)) return 1;
+    if (LLVMIsAArgument(v)) {
+        int j = param_index(fn, v);
+        return j >= 0 && baked[j];
+    }
+    if (!LLVMIsAInstruction(v) || LLVMIsALoadInst(v) || LLVMIsAAllocaInst(v)) return 0;
+    if (depth > 24) return 1; /* too deep to tell: counted as constant (keeps more parameters) */
+    if (LLVMIsACallInst(v)) {
+        LLVMValueRef callee = LLVMGetCalledValue(v);
+        size_t len;
+        const char *name = callee && LLVMIsAFunction(callee) ? fuse_builtin_name(value_name(callee), &len) : NULL;
+        if (!name || (len > 4 && !strncmp(name, "get_", 4))) return 0;
+        for (unsigned a = 0; a + 1 < (unsigned)LLVMGetNumOperands(v); a++)
+            if (!constant_if_baked(LLVMGetOperand(v, a), fn, baked, depth + 1)) return 0;
+        return 1;
+    }
+    for (int a = 0; a < LLVMGetNumOperands(v); a++) {
+        LLVMValueRef op = LLVMGetOperand(v, a);
+        if (LLVMIsABasicBlock(op)) continue;
+        if (!constant_if_baked(op, fn, baked, depth + 1)) return 0;
+    }
+    return 1;
+}
+
+/* The `const` option must not change results: OpenCL C contracts a * b + c
+ * into llvm.fmuladd, which the device computes fused or not as it likes,
+ * and LLVM folds one whose both factors are constants into a rounded
+ * product plus c — unlike a device that fuses. So a parameter from which
+ * both factors of some fmuladd would be computed is not baked (its
+ * kernel's parameters feeding either factor keep their arguments). */
+static void keep_contracted_factors(struct fuser *f, size_t i, unsigned char *baked)
+{
+    LLVMValueRef fn = f->occ[i].fn;
+    unsigned np = f->occ[i].nparams;
+    for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(fn); bb; bb = LLVMGetNextBasicBlock(bb))
+        for (LLVMValueRef in = LLVMGetFirstInstruction(bb); in; in = LLVMGetNextInstruction(in)) {
+            LLVMValueRef callee = LLVMIsACallInst(in) ? LLVMGetCalledValue(in) : NULL;
+            if (!callee || !LLVMIsAFunction(callee) || strncmp(value_name(callee), "llvm.fmuladd.", 13)) continue;
+            LLVMValueRef x = LLVMGetOperand(in, 0), y = LLVMGetOperand(in, 1);
+            if (!constant_if_baked(x, fn, baked, 0) || !constant_if_baked(y, fn, baked, 0)) continue;
+            unbake_sources(x, fn, baked, np, 0);
+            unbake_sources(y, fn, baked, np, 0);
+        }
+}
+
 static int plan_params(struct fuser *f, struct fused_params *p)
 {
     for (size_t i = 0; i < f->n; i++) {
         struct fuse_occ *o = &f->occ[i];
+        unsigned char bake[FUSE_MAX_PARAMS] = {0};
+        for (unsigned j = 0; j < o->nparams && f->req->num_consts; j++) {
+            LLVMTypeRef t = LLVMTypeOf(LLVMGetParam(o->fn, j));
+            bake[j] = pointer_as(t) < 0 && (p->baked[i][j] = baked_value(f, o->k->arg_class[j], t)) != NULL;
+        }
+        if (f->req->num_consts) keep_contracted_factors(f, i, bake);
         for (unsigned j = 0; j < o->nparams; j++) {
             LLVMTypeRef t = LLVMTypeOf(LLVMGetParam(o->fn, j));
             uint32_t c = o->k->arg_class[j];
+            if (bake[j]) {
+                p->map[i][j] = PARAM_BAKED;
+                f->res->consts_baked++;
+                continue;
+            }
             unsigned q = p->count;
             if (pointer_as(t) != AS_LOCAL) {
                 for (q = 0; q < p->count; q++) {
@@ -672,7 +789,7 @@ static int build_fused(struct fuser *f, int with_barrier, struct fused_params *p
         LLVMValueRef args[FUSE_MAX_PARAMS];
         LLVMValueRef body = f->body[i];
         for (unsigned j = 0; j < f->occ[i].nparams; j++) {
-            LLVMValueRef v = LLVMGetParam(fused, p->map[i][j]);
+            LLVMValueRef v = p->map[i][j] == PARAM_BAKED ? p->baked[i][j] : LLVMGetParam(fused, p->map[i][j]);
             LLVMTypeRef want = LLVMTypeOf(LLVMGetParam(body, j));
             args[j] = LLVMTypeOf(v) == want ? v : LLVMBuildPointerCast(b, v, want, "");
         }
