@@ -90,7 +90,7 @@ struct fuse_result {
     uint32_t num_params;    /* parameters of the fused kernel */
     uint32_t *param_kernel; /* [num_params]: which kernel supplies the value ... */
     uint32_t *param_index;  /* ... and which of its parameters */
-    uint32_t work_dim;      /* the fused ND-range */
+    uint32_t work_dim;      /* the fused ND-range (1 for kernels of different work_dim, remapped) */
     size_t global_size[3];
     size_t local_size[3];   /* all 0 when none was given */
     size_t global_offset[3];

@@ -4,7 +4,11 @@
  * diagnostic handler records errors; LLVM's default one would exit):
  *   1. Check the request: 2..64 kernels, one work_dim, one global offset,
  *      local sizes all absent or all equal and dividing every global size.
- *      The fused range is the largest global size per dimension.
+ *      The fused range is the largest global size per dimension. Kernels of
+ *      different work_dim (no local sizes, no offsets, one number of
+ *      work-items) are fused over one 1-D range instead: after step 3 each
+ *      multi-dimensional body's work-item functions are remapped to the
+ *      fused global id (remap_linear), before the analysis.
  *   2. Load each distinct module once (a kernel that appears twice gets a
  *      second copy of its module), verify it, and link the copies into the
  *      first, renaming defined external symbols that clash first (so two
@@ -101,6 +105,8 @@ struct fuser {
     size_t ncopies;
     size_t fused_gs[3];
     int has_local;
+    int linear;          /* the kernels' work dimensions differ: the fused range is
+                            1-D over their common number of work-items (remap_linear) */
     LLVMMetadataRef *md[FUSE_MAX_KERNELS][NUM_MD_KINDS]; /* [nparams] or NULL */
     LLVMMetadataRef reqd_wg;
     LLVMValueRef body[FUSE_MAX_KERNELS];
@@ -135,6 +141,46 @@ static const char *value_name(LLVMValueRef v)
 
 /* ---- 1. the request ---------------------------------------------------- */
 
+static size_t work_items(const struct fuse_kernel *k)
+{
+    size_t n = 1;
+    for (unsigned d = 0; d < k->work_dim; d++) n *= k->global_size[d];
+    return n;
+}
+
+/* Kernels of different work dimensions (docs/fusion.md, "Different work
+ * dimensions"): fused over one 1-D range of their common number of
+ * work-items, each multi-dimensional body's work-item functions computed from
+ * the global linear id (remap_linear). Only without local sizes and global
+ * offsets, over the same number of work-items. */
+static int check_linear(struct fuser *f)
+{
+    const struct fuse_request *req = f->req;
+    const struct fuse_kernel *k0 = &req->kernels[0];
+    size_t total = work_items(k0);
+    for (size_t i = 0; i < req->num_kernels; i++) {
+        const struct fuse_kernel *k = &req->kernels[i];
+        for (unsigned d = 0; d < 3; d++) {
+            if (d < k->work_dim && k->global_size[d] == 0)
+                return refuse(f, CLSHIM_EINVAL, "kernel '%s' has global size 0", k->name);
+            if (k->local_size[d] || k->global_offset[d])
+                return refuse(f, CLSHIM_EUNSUPPORTED, "the kernels have different work dimensions and "
+                              "kernel '%s' (work_dim %u) has a %s: work-items are remapped only without "
+                              "local sizes and global offsets", k->name, k->work_dim,
+                              k->local_size[d] ? "local size" : "global offset");
+        }
+        if (work_items(k) != total)
+            return refuse(f, CLSHIM_EUNSUPPORTED, "kernels '%s' (work_dim %u, %zu work-items) and '%s' "
+                          "(work_dim %u, %zu work-items) have different work dimensions and numbers of "
+                          "work-items: not remapped", k0->name, k0->work_dim, total, k->name, k->work_dim,
+                          work_items(k));
+    }
+    f->fused_gs[0] = total;
+    f->fused_gs[1] = f->fused_gs[2] = 1;
+    f->has_local = 0;
+    return 0;
+}
+
 static int check_request(struct fuser *f)
 {
     const struct fuse_request *req = f->req;
@@ -151,11 +197,9 @@ static int check_request(struct fuser *f)
             return refuse(f, CLSHIM_EUNSUPPORTED, "kernel '%s' has too many arguments", k->name);
         if (k->work_dim < 1 || k->work_dim > 3)
             return refuse(f, CLSHIM_EINVAL, "kernel '%s' has work_dim %u", k->name, k->work_dim);
-        if (k->work_dim != k0->work_dim)
-            return refuse(f, CLSHIM_EUNSUPPORTED, "kernels '%s' and '%s' have different work_dim",
-                          k0->name, k->name);
+        if (k->work_dim != k0->work_dim) f->linear = 1;
         int has_local = 0;
-        for (unsigned d = 0; d < 3; d++) {
+        for (unsigned d = 0; d < 3 && !f->linear; d++) {
             size_t gs = d < k->work_dim ? k->global_size[d] : 1;
             if (gs == 0) return refuse(f, CLSHIM_EINVAL, "kernel '%s' has global size 0", k->name);
             if (k->global_offset[d] != k0->global_offset[d])
@@ -167,6 +211,7 @@ static int check_request(struct fuser *f)
             if (d < k->work_dim && k->local_size[d]) has_local = 1;
             if (gs > f->fused_gs[d]) f->fused_gs[d] = gs;
         }
+        if (f->linear) continue; /* checked below, once all kernels are seen */
         if (i == 0) f->has_local = has_local;
         if (has_local) {
             for (unsigned d = 0; d < k->work_dim; d++)
@@ -175,7 +220,7 @@ static int check_request(struct fuser *f)
                                   "divide the global size", k->name);
         }
     }
-    return 0;
+    return f->linear ? check_linear(f) : 0;
 }
 
 /* ---- 2. loading and linking -------------------------------------------- */
@@ -425,6 +470,14 @@ static int prepare_occurrence(struct fuser *f, size_t i)
 static int check_guards(struct fuser *f)
 {
     const struct fuse_kernel *k0 = &f->req->kernels[0];
+    for (size_t i = 0; i < f->n && f->linear; i++) { /* no body is guarded: one number of work-items */
+        const struct fuse_occ *o = &f->occ[i];
+        if (o->k->work_dim > 1 && (o->calls.barrier || o->calls.local_query || o->calls.num_groups))
+            return refuse(f, CLSHIM_EUNSUPPORTED, "kernel '%s' (work_dim %u) uses work-groups (barrier(), "
+                          "local ids or sizes, group ids) and the kernels' work dimensions differ: not remapped",
+                          o->k->name, o->k->work_dim);
+    }
+    if (f->linear) return 0;
     for (size_t i = 0; i < f->n; i++) {
         struct fuse_occ *o = &f->occ[i];
         for (unsigned d = 0; d < k0->work_dim; d++)
@@ -478,6 +531,73 @@ static int remap(struct fuser *f, struct fuse_occ *o)
         }
     }
     return 0;
+}
+
+/* Different work dimensions (f->linear): the work-item functions of a
+ * multi-dimensional body in terms of the fused 1-D range's global id g (its
+ * global linear id, offsets being 0): get_global_id(d) = g / (GS(0) * ..
+ * GS(d-1)) % GS(d), get_global_size(d) = GS(d), get_global_offset(d) = 0,
+ * get_global_linear_id() = g, get_work_dim() = its own. Work-group functions
+ * and barriers are refused after the scan (check_guards). */
+static LLVMValueRef builtin(struct fuser *f, const char *name, LLVMTypeRef ret, LLVMTypeRef arg,
+                            int readnone);
+static LLVMValueRef call_builtin(LLVMBuilderRef b, LLVMValueRef fn, LLVMValueRef arg);
+
+static int remap_linear(struct fuser *f, struct fuse_occ *o)
+{
+    LLVMTypeRef i32 = LLVMInt32TypeInContext(f->ctx), i64 = LLVMInt64TypeInContext(f->ctx);
+    LLVMValueRef gid = builtin(f, "_Z13get_global_idj", i64, i32, 1);
+    LLVMBuilderRef b = LLVMCreateBuilderInContext(f->ctx);
+    int rc = 0;
+    for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(o->fn); bb && !rc; bb = LLVMGetNextBasicBlock(bb)) {
+        LLVMValueRef in = LLVMGetFirstInstruction(bb);
+        while (in && !rc) {
+            LLVMValueRef next = LLVMGetNextInstruction(in);
+            LLVMValueRef fn = LLVMIsACallInst(in) ? LLVMGetCalledValue(in) : NULL;
+            size_t len = 0;
+            const char *name = fn && LLVMIsAFunction(fn) ? fuse_builtin_name(value_name(fn), &len) : "";
+            int id = fuse_name_is(name, len, "get_global_id"), size = fuse_name_is(name, len, "get_global_size");
+            int offset = fuse_name_is(name, len, "get_global_offset");
+            int linear = fuse_name_is(name, len, "get_global_linear_id"), dims = fuse_name_is(name, len, "get_work_dim");
+            if (!(id || size || offset || linear || dims)) {
+                in = next;
+                continue;
+            }
+            LLVMTypeRef t = LLVMTypeOf(in);
+            uint64_t dim = 0;
+            if (id || size || offset) {
+                LLVMValueRef d = LLVMGetOperand(in, 0);
+                if (!LLVMIsAConstantInt(d)) {
+                    rc = refuse(f, CLSHIM_EUNSUPPORTED, "kernel '%s' calls %.*s with a non-constant dimension "
+                                "and its work dimensions are remapped", o->k->name, (int)len, name);
+                    break;
+                }
+                dim = LLVMConstIntGetZExtValue(d);
+            }
+            LLVMValueRef v;
+            if (size) v = LLVMConstInt(t, dim < o->k->work_dim ? o->k->global_size[dim] : 1, 0);
+            else if (offset) v = LLVMConstInt(t, 0, 0);
+            else if (dims) v = LLVMConstInt(t, o->k->work_dim, 0);
+            else {
+                LLVMPositionBuilderBefore(b, in);
+                v = call_builtin(b, gid, LLVMConstInt(i32, 0, 0));
+                if (id && dim >= o->k->work_dim) {
+                    v = LLVMConstInt(i64, 0, 0);
+                } else if (id) {
+                    uint64_t below = 1;
+                    for (uint64_t e = 0; e < dim; e++) below *= o->k->global_size[e];
+                    if (below > 1) v = LLVMBuildUDiv(b, v, LLVMConstInt(i64, below, 0), "");
+                    if (dim + 1 < o->k->work_dim) v = LLVMBuildURem(b, v, LLVMConstInt(i64, o->k->global_size[dim], 0), "");
+                }
+                if (LLVMTypeOf(v) != t) v = LLVMBuildIntCast2(b, v, t, 0, "");
+            }
+            LLVMReplaceAllUsesWith(in, v);
+            LLVMInstructionEraseFromParent(in);
+            in = next;
+        }
+    }
+    LLVMDisposeBuilder(b);
+    return rc;
 }
 
 /* ---- 6. building ------------------------------------------------------- */
@@ -864,8 +984,11 @@ static int fuse_run(struct fuser *f)
     if (!rc) rc = flatten(f);
     for (size_t i = 0; !rc && i < f->n; i++) {
         f->occ[i].fn = LLVMGetNamedFunction(f->mod, f->occ[i].name);
-        rc = prepare_occurrence(f, i);
+        if (f->linear && f->occ[i].k->work_dim > 1) rc = remap_linear(f, &f->occ[i]);
     }
+    /* a remapped position such as g / W * W + g % W becomes g again */
+    if (!rc && f->linear) rc = run_passes(f, "function(early-cse,instcombine)");
+    for (size_t i = 0; !rc && i < f->n; i++) rc = prepare_occurrence(f, i);
     if (!rc) rc = check_guards(f);
     if (rc) return rc;
 
@@ -922,7 +1045,7 @@ int fuse_kernels(const struct fuse_request *req, struct fuse_result *result)
 
     const struct fuse_kernel *k0 = req->kernels;
     if (rc == 0) {
-        result->work_dim = k0->work_dim;
+        result->work_dim = f->linear ? 1 : k0->work_dim;
         for (unsigned d = 0; d < 3; d++) {
             result->global_size[d] = f->fused_gs[d];
             result->local_size[d] = k0->local_size[d];

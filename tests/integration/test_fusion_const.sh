@@ -4,6 +4,7 @@
 # buffer after every iteration must match the plain run bit for bit; the
 # values are part of the fused program's key and of the repeat fast path,
 # so a launch with other values never runs a program baked with old ones.
+# Last, a 2-D kernel followed by a 1-D one (different work dimensions).
 source "$(dirname "$0")/lib.sh"
 export CLSHIM_LOG=info
 FC=$PROGS/fusion_const
@@ -68,5 +69,30 @@ same_output ref_ext source "route (b) with const: as plain"
 [ "$(occurrences 'const: not applied: generated OpenCL C' "$TMP/source.err")" = 2 ] || fail "source: expected the 'not applied' line for each of the 2 launches"
 [ "$(baked source)" = 0 ] || fail "source: something was baked"
 ok "route (b): const not applied, one line"
+
+# 8. Different work dimensions (docs/fusion.md): a 2-D kernel (64 x n/64,
+#    row-major) then a 1-D one over the same n elements: remapped onto one
+#    1-D range and fused, bit for bit. The same with the 2-D kernel writing
+#    column-major (not pointwise in the linear id), with local sizes, or on
+#    route (b): refused with the reason in the one line, results as plain.
+fresh_pocl; run_plain ref_dims "$FC" --mode dims --iterations 2
+fresh_pocl; run_shim dims env CLSHIM_FUSE="d2+d1" "$FC" --mode dims --iterations 2
+same_output ref_dims dims "2-D then 1-D: as plain"
+[ "$(occurrences 'fused d2+d1 into one launch (5 parameters for 6 arguments)' "$TMP/dims.err")" = 2 ] ||
+    fail "dims: expected 2 fused launches"
+ok "2-D then 1-D over the same elements: remapped, fused, bit for bit"
+dims_refused() { # tag mode plan pattern [env...]
+    local tag=$1 mode=$2 plan=$3 pattern=$4; shift 4
+    fresh_pocl; run_plain "ref_$tag" "$FC" --mode "$mode" --iterations 2
+    fresh_pocl; run_shim "$tag" env CLSHIM_FUSE="$plan" "$@" "$FC" --mode "$mode" --iterations 2
+    same_output "ref_$tag" "$tag" "$tag: as plain"
+    [ "$(count "fusion of ${plan} (plan CLSHIM_FUSE:1:1) refused: $pattern" "$TMP/$tag.err")" = 1 ] ||
+        fail "$tag: expected one refusal line: $pattern"
+    [ "$(count 'into one launch' "$TMP/$tag.err")" = 0 ] || fail "$tag: something was fused"
+    ok "$tag: refused with the reason in one line: $pattern"
+}
+dims_refused transposed transposed "d2t+d1" "needs a barrier: kernel 'd2t' writes 't1' at an index other than get_global_id()"
+dims_refused dims_local dims-local "d2+d1" "the kernels have different work dimensions and kernel 'd2' (work_dim 2) has a local size"
+dims_refused dims_source dims "d2+d1" "the kernels have different work dimensions: generated OpenCL C does not remap" CLSHIM_FUSE_ROUTE=source
 
 finish

@@ -9,7 +9,10 @@
  *   chain    c1 c2 c3: in -> t1 -> t2 -> out; scalars: float a, float b,
  *            int k, uchar m, float4 v, long l, and a float that is 0.1f
  *            (not exactly representable: bakes must keep its bits)
- *   dims     d2 (2-D, W x H = n) then d1 (1-D, n): in -> t1 -> out
+ *   dims     d2 (2-D, 64 x n/64, row-major: t1[y * 64 + x]) then d1 (1-D, n):
+ *            in -> t1 -> out
+ *   transposed  d2t (the same range, column-major: t1[x * n/64 + y]) then d1
+ *   dims-local  d2 and d1 with local sizes (64 x 1 and 64)
  * --values: same (every iteration the same scalars), alternate (two sets,
  * even and odd iterations), new (a new set every iteration).
  * --ext 1: each chain runs between clStartFusionCLSHIM and
@@ -32,12 +35,14 @@ static const char *source =
     "__kernel void d2(__global const float *in, __global float *t1, float s) {\n"
     "    size_t i = get_global_id(1) * get_global_size(0) + get_global_id(0); t1[i] = in[i] * s; }\n"
     "__kernel void d1(__global const float *t1, __global float *out, float s) {\n"
-    "    size_t i = get_global_id(0); out[i] = t1[i] + s; }\n";
+    "    size_t i = get_global_id(0); out[i] = t1[i] + s; }\n"
+    "__kernel void d2t(__global const float *in, __global float *t1, float s) {\n"
+    "    size_t i = get_global_id(0) * get_global_size(1) + get_global_id(1); t1[i] = in[i] * s; }\n";
 
 enum { IN, T1, T2, OUT, NBUF };
 static const char *const buf_name[NBUF] = {"in", "t1", "t2", "out"};
 
-static const char *const kernel_name[] = {"c1", "c2", "c3", "d2", "d1"};
+static const char *const kernel_name[] = {"c1", "c2", "c3", "d2", "d1", "d2t"};
 #define NKERNELS (sizeof kernel_name / sizeof kernel_name[0])
 static cl_kernel kernels[NKERNELS]; /* kept until the end: releasing one ends fusion's hold */
 static cl_mem bufs[NBUF];
@@ -111,15 +116,16 @@ int main(int argc, char **argv)
             CHECK(clSetKernelArg(c3, 2, sizeof l, &l));
             CHECK(clSetKernelArg(c3, 3, sizeof a, &a));
             CHECK(clEnqueueNDRangeKernel(q, c3, 1, NULL, &n, NULL, 0, NULL, NULL));
-        } else if (!strcmp(mode, "dims")) {
-            cl_kernel d2 = kernel("d2"), d1 = kernel("d1");
-            size_t gws2[2] = {64, n / 64};
+        } else if (!strcmp(mode, "dims") || !strcmp(mode, "transposed") || !strcmp(mode, "dims-local")) {
+            cl_kernel d2 = kernel(strcmp(mode, "transposed") ? "d2" : "d2t"), d1 = kernel("d1");
+            int local = !strcmp(mode, "dims-local");
+            size_t gws2[2] = {64, n / 64}, lws2[2] = {64, 1}, lws1 = 64;
             set_mem(d2, 0, IN), set_mem(d2, 1, T1);
             CHECK(clSetKernelArg(d2, 2, sizeof a, &a));
-            CHECK(clEnqueueNDRangeKernel(q, d2, 2, NULL, gws2, NULL, 0, NULL, NULL));
+            CHECK(clEnqueueNDRangeKernel(q, d2, 2, NULL, gws2, local ? lws2 : NULL, 0, NULL, NULL));
             set_mem(d1, 0, T1), set_mem(d1, 1, OUT);
             CHECK(clSetKernelArg(d1, 2, sizeof b, &b));
-            CHECK(clEnqueueNDRangeKernel(q, d1, 1, NULL, &n, NULL, 0, NULL, NULL));
+            CHECK(clEnqueueNDRangeKernel(q, d1, 1, NULL, &n, local ? &lws1 : NULL, 0, NULL, NULL));
         } else {
             fprintf(stderr, "unknown mode %s\n", mode);
             return 2;
