@@ -252,7 +252,11 @@ static void run_hand_internal(struct setup *s, int reps)
  * round, for about `budget` seconds, at least 5 rounds) so that a change in
  * the machine's load hits all alike: median, min and max per way.
  * Each timed run follows an untimed one of the same way: what a loop of
- * that way sees. */
+ * that way sees. Even rounds run the ways in order, odd rounds backwards:
+ * a way is slower right after one that stored every buffer (on PoCL at
+ * 1 Mi, whichever of internal and hand-internal came right after hand was
+ * 1.2-1.5x slower, with the same machine code), so each way follows a
+ * heavy and a light neighbour alike. */
 #define MAX_ROUNDS 4000
 static void time_ways(struct setup *s, int reps, double budget, struct result *res)
 {
@@ -263,7 +267,8 @@ static void time_ways(struct setup *s, int reps, double budget, struct result *r
     double spent = 0;
     int r;
     for (r = 0; r < MAX_ROUNDS && (r < 5 || spent < budget); r++)
-        for (int v = 0; v < nways(); v++) {
+        for (int i = 0; i < nways(); i++) {
+            int v = r % 2 ? nways() - 1 - i : i; /* odd rounds backwards: see above */
             fn[v](s, reps);
             double t0 = now_s();
             fn[v](s, reps);
