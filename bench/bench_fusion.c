@@ -57,7 +57,10 @@
  * then takes the generated sources from the carried cache
  * (tests/compat/nvidia_fusion.sh).
  *   bench_fusion [--quick] [--k K] [--n N] [--mode latency|pipelined|both]
- *                [--shape pointwise|grid] [--events] [--launch-cost] [--prime]
+ *                [--shape pointwise|grid] [--events] [--launch-cost] [--prime] [--const]
+ * --const adds two ways: const (the fused way with CL_FUSION_CONST_CLSHIM:
+ * the scalars a and b baked into the fused kernel) and internal-const (both
+ * properties), and a table comparing them with fused and internal.
  */
 #define CL_TARGET_OPENCL_VERSION 300
 #define CL_USE_DEPRECATED_OPENCL_1_2_APIS
@@ -103,6 +106,7 @@ static double now_s(void)
 static int grid_shape; /* --shape grid */
 static int with_events; /* --events: every enqueue asks for an event (PyOpenCL does) */
 static int prime_only;  /* --prime: no timing */
+static int with_const;  /* --const: the ways const and internal-const too */
 
 static void enqueue(cl_kernel k, size_t gws, size_t lws)
 {
@@ -151,7 +155,9 @@ static char *make_source(void)
 }
 
 enum { LATENCY = 0, PIPELINED = 1 };
-enum { UNFUSED, FUSED, HAND, INTERNAL, HAND_INTERNAL, AUTO, NWAYS };
+enum { UNFUSED, FUSED, HAND, INTERNAL, HAND_INTERNAL, AUTO, CONST, INTERNAL_CONST, NWAYS };
+/* The ways timed: const and internal-const only with --const. */
+static int nways(void) { return with_const ? NWAYS : AUTO + 1; }
 #define PIPELINED_REPS 32
 #define PIPELINED_MAX_N (1u << 20)
 
@@ -223,6 +229,18 @@ static void run_internal(struct setup *s, int reps)
     run_fused_with(s, reps, internal);
 }
 
+static void run_const(struct setup *s, int reps)
+{
+    static const cl_fusion_properties_clshim baked[] = {CL_FUSION_CONST_CLSHIM, 1, 0};
+    run_fused_with(s, reps, baked);
+}
+
+static void run_internal_const(struct setup *s, int reps)
+{
+    static const cl_fusion_properties_clshim both[] = {CL_FUSION_INTERNAL_CLSHIM, 1, CL_FUSION_CONST_CLSHIM, 1, 0};
+    run_fused_with(s, reps, both);
+}
+
 static void run_hand_internal(struct setup *s, int reps)
 {
     size_t gws = s->gws, lws = LOCAL;
@@ -234,18 +252,23 @@ static void run_hand_internal(struct setup *s, int reps)
  * round, for about `budget` seconds, at least 5 rounds) so that a change in
  * the machine's load hits all alike: median, min and max per way.
  * Each timed run follows an untimed one of the same way: what a loop of
- * that way sees. */
+ * that way sees. Even rounds run the ways in order, odd rounds backwards:
+ * a way is slower right after one that stored every buffer (on PoCL at
+ * 1 Mi, whichever of internal and hand-internal came right after hand was
+ * 1.2-1.5x slower, with the same machine code), so each way follows a
+ * heavy and a light neighbour alike. */
 #define MAX_ROUNDS 4000
 static void time_ways(struct setup *s, int reps, double budget, struct result *res)
 {
     void (*fn[NWAYS])(struct setup *, int) = {run_unfused, run_fused, run_hand, run_internal, run_hand_internal,
-                                          run_auto};
+                                          run_auto, run_const, run_internal_const};
     static double t[NWAYS][MAX_ROUNDS];
-    for (int v = 0; v < NWAYS; v++) fn[v](s, 1); /* warm-up: first-launch compilation, page faults */
+    for (int v = 0; v < nways(); v++) fn[v](s, 1); /* warm-up: first-launch compilation, page faults */
     double spent = 0;
     int r;
     for (r = 0; r < MAX_ROUNDS && (r < 5 || spent < budget); r++)
-        for (int v = 0; v < NWAYS; v++) {
+        for (int i = 0; i < nways(); i++) {
+            int v = r % 2 ? nways() - 1 - i : i; /* odd rounds backwards: see above */
             fn[v](s, reps);
             double t0 = now_s();
             fn[v](s, reps);
@@ -253,16 +276,17 @@ static void time_ways(struct setup *s, int reps, double budget, struct result *r
             spent += 2 * t[v][r] * reps;
         }
     res->rounds = r;
-    for (int v = 0; v < NWAYS; v++) {
+    for (int v = 0; v < nways(); v++) {
         res->t[v] = bu_median(t[v], (size_t)r);
         res->lo[v] = bu_quantile(t[v], (size_t)r, 0.0);
         res->hi[v] = bu_quantile(t[v], (size_t)r, 1.0);
     }
-    static const char *const way[NWAYS] = {"unfused", "fused", "hand", "internal", "hand-internal", "auto"};
+    static const char *const way[NWAYS] = {"unfused", "fused", "hand", "internal", "hand-internal", "auto",
+                                           "const", "internal-const"};
     char cas[128];
     snprintf(cas, sizeof cas, "k=%d;n=%zu;mode=%s;shape=%s%s", s->K, s->n, reps > 1 ? "pipelined" : "latency",
              grid_shape ? "grid" : "pointwise", with_events ? ";events=1" : "");
-    for (int v = 0; v < NWAYS; v++) {
+    for (int v = 0; v < nways(); v++) {
         double ms[MAX_ROUNDS];
         for (int i = 0; i < r; i++) ms[i] = t[v][i] * 1e3;
         bu_csv("fusion", cas, way[v], "chain", "ms", ms, (size_t)r);
@@ -362,8 +386,17 @@ static void bench_one(cl_program prog, cl_program bin, int K, size_t n, int *fai
     uint64_t dhi_last = digest(&s, K);
     clear_outputs(&s);
     for (int i = 0; i < 3; i++) run_auto(&s, 1); /* learned from the first two, fused from the third */
-    uint64_t da = digest(&s, 1);
-    int same = du == df && df == dh && dh == da, same_last = du_last == di_last && di_last == dhi_last;
+    uint64_t da = digest(&s, 1), dc = da, dic_last = di_last;
+    if (with_const) {
+        clear_outputs(&s);
+        run_const(&s, 1);
+        dc = digest(&s, 1);
+        clear_outputs(&s);
+        run_internal_const(&s, 1);
+        dic_last = digest(&s, K);
+    }
+    int same = du == df && df == dh && dh == da && da == dc;
+    int same_last = du_last == di_last && di_last == dhi_last && dhi_last == dic_last;
     if (!same || !same_last) (*fails)++;
     if (prime_only) printf("K=%d n=%zu: %s\n", K, n, same && same_last ? "same results" : "RESULTS DIFFER");
     for (int mode = 0; mode < 2 && !prime_only; mode++) {
@@ -387,6 +420,13 @@ static void bench_one(cl_program prog, cl_program bin, int K, size_t n, int *fai
     for (int k = 0; k <= K; k++) clReleaseMemObject(s.buf[k]);
 }
 
+/* "16 Mi", "64 Ki". */
+static void size_label(size_t n, char *out, size_t len)
+{
+    if (n >= (1u << 20)) snprintf(out, len, "%zu Mi", n >> 20);
+    else snprintf(out, len, "%zu Ki", n >> 10);
+}
+
 static void print_tables(void)
 {
     static const char *const title[2] = {
@@ -408,14 +448,27 @@ static void print_tables(void)
             const struct result *r = &results[i];
             if (r->mode != mode) continue;
             char nn[32];
-            if (r->n >= (1u << 20)) snprintf(nn, sizeof nn, "%zu Mi", r->n >> 20);
-            else snprintf(nn, sizeof nn, "%zu Ki", r->n >> 10);
+            size_label(r->n, nn, sizeof nn);
             printf("| %d | %6s | %10.4f | %10.4f | %10.4f | %6.2fx | %6.2fx | %6.2f | %10.4f | %10.4f | %6.2fx "
                    "| %6.2f | %10.4f | %6.2fx | %s |\n", r->K, nn, r->t[UNFUSED] * 1e3, r->t[FUSED] * 1e3, r->t[HAND] * 1e3,
                    r->t[UNFUSED] / r->t[FUSED], r->t[UNFUSED] / r->t[HAND], r->t[FUSED] / r->t[HAND],
                    r->t[INTERNAL] * 1e3, r->t[HAND_INTERNAL] * 1e3, r->t[UNFUSED] / r->t[INTERNAL],
                    r->t[INTERNAL] / r->t[HAND_INTERNAL], r->t[AUTO] * 1e3, r->t[UNFUSED] / r->t[AUTO],
                    r->same && r->same_last ? "same" : r->same ? "internal DIFFER" : "DIFFER");
+        }
+        if (!with_const) continue;
+        printf("\nconst (scalars baked in, CL_FUSION_CONST_CLSHIM), %s (ms)\n\n", title[mode]);
+        printf("| K | N | fused | const | fused/const | internal | internal-const | internal/internal-const "
+               "| hand-internal | internal-const/hand-internal |\n|---|---|---|---|---|---|---|---|---|---|\n");
+        for (int i = 0; i < nresults; i++) {
+            const struct result *r = &results[i];
+            if (r->mode != mode) continue;
+            char nn[32];
+            size_label(r->n, nn, sizeof nn);
+            printf("| %d | %6s | %10.4f | %10.4f | %6.3f | %10.4f | %10.4f | %6.3f | %10.4f | %6.3f |\n", r->K, nn,
+                   r->t[FUSED] * 1e3, r->t[CONST] * 1e3, r->t[FUSED] / r->t[CONST], r->t[INTERNAL] * 1e3,
+                   r->t[INTERNAL_CONST] * 1e3, r->t[INTERNAL] / r->t[INTERNAL_CONST], r->t[HAND_INTERNAL] * 1e3,
+                   r->t[INTERNAL_CONST] / r->t[HAND_INTERNAL]);
         }
     }
 }
@@ -584,6 +637,8 @@ int main(int argc, char **argv)
             }
         } else if (!strcmp(argv[i], "--events")) {
             with_events = 1;
+        } else if (!strcmp(argv[i], "--const")) {
+            with_const = 1;
         } else if (!strcmp(argv[i], "--prime")) {
             prime_only = 1;
         } else if (!strcmp(argv[i], "--shape") && i + 1 < argc && !strcmp(argv[i + 1], "grid")) {
@@ -593,7 +648,7 @@ int main(int argc, char **argv)
             i++;
         } else {
             fprintf(stderr, "usage: bench_fusion [--quick] [--k K] [--n N] [--mode latency|pipelined|both] "
-                            "[--shape pointwise|grid] [--events] [--launch-cost] [--prime]\n");
+                            "[--shape pointwise|grid] [--events] [--launch-cost] [--prime] [--const]\n");
             return 2;
         }
     }

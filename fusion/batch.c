@@ -561,7 +561,7 @@ static int plan_done(const struct fq *q)
 
 static int plan_flags(const struct plan_seq *s)
 {
-    return (s->force_barrier ? FB_FORCE_BARRIER : 0) | (s->internal ? FB_INTERNAL : 0);
+    return (s->force_barrier ? FB_FORCE_BARRIER : 0) | (s->internal ? FB_INTERNAL : 0) | (s->consts ? FB_CONST : 0);
 }
 
 /* Fuses the held kernels or, failing that, submits them; caller holds q->lock. */
@@ -846,6 +846,7 @@ static cl_int CL_API_CALL ext_complete(cl_command_queue queue, const cl_fusion_p
     for (size_t i = 0; props && props[i]; i += 2) {
         int bit = props[i] == CL_FUSION_FORCE_BARRIER_CLSHIM ? FB_FORCE_BARRIER
                 : props[i] == CL_FUSION_INTERNAL_CLSHIM      ? FB_INTERNAL
+                : props[i] == CL_FUSION_CONST_CLSHIM         ? FB_CONST
                                                              : 0;
         if (!bit || props[i + 1] > 1) return CL_INVALID_VALUE;
         flags = props[i + 1] ? flags | bit : flags & ~bit;

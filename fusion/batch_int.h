@@ -255,7 +255,12 @@ int fa_running(const struct fq *q);
 
 /* The plan options of one fusion, a bit set passed as `flags` (also part of
  * the fused program's key). */
-enum { FB_FORCE_BARRIER = 1, FB_INTERNAL = 2, FB_SOURCE = 4 /* route (b): fusion/fuse_source.h */ };
+enum {
+    FB_FORCE_BARRIER = 1,
+    FB_INTERNAL = 2,
+    FB_SOURCE = 4, /* route (b): fusion/fuse_source.h */
+    FB_CONST = 8   /* scalar arguments baked into the fused kernel (their values in the key) */
+};
 
 /* Fuses and launches q's held kernels (caller holds q->lock). Returns 0
  * when launched (held entries are then cleared and their events queued in

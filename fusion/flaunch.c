@@ -9,7 +9,13 @@
  * 2. Key material: a format tag, the plan options (FB_* flags), and per kernel its
  *    program's origin hash (kind, options, input bytes), name, ND-range,
  *    and argument classes and kinds. Scalar values and buffers are not in
- *    it: they are the fused kernel's arguments.
+ *    it: they are the fused kernel's arguments — except with the `const`
+ *    option (FB_CONST), which bakes the scalars (arguments the driver's
+ *    argument info calls values) into the fused kernel: their bytes follow,
+ *    so other values make another program. At most CONST_PROGRAMS such
+ *    programs per sequence (the same key without the values); past that the
+ *    sequence is fused without the option (one line), so a loop passing a
+ *    new value each time compiles a bounded number of programs.
  * 3. The fused program: first the queue's last one, then this process's
  *    memo (key material, context, device), then pc_build_derived, which
  *    serves it from the persistent cache without calling make() — so a
@@ -54,6 +60,10 @@
 /* Arguments of all held kernels together up to which the launch path uses
  * stack arrays (no allocation while a warm sequence is fused). */
 #define STACK_ARGS 128
+
+/* Fused programs with baked scalars (FB_CONST) per sequence before the
+ * option is dropped for it. */
+#define CONST_PROGRAMS 8
 
 struct fb_memo {
     pthread_mutex_t lock;  /* the fused kernel's arguments, set then enqueued */
@@ -276,9 +286,30 @@ static int check_analysed_buffers(struct fq *q, const struct fb_memo *e, char *w
  * The tag changes with the fuser's output (3: grid-stride loops merged;
  * 4: the flags word holds FB_INTERNAL). Which buffers `internal` keeps in
  * registers follows from the kernels and the argument classes, both here. */
+/* Whether the `const` option bakes argument a (a value by the argument info). */
+static int bakeable(const struct fk_arg *a)
+{
+    return a->kind == FK_VALUE && a->mem == 0;
+}
+
+/* FB_CONST: the values baked in, after the rest of the key material. */
+static void key_values(const struct fq *q, struct bytes *b)
+{
+    for (uint32_t i = 0; i < q->nheld; i++)
+        for (cl_uint j = 0; j < q->held[i].nargs; j++) {
+            const struct fk_arg *a = &q->held[i].args[j];
+            if (!bakeable(a)) continue;
+            put32(b, a->size);
+            put(b, FK_BYTES(a), a->size);
+        }
+}
+
+#define KEY_TAG "clshim-fusion-key 4\n"
+#define KEY_FLAGS_AT (sizeof KEY_TAG - 1) /* where key_material puts the flags word */
+
 static void key_material(const struct fq *q, int flags, const uint32_t *cls, struct bytes *b)
 {
-    static const char tag[] = "clshim-fusion-key 4\n";
+    static const char tag[] = KEY_TAG;
     put(b, tag, sizeof tag - 1);
     put32(b, (uint32_t)flags);
     put32(b, q->nheld);
@@ -502,7 +533,21 @@ static int make(void *arg, void **bitcode, size_t *bitcode_size, void **meta, si
     }
     log_msg(LOG_INFO, "fusion: building the fused kernel for %s (%u program%s to IR%s)", names, (unsigned)nmods,
             nmods == 1 ? "" : "s", m->flags & FB_SOURCE ? ", then generated OpenCL C" : "");
-    struct fuse_request req = {fk, n, FUSED_NAME, m->flags & FB_FORCE_BARRIER, (m->flags & FB_INTERNAL) != 0};
+    struct fuse_const consts_buf[STACK_ARGS];
+    uint32_t nconsts = 0;
+    if (m->flags & FB_CONST) { /* one per class (equal bytes share one) */
+        at = 0;
+        for (uint32_t i = 0; i < n; i++)
+            for (cl_uint j = 0; j < q->held[i].nargs; j++, at++) {
+                const struct fk_arg *a = &q->held[i].args[j];
+                uint32_t c;
+                for (c = 0; c < nconsts && consts_buf[c].arg_class != m->cls[at]; c++) continue;
+                if (!bakeable(a) || c < nconsts || nconsts == STACK_ARGS) continue;
+                consts_buf[nconsts++] = (struct fuse_const){m->cls[at], a->size, FK_BYTES(a)};
+            }
+    }
+    struct fuse_request req = {fk, n, FUSED_NAME, m->flags & FB_FORCE_BARRIER, (m->flags & FB_INTERNAL) != 0,
+                               consts_buf, nconsts};
     struct fuse_result res;
     memset(&res, 0, sizeof res);
     struct fs_program gen = {0};
@@ -562,6 +607,9 @@ static int make(void *arg, void **bitcode, size_t *bitcode_size, void **meta, si
         if (res.internal_kept[0])
             log_msg(LOG_INFO, "fusion: %s: internal: stored as without the option: %s", names, res.internal_kept);
     }
+    if (m->flags & FB_CONST)
+        log_msg(LOG_INFO, "fusion: %s: const: %u scalar argument%s baked in", names, (unsigned)res.consts_baked,
+                res.consts_baked == 1 ? "" : "s");
     if (res.loops_merged)
         log_msg(LOG_INFO, "fusion: %s: %u grid-stride loop%s merged into the first", names,
                 (unsigned)res.loops_merged, res.loops_merged == 1 ? "" : "s");
@@ -640,6 +688,19 @@ static struct fb_memo *memo_find(const struct fq *q, const struct bytes *key)
     while (e && !memo_matches(e, q, key)) e = e->next;
     pthread_mutex_unlock(&memo_lock);
     return e;
+}
+
+/* The memo entries of q's context and device whose key starts with the
+ * first base_len bytes of `key` and is longer (FB_CONST: the programs with
+ * baked values of one sequence). */
+static unsigned memo_count_prefix(const struct fq *q, const struct bytes *key, size_t base_len)
+{
+    unsigned count = 0;
+    pthread_mutex_lock(&memo_lock);
+    for (const struct fb_memo *e = memos; e; e = e->next)
+        count += e->ctx == q->ctx && e->dev == q->dev && e->key_len > base_len && !memcmp(e->key, key->p, base_len);
+    pthread_mutex_unlock(&memo_lock);
+    return count;
 }
 
 static void memo_drop(struct fb_memo *e)
@@ -879,11 +940,22 @@ static struct fb_memo *fused_program(struct fq *q, int flags, int gen, int *repe
     }
     if (make_classes(q, cls, (flags & FB_SOURCE) != 0, why, why_len) != 0) goto out;
     key_material(q, flags, cls, &key);
+    size_t base_len = key.len;
+    if (flags & FB_CONST) key_values(q, &key);
     if (key.oom) {
         snprintf(why, why_len, "out of memory");
         goto out;
     }
     e = q->last && memo_matches(q->last, q, &key) ? q->last : memo_find(q, &key);
+    if (!e && (flags & FB_CONST) && memo_count_prefix(q, &key, base_len) >= CONST_PROGRAMS) {
+        fb_log_kind("const: %u programs with other values of %s..%s exist: its scalars are passed as "
+                    "arguments from now on", CONST_PROGRAMS, q->held[0].rec->name, q->held[q->nheld - 1].rec->name);
+        flags &= ~FB_CONST; /* the key without the values and with this flags word: the plain fusion's */
+        uint32_t word = (uint32_t)flags;
+        memcpy(key.p + KEY_FLAGS_AT, &word, sizeof word);
+        key.len = base_len;
+        e = q->last && memo_matches(q->last, q, &key) ? q->last : memo_find(q, &key);
+    }
     if (!e && (!(options = flags & FB_SOURCE ? source_options(q) : shared_options(q)) ||
                !(e = memo_build(q, flags, cls, &key, options)))) {
         snprintf(why, why_len, "out of memory");
@@ -906,6 +978,10 @@ int fb_fuse_held(struct fq *q, int flags, int seq, struct fb_pending *p, cl_even
 {
     (void)seq;
     flags |= route_flag(q);
+    if ((flags & (FB_SOURCE | FB_CONST)) == (FB_SOURCE | FB_CONST)) {
+        fb_log_kind("const: not applied: generated OpenCL C (route (b)) passes every scalar as an argument");
+        flags &= ~FB_CONST;
+    }
     int gen = __atomic_load_n(&fb_mem_gen, __ATOMIC_ACQUIRE), repeat = 0;
     struct fb_memo *e = fused_program(q, flags, gen, &repeat, why, why_len);
     if (!e) return -1;

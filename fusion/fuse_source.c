@@ -207,6 +207,8 @@ int fs_fuse(const struct clshim_llvm_api *api, const char *source, size_t len, c
     memset(res, 0, sizeof *res);
     struct fuse_request analysis = *req;
     analysis.internal = 0;
+    analysis.consts = NULL; /* the generated kernel passes every scalar as an argument */
+    analysis.num_consts = 0;
     int rc = api->fuse(&analysis, res);
     if (rc) {
         snprintf(why, why_len, "%s", res->reason[0] ? res->reason : clshim_strerror(rc));
@@ -214,6 +216,10 @@ int fs_fuse(const struct clshim_llvm_api *api, const char *source, size_t len, c
     }
     api->free(res->bitcode);
     res->bitcode = NULL;
+    for (size_t i = 0; i < req->num_kernels && !rc; i++)
+        if (req->kernels[i].work_dim != res->work_dim)
+            rc = refuse(why, why_len, "the kernels have different work dimensions: generated OpenCL C does "
+                        "not remap work-items (the IR route does)");
     struct kernel_info *info = calloc(req->num_kernels, sizeof *info);
     if (!info) {
         snprintf(why, why_len, "out of memory");

@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CLSHIM_LLVM_API_VERSION 4
+#define CLSHIM_LLVM_API_VERSION 5
 
 /* A specialization constant: SpecId and its value's bytes (1, 2, 4 or 8). */
 struct llvm_spec_const {
@@ -54,6 +54,17 @@ struct fuse_kernel {
     uint32_t num_args;
 };
 
+/* A scalar argument baked into the fused kernel (the `const` option): every
+ * parameter of class `arg_class` that takes a value (not a pointer, not a
+ * byval struct) becomes this constant, its bytes reinterpreted as the
+ * parameter's type (little endian; a 3-component vector takes the first 3
+ * elements' bytes), and is no parameter of the fused kernel. */
+struct fuse_const {
+    uint32_t arg_class;
+    uint32_t size;              /* bytes of the argument as the app set it */
+    const unsigned char *bytes;
+};
+
 struct fuse_request {
     const struct fuse_kernel *kernels;
     size_t num_kernels;     /* 2 or more, in enqueue order */
@@ -69,6 +80,8 @@ struct fuse_request {
                                rules of fuse_internal.c hold; else it is
                                stored as without the option and
                                result->internal_kept says why */
+    const struct fuse_const *consts; /* the `const` option: classes baked in */
+    uint32_t num_consts;
 };
 
 struct fuse_result {
@@ -77,7 +90,7 @@ struct fuse_result {
     uint32_t num_params;    /* parameters of the fused kernel */
     uint32_t *param_kernel; /* [num_params]: which kernel supplies the value ... */
     uint32_t *param_index;  /* ... and which of its parameters */
-    uint32_t work_dim;      /* the fused ND-range */
+    uint32_t work_dim;      /* the fused ND-range (1 for kernels of different work_dim, remapped) */
     size_t global_size[3];
     size_t local_size[3];   /* all 0 when none was given */
     size_t global_offset[3];
@@ -85,6 +98,7 @@ struct fuse_result {
     uint32_t loops_merged;  /* grid-stride loops of later bodies run inside an
                                earlier body's loop (fuse_loops.c) */
     uint32_t internalised;  /* arg classes kept in registers (`internal`) */
+    uint32_t consts_baked;  /* parameters of the kernels replaced by constants */
     char internal_kept[512];/* `internal`: the classes stored after all and
                                why, one line ("" when none) */
     char reason[512];       /* why fusion was refused, or why a barrier was needed */

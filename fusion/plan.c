@@ -159,9 +159,13 @@ static int apply_option(struct scan *sc, struct seq_builder *b, size_t at, size_
         b->seq.internal = 1;
         return 0;
     }
+    if (n == 5 && !memcmp(sc->s + at, "const", 5)) {
+        b->seq.consts = 1;
+        return 0;
+    }
     char q[64];
     quote(sc->s + at, n, q, sizeof q);
-    return fail_at(sc, at, "unknown option '%s' (known: force-barrier, internal)", q);
+    return fail_at(sc, at, "unknown option '%s' (known: force-barrier, internal, const)", q);
 }
 
 /* ---- the file form --------------------------------------------------------- */
@@ -220,6 +224,7 @@ static int parse_line(struct scan *sc, struct fusion_plan *plan)
         /* `internal` alone is the option; a kernel of that name is written
          * joined by '+' (fuse a+internal). */
         int internal_word = we - w == 8 && !memcmp(sc->s + w, "internal", 8);
+        internal_word |= we - w == 5 && !memcmp(sc->s + w, "const", 5); /* a keyword: never a kernel's name */
         if (is_ident_start(sc->s[w]) && !internal_word && memchr(sc->s + w, '-', we - w) == NULL) {
             if (options_seen) {
                 rc = fail_at(sc, w, "kernel names must come before options");

@@ -23,6 +23,10 @@
  *                   undefined (docs/fusion.md, "Internalisation"). In a
  *                   file the word `internal` alone is this option: a
  *                   kernel of that name is written joined (fuse a+internal).
+ *   const           the scalar (by-value) arguments are baked into the fused
+ *                   kernel as constants; their values are part of the fused
+ *                   program's key, so other values make another program
+ *                   (docs/fusion.md, "Constant propagation").
  * A sequence has 2..PLAN_MAX_SEQ kernels (a name may repeat); a plan has at
  * most PLAN_MAX_SEQS sequences. A sequence may not repeat another, nor be a
  * prefix of another (the batcher could not tell where it ends).
@@ -47,6 +51,7 @@ struct plan_seq {
     uint32_t n;
     int force_barrier;
     int internal;       /* the `internal` option */
+    int consts;         /* the `const` option */
     char *where;        /* "ORIGIN:LINE:COLUMN" of the sequence, for messages */
 };
 

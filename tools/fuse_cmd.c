@@ -183,7 +183,7 @@ static int run(const struct job *j, const struct clshim_llvm_api *api, const cha
         memcpy(fk[i].global_size, j->global, sizeof j->global);
         memcpy(fk[i].local_size, j->local, sizeof j->local);
     }
-    struct fuse_request req = {fk, n, "clshim_fused", j->force_barrier, j->internal};
+    struct fuse_request req = {fk, n, "clshim_fused", j->force_barrier, j->internal, NULL, 0};
     struct fuse_result res;
     if (!strcmp(j->emit, "cl")) {
         struct fs_program prog;

@@ -4,7 +4,11 @@
  * diagnostic handler records errors; LLVM's default one would exit):
  *   1. Check the request: 2..64 kernels, one work_dim, one global offset,
  *      local sizes all absent or all equal and dividing every global size.
- *      The fused range is the largest global size per dimension.
+ *      The fused range is the largest global size per dimension. Kernels of
+ *      different work_dim (no local sizes, no offsets, one number of
+ *      work-items) are fused over one 1-D range instead: after step 3 each
+ *      multi-dimensional body's work-item functions are remapped to the
+ *      fused global id (remap_linear), before the analysis.
  *   2. Load each distinct module once (a kernel that appears twice gets a
  *      second copy of its module), verify it, and link the copies into the
  *      first, renaming defined external symbols that clash first (so two
@@ -26,7 +30,9 @@
  *      (same signature; byval parameters stay byval so bodies never see each
  *      other's struct copies); a new spir_kernel `fused_name` takes the
  *      union of the parameters (equal arg_class = one parameter, except
- *      __local pointers, which are never merged), calls the bodies in order,
+ *      __local pointers, which are never merged; with the `const` option a
+ *      scalar of a baked class is no parameter: the bodies get its value as
+ *      a constant, which step 7 folds), calls the bodies in order,
  *      each under `if (get_global_id(d) < offset(d) + GS_i(d) ...)` when its
  *      range is smaller, with barrier(CLK_GLOBAL_MEM_FENCE) between bodies
  *      when forced. kernel_arg_* metadata is concatenated from the originals
@@ -99,6 +105,8 @@ struct fuser {
     size_t ncopies;
     size_t fused_gs[3];
     int has_local;
+    int linear;          /* the kernels' work dimensions differ: the fused range is
+                            1-D over their common number of work-items (remap_linear) */
     LLVMMetadataRef *md[FUSE_MAX_KERNELS][NUM_MD_KINDS]; /* [nparams] or NULL */
     LLVMMetadataRef reqd_wg;
     LLVMValueRef body[FUSE_MAX_KERNELS];
@@ -133,6 +141,46 @@ static const char *value_name(LLVMValueRef v)
 
 /* ---- 1. the request ---------------------------------------------------- */
 
+static size_t work_items(const struct fuse_kernel *k)
+{
+    size_t n = 1;
+    for (unsigned d = 0; d < k->work_dim; d++) n *= k->global_size[d];
+    return n;
+}
+
+/* Kernels of different work dimensions (docs/fusion.md, "Different work
+ * dimensions"): fused over one 1-D range of their common number of
+ * work-items, each multi-dimensional body's work-item functions computed from
+ * the global linear id (remap_linear). Only without local sizes and global
+ * offsets, over the same number of work-items. */
+static int check_linear(struct fuser *f)
+{
+    const struct fuse_request *req = f->req;
+    const struct fuse_kernel *k0 = &req->kernels[0];
+    size_t total = work_items(k0);
+    for (size_t i = 0; i < req->num_kernels; i++) {
+        const struct fuse_kernel *k = &req->kernels[i];
+        for (unsigned d = 0; d < 3; d++) {
+            if (d < k->work_dim && k->global_size[d] == 0)
+                return refuse(f, CLSHIM_EINVAL, "kernel '%s' has global size 0", k->name);
+            if (k->local_size[d] || k->global_offset[d])
+                return refuse(f, CLSHIM_EUNSUPPORTED, "the kernels have different work dimensions and "
+                              "kernel '%s' (work_dim %u) has a %s: work-items are remapped only without "
+                              "local sizes and global offsets", k->name, k->work_dim,
+                              k->local_size[d] ? "local size" : "global offset");
+        }
+        if (work_items(k) != total)
+            return refuse(f, CLSHIM_EUNSUPPORTED, "kernels '%s' (work_dim %u, %zu work-items) and '%s' "
+                          "(work_dim %u, %zu work-items) have different work dimensions and numbers of "
+                          "work-items: not remapped", k0->name, k0->work_dim, total, k->name, k->work_dim,
+                          work_items(k));
+    }
+    f->fused_gs[0] = total;
+    f->fused_gs[1] = f->fused_gs[2] = 1;
+    f->has_local = 0;
+    return 0;
+}
+
 static int check_request(struct fuser *f)
 {
     const struct fuse_request *req = f->req;
@@ -149,11 +197,9 @@ static int check_request(struct fuser *f)
             return refuse(f, CLSHIM_EUNSUPPORTED, "kernel '%s' has too many arguments", k->name);
         if (k->work_dim < 1 || k->work_dim > 3)
             return refuse(f, CLSHIM_EINVAL, "kernel '%s' has work_dim %u", k->name, k->work_dim);
-        if (k->work_dim != k0->work_dim)
-            return refuse(f, CLSHIM_EUNSUPPORTED, "kernels '%s' and '%s' have different work_dim",
-                          k0->name, k->name);
+        if (k->work_dim != k0->work_dim) f->linear = 1;
         int has_local = 0;
-        for (unsigned d = 0; d < 3; d++) {
+        for (unsigned d = 0; d < 3 && !f->linear; d++) {
             size_t gs = d < k->work_dim ? k->global_size[d] : 1;
             if (gs == 0) return refuse(f, CLSHIM_EINVAL, "kernel '%s' has global size 0", k->name);
             if (k->global_offset[d] != k0->global_offset[d])
@@ -165,6 +211,7 @@ static int check_request(struct fuser *f)
             if (d < k->work_dim && k->local_size[d]) has_local = 1;
             if (gs > f->fused_gs[d]) f->fused_gs[d] = gs;
         }
+        if (f->linear) continue; /* checked below, once all kernels are seen */
         if (i == 0) f->has_local = has_local;
         if (has_local) {
             for (unsigned d = 0; d < k->work_dim; d++)
@@ -173,7 +220,7 @@ static int check_request(struct fuser *f)
                                   "divide the global size", k->name);
         }
     }
-    return 0;
+    return f->linear ? check_linear(f) : 0;
 }
 
 /* ---- 2. loading and linking -------------------------------------------- */
@@ -423,6 +470,14 @@ static int prepare_occurrence(struct fuser *f, size_t i)
 static int check_guards(struct fuser *f)
 {
     const struct fuse_kernel *k0 = &f->req->kernels[0];
+    for (size_t i = 0; i < f->n && f->linear; i++) { /* no body is guarded: one number of work-items */
+        const struct fuse_occ *o = &f->occ[i];
+        if (o->k->work_dim > 1 && (o->calls.barrier || o->calls.local_query || o->calls.num_groups))
+            return refuse(f, CLSHIM_EUNSUPPORTED, "kernel '%s' (work_dim %u) uses work-groups (barrier(), "
+                          "local ids or sizes, group ids) and the kernels' work dimensions differ: not remapped",
+                          o->k->name, o->k->work_dim);
+    }
+    if (f->linear) return 0;
     for (size_t i = 0; i < f->n; i++) {
         struct fuse_occ *o = &f->occ[i];
         for (unsigned d = 0; d < k0->work_dim; d++)
@@ -476,6 +531,73 @@ static int remap(struct fuser *f, struct fuse_occ *o)
         }
     }
     return 0;
+}
+
+/* Different work dimensions (f->linear): the work-item functions of a
+ * multi-dimensional body in terms of the fused 1-D range's global id g (its
+ * global linear id, offsets being 0): get_global_id(d) = g / (GS(0) * ..
+ * GS(d-1)) % GS(d), get_global_size(d) = GS(d), get_global_offset(d) = 0,
+ * get_global_linear_id() = g, get_work_dim() = its own. Work-group functions
+ * and barriers are refused after the scan (check_guards). */
+static LLVMValueRef builtin(struct fuser *f, const char *name, LLVMTypeRef ret, LLVMTypeRef arg,
+                            int readnone);
+static LLVMValueRef call_builtin(LLVMBuilderRef b, LLVMValueRef fn, LLVMValueRef arg);
+
+static int remap_linear(struct fuser *f, struct fuse_occ *o)
+{
+    LLVMTypeRef i32 = LLVMInt32TypeInContext(f->ctx), i64 = LLVMInt64TypeInContext(f->ctx);
+    LLVMValueRef gid = builtin(f, "_Z13get_global_idj", i64, i32, 1);
+    LLVMBuilderRef b = LLVMCreateBuilderInContext(f->ctx);
+    int rc = 0;
+    for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(o->fn); bb && !rc; bb = LLVMGetNextBasicBlock(bb)) {
+        LLVMValueRef in = LLVMGetFirstInstruction(bb);
+        while (in && !rc) {
+            LLVMValueRef next = LLVMGetNextInstruction(in);
+            LLVMValueRef fn = LLVMIsACallInst(in) ? LLVMGetCalledValue(in) : NULL;
+            size_t len = 0;
+            const char *name = fn && LLVMIsAFunction(fn) ? fuse_builtin_name(value_name(fn), &len) : "";
+            int id = fuse_name_is(name, len, "get_global_id"), size = fuse_name_is(name, len, "get_global_size");
+            int offset = fuse_name_is(name, len, "get_global_offset");
+            int linear = fuse_name_is(name, len, "get_global_linear_id"), dims = fuse_name_is(name, len, "get_work_dim");
+            if (!(id || size || offset || linear || dims)) {
+                in = next;
+                continue;
+            }
+            LLVMTypeRef t = LLVMTypeOf(in);
+            uint64_t dim = 0;
+            if (id || size || offset) {
+                LLVMValueRef d = LLVMGetOperand(in, 0);
+                if (!LLVMIsAConstantInt(d)) {
+                    rc = refuse(f, CLSHIM_EUNSUPPORTED, "kernel '%s' calls %.*s with a non-constant dimension "
+                                "and its work dimensions are remapped", o->k->name, (int)len, name);
+                    break;
+                }
+                dim = LLVMConstIntGetZExtValue(d);
+            }
+            LLVMValueRef v;
+            if (size) v = LLVMConstInt(t, dim < o->k->work_dim ? o->k->global_size[dim] : 1, 0);
+            else if (offset) v = LLVMConstInt(t, 0, 0);
+            else if (dims) v = LLVMConstInt(t, o->k->work_dim, 0);
+            else {
+                LLVMPositionBuilderBefore(b, in);
+                v = call_builtin(b, gid, LLVMConstInt(i32, 0, 0));
+                if (id && dim >= o->k->work_dim) {
+                    v = LLVMConstInt(i64, 0, 0);
+                } else if (id) {
+                    uint64_t below = 1;
+                    for (uint64_t e = 0; e < dim; e++) below *= o->k->global_size[e];
+                    if (below > 1) v = LLVMBuildUDiv(b, v, LLVMConstInt(i64, below, 0), "");
+                    if (dim + 1 < o->k->work_dim) v = LLVMBuildURem(b, v, LLVMConstInt(i64, o->k->global_size[dim], 0), "");
+                }
+                if (LLVMTypeOf(v) != t) v = LLVMBuildIntCast2(b, v, t, 0, "");
+            }
+            LLVMReplaceAllUsesWith(in, v);
+            LLVMInstructionEraseFromParent(in);
+            in = next;
+        }
+    }
+    LLVMDisposeBuilder(b);
+    return rc;
 }
 
 /* ---- 6. building ------------------------------------------------------- */
@@ -532,11 +654,15 @@ static int make_body(struct fuser *f, size_t i)
     return 0;
 }
 
+/* map[i][j] for a parameter baked in as a constant (the `const` option). */
+#define PARAM_BAKED FUSE_MAX_PARAMS
+
 struct fused_params {
     unsigned count;
     LLVMTypeRef type[FUSE_MAX_PARAMS];
     uint32_t kernel[FUSE_MAX_PARAMS], index[FUSE_MAX_PARAMS];
-    unsigned map[FUSE_MAX_KERNELS][FUSE_MAX_PARAMS]; /* (kernel, param) -> fused param */
+    unsigned map[FUSE_MAX_KERNELS][FUSE_MAX_PARAMS]; /* (kernel, param) -> fused param, or PARAM_BAKED */
+    LLVMValueRef baked[FUSE_MAX_KERNELS][FUSE_MAX_PARAMS]; /* the constant of a PARAM_BAKED one */
 };
 
 static int pointer_as(LLVMTypeRef t)
@@ -544,13 +670,124 @@ static int pointer_as(LLVMTypeRef t)
     return LLVMGetTypeKind(t) == LLVMPointerTypeKind ? (int)LLVMGetPointerAddressSpace(t) : -1;
 }
 
+/* The `const` option: the value of class c as a constant of type t (an
+ * integer, floating-point or vector type whose size fits the argument's
+ * bytes), or NULL when c is not baked or t cannot take it. The bytes become
+ * an integer of t's width, bit-cast to t: floats stay bit-exact. */
+static LLVMValueRef baked_value(struct fuser *f, uint32_t c, LLVMTypeRef t)
+{
+    const struct fuse_const *k = NULL;
+    for (uint32_t i = 0; i < f->req->num_consts && !k; i++)
+        if (f->req->consts[i].arg_class == c) k = &f->req->consts[i];
+    if (!k || !k->bytes) return NULL;
+    LLVMTypeKind kind = LLVMGetTypeKind(t);
+    LLVMTypeRef elem = kind == LLVMVectorTypeKind ? LLVMGetElementType(t) : t;
+    LLVMTypeKind ek = LLVMGetTypeKind(elem);
+    if (ek != LLVMIntegerTypeKind && ek != LLVMHalfTypeKind && ek != LLVMFloatTypeKind && ek != LLVMDoubleTypeKind)
+        return NULL;
+    unsigned long long bits = LLVMSizeOfTypeInBits(LLVMGetModuleDataLayout(f->mod), t);
+    if (bits == 0 || bits % 8 || bits / 8 > k->size || bits > 64 * 16) return NULL;
+    uint64_t words[16] = {0};
+    memcpy(words, k->bytes, bits / 8);
+    LLVMValueRef v = LLVMConstIntOfArbitraryPrecision(LLVMIntTypeInContext(f->ctx, (unsigned)bits),
+                                                      (unsigned)((bits + 63) / 64), words);
+    return kind == LLVMIntegerTypeKind ? v : LLVMConstBitCast(v, t);
+}
+
+/* The index of parameter v of fn, or -1. */
+static int param_index(LLVMValueRef fn, LLVMValueRef v)
+{
+    unsigned n = LLVMCountParams(fn);
+    for (unsigned j = 0; j < n; j++)
+        if (LLVMGetParam(fn, j) == v) return (int)j;
+    return -1;
+}
+
+/* Clears baked[] for every parameter of fn that v is computed from (all of
+ * them past a depth bound). */
+static void unbake_sources(LLVMValueRef v, LLVMValueRef fn, unsigned char *baked, unsigned np, int depth)
+{
+    if (LLVMIsAArgument(v)) {
+        int j = param_index(fn, v);
+        if (j >= 0) baked[j] = 0;
+        return;
+    }
+    if (!LLVMIsAInstruction(v) || LLVMIsALoadInst(v)) return;
+    if (depth > 24) {
+        memset(baked, 0, np);
+        return;
+    }
+    for (int a = 0; a < LLVMGetNumOperands(v); a++) unbake_sources(LLVMGetOperand(v, a), fn, baked, np, depth + 1);
+}
+
+/* Whether v is a constant once the parameters of fn marked in `baked` are
+ * (over-approximated: any value computed from constants and baked
+ * parameters alone, except work-item functions and loads). */
+static int constant_if_baked(LLVMValueRef v, LLVMValueRef fn, const unsigned char *baked, int depth)
+{
+    if (LLVMIsAConstant(v)) return 1;
+    if (LLVMIsAArgument(v)) {
+        int j = param_index(fn, v);
+        return j >= 0 && baked[j];
+    }
+    if (!LLVMIsAInstruction(v) || LLVMIsALoadInst(v) || LLVMIsAAllocaInst(v)) return 0;
+    if (depth > 24) return 1; /* too deep to tell: counted as constant (keeps more parameters) */
+    if (LLVMIsACallInst(v)) {
+        LLVMValueRef callee = LLVMGetCalledValue(v);
+        size_t len;
+        const char *name = callee && LLVMIsAFunction(callee) ? fuse_builtin_name(value_name(callee), &len) : NULL;
+        if (!name || (len > 4 && !strncmp(name, "get_", 4))) return 0;
+        for (unsigned a = 0; a + 1 < (unsigned)LLVMGetNumOperands(v); a++)
+            if (!constant_if_baked(LLVMGetOperand(v, a), fn, baked, depth + 1)) return 0;
+        return 1;
+    }
+    for (int a = 0; a < LLVMGetNumOperands(v); a++) {
+        LLVMValueRef op = LLVMGetOperand(v, a);
+        if (LLVMIsABasicBlock(op)) continue;
+        if (!constant_if_baked(op, fn, baked, depth + 1)) return 0;
+    }
+    return 1;
+}
+
+/* The `const` option must not change results: OpenCL C contracts a * b + c
+ * into llvm.fmuladd, which the device computes fused or not as it likes,
+ * and LLVM folds one whose both factors are constants into a rounded
+ * product plus c — unlike a device that fuses. So a parameter from which
+ * both factors of some fmuladd would be computed is not baked (its
+ * kernel's parameters feeding either factor keep their arguments). */
+static void keep_contracted_factors(struct fuser *f, size_t i, unsigned char *baked)
+{
+    LLVMValueRef fn = f->occ[i].fn;
+    unsigned np = f->occ[i].nparams;
+    for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(fn); bb; bb = LLVMGetNextBasicBlock(bb))
+        for (LLVMValueRef in = LLVMGetFirstInstruction(bb); in; in = LLVMGetNextInstruction(in)) {
+            LLVMValueRef callee = LLVMIsACallInst(in) ? LLVMGetCalledValue(in) : NULL;
+            if (!callee || !LLVMIsAFunction(callee) || strncmp(value_name(callee), "llvm.fmuladd.", 13)) continue;
+            LLVMValueRef x = LLVMGetOperand(in, 0), y = LLVMGetOperand(in, 1);
+            if (!constant_if_baked(x, fn, baked, 0) || !constant_if_baked(y, fn, baked, 0)) continue;
+            unbake_sources(x, fn, baked, np, 0);
+            unbake_sources(y, fn, baked, np, 0);
+        }
+}
+
 static int plan_params(struct fuser *f, struct fused_params *p)
 {
     for (size_t i = 0; i < f->n; i++) {
         struct fuse_occ *o = &f->occ[i];
+        unsigned char bake[FUSE_MAX_PARAMS] = {0};
+        for (unsigned j = 0; j < o->nparams && f->req->num_consts; j++) {
+            LLVMTypeRef t = LLVMTypeOf(LLVMGetParam(o->fn, j));
+            bake[j] = pointer_as(t) < 0 && (p->baked[i][j] = baked_value(f, o->k->arg_class[j], t)) != NULL;
+        }
+        if (f->req->num_consts) keep_contracted_factors(f, i, bake);
         for (unsigned j = 0; j < o->nparams; j++) {
             LLVMTypeRef t = LLVMTypeOf(LLVMGetParam(o->fn, j));
             uint32_t c = o->k->arg_class[j];
+            if (bake[j]) {
+                p->map[i][j] = PARAM_BAKED;
+                f->res->consts_baked++;
+                continue;
+            }
             unsigned q = p->count;
             if (pointer_as(t) != AS_LOCAL) {
                 for (q = 0; q < p->count; q++) {
@@ -672,7 +909,7 @@ static int build_fused(struct fuser *f, int with_barrier, struct fused_params *p
         LLVMValueRef args[FUSE_MAX_PARAMS];
         LLVMValueRef body = f->body[i];
         for (unsigned j = 0; j < f->occ[i].nparams; j++) {
-            LLVMValueRef v = LLVMGetParam(fused, p->map[i][j]);
+            LLVMValueRef v = p->map[i][j] == PARAM_BAKED ? p->baked[i][j] : LLVMGetParam(fused, p->map[i][j]);
             LLVMTypeRef want = LLVMTypeOf(LLVMGetParam(body, j));
             args[j] = LLVMTypeOf(v) == want ? v : LLVMBuildPointerCast(b, v, want, "");
         }
@@ -747,8 +984,11 @@ static int fuse_run(struct fuser *f)
     if (!rc) rc = flatten(f);
     for (size_t i = 0; !rc && i < f->n; i++) {
         f->occ[i].fn = LLVMGetNamedFunction(f->mod, f->occ[i].name);
-        rc = prepare_occurrence(f, i);
+        if (f->linear && f->occ[i].k->work_dim > 1) rc = remap_linear(f, &f->occ[i]);
     }
+    /* a remapped position such as g / W * W + g % W becomes g again */
+    if (!rc && f->linear) rc = run_passes(f, "function(early-cse,instcombine)");
+    for (size_t i = 0; !rc && i < f->n; i++) rc = prepare_occurrence(f, i);
     if (!rc) rc = check_guards(f);
     if (rc) return rc;
 
@@ -805,7 +1045,7 @@ int fuse_kernels(const struct fuse_request *req, struct fuse_result *result)
 
     const struct fuse_kernel *k0 = req->kernels;
     if (rc == 0) {
-        result->work_dim = k0->work_dim;
+        result->work_dim = f->linear ? 1 : k0->work_dim;
         for (unsigned d = 0; d < 3; d++) {
             result->global_size[d] = f->fused_gs[d];
             result->local_size[d] = k0->local_size[d];

@@ -32,6 +32,9 @@
  *     kernel and read by a later one is not needed after the sequence: the
  *     fused kernel may keep it in registers and never store it, so its
  *     contents afterwards are undefined (docs/fusion.md, "Internalisation").
+ *     CL_FUSION_CONST_CLSHIM, 0 or 1 — bake the held kernels' scalar
+ *     arguments into the fused kernel as constants; other values make
+ *     another fused program (docs/fusion.md, "Constant propagation").
  * Returns CL_SUCCESS, CL_INVALID_COMMAND_QUEUE, CL_INVALID_VALUE (bad
  * properties), or the error of the enqueue that carried the work.
  *
@@ -57,6 +60,7 @@ typedef cl_ulong cl_fusion_properties_clshim; /* a cl_properties list */
 
 #define CL_FUSION_FORCE_BARRIER_CLSHIM 0x4C01
 #define CL_FUSION_INTERNAL_CLSHIM 0x4C02
+#define CL_FUSION_CONST_CLSHIM 0x4C03
 
 typedef cl_int(CL_API_CALL *clStartFusionCLSHIM_fn)(cl_command_queue queue);
 typedef cl_int(CL_API_CALL *clCompleteFusionCLSHIM_fn)(cl_command_queue queue,

@@ -92,6 +92,14 @@ model 15 0 20
 [ "$(count 'kept in registers' "$TMP/m15_0.err")" -gt 0 ] || fail "model: plan 15 internalised nothing"
 ok "model: internalised sequences leave every other buffer and event as without clshim"
 
+# 3b. `const` (about 40 % of the plans' sequences carry it: plans 1, 4, 7
+#     and 15 here): scalars baked into fused kernels, and sections 2 and 3
+#     found every digest as without clshim.
+baked_total=0
+for ps in 1 4 7 15; do baked_total=$((baked_total + $(count 'const: [1-9][0-9]* scalar arguments* baked in' "$TMP/m${ps}_0.err"))); done
+[ "$baked_total" -gt 0 ] || fail "model: no const sequence baked a scalar (plans 1, 4, 7, 15)"
+ok "model: sequences with baked scalars leave every buffer and event as without clshim ($baked_total programs baked)"
+
 # 4. Automatic fusion (CLSHIM_FUSION=auto, no plan): the same streams (they
 #    run the plan seed's sequences, now unknown to clshim, among everything
 #    else), so sequences recur, are learned and fused where proven safe.

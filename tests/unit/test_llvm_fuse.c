@@ -99,7 +99,7 @@ static int fuse(const struct tkernel *tk, size_t n, int force, struct fuse_resul
 {
     struct fuse_kernel fk[8];
     fill_request(tk, n, fk);
-    struct fuse_request req = {fk, n, "fused", force, 0};
+    struct fuse_request req = {fk, n, "fused", force, 0, NULL, 0};
     int rc = api->fuse(&req, r);
     if (rc) fprintf(stderr, "fuse refused (%d): %s\n", rc, r->reason);
     return rc;
@@ -111,7 +111,7 @@ static unsigned fuse_internal(const struct tkernel *tk, size_t n, struct fuse_re
 {
     struct fuse_kernel fk[8];
     fill_request(tk, n, fk);
-    struct fuse_request req = {fk, n, "fused", 0, 1};
+    struct fuse_request req = {fk, n, "fused", 0, 1, NULL, 0};
     int rc = api->fuse(&req, r);
     if (rc) fprintf(stderr, "fuse refused (%d): %s\n", rc, r->reason);
     assert_int_equal(rc, 0);
@@ -185,6 +185,58 @@ static void chain_of_three_fuses_without_barrier(void **state)
 
 /* `internal`: an intermediate is internalised; the rules keep others in
  * memory with a reason (tests/integration/test_fusion_internal.sh runs it) */
+/* The `const` option: baked classes leave the fused kernel's parameters and
+ * appear as constants (bit-exact: 0.1f keeps its bits); the two factors of
+ * a contracted a * b + c stay parameters (LLVM would fold them into a
+ * rounded product, unlike a device that fuses). */
+static void const_option_bakes_scalars(void **state)
+{
+    (void)state;
+    static const float tenth = 0.1f, minus = -2.5f;
+    struct tkernel chain[2] = {
+        {.name = "scale", .args = {BUF(0), BUF(1), SCALAR(&s2)}, .cls = {100, 101, 1}, .nargs = 3, .gs = NELEM},
+        {.name = "offset", .args = {BUF(1), BUF(2), SCALAR(&s1)}, .cls = {101, 102, 2}, .nargs = 3, .gs = NELEM},
+    };
+    struct fuse_kernel fk[2];
+    fill_request(chain, 2, fk);
+    struct fuse_const consts[2] = {{1, 4, (const unsigned char *)&tenth}, {2, 4, (const unsigned char *)&minus}};
+    struct fuse_request req = {fk, 2, "fused", 0, 0, consts, 2};
+    struct fuse_result r;
+    assert_int_equal(api->fuse(&req, &r), 0);
+    assert_int_equal(r.consts_baked, 2);
+    assert_int_equal(r.num_params, 3); /* the three buffers */
+    char *text = NULL, err[256];
+    assert_int_equal(api->bitcode_to_text(r.bitcode, r.bitcode_size, &text, err, sizeof err), 0);
+    assert_non_null(strstr(text, "0x3FB99999A0000000")); /* 0.1f, exactly */
+    assert_non_null(strstr(text, "-2.500000e+00"));
+    api->free(text);
+    free_result(&r);
+
+    size_t size;
+    void *bc = compile("__kernel void mad2(__global float *io, float a, float b, float c) {\n"
+                       "    size_t i = get_global_id(0); io[i] = a * b + io[i] * c; }\n"
+                       "__kernel void inc(__global float *io, float d) {\n"
+                       "    size_t i = get_global_id(0); io[i] = io[i] + d; }\n", &size);
+    struct tkernel mad[2] = {
+        {.bc = bc, .bc_size = size, .name = "mad2", .args = {BUF(0), SCALAR(&s1), SCALAR(&s2), SCALAR(&s1)},
+         .cls = {100, 1, 2, 3}, .nargs = 4, .gs = NELEM},
+        {.bc = bc, .bc_size = size, .name = "inc", .args = {BUF(0), SCALAR(&s2)}, .cls = {100, 4}, .nargs = 2,
+         .gs = NELEM},
+    };
+    fill_request(mad, 2, fk);
+    struct fuse_const four[4] = {{1, 4, (const unsigned char *)&s1}, {2, 4, (const unsigned char *)&s2},
+                                 {3, 4, (const unsigned char *)&s1}, {4, 4, (const unsigned char *)&s2}};
+    struct fuse_request req2 = {fk, 2, "fused", 0, 0, four, 4};
+    assert_int_equal(api->fuse(&req2, &r), 0);
+    assert_int_equal(r.consts_baked, 2);  /* c and d */
+    assert_int_equal(r.num_params, 3);    /* io, a, b */
+    assert_int_equal(r.param_kernel[1], 0);
+    assert_int_equal(r.param_index[1], 1);
+    assert_int_equal(r.param_index[2], 2);
+    free_result(&r);
+    free(bc);
+}
+
 static void internal_option_rules(void **state)
 {
     (void)state;
@@ -300,7 +352,7 @@ static void other_dependencies_are_refused(void **state)
         fk[i].global_size[0] = 64;
         fk[i].global_size[1] = 64;
     }
-    struct fuse_request req = {fk, 2, "fused", 0, 0};
+    struct fuse_request req = {fk, 2, "fused", 0, 0, NULL, 0};
     assert_int_equal(api->fuse(&req, &r), CLSHIM_EUNSUPPORTED);
     assert_non_null(strstr(r.reason, "dimension 1"));
 }
@@ -511,7 +563,7 @@ static void grid_stride_loops_fuse(void **state)
     struct fuse_kernel fk[2];
     fill_request(tk, 2, fk);
     for (int i = 0; i < 2; i++) fk[i].global_offset[0] = 64;
-    struct fuse_request req = {fk, 2, "fused", 0, 0};
+    struct fuse_request req = {fk, 2, "fused", 0, 0, NULL, 0};
     assert_int_equal(api->fuse(&req, &r), CLSHIM_EUNSUPPORTED);
     assert_non_null(strstr(r.reason, "global offset"));
     clReleaseProgram(p);
@@ -646,6 +698,7 @@ int main(void)
         cmocka_unit_test(spirv_module_fuses_with_source_module),
         cmocka_unit_test(bad_requests_are_refused),
         cmocka_unit_test(fuse_time_is_printed),
+        cmocka_unit_test(const_option_bakes_scalars),
     };
     return cmocka_run_group_tests(tests, group_setup, NULL);
 }

@@ -58,6 +58,16 @@ static void file_form(void **state)
     assert_true(plan_has_kernel(p, "y"));
     assert_false(plan_has_kernel(p, "w"));
     plan_free(p);
+    p = parse("fuse a b const\nfuse c d internal const\n", PLAN_FILE_FORM, &rc); /* const: a keyword, never a name */
+    assert_int_equal(rc, 0);
+    assert_int_equal(p->nseqs, 2);
+    assert_int_equal(p->seqs[0].n, 2);
+    assert_int_equal(p->seqs[0].consts, 1);
+    assert_int_equal(p->seqs[0].internal, 0);
+    assert_int_equal(p->seqs[1].n, 2);
+    assert_int_equal(p->seqs[1].consts, 1);
+    assert_int_equal(p->seqs[1].internal, 1);
+    plan_free(p);
     p = parse("fuse a+internal\n", PLAN_FILE_FORM, &rc); /* a kernel named internal, joined */
     assert_int_equal(rc, 0);
     assert_int_equal(p->seqs[0].n, 2);
@@ -80,6 +90,12 @@ static void inline_form(void **state)
     assert_int_equal(p->seqs[1].internal, 1);
     assert_int_equal(p->seqs[0].internal, 0);
     assert_string_equal(p->seqs[1].where, "CLSHIM_FUSE:1:16");
+    assert_int_equal(p->seqs[1].consts, 0);
+    plan_free(p);
+    p = parse("a+b:const", PLAN_INLINE_FORM, &rc);
+    assert_int_equal(rc, 0);
+    assert_int_equal(p->seqs[0].consts, 1);
+    assert_int_equal(p->seqs[0].n, 2);
     plan_free(p);
     p = parse("", PLAN_INLINE_FORM, &rc);
     assert_int_equal(rc, 0);
@@ -93,7 +109,7 @@ static void errors(void **state)
     expect_error("fuse a\n", PLAN_FILE_FORM, "p.plan:1:1: a sequence needs at least 2 kernels, found 1");
     expect_error("\n  fuze a b\n", PLAN_FILE_FORM, "p.plan:2:3: expected 'fuse', found 'fuze'");
     expect_error("fuse a b force-barier\n", PLAN_FILE_FORM,
-                 "p.plan:1:10: unknown option 'force-barier' (known: force-barrier, internal)");
+                 "p.plan:1:10: unknown option 'force-barier' (known: force-barrier, internal, const)");
     expect_error("fuse a 1b\n", PLAN_FILE_FORM, "p.plan:1:8: '1b' is not a kernel name (names are C identifiers)");
     expect_error("fuse a++b\n", PLAN_FILE_FORM, "p.plan:1:8: missing kernel name in 'a++b'");
     expect_error("fuse a b force-barrier c\n", PLAN_FILE_FORM, "p.plan:1:24: kernel names must come before options");
@@ -105,7 +121,7 @@ static void errors(void **state)
     expect_error("a+b;c+", PLAN_INLINE_FORM, "CLSHIM_FUSE:1:7: expected a kernel name at the end");
     expect_error("a+b c", PLAN_INLINE_FORM, "CLSHIM_FUSE:1:5: expected '+', ':' or ';', found 'c'");
     expect_error("a+b:", PLAN_INLINE_FORM, "CLSHIM_FUSE:1:5: expected an option after ':' or ','");
-    expect_error("a+b:fast", PLAN_INLINE_FORM, "CLSHIM_FUSE:1:5: unknown option 'fast' (known: force-barrier, internal)");
+    expect_error("a+b:fast", PLAN_INLINE_FORM, "CLSHIM_FUSE:1:5: unknown option 'fast' (known: force-barrier, internal, const)");
     expect_error("a+-b", PLAN_INLINE_FORM, "CLSHIM_FUSE:1:3: expected a kernel name, found '-'");
 }
 

@@ -47,6 +47,27 @@ static inline char *build_log(cl_program prog, cl_device_id dev)
     return log;
 }
 
+/* FNV-1a of n bytes: results compared bit for bit in one line. */
+static inline uint64_t fnv(const void *p, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ ((const unsigned char *)p)[i]) * 1099511628211ull;
+    return h;
+}
+
+#ifdef CL_CLSHIM_EXT_H
+/* The fusion extension's Start and Complete, looked up before any kernel
+ * argument is set (the lookup turns on argument recording); both NULL
+ * without clshim. Says "ext: present" or "ext: absent" on stderr. */
+static inline void fusion_ext_lookup(cl_platform_id platform, clStartFusionCLSHIM_fn *start,
+                                     clCompleteFusionCLSHIM_fn *complete)
+{
+    *start = (clStartFusionCLSHIM_fn)clGetExtensionFunctionAddressForPlatform(platform, "clStartFusionCLSHIM");
+    *complete = (clCompleteFusionCLSHIM_fn)clGetExtensionFunctionAddressForPlatform(platform, "clCompleteFusionCLSHIM");
+    fprintf(stderr, "ext: %s\n", *start && *complete ? "present" : "absent");
+}
+#endif
+
 /* The first device, a context of it alone and an in-order queue. */
 static inline void first_context_queue(cl_device_id *dev, cl_context *ctx, cl_command_queue *queue)
 {

@@ -68,12 +68,6 @@ static void launch(cl_command_queue q, const char *name, const int *args, size_t
     CHECK(clEnqueueNDRangeKernel(q, k, 1, NULL, &n, NULL, 0, NULL, NULL));
 }
 
-static uint64_t fnv(const unsigned char *p, size_t len)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < len; i++) h = (h ^ p[i]) * 1099511628211ull;
-    return h;
-}
 
 int main(int argc, char **argv)
 {
@@ -90,12 +84,7 @@ int main(int argc, char **argv)
     first_device(&platform);
     clStartFusionCLSHIM_fn start_fusion = NULL;
     clCompleteFusionCLSHIM_fn complete_fusion = NULL;
-    if (ext) { /* looked up before any kernel argument is set */
-        start_fusion = (clStartFusionCLSHIM_fn)clGetExtensionFunctionAddressForPlatform(platform, "clStartFusionCLSHIM");
-        complete_fusion =
-            (clCompleteFusionCLSHIM_fn)clGetExtensionFunctionAddressForPlatform(platform, "clCompleteFusionCLSHIM");
-        fprintf(stderr, "ext: %s\n", start_fusion && complete_fusion ? "present" : "absent");
-    }
+    if (ext) fusion_ext_lookup(platform, &start_fusion, &complete_fusion);
     cl_device_id dev;
     cl_command_queue q;
     cl_int err;

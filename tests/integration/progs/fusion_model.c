@@ -8,7 +8,8 @@
  *   - every event's final status and whether its profiling times are in
  *     order (queued <= submit <= start <= end, and start/end not before
  *     those of the queue's previous profiled command).
- * Some plan sequences carry `internal` (the app promises that buffers
+ * Some plan sequences carry `const` (scalars baked into the fused kernel:
+ * every digest must still match). Some carry `internal` (the app promises that buffers
  * written by one kernel and read by a later one are not needed after the
  * sequence): every buffer such a kernel writes on the in-order queue, and
  * every buffer computed from one, is tainted (until fully overwritten or
@@ -82,6 +83,7 @@ struct plan {
     int k[4][6];
     int force[4];
     int internal[4];
+    int consts[4];
 };
 
 static int is_prefix(const struct plan *p, int a, int b)
@@ -122,14 +124,19 @@ static void make_plan(uint64_t seed, struct plan *p)
      * the fixed regression seeds. */
     struct rng ri = {seed * 0x2545F4914F6CDD1Dull + 99};
     for (int s = 0; s < p->n; s++) p->internal[s] = chance(&ri, 35);
+    struct rng rc = {seed * 0x9E3779B97F4A7C15ull + 7}; /* `const`, likewise */
+    for (int s = 0; s < p->n; s++) p->consts[s] = chance(&rc, 40);
 }
 
 static void print_plan(const struct plan *p)
 {
     for (int s = 0; s < p->n; s++) {
         for (int i = 0; i < p->len[s]; i++) printf("%sk%d", i ? "+" : "", p->k[s][i]);
-        printf("%s%s%s", p->force[s] ? ":force-barrier" : "",
-               p->internal[s] ? (p->force[s] ? ",internal" : ":internal") : "", s + 1 < p->n ? ";" : "\n");
+        const char *sep = ":";
+        if (p->force[s]) printf("%sforce-barrier", sep), sep = ",";
+        if (p->internal[s]) printf("%sinternal", sep), sep = ",";
+        if (p->consts[s]) printf("%sconst", sep);
+        printf("%s", s + 1 < p->n ? ";" : "\n");
     }
 }
 
@@ -378,12 +385,6 @@ static void one_op(struct stream *st, int *seq, int *pos)
     }
 }
 
-static uint64_t fnv(const void *p, size_t n)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ ((const unsigned char *)p)[i]) * 1099511628211ull;
-    return h;
-}
 
 static void run_stream(struct stream *st, uint64_t plan_seed, uint64_t seed)
 {
