@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CLSHIM_LLVM_API_VERSION 4
+#define CLSHIM_LLVM_API_VERSION 5
 
 /* A specialization constant: SpecId and its value's bytes (1, 2, 4 or 8). */
 struct llvm_spec_const {
@@ -69,6 +69,11 @@ struct fuse_request {
                                rules of fuse_internal.c hold; else it is
                                stored as without the option and
                                result->internal_kept says why */
+    const char *internal_args; /* with `internal`: "KERNEL.ARG,..." (plan.h's
+                               internal=) restricts it to the buffers bound
+                               to the named parameters; NULL: every such
+                               class. A kernel or parameter it names that
+                               the sequence lacks refuses the fusion. */
 };
 
 struct fuse_result {
@@ -87,6 +92,8 @@ struct fuse_result {
     uint32_t internalised;  /* arg classes kept in registers (`internal`) */
     char internal_kept[512];/* `internal`: the classes stored after all and
                                why, one line ("" when none) */
+    char internal_done[512];/* `internal`: the classes kept in registers,
+                               "'t1' of 'k1', ..." */
     char reason[512];       /* why fusion was refused, or why a barrier was needed */
 };
 

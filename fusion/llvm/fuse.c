@@ -729,12 +729,19 @@ static int internalise(struct fuser *f, const struct fused_params *p, int barrie
     LLVMValueRef fused = LLVMGetNamedFunction(f->mod, f->req->fused_name);
     struct internal_plan *ip = calloc(1, sizeof *ip);
     if (!ip) return refuse(f, CLSHIM_ENOMEM, "out of memory");
-    fuse_internal_prepare(fused, f->occ, f->n, (const unsigned (*)[FUSE_MAX_PARAMS])p->map, barrier, ip);
+    char why[sizeof f->res->reason];
+    if (fuse_internal_prepare(fused, f->occ, f->n, (const unsigned (*)[FUSE_MAX_PARAMS])p->map, barrier,
+                              f->req->internal_args, ip, why, sizeof why) != 0) {
+        free(ip);
+        return refuse(f, CLSHIM_EUNSUPPORTED, "%s", why);
+    }
     int rc = ip->count ? run_passes(f, "function(gvn)") : 0;
     if (!rc) f->res->internalised = fuse_internal_finish(fused, ip);
     if (!rc && f->res->internalised) rc = run_passes(f, "function(instcombine,adce,simplifycfg)");
-    if (!rc && !ip->count) snprintf(ip->kept, sizeof ip->kept, "no buffer is written by one kernel and read by a later one");
+    if (!rc && !ip->count && !ip->kept[0])
+        snprintf(ip->kept, sizeof ip->kept, "no buffer is written by one kernel and read by a later one");
     snprintf(f->res->internal_kept, sizeof f->res->internal_kept, "%s", ip->kept);
+    snprintf(f->res->internal_done, sizeof f->res->internal_done, "%s", ip->done);
     free(ip);
     return rc;
 }

@@ -81,6 +81,7 @@ unsigned fuse_merge_grid_loops(LLVMValueRef fn);
 /* The `internal` option (fuse_internal.c, whose header gives the rules). */
 struct internal_candidate {
     char label[160];    /* "'tmp' of 'scale'": the first writer's parameter */
+    uint32_t cls;       /* its arg class */
     int refused;        /* a rule keeps it in memory (reason in kept) */
 };
 
@@ -89,14 +90,18 @@ struct internal_plan {
     unsigned param[FUSE_MAX_PARAMS];   /* the candidates' fused parameters */
     struct internal_candidate cand[FUSE_MAX_PARAMS];
     char kept[512];     /* "LABEL: reason; ..." for the classes kept in memory */
+    char done[512];     /* "LABEL, ..." for the classes internalised */
 };
 
 /* Picks the candidates of the built, inlined fused kernel (map: (kernel,
- * parameter) -> fused parameter; barrier: bodies are separated by one),
- * applies the rules, and marks the parameters of those that pass noalias.
- * The caller then runs GVN and calls fuse_internal_finish. */
-void fuse_internal_prepare(LLVMValueRef fused, const struct fuse_occ *occ, size_t n,
-                           const unsigned (*map)[FUSE_MAX_PARAMS], int barrier, struct internal_plan *ip);
+ * parameter) -> fused parameter; barrier: bodies are separated by one;
+ * only: the internal= list, NULL for every candidate), applies the rules,
+ * and marks the parameters of those that pass noalias. The caller then runs
+ * GVN and calls fuse_internal_finish. Returns 0, or CLSHIM_EUNSUPPORTED with
+ * `reason` when `only` names a kernel or parameter the sequence lacks. */
+int fuse_internal_prepare(LLVMValueRef fused, const struct fuse_occ *occ, size_t n,
+                          const unsigned (*map)[FUSE_MAX_PARAMS], int barrier, const char *only,
+                          struct internal_plan *ip, char *reason, size_t reason_len);
 
 /* Deletes the stores of every candidate that no load and no escaping use
  * is left of; the others stay, their reason appended to ip->kept. Returns

@@ -4,10 +4,11 @@
  * an FNV-1a hash of the buffer's bytes (exact bit patterns), so a test can
  * compare the buffers that must match and see which intermediates were
  * never stored (they start zeroed).
- *   fusion_internal --mode M [--iterations N] [--n N] [--ext 1]
+ *   fusion_internal --mode M [--iterations N] [--n N] [--ext 1] [--ext-args LIST]
  * --ext 1: each chain runs between clStartFusionCLSHIM and
  * clCompleteFusionCLSHIM with CL_FUSION_INTERNAL_CLSHIM (when the extension
- * is there; without clshim the chain simply runs).
+ * is there; without clshim the chain simply runs). --ext-args LIST (with
+ * --ext 1): CL_FUSION_INTERNAL_ARGS_CLSHIM with LIST ("k1.t1,k2.1") instead.
  * Buffers: in (input), t1 t2 t3 (intermediates, zero at first), u (a second
  * input), out.
  * Modes:
@@ -79,12 +80,14 @@ int main(int argc, char **argv)
 {
     const char *mode = "chain4";
     int iterations = 2, ext = 0;
+    const char *ext_args = NULL;
     size_t n = 4096;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--mode")) mode = argv[i + 1];
         else if (!strcmp(argv[i], "--iterations")) iterations = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--n")) n = (size_t)strtoull(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--ext")) ext = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--ext-args")) ext_args = argv[i + 1];
     }
     cl_platform_id platform;
     first_device(&platform);
@@ -137,7 +140,9 @@ int main(int argc, char **argv)
         }
         if (start_fusion && complete_fusion) {
             cl_fusion_properties_clshim internal[] = {CL_FUSION_INTERNAL_CLSHIM, 1, 0};
-            CHECK(complete_fusion(q, internal, NULL));
+            cl_fusion_properties_clshim named[] = {CL_FUSION_INTERNAL_ARGS_CLSHIM,
+                                                   (cl_fusion_properties_clshim)(uintptr_t)ext_args, 0};
+            CHECK(complete_fusion(q, ext_args ? named : internal, NULL));
         }
     }
     for (int b = 0; b < NBUF; b++) {
