@@ -563,9 +563,13 @@ static int make(void *arg, void **bitcode, size_t *bitcode_size, void **meta, si
     }
     if (res.barrier_inserted) log_msg(LOG_INFO, "fusion: %s: barrier inserted (forced): %s", names, res.reason);
     if (m->flags & FB_INTERNAL) {
-        if (res.internalised)
+        uint32_t in_registers = res.internalised - res.internalised_local;
+        if (in_registers)
             log_msg(LOG_INFO, "fusion: %s: internal: %u buffer%s kept in registers (%s)", names,
-                    (unsigned)res.internalised, res.internalised == 1 ? "" : "s", res.internal_done);
+                    (unsigned)in_registers, in_registers == 1 ? "" : "s", res.internal_done);
+        if (res.internalised_local)
+            log_msg(LOG_INFO, "fusion: %s: internal: %u buffer%s kept in local memory (%s)", names,
+                    (unsigned)res.internalised_local, res.internalised_local == 1 ? "" : "s", res.internal_local);
         if (res.internal_kept[0])
             log_msg(LOG_INFO, "fusion: %s: internal: stored as without the option: %s", names, res.internal_kept);
     }

@@ -94,6 +94,9 @@ struct fuse_result {
                                why, one line ("" when none) */
     char internal_done[512];/* `internal`: the classes kept in registers,
                                "'t1' of 'k1', ..." */
+    uint32_t internalised_local; /* of `internalised`, those kept in __local
+                               arrays (fusion/llvm/fuse_local.c) */
+    char internal_local[512];/* their labels, as internal_done */
     char reason[512];       /* why fusion was refused, or why a barrier was needed */
 };
 

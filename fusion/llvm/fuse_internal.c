@@ -37,8 +37,12 @@
  * the named parameters are candidates; a named class that is not written by
  * one kernel and read by a later one is kept with that reason, and a name the
  * sequence lacks refuses the fusion (the plan is wrong, not the kernels).
- * Local-memory internalisation (one work-group producing and
- * consuming an element) is not done.
+ *
+ * Local memory: where a barrier separates the bodies (force-barrier), a
+ * candidate that passes the rules above other than the index and barrier
+ * ones is handed to fuse_local.c, which proves that one work-group produces
+ * and consumes each element and keeps it in a __local array; else it is
+ * stored, with both reasons.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -70,9 +74,11 @@ static int accesses(const struct param_use *u)
     return u->reads || u->writes || u->unknown;
 }
 
-/* Why class c (first written by kernel w) must stay in memory, or NULL. */
-static const char *refusal(const struct fuse_occ *occ, size_t n, uint32_t c, size_t w, int barrier, char *buf,
-                           size_t len)
+/* Why class c (first written by kernel w) must stay in memory, or NULL.
+ * for_local: the rules local memory shares (no index or barrier rule: those
+ * are fuse_local.c's). */
+static const char *refusal(const struct fuse_occ *occ, size_t n, uint32_t c, size_t w, int barrier, int for_local,
+                           char *buf, size_t len)
 {
     for (size_t i = 0; i < n; i++) {
         const struct fuse_occ *o = &occ[i];
@@ -82,7 +88,7 @@ static const char *refusal(const struct fuse_occ *occ, size_t n, uint32_t c, siz
             const struct param_use *u = &o->use[j];
             if (++bound == 2)
                 return snprintf(buf, len, "it is bound to two parameters of kernel '%s'", o->k->name), buf;
-            if (u->unknown || u->nonpointwise)
+            if (u->unknown || (u->nonpointwise && !for_local))
                 return snprintf(buf, len, "kernel '%s' %s", o->k->name, u->why), buf;
             if (!accesses(u)) continue;
             if (i < w) return snprintf(buf, len, "kernel '%s' reads it before kernel '%s' writes it",
@@ -91,7 +97,7 @@ static const char *refusal(const struct fuse_occ *occ, size_t n, uint32_t c, siz
                 return snprintf(buf, len, "kernel '%s' runs over a smaller range", o->k->name), buf;
         }
     }
-    if (barrier) return snprintf(buf, len, "a barrier separates the kernels"), buf;
+    if (barrier && !for_local) return snprintf(buf, len, "a barrier separates the kernels"), buf;
     return NULL;
 }
 
@@ -209,9 +215,14 @@ int fuse_internal_prepare(LLVMValueRef fused, const struct fuse_occ *occ, size_t
             snprintf(cand->label, sizeof cand->label, "'%s' of '%s'", o->param_name[j], o->k->name);
             LLVMTypeRef t = LLVMTypeOf(LLVMGetParam(fused, q));
             char buf[300];
-            const char *why = refusal(occ, n, c, w, barrier, buf, sizeof buf);
-            if (!why && (LLVMGetTypeKind(t) != LLVMPointerTypeKind || LLVMGetPointerAddressSpace(t) != AS_GLOBAL))
-                why = "it is not a __global pointer";
+            const char *why = refusal(occ, n, c, w, barrier, 0, buf, sizeof buf);
+            int global = LLVMGetTypeKind(t) == LLVMPointerTypeKind && LLVMGetPointerAddressSpace(t) == AS_GLOBAL;
+            if (!why && !global) why = "it is not a __global pointer";
+            char local_buf[300];
+            if (why && barrier && global && !refusal(occ, n, c, w, barrier, 1, local_buf, sizeof local_buf)) {
+                cand->local = 1; /* one work-group may produce and consume it: fuse_internal_finish decides */
+                continue;
+            }
             if (why) {
                 cand->refused = 1;
                 keep(ip, cand->label, "%s", why);
@@ -269,9 +280,24 @@ static const char *collect_stores(LLVMValueRef v, LLVMValueRef **stores, size_t 
 unsigned fuse_internal_finish(LLVMValueRef fused, struct internal_plan *ip)
 {
     unsigned done = 0;
+    uint64_t local_bytes = 0;
     for (unsigned k = 0; k < ip->count; k++) {
         struct internal_candidate *cand = &ip->cand[k];
         if (cand->refused) continue;
+        if (cand->local) {
+            char why[300];
+            if (fuse_local_internalise(fused, LLVMGetParam(fused, ip->param[k]), &ip->launch, &local_bytes, why,
+                                       sizeof why)) {
+                ip->local_done++;
+                done++;
+                size_t at = strlen(ip->done_local);
+                snprintf(ip->done_local + at, sizeof ip->done_local - at, "%s%s", at ? ", " : "", cand->label);
+            } else {
+                keep(ip, cand->label, "a barrier separates the kernels (so not in registers), and not in local "
+                     "memory: %s", why);
+            }
+            continue;
+        }
         LLVMValueRef *stores = NULL;
         size_t nstores = 0, cap = 0;
         const char *why = collect_stores(LLVMGetParam(fused, ip->param[k]), &stores, &nstores, &cap, 0);

@@ -131,4 +131,28 @@ fresh_pocl; run_shim named_ext env CLSHIM_CACHE_DIR="$TMP/ext-cache" "$FI" --mod
 grep -q "internal: 1 buffer kept in registers ('t2' of 'k2')" "$TMP/named_ext.err" || fail "named ext: no line for t2"
 ok "extension API: CL_FUSION_INTERNAL_ARGS_CLSHIM=\"k2.t2\" keeps only t2 in registers"
 
+# 6. Local memory: nbr reads t1 at its neighbour's element within the
+#    work-group, so a barrier is forced between the bodies and one
+#    work-group produces and consumes each element: t1 lives in a __local
+#    array (never stored), everything else is the plain run's bit for bit.
+fresh_pocl; run_plain ref_nbr "$FI" --mode nbr
+[ "$(lines t1 ref_nbr | cut -d' ' -f2)" != "$ZERO" ] || fail "nbr: t1 is zero in the plain run (test is blind)"
+for plan in "k1+nbr:force-barrier,internal" "k1+nbr:force-barrier,internal=nbr.t1"; do
+    fresh_pocl; run_shim nbr env CLSHIM_FUSE="$plan" "$FI" --mode nbr
+    [ "$(cat "$TMP/nbr.rc")" = 0 ] || fail "nbr ($plan): exit code $(cat "$TMP/nbr.rc")"
+    [ "$(lines 'in|t2|t3|u|out' nbr)" = "$(lines 'in|t2|t3|u|out' ref_nbr)" ] || fail "nbr ($plan): outputs differ"
+    [ "$(lines 'in|t2|t3|u|out' nbr | wc -l)" = 5 ] || fail "nbr ($plan): missing output lines"
+    [ "$(lines t1 nbr | cut -d' ' -f2)" = "$ZERO" ] || fail "nbr ($plan): t1 was stored"
+    [ "$(occurrences 'fused k1+nbr into one launch' "$TMP/nbr.err")" = 2 ] || fail "nbr ($plan): expected 2 fused launches"
+    grep -q "k1+nbr: internal: 1 buffer kept in local memory ('t1' of 'k1')" "$TMP/nbr.err" ||
+        fail "nbr ($plan): no local-memory line"
+    [ "$(kept_lines nbr)" = 0 ] || fail "nbr ($plan): a buffer was kept in memory"
+    ok "nbr ($plan): t1 kept in local memory, every other buffer bit for bit"
+done
+
+# 7. Read outside the work-group (far reads the next element over the whole
+#    range): stored, with the reason.
+kept far far "k1+far:force-barrier,internal" \
+    "'t1' of 'k1': a barrier separates the kernels (so not in registers), and not in local memory: it is read at an index not proven inside the work-group's elements"
+
 finish

@@ -16,6 +16,11 @@
  *   escape    k1 pick: pick reads t1 or u through a selected pointer
  *   readfirst early k1 k2: early reads t1 before k1 writes it
  *   inplace   twice k2: twice reads t1 and writes it back, k2 reads it
+ *   nbr       k1 nbr, local size 64: nbr reads t1 at its own element and at
+ *             its neighbour's within the work-group (wrapping around in it)
+ *   far       k1 far, local size 64: far reads t1 at the next element over
+ *             the whole range (across work-groups); t1 is computed once
+ *             before the chains, so every run reads the same values
  */
 #include <stdint.h>
 
@@ -37,7 +42,12 @@ static const char *source =
     "__kernel void early(__global const float *t1, __global float *out) {\n"
     "    size_t i = get_global_id(0); out[i] = t1[i] + 3.0f; }\n"
     "__kernel void twice(__global float *t1) {\n"
-    "    size_t i = get_global_id(0); t1[i] = t1[i] * 2.0f; }\n";
+    "    size_t i = get_global_id(0); t1[i] = t1[i] * 2.0f; }\n"
+    "__kernel void nbr(__global const float *t1, __global float *out) {\n"
+    "    size_t i = get_global_id(0), l = get_local_id(0), n = get_local_size(0);\n"
+    "    out[i] = t1[get_group_id(0) * n + (l + 1) % n] * 0.5f + t1[i]; }\n"
+    "__kernel void far(__global const float *t1, __global float *out) {\n"
+    "    size_t i = get_global_id(0); out[i] = t1[(i + 1) % get_global_size(0)] * 0.5f + t1[i]; }\n";
 
 enum { IN, T1, T2, T3, U, OUT, NBUF };
 static const char *const buf_name[NBUF] = {"in", "t1", "t2", "t3", "u", "out"};
@@ -46,9 +56,10 @@ static cl_context ctx;
 static cl_program prog;
 static cl_mem bufs[NBUF];
 
-static const char *const kernel_name[] = {"k1", "k2", "k3", "k4", "pick", "early", "twice"};
+static const char *const kernel_name[] = {"k1", "k2", "k3", "k4", "pick", "early", "twice", "nbr", "far"};
 #define NKERNELS (sizeof kernel_name / sizeof kernel_name[0])
 static cl_kernel kernels[NKERNELS]; /* kept until the end: releasing one ends fusion's hold */
+static size_t local_size;           /* 0: none given */
 
 static void launch(cl_command_queue q, const char *name, const int *args, size_t nargs, size_t n)
 {
@@ -66,7 +77,7 @@ static void launch(cl_command_queue q, const char *name, const int *args, size_t
             CHECK(clSetKernelArg(k, (cl_uint)a, sizeof flag, &flag));
         }
     }
-    CHECK(clEnqueueNDRangeKernel(q, k, 1, NULL, &n, NULL, 0, NULL, NULL));
+    CHECK(clEnqueueNDRangeKernel(q, k, 1, NULL, &n, local_size ? &local_size : NULL, 0, NULL, NULL));
 }
 
 static uint64_t fnv(const unsigned char *p, size_t len)
@@ -117,6 +128,11 @@ int main(int argc, char **argv)
         bufs[b] = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, n * sizeof *host, host, &err);
         CHECK(err);
     }
+    if (!strcmp(mode, "nbr") || !strcmp(mode, "far")) local_size = 64;
+    if (!strcmp(mode, "far")) { /* t1 before the chains: what far reads across groups is never stale */
+        launch(q, "k1", (const int[]){IN, T1}, 2, n);
+        CHECK(clFinish(q));
+    }
     for (int it = 0; it < iterations; it++) {
         if (start_fusion && complete_fusion) CHECK(start_fusion(q));
         if (!strcmp(mode, "chain4")) {
@@ -134,6 +150,9 @@ int main(int argc, char **argv)
         } else if (!strcmp(mode, "inplace")) {
             launch(q, "twice", (const int[]){T1}, 1, n);
             launch(q, "k2", (const int[]){T1, T2}, 2, n);
+        } else if (!strcmp(mode, "nbr") || !strcmp(mode, "far")) {
+            launch(q, "k1", (const int[]){IN, T1}, 2, n);
+            launch(q, mode, (const int[]){T1, OUT}, 2, n);
         } else {
             fprintf(stderr, "unknown mode %s\n", mode);
             return 2;
