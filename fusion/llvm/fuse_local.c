@@ -292,7 +292,14 @@ static int local_rewrite(LLVMValueRef fused, LLVMValueRef param, const struct lo
     LLVMContextRef ctx = LLVMGetModuleContext(mod);
     LLVMTypeRef i32 = LLVMInt32TypeInContext(ctx), i64 = LLVMInt64TypeInContext(ctx);
     LLVMTypeRef arr_t = LLVMArrayType(elem, (unsigned)L);
-    LLVMValueRef arr = LLVMAddGlobalInAddressSpace(mod, arr_t, "clshim.local", AS_LOCAL);
+    /* Named as clang names a kernel's own __local variable ("KERNEL.VAR"):
+     * PoCL recognises per-work-group locals by that prefix, and would
+     * otherwise share one array among concurrently running work-groups. */
+    size_t fn_len;
+    const char *fn_name = LLVMGetValueName2(fused, &fn_len);
+    char arr_name[320];
+    snprintf(arr_name, sizeof arr_name, "%.*s.clshim_local", (int)(fn_len < 256 ? fn_len : 256), fn_name);
+    LLVMValueRef arr = LLVMAddGlobalInAddressSpace(mod, arr_t, arr_name, AS_LOCAL);
     LLVMSetLinkage(arr, LLVMInternalLinkage);
     LLVMSetInitializer(arr, LLVMGetUndef(arr_t));
     LLVMSetAlignment(arr, 16);

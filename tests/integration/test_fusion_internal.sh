@@ -135,14 +135,20 @@ ok "extension API: CL_FUSION_INTERNAL_ARGS_CLSHIM=\"k2.t2\" keeps only t2 in reg
 #    work-group, so a barrier is forced between the bodies and one
 #    work-group produces and consumes each element: t1 lives in a __local
 #    array (never stored), everything else is the plain run's bit for bit.
-fresh_pocl; run_plain ref_nbr "$FI" --mode nbr
-[ "$(lines t1 ref_nbr | cut -d' ' -f2)" != "$ZERO" ] || fail "nbr: t1 is zero in the plain run (test is blind)"
+#    4 Mi elements: enough work-groups run at once on PoCL that an array
+#    shared among them (not per work-group) gives another `out` (PoCL takes
+#    a __local global as per work-group only when named KERNEL.VAR).
+NBR_N=4194304
+fresh_pocl; run_plain zeros_nbr "$FI" --mode nbr --iterations 0 --n $NBR_N
+ZERO_NBR=$(lines t1 zeros_nbr | cut -d' ' -f2)
+fresh_pocl; run_plain ref_nbr "$FI" --mode nbr --n $NBR_N
+[ "$(lines t1 ref_nbr | cut -d' ' -f2)" != "$ZERO_NBR" ] || fail "nbr: t1 is zero in the plain run (test is blind)"
 for plan in "k1+nbr:force-barrier,internal" "k1+nbr:force-barrier,internal=nbr.t1"; do
-    fresh_pocl; run_shim nbr env CLSHIM_FUSE="$plan" "$FI" --mode nbr
+    fresh_pocl; run_shim nbr env CLSHIM_FUSE="$plan" "$FI" --mode nbr --n $NBR_N
     [ "$(cat "$TMP/nbr.rc")" = 0 ] || fail "nbr ($plan): exit code $(cat "$TMP/nbr.rc")"
     [ "$(lines 'in|t2|t3|u|out' nbr)" = "$(lines 'in|t2|t3|u|out' ref_nbr)" ] || fail "nbr ($plan): outputs differ"
     [ "$(lines 'in|t2|t3|u|out' nbr | wc -l)" = 5 ] || fail "nbr ($plan): missing output lines"
-    [ "$(lines t1 nbr | cut -d' ' -f2)" = "$ZERO" ] || fail "nbr ($plan): t1 was stored"
+    [ "$(lines t1 nbr | cut -d' ' -f2)" = "$ZERO_NBR" ] || fail "nbr ($plan): t1 was stored"
     [ "$(occurrences 'fused k1+nbr into one launch' "$TMP/nbr.err")" = 2 ] || fail "nbr ($plan): expected 2 fused launches"
     grep -q "k1+nbr: internal: 1 buffer kept in local memory ('t1' of 'k1')" "$TMP/nbr.err" ||
         fail "nbr ($plan): no local-memory line"
