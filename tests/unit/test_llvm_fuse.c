@@ -262,6 +262,65 @@ static void internal_named_buffers(void **state)
     }
 }
 
+/* local memory: with a forced barrier, an intermediate one work-group
+ * produces and consumes goes to a __local array; each rule that fails keeps
+ * it stored, with its reason (fuse_local.c) */
+static void internal_local_memory(void **state)
+{
+    (void)state;
+    static const char *src =
+        "__kernel void prod(__global const float *in, __global float *t) {\n"
+        "    size_t i = get_global_id(0); t[i] = in[i] * 2.0f; }\n"
+        "__kernel void condprod(__global const float *in, __global float *t) {\n"
+        "    size_t i = get_global_id(0); if (in[i] > 0.0f) t[i] = in[i] * 2.0f; }\n"
+        "__kernel void nbr(__global const float *t, __global float *out) {\n"
+        "    size_t i = get_global_id(0), l = get_local_id(0), n = get_local_size(0);\n"
+        "    out[i] = t[get_group_id(0) * n + (l + 1) % n] + t[i]; }\n"
+        "__kernel void far(__global const float *t, __global float *out) {\n"
+        "    size_t i = get_global_id(0); out[i] = t[(i + 1) % get_global_size(0)]; }\n";
+    size_t size;
+    void *bc = compile(src, &size);
+    static const struct {
+        const char *producer, *consumer;
+        size_t ls;
+        const char *kept; /* NULL: kept in local memory */
+    } cases[] = {
+        {"prod", "nbr", 64, NULL},
+        {"prod", "nbr", 0, "not in local memory: the launch fixes no local size"},
+        {"prod", "far", 64, "not in local memory: it is read at an index not proven inside the work-group's elements"},
+        {"condprod", "nbr", 64, "not in local memory: a store to it is conditional or in a loop"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        struct tkernel tk[2] = {
+            {.bc = bc, .bc_size = size, .name = cases[c].producer, .cls = {100, 101}, .nargs = 2, .gs = NELEM,
+             .ls = cases[c].ls},
+            {.bc = bc, .bc_size = size, .name = cases[c].consumer, .cls = {101, 102}, .nargs = 2, .gs = NELEM,
+             .ls = cases[c].ls},
+        };
+        struct fuse_kernel fk[2];
+        fill_request(tk, 2, fk);
+        struct fuse_request req = {fk, 2, "fused", 1, 1, NULL};
+        struct fuse_result r;
+        memset(&r, 0, sizeof r);
+        int rc = api->fuse(&req, &r);
+        if (rc) fprintf(stderr, "case %zu refused: %s\n", c, r.reason);
+        assert_int_equal(rc, 0);
+        assert_int_equal(r.barrier_inserted, 1);
+        if (!cases[c].kept) {
+            assert_int_equal(r.internalised, 1);
+            assert_int_equal(r.internalised_local, 1);
+            assert_string_equal(r.internal_local, "'t' of 'prod'");
+            assert_string_equal(r.internal_kept, "");
+        } else {
+            if (!strstr(r.internal_kept, cases[c].kept)) fprintf(stderr, "case %zu: kept '%s'\n", c, r.internal_kept);
+            assert_int_equal(r.internalised, 0);
+            assert_non_null(strstr(r.internal_kept, cases[c].kept));
+        }
+        free_result(&r);
+    }
+    free(bc);
+}
+
 /* one buffer and one scalar shared by two kernels become one parameter each */
 static void identical_arguments_are_elided(void **state)
 {
@@ -683,6 +742,7 @@ int main(void)
         cmocka_unit_test(identical_arguments_are_elided),
         cmocka_unit_test(internal_option_rules),
         cmocka_unit_test(internal_named_buffers),
+        cmocka_unit_test(internal_local_memory),
         cmocka_unit_test(different_global_sizes_are_guarded),
         cmocka_unit_test(neighbour_read_is_refused),
         cmocka_unit_test(other_dependencies_are_refused),
