@@ -734,8 +734,12 @@ static int internalise(struct fuser *f, const struct fused_params *p, int barrie
     ip->launch.work_dim = k0->work_dim;
     ip->launch.global_size = f->fused_gs[0];
     ip->launch.local_size = k0->local_size[0];
-    for (size_t i = 0; i < f->n; i++)
-        for (unsigned d = 0; d < 3; d++) ip->launch.offset |= f->req->kernels[i].global_offset[d] != 0;
+    for (size_t i = 0; i < f->n; i++) { /* every kernel's launch, not only the first's */
+        const struct fuse_kernel *k = &f->req->kernels[i];
+        if (k->work_dim != k0->work_dim) ip->launch.work_dim = 0;
+        if (k->local_size[0] != k0->local_size[0]) ip->launch.local_size = 0;
+        for (unsigned d = 0; d < 3; d++) ip->launch.offset |= k->global_offset[d] != 0;
+    }
     if (fuse_internal_prepare(fused, f->occ, f->n, (const unsigned (*)[FUSE_MAX_PARAMS])p->map, barrier,
                               f->req->internal_args, ip, why, sizeof why) != 0) {
         free(ip);

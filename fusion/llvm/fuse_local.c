@@ -11,7 +11,8 @@
  * barrier all its work-items pass, and then keeps the buffer in an array
  * `__local T[L]` (L: the launch's local size) instead of global memory:
  *
- *   - the launch is 1-D, has no global offset, and fixes the local size L
+ *   - every kernel's launch is 1-D, has no global offset, and fixes the same
+ *     local size L
  *     with the global size a multiple of it (get_local_size(0) == L in
  *     every group, get_global_id(0) == group * L + local id);
  *   - every access is a plain (not volatile, not atomic) load or store of
@@ -206,8 +207,8 @@ int fuse_local_internalise(LLVMValueRef fused, LLVMValueRef param, const struct 
 {
     const size_t L = l->local_size;
     if (l->work_dim != 1 || l->offset)
-        return snprintf(why, why_len, "the launch is not 1-D without a global offset"), 0;
-    if (!L) return snprintf(why, why_len, "the launch fixes no local size"), 0;
+        return snprintf(why, why_len, "the launches are not all 1-D without a global offset"), 0;
+    if (!L) return snprintf(why, why_len, "the launch fixes no local size (or not the same one for all)"), 0;
     if (l->global_size % L) return snprintf(why, why_len, "the global size is not a multiple of the local size"), 0;
     for (unsigned q = 0; q < LLVMCountParams(fused); q++) {
         LLVMTypeRef t = LLVMTypeOf(LLVMGetParam(fused, q));
