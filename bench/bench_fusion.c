@@ -56,8 +56,15 @@
  * PoCL with CLSHIM_FUSE_ROUTE=source for a GPU machine without LLVM, which
  * then takes the generated sources from the carried cache
  * (tests/compat/nvidia_fusion.sh).
+ * --shape local times a 2-kernel chain whose consumer reads its neighbour's
+ * element within the work-group (step: t = in * a + b; nbr: out[i] =
+ * t[group * L + (lid + 1) % L] * 0.5 + t[i]), fused with force-barrier, four
+ * ways: unfused; fused (t stored, the barrier between the bodies); local
+ * (force-barrier and internal: clshim keeps t in a __local array); and
+ * hand-local (a hand-written kernel with the __local array). Latency mode,
+ * N = 1, 4, 16 Mi; `out` compared bit for bit across the four ways.
  *   bench_fusion [--quick] [--k K] [--n N] [--mode latency|pipelined|both]
- *                [--shape pointwise|grid] [--events] [--launch-cost] [--prime] [--const]
+ *                [--shape pointwise|grid|local] [--events] [--launch-cost] [--prime] [--const]
  * --const adds two ways: const (the fused way with CL_FUSION_CONST_CLSHIM:
  * the scalars a and b baked into the fused kernel) and internal-const (both
  * properties), and a table comparing them with fused and internal.
@@ -601,6 +608,146 @@ static void launch_cost(void)
     clReleaseProgram(prog);
 }
 
+/* ---- --shape local: a within-group neighbour chain, t in local memory ---- */
+
+#define LWAYS 4
+static const char *local_src =
+    "__kernel void lstep(__global const float *in, __global float *t, float a, float b) {\n"
+    "    size_t i = get_global_id(0); t[i] = in[i] * a + b; }\n"
+    "__kernel void lnbr(__global const float *t, __global float *out) {\n"
+    "    size_t i = get_global_id(0), l = get_local_id(0), n = get_local_size(0);\n"
+    "    out[i] = t[get_group_id(0) * n + (l + 1) % n] * 0.5f + t[i]; }\n"
+    "__kernel void lhand(__global const float *in, __global float *out, float a, float b) {\n"
+    "    __local float s[256];\n"
+    "    size_t i = get_global_id(0), l = get_local_id(0), n = get_local_size(0);\n"
+    "    s[l] = in[i] * a + b;\n"
+    "    barrier(CLK_LOCAL_MEM_FENCE);\n"
+    "    out[i] = s[(l + 1) % n] * 0.5f + s[l]; }\n";
+
+struct local_setup {
+    size_t n;
+    cl_kernel step, nbr, ustep, unbr, hand;
+};
+
+static void local_run(const struct local_setup *s, int way)
+{
+    size_t gws = s->n, lws = LOCAL;
+    static const cl_fusion_properties_clshim forced[] = {CL_FUSION_FORCE_BARRIER_CLSHIM, 1, 0};
+    static const cl_fusion_properties_clshim local[] = {CL_FUSION_FORCE_BARRIER_CLSHIM, 1,
+                                                        CL_FUSION_INTERNAL_CLSHIM, 1, 0};
+    if (way == 0) {
+        enqueue(s->ustep, gws, lws);
+        enqueue(s->unbr, gws, lws);
+    } else if (way == 3) {
+        enqueue(s->hand, gws, lws);
+    } else {
+        CHECK(start_fusion(q));
+        enqueue(s->step, gws, lws);
+        enqueue(s->nbr, gws, lws);
+        CHECK(complete_fusion(q, way == 1 ? forced : local, NULL));
+    }
+    CHECK(clFinish(q));
+}
+
+static void bench_local(cl_context c, const size_t *ns, size_t nn)
+{
+    cl_int err;
+    cl_program prog = clCreateProgramWithSource(c, 1, &local_src, NULL, &err);
+    CHECK(err);
+    CHECK(clBuildProgram(prog, 1, &dev, NULL, NULL, NULL));
+    size_t bin_size = 0; /* the unfused way's kernels from the binary: clshim never holds them */
+    CHECK(clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, sizeof bin_size, &bin_size, NULL));
+    unsigned char *bin_bytes = malloc(bin_size);
+    CHECK(clGetProgramInfo(prog, CL_PROGRAM_BINARIES, sizeof bin_bytes, &bin_bytes, NULL));
+    cl_program bin = clCreateProgramWithBinary(c, 1, &dev, &bin_size, (const unsigned char **)&bin_bytes, NULL, &err);
+    CHECK(err);
+    CHECK(clBuildProgram(bin, 1, &dev, NULL, NULL, NULL));
+    free(bin_bytes);
+    static const char *const way[LWAYS] = {"unfused", "fused", "local", "hand-local"};
+    printf("\n`bench_fusion --shape local`: step + within-group neighbour read, local size %d, latency; ms per "
+           "chain, median (min-max) of interleaved rounds:\n\n", LOCAL);
+    printf("| N | unfused | fused (t stored) | local (t in __local) | hand-local | unfused/local | local/hand-local "
+           "| rounds |\n|---|---|---|---|---|---|---|---|\n");
+    int fails = 0;
+    for (size_t ni = 0; ni < nn; ni++) {
+        struct local_setup s = {.n = ns[ni]};
+        size_t bytes = s.n * sizeof(float);
+        float *host = malloc(bytes), *ref = malloc(bytes), *got = malloc(bytes);
+        for (size_t i = 0; i < s.n; i++) host[i] = (float)(i % 1000) * 0.013f - 3.0f;
+        cl_mem in = clCreateBuffer(c, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, host, &err);
+        CHECK(err);
+        cl_mem t = clCreateBuffer(c, CL_MEM_READ_WRITE, bytes, NULL, &err);
+        CHECK(err);
+        cl_mem out = clCreateBuffer(c, CL_MEM_READ_WRITE, bytes, NULL, &err);
+        CHECK(err);
+        float a = 1.25f, b = -0.5f;
+        cl_kernel *steps[2] = {&s.step, &s.ustep}, *nbrs[2] = {&s.nbr, &s.unbr};
+        for (int p = 0; p < 2; p++) {
+            cl_program from = p ? bin : prog;
+            *steps[p] = clCreateKernel(from, "lstep", &err);
+            CHECK(err);
+            *nbrs[p] = clCreateKernel(from, "lnbr", &err);
+            CHECK(err);
+            CHECK(clSetKernelArg(*steps[p], 0, sizeof in, &in));
+            CHECK(clSetKernelArg(*steps[p], 1, sizeof t, &t));
+            CHECK(clSetKernelArg(*steps[p], 2, sizeof a, &a));
+            CHECK(clSetKernelArg(*steps[p], 3, sizeof b, &b));
+            CHECK(clSetKernelArg(*nbrs[p], 0, sizeof t, &t));
+            CHECK(clSetKernelArg(*nbrs[p], 1, sizeof out, &out));
+        }
+        s.hand = clCreateKernel(prog, "lhand", &err);
+        CHECK(err);
+        CHECK(clSetKernelArg(s.hand, 0, sizeof in, &in));
+        CHECK(clSetKernelArg(s.hand, 1, sizeof out, &out));
+        CHECK(clSetKernelArg(s.hand, 2, sizeof a, &a));
+        CHECK(clSetKernelArg(s.hand, 3, sizeof b, &b));
+        for (int w = 0; w < LWAYS; w++) { /* warm-up, and `out` compared bit for bit */
+            float zero = 0;
+            CHECK(clEnqueueFillBuffer(q, out, &zero, sizeof zero, 0, bytes, 0, NULL, NULL));
+            local_run(&s, w);
+            CHECK(clEnqueueReadBuffer(q, out, CL_TRUE, 0, bytes, w ? got : ref, 0, NULL, NULL));
+            if (w && memcmp(ref, got, bytes)) {
+                fprintf(stderr, "bench_fusion --shape local: N=%zu: way %s gives another `out`\n", s.n, way[w]);
+                fails++;
+            }
+        }
+        static double tm[LWAYS][MAX_ROUNDS];
+        double spent = 0;
+        int r;
+        for (r = 0; r < MAX_ROUNDS && (r < 5 || spent < 2.0); r++)
+            for (int w = 0; w < LWAYS; w++) {
+                local_run(&s, w);
+                double t0 = now_s();
+                local_run(&s, w);
+                tm[w][r] = now_s() - t0;
+                spent += 2 * tm[w][r];
+            }
+        double med[LWAYS];
+        printf("| %zu Mi |", s.n >> 20);
+        for (int w = 0; w < LWAYS; w++) {
+            med[w] = bu_median(tm[w], (size_t)r);
+            printf(" %.3f (%.3f-%.3f) |", med[w] * 1e3, bu_quantile(tm[w], (size_t)r, 0) * 1e3,
+                   bu_quantile(tm[w], (size_t)r, 1) * 1e3);
+        }
+        printf(" %.2fx | %.2fx | %d |\n", med[0] / med[2], med[2] / med[3], r);
+        fflush(stdout);
+        cl_kernel ks[] = {s.step, s.nbr, s.ustep, s.unbr, s.hand};
+        for (size_t k = 0; k < sizeof ks / sizeof *ks; k++) clReleaseKernel(ks[k]);
+        clReleaseMemObject(in);
+        clReleaseMemObject(t);
+        clReleaseMemObject(out);
+        free(host);
+        free(ref);
+        free(got);
+    }
+    clReleaseProgram(bin);
+    clReleaseProgram(prog);
+    if (fails) {
+        fprintf(stderr, "bench_fusion --shape local: %d ways gave different results\n", fails);
+        exit(1);
+    }
+}
+
 /* Re-executes under the shim with a private cache; returns only on failure. */
 static void reexec_under_shim(char **argv)
 {
@@ -621,7 +768,7 @@ static void reexec_under_shim(char **argv)
 
 int main(int argc, char **argv)
 {
-    int quick = 0, only_k = 0, cost = 0;
+    int quick = 0, only_k = 0, cost = 0, local_shape = 0;
     size_t only_n = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
@@ -646,9 +793,12 @@ int main(int argc, char **argv)
             i++;
         } else if (!strcmp(argv[i], "--shape") && i + 1 < argc && !strcmp(argv[i + 1], "pointwise")) {
             i++;
+        } else if (!strcmp(argv[i], "--shape") && i + 1 < argc && !strcmp(argv[i + 1], "local")) {
+            local_shape = 1;
+            i++;
         } else {
             fprintf(stderr, "usage: bench_fusion [--quick] [--k K] [--n N] [--mode latency|pipelined|both] "
-                            "[--shape pointwise|grid] [--events] [--launch-cost] [--prime] [--const]\n");
+                            "[--shape pointwise|grid|local] [--events] [--launch-cost] [--prime] [--const]\n");
             return 2;
         }
     }
@@ -670,6 +820,16 @@ int main(int argc, char **argv)
     CHECK(err);
     q = clCreateCommandQueue(ctx, dev, 0, &err);
     CHECK(err);
+    if (local_shape) {
+        static const size_t local_n[] = {1u << 20, 4u << 20, 16u << 20};
+        size_t nn = 0, ns[3];
+        for (size_t i = 0; i < (quick ? 2 : 3); i++)
+            if (!only_n || local_n[i] == only_n) ns[nn++] = local_n[i];
+        bench_local(ctx, ns, nn);
+        clReleaseCommandQueue(q);
+        clReleaseContext(ctx);
+        return 0;
+    }
     if (cost) {
         launch_cost();
         clReleaseCommandQueue(q);

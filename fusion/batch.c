@@ -565,7 +565,8 @@ static int plan_flags(const struct plan_seq *s)
 }
 
 /* Fuses the held kernels or, failing that, submits them; caller holds q->lock. */
-static void fuse_or_submit(struct fq *q, int flags, int seq, struct fb_pending *p, cl_event *out)
+static void fuse_or_submit(struct fq *q, int flags, const char *internal_args, int seq, struct fb_pending *p,
+                           cl_event *out)
 {
     char why[600], names[512] = "";
     if (fq_check(q, "fusing held kernels")) {
@@ -578,7 +579,8 @@ static void fuse_or_submit(struct fq *q, int flags, int seq, struct fb_pending *
     uint32_t nparams = 0;
     int timed = fa_reporting && seq >= 0; /* the report times the fused launch */
     cl_event timing = NULL;
-    if (fb_fuse_held(q, flags, seq, p, out ? out : timed ? &timing : NULL, &nparams, why, sizeof why) == 0) {
+    if (fb_fuse_held(q, flags, internal_args, seq, p, out ? out : timed ? &timing : NULL, &nparams, why,
+                     sizeof why) == 0) {
         STAT_ADD(fb_stat_fused, 1);
         STAT_ADD(fb_stat_replaced, n);
         if (timed) {
@@ -668,7 +670,8 @@ cl_int fusion_enqueue_kernel(cl_command_queue queue, cl_kernel k, cl_uint dim, c
             fa_held(q);
         }
         int done = q->ext ? -1 : plan_done(q);
-        if (done >= 0) fuse_or_submit(q, plan_flags(&fb_plan->seqs[done]), done, &p, NULL);
+        if (done >= 0)
+            fuse_or_submit(q, plan_flags(&fb_plan->seqs[done]), fb_plan->seqs[done].internal_args, done, &p, NULL);
         else if (q->ext && q->nheld >= PLAN_MAX_SEQ) {
             log_msg(LOG_INFO, "fusion: more than %d kernels held; fusion mode ends", PLAN_MAX_SEQ - 1);
             fb_submit_held(q, &p);
@@ -843,7 +846,14 @@ static cl_int CL_API_CALL ext_complete(cl_command_queue queue, const cl_fusion_p
 {
     if (!queue) return CL_INVALID_COMMAND_QUEUE;
     int flags = 0;
+    const char *internal_args = NULL;
     for (size_t i = 0; props && props[i]; i += 2) {
+        if (props[i] == CL_FUSION_INTERNAL_ARGS_CLSHIM) {
+            internal_args = (const char *)(uintptr_t)props[i + 1];
+            if (plan_internal_args_valid(internal_args) != 0) return CL_INVALID_VALUE;
+            flags |= FB_INTERNAL;
+            continue;
+        }
         int bit = props[i] == CL_FUSION_FORCE_BARRIER_CLSHIM ? FB_FORCE_BARRIER
                 : props[i] == CL_FUSION_INTERNAL_CLSHIM      ? FB_INTERNAL
                 : props[i] == CL_FUSION_CONST_CLSHIM         ? FB_CONST
@@ -856,7 +866,7 @@ static cl_int CL_API_CALL ext_complete(cl_command_queue queue, const cl_fusion_p
     struct fb_pending p = {0};
     cl_event out = NULL;
     pthread_mutex_lock(&q->lock);
-    if (q->ext && q->nheld >= 2) fuse_or_submit(q, flags, -1, &p, event ? &out : NULL);
+    if (q->ext && q->nheld >= 2) fuse_or_submit(q, flags, internal_args, -1, &p, event ? &out : NULL);
     else if (q->nheld) fb_submit_held(q, &p);
     q->ext = 0;
     cl_int rc = CL_SUCCESS;

@@ -267,8 +267,10 @@ enum {
  * p; *out_event gets a retained event of the launch when not NULL; *nparams
  * the fused kernel's parameter count), or -1
  * with nothing submitted and `why` set. `seq` is the plan sequence index or
- * -1 for the extension API; `flags` holds FB_* options. */
-int fb_fuse_held(struct fq *q, int flags, int seq, struct fb_pending *p, cl_event *out_event, uint32_t *nparams,
-                 char *why, size_t why_len);
+ * -1 for the extension API; `flags` holds FB_* options; `internal_args` is
+ * the internal= list (plan.h) restricting FB_INTERNAL to the named buffers,
+ * or NULL (every candidate). */
+int fb_fuse_held(struct fq *q, int flags, const char *internal_args, int seq, struct fb_pending *p,
+                 cl_event *out_event, uint32_t *nparams, char *why, size_t why_len);
 
 #endif

@@ -281,11 +281,6 @@ static int check_analysed_buffers(struct fq *q, const struct fb_memo *e, char *w
     return rc;
 }
 
-/* The build options of the fused program (shared_options) are not in it:
- * they follow from the kernels' options, which their origin hashes cover.
- * The tag changes with the fuser's output (3: grid-stride loops merged;
- * 4: the flags word holds FB_INTERNAL). Which buffers `internal` keeps in
- * registers follows from the kernels and the argument classes, both here. */
 /* Whether the `const` option bakes argument a (a value by the argument info). */
 static int bakeable(const struct fk_arg *a)
 {
@@ -304,14 +299,25 @@ static void key_values(const struct fq *q, struct bytes *b)
         }
 }
 
-#define KEY_TAG "clshim-fusion-key 4\n"
+/* The build options of the fused program (shared_options) are not in it:
+ * they follow from the kernels' options, which their origin hashes cover.
+ * The tag changes with the fuser's output (3: grid-stride loops merged;
+ * 4: the flags word holds FB_INTERNAL; 5: internal='s list follows it).
+ * Which buffers `internal` keeps in registers follows from the kernels, the
+ * argument classes and the list, all here; the values `const` bakes in
+ * follow all of it (key_values). */
+#define KEY_TAG "clshim-fusion-key 5\n"
 #define KEY_FLAGS_AT (sizeof KEY_TAG - 1) /* where key_material puts the flags word */
 
-static void key_material(const struct fq *q, int flags, const uint32_t *cls, struct bytes *b)
+static void key_material(const struct fq *q, int flags, const char *internal_args, const uint32_t *cls,
+                         struct bytes *b)
 {
     static const char tag[] = KEY_TAG;
     put(b, tag, sizeof tag - 1);
     put32(b, (uint32_t)flags);
+    uint32_t il = internal_args ? (uint32_t)strlen(internal_args) : 0;
+    put32(b, il);
+    put(b, internal_args ? internal_args : "", il);
     put32(b, q->nheld);
     size_t at = 0;
     for (uint32_t i = 0; i < q->nheld; i++) {
@@ -393,6 +399,7 @@ static int route_flag(struct fq *q)
 struct make_ctx {
     const struct fq *q;
     int flags;
+    const char *internal_args; /* internal=LIST, or NULL */
     const uint32_t *cls;
     const unsigned char *key; /* the key material */
     size_t key_len;
@@ -547,7 +554,7 @@ static int make(void *arg, void **bitcode, size_t *bitcode_size, void **meta, si
             }
     }
     struct fuse_request req = {fk, n, FUSED_NAME, m->flags & FB_FORCE_BARRIER, (m->flags & FB_INTERNAL) != 0,
-                               consts_buf, nconsts};
+                               consts_buf, nconsts, (m->flags & FB_INTERNAL) ? m->internal_args : NULL};
     struct fuse_result res;
     memset(&res, 0, sizeof res);
     struct fs_program gen = {0};
@@ -601,9 +608,13 @@ static int make(void *arg, void **bitcode, size_t *bitcode_size, void **meta, si
     }
     if (res.barrier_inserted) log_msg(LOG_INFO, "fusion: %s: barrier inserted (forced): %s", names, res.reason);
     if (m->flags & FB_INTERNAL) {
-        if (res.internalised)
-            log_msg(LOG_INFO, "fusion: %s: internal: %u buffer%s kept in registers", names,
-                    (unsigned)res.internalised, res.internalised == 1 ? "" : "s");
+        uint32_t in_registers = res.internalised - res.internalised_local;
+        if (in_registers)
+            log_msg(LOG_INFO, "fusion: %s: internal: %u buffer%s kept in registers (%s)", names,
+                    (unsigned)in_registers, in_registers == 1 ? "" : "s", res.internal_done);
+        if (res.internalised_local)
+            log_msg(LOG_INFO, "fusion: %s: internal: %u buffer%s kept in local memory (%s)", names,
+                    (unsigned)res.internalised_local, res.internalised_local == 1 ? "" : "s", res.internal_local);
         if (res.internal_kept[0])
             log_msg(LOG_INFO, "fusion: %s: internal: stored as without the option: %s", names, res.internal_kept);
     }
@@ -718,8 +729,8 @@ static void memo_drop(struct fb_memo *e)
 }
 
 /* Builds the entry for `key` (success or remembered failure); NULL on OOM. */
-static struct fb_memo *memo_build(const struct fq *q, int flags, const uint32_t *cls, struct bytes *key,
-                                  const char *options)
+static struct fb_memo *memo_build(const struct fq *q, int flags, const char *internal_args, const uint32_t *cls,
+                                  struct bytes *key, const char *options)
 {
     struct fb_memo *e = calloc(1, sizeof *e);
     if (!e) return NULL;
@@ -734,7 +745,7 @@ static struct fb_memo *memo_build(const struct fq *q, int flags, const uint32_t 
     memcpy(e->key, key->p, key->len);
     e->key_len = key->len;
     char why[600] = "";
-    struct make_ctx mc = {q, flags, cls, e->key, e->key_len, why, sizeof why};
+    struct make_ctx mc = {q, flags, internal_args, cls, e->key, e->key_len, why, sizeof why};
     void *meta = NULL;
     size_t meta_size = 0;
     cl_int err = CL_SUCCESS;
@@ -845,6 +856,7 @@ struct fb_repeat_kernel {
 
 struct fb_repeat {
     int valid, flags, gen;
+    char *internal_args;  /* a copy of the launch's internal= list, or NULL */
     struct fb_memo *memo;
     struct fb_repeat_kernel *kernels;
     uint32_t n, kernels_cap;
@@ -866,10 +878,17 @@ static void repeat_kernel_of(const struct held *h, struct fb_repeat_kernel *k)
     }
 }
 
-static struct fb_memo *repeat_match(const struct fq *q, int flags, int gen)
+static int same_args_list(const char *a, const char *b)
+{
+    return a == b || (a && b && !strcmp(a, b));
+}
+
+static struct fb_memo *repeat_match(const struct fq *q, int flags, const char *internal_args, int gen)
 {
     const struct fb_repeat *r = q->repeat;
-    if (!r || !r->valid || r->flags != flags || r->gen != gen || r->n != q->nheld) return NULL;
+    if (!r || !r->valid || r->flags != flags || r->gen != gen || r->n != q->nheld ||
+        !same_args_list(r->internal_args, internal_args))
+        return NULL;
     const struct fk_arg *a = r->args;
     for (uint32_t i = 0; i < q->nheld; i++) {
         const struct held *h = &q->held[i];
@@ -884,11 +903,16 @@ static struct fb_memo *repeat_match(const struct fq *q, int flags, int gen)
 
 /* Remembers the held kernels of a launch of e (best effort: on OOM the next
  * launch takes the full path). */
-static void repeat_save(struct fq *q, int flags, int gen, struct fb_memo *e)
+static void repeat_save(struct fq *q, int flags, const char *internal_args, int gen, struct fb_memo *e)
 {
     struct fb_repeat *r = q->repeat;
     if (!r && !(r = q->repeat = calloc(1, sizeof *r))) return;
     r->valid = 0;
+    if (!same_args_list(r->internal_args, internal_args)) {
+        free(r->internal_args);
+        r->internal_args = NULL;
+        if (internal_args && !(r->internal_args = strdup(internal_args))) return;
+    }
     for (uint32_t i = 0; i < r->nargs; i++) fk_arg_clear(&r->args[i]);
     r->nargs = 0;
     uint32_t total = 0;
@@ -922,9 +946,10 @@ static void repeat_save(struct fq *q, int flags, int gen, struct fb_memo *e)
 
 /* The fused program for q's held kernels: a repeat of the last launch, else
  * through classes and key material (memo, cache, build). NULL with `why`. */
-static struct fb_memo *fused_program(struct fq *q, int flags, int gen, int *repeat, char *why, size_t why_len)
+static struct fb_memo *fused_program(struct fq *q, int flags, const char *internal_args, int gen, int *repeat,
+                                     char *why, size_t why_len)
 {
-    struct fb_memo *e = repeat_match(q, flags, gen);
+    struct fb_memo *e = repeat_match(q, flags, internal_args, gen);
     *repeat = e != NULL;
     if (e) return e;
     size_t total = 0;
@@ -939,7 +964,7 @@ static struct fb_memo *fused_program(struct fq *q, int flags, int gen, int *repe
         goto out;
     }
     if (make_classes(q, cls, (flags & FB_SOURCE) != 0, why, why_len) != 0) goto out;
-    key_material(q, flags, cls, &key);
+    key_material(q, flags, internal_args, cls, &key);
     size_t base_len = key.len;
     if (flags & FB_CONST) key_values(q, &key);
     if (key.oom) {
@@ -957,7 +982,7 @@ static struct fb_memo *fused_program(struct fq *q, int flags, int gen, int *repe
         e = q->last && memo_matches(q->last, q, &key) ? q->last : memo_find(q, &key);
     }
     if (!e && (!(options = flags & FB_SOURCE ? source_options(q) : shared_options(q)) ||
-               !(e = memo_build(q, flags, cls, &key, options)))) {
+               !(e = memo_build(q, flags, internal_args, cls, &key, options)))) {
         snprintf(why, why_len, "out of memory");
         goto out;
     }
@@ -973,8 +998,8 @@ out:
     return e;
 }
 
-int fb_fuse_held(struct fq *q, int flags, int seq, struct fb_pending *p, cl_event *out_event, uint32_t *nparams,
-                 char *why, size_t why_len)
+int fb_fuse_held(struct fq *q, int flags, const char *internal_args, int seq, struct fb_pending *p,
+                 cl_event *out_event, uint32_t *nparams, char *why, size_t why_len)
 {
     (void)seq;
     flags |= route_flag(q);
@@ -982,8 +1007,9 @@ int fb_fuse_held(struct fq *q, int flags, int seq, struct fb_pending *p, cl_even
         fb_log_kind("const: not applied: generated OpenCL C (route (b)) passes every scalar as an argument");
         flags &= ~FB_CONST;
     }
+    if (!(flags & FB_INTERNAL)) internal_args = NULL;
     int gen = __atomic_load_n(&fb_mem_gen, __ATOMIC_ACQUIRE), repeat = 0;
-    struct fb_memo *e = fused_program(q, flags, gen, &repeat, why, why_len);
+    struct fb_memo *e = fused_program(q, flags, internal_args, gen, &repeat, why, why_len);
     if (!e) return -1;
     q->last = e;
     cl_event rev = NULL;
@@ -994,7 +1020,7 @@ int fb_fuse_held(struct fq *q, int flags, int seq, struct fb_pending *p, cl_even
         snprintf(why, why_len, "enqueueing the fused kernel failed (error %d)", err);
         return -1;
     }
-    if (!repeat) repeat_save(q, flags, gen, e);
+    if (!repeat) repeat_save(q, flags, internal_args, gen, e);
     /* Launched: every held command's work is in rev. */
     uint32_t n = q->nheld;
     for (uint32_t i = 0; i < n; i++) {

@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CLSHIM_LLVM_API_VERSION 5
+#define CLSHIM_LLVM_API_VERSION 6
 
 /* A specialization constant: SpecId and its value's bytes (1, 2, 4 or 8). */
 struct llvm_spec_const {
@@ -82,6 +82,11 @@ struct fuse_request {
                                result->internal_kept says why */
     const struct fuse_const *consts; /* the `const` option: classes baked in */
     uint32_t num_consts;
+    const char *internal_args; /* with `internal`: "KERNEL.ARG,..." (plan.h's
+                               internal=) restricts it to the buffers bound
+                               to the named parameters; NULL: every such
+                               class. A kernel or parameter it names that
+                               the sequence lacks refuses the fusion. */
 };
 
 struct fuse_result {
@@ -101,6 +106,11 @@ struct fuse_result {
     uint32_t consts_baked;  /* parameters of the kernels replaced by constants */
     char internal_kept[512];/* `internal`: the classes stored after all and
                                why, one line ("" when none) */
+    char internal_done[512];/* `internal`: the classes kept in registers,
+                               "'t1' of 'k1', ..." */
+    uint32_t internalised_local; /* of `internalised`, those kept in __local
+                               arrays (fusion/llvm/fuse_local.c) */
+    char internal_local[512];/* their labels, as internal_done */
     char reason[512];       /* why fusion was refused, or why a barrier was needed */
 };
 

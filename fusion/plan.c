@@ -70,6 +70,14 @@ static void skip_space(struct scan *sc)
     while (sc->i < sc->len && is_space(sc->s[sc->i])) sc->i++;
 }
 
+/* The length of the run of non-space bytes at i (up to end), for messages. */
+static size_t word_len_at(const struct scan *sc, size_t i, size_t end)
+{
+    size_t j = i;
+    while (j < end && sc->s[j] != '\n' && !is_space(sc->s[j])) j++;
+    return j > i ? j - i : (i < end ? 1 : 0);
+}
+
 /* A byte no plan may contain anywhere (comments included). */
 static int check_bytes(struct scan *sc)
 {
@@ -124,6 +132,7 @@ static void seq_clear(struct plan_seq *s)
     for (uint32_t i = 0; i < s->n; i++) free(s->names[i]);
     free(s->names);
     free(s->where);
+    free(s->internal_args);
     memset(s, 0, sizeof *s);
 }
 
@@ -156,6 +165,7 @@ static int apply_option(struct scan *sc, struct seq_builder *b, size_t at, size_
         return 0;
     }
     if (n == 8 && !memcmp(sc->s + at, "internal", 8)) {
+        if (b->seq.internal_args) return fail_at(sc, at, "'internal' and 'internal=' together (give one)");
         b->seq.internal = 1;
         return 0;
     }
@@ -165,7 +175,73 @@ static int apply_option(struct scan *sc, struct seq_builder *b, size_t at, size_
     }
     char q[64];
     quote(sc->s + at, n, q, sizeof q);
-    return fail_at(sc, at, "unknown option '%s' (known: force-barrier, internal, const)", q);
+    return fail_at(sc, at, "unknown option '%s' (known: force-barrier, internal, internal=KERNEL.ARG,..., const)", q);
+}
+
+/* The end of the internal= item "KERNEL.ARG" starting at i (ARG a C
+ * identifier or a decimal index of at most 3 digits), or 0 when none starts
+ * there; *dot gets the position of the '.'. */
+static size_t internal_item_end(const char *s, size_t len, size_t i, size_t *dot)
+{
+    if (i >= len || !is_ident_start(s[i])) return 0;
+    while (i < len && is_ident(s[i])) i++;
+    if (i >= len || s[i] != '.') return 0;
+    *dot = i++;
+    size_t arg = i;
+    if (i < len && is_ident_start(s[i])) {
+        while (i < len && is_ident(s[i])) i++;
+    } else {
+        while (i < len && s[i] >= '0' && s[i] <= '9') i++;
+        if (i == arg || i - arg > 3) return 0;
+    }
+    return i;
+}
+
+/* Parses the list of `internal=` from `at` (just after the '='), up to
+ * `end` in the file form (the word must end there); in the inline form a
+ * ',' followed by something other than an item ends the list (the next
+ * option). Sets sc->i after the list. */
+static int parse_internal_list(struct scan *sc, struct seq_builder *b, size_t at, size_t end, int file_form)
+{
+    if (b->seq.internal) return fail_at(sc, at, "'internal' and 'internal=' together (give one)");
+    size_t i = at;
+    for (;;) {
+        size_t dot = 0, e = internal_item_end(sc->s, end, i, &dot);
+        if (!e) {
+            char q[64];
+            quote(sc->s + i, word_len_at(sc, i, end), q, sizeof q);
+            return fail_at(sc, i, "expected KERNEL.ARG (a kernel of the sequence and its parameter's name or "
+                           "index) in internal=, found '%s'", q);
+        }
+        if (dot - i > PLAN_MAX_NAME || e - dot - 1 > PLAN_MAX_NAME)
+            return fail_at(sc, i, "a name in internal= is longer than %d bytes", PLAN_MAX_NAME);
+        int known = 0;
+        for (uint32_t k = 0; k < b->seq.n && !known; k++)
+            known = strlen(b->seq.names[k]) == dot - i && !memcmp(b->seq.names[k], sc->s + i, dot - i);
+        if (!known) {
+            char q[64];
+            quote(sc->s + i, dot - i, q, sizeof q);
+            return fail_at(sc, i, "internal=: kernel '%s' is not in the sequence", q);
+        }
+        i = e;
+        size_t next_dot;
+        if (i < end && sc->s[i] == ',' && (file_form || internal_item_end(sc->s, end, i + 1, &next_dot))) {
+            i++;
+            continue;
+        }
+        break;
+    }
+    if (file_form && i != end) {
+        char q[16];
+        quote(sc->s + i, 1, q, sizeof q);
+        return fail_at(sc, i, "unexpected '%s' in internal= (items are KERNEL.ARG separated by ',')", q);
+    }
+    if (!(b->seq.internal_args = malloc(i - at + 1))) return CLSHIM_ENOMEM;
+    memcpy(b->seq.internal_args, sc->s + at, i - at);
+    b->seq.internal_args[i - at] = 0;
+    b->seq.internal = 1;
+    sc->i = i;
+    return 0;
 }
 
 /* ---- the file form --------------------------------------------------------- */
@@ -225,7 +301,10 @@ static int parse_line(struct scan *sc, struct fusion_plan *plan)
          * joined by '+' (fuse a+internal). */
         int internal_word = we - w == 8 && !memcmp(sc->s + w, "internal", 8);
         internal_word |= we - w == 5 && !memcmp(sc->s + w, "const", 5); /* a keyword: never a kernel's name */
-        if (is_ident_start(sc->s[w]) && !internal_word && memchr(sc->s + w, '-', we - w) == NULL) {
+        if (we - w >= 9 && !memcmp(sc->s + w, "internal=", 9)) {
+            options_seen = 1;
+            if ((rc = parse_internal_list(sc, &b, w + 9, we, 1))) break;
+        } else if (is_ident_start(sc->s[w]) && !internal_word && memchr(sc->s + w, '-', we - w) == NULL) {
             if (options_seen) {
                 rc = fail_at(sc, w, "kernel names must come before options");
                 break;
@@ -324,7 +403,11 @@ static int parse_inline_form(struct scan *sc, struct fusion_plan *plan)
                     rc = fail_at(sc, w, "expected an option after ':' or ','");
                     break;
                 }
-                if ((rc = apply_option(sc, &b, w, sc->i - w))) break;
+                if (sc->i - w == 8 && !memcmp(sc->s + w, "internal", 8) && sc->i < sc->len && sc->s[sc->i] == '=') {
+                    if ((rc = parse_internal_list(sc, &b, sc->i + 1, sc->len, 0))) break;
+                } else if ((rc = apply_option(sc, &b, w, sc->i - w))) {
+                    break;
+                }
                 skip_inline_space(sc);
             } while (sc->i < sc->len && sc->s[sc->i] == ',');
         }
@@ -438,6 +521,19 @@ int plan_load(const char *path, const char *inline_text, struct fusion_plan **ou
     }
     *out = plan;
     return 0;
+}
+
+int plan_internal_args_valid(const char *list)
+{
+    if (!list) return CLSHIM_EINVAL;
+    size_t len = strlen(list), i = 0, dot;
+    for (;;) {
+        size_t e = internal_item_end(list, len, i, &dot);
+        if (!e || dot - i > PLAN_MAX_NAME || e - dot - 1 > PLAN_MAX_NAME) return CLSHIM_EINVAL;
+        if (e == len) return 0;
+        if (list[e] != ',') return CLSHIM_EINVAL;
+        i = e + 1;
+    }
 }
 
 int plan_has_kernel(const struct fusion_plan *plan, const char *name)

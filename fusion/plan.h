@@ -27,6 +27,15 @@
  *                   kernel as constants; their values are part of the fused
  *                   program's key, so other values make another program
  *                   (docs/fusion.md, "Constant propagation").
+ *   internal=K.A,...  the same promise for the named buffers only: each item
+ *                   names a kernel of the sequence and one of its parameters,
+ *                   by name (kernel_arg_name) or by 0-based index as in
+ *                   clSetKernelArg: `internal=k1.t1,k2.1` (no spaces). An
+ *                   item names the buffer bound to that parameter (in every
+ *                   occurrence of a repeated kernel). A kernel not in the
+ *                   sequence is a parse error; a parameter name the kernel
+ *                   lacks is found when fusing (the fusion is then refused,
+ *                   naming the plan position). Not with `internal` alone.
  * A sequence has 2..PLAN_MAX_SEQ kernels (a name may repeat); a plan has at
  * most PLAN_MAX_SEQS sequences. A sequence may not repeat another, nor be a
  * prefix of another (the batcher could not tell where it ends).
@@ -50,8 +59,10 @@ struct plan_seq {
     char **names;       /* n kernel names, in enqueue order */
     uint32_t n;
     int force_barrier;
-    int internal;       /* the `internal` option */
+    int internal;       /* the `internal` option (also set by internal=) */
     int consts;         /* the `const` option */
+    char *internal_args;/* internal=LIST: "K.A,K.A" as written; NULL: every
+                           candidate (plain `internal`) */
     char *where;        /* "ORIGIN:LINE:COLUMN" of the sequence, for messages */
 };
 
@@ -82,6 +93,11 @@ int plan_load(const char *path, const char *inline_text, struct fusion_plan **ou
 /* Checks a parsed plan: no sequence repeats or is a prefix of another.
  * Returns 0 or CLSHIM_EINVAL with err naming both sequences' positions. */
 int plan_check(const struct fusion_plan *plan, char *err, size_t err_len);
+
+/* Checks the syntax of an internal= list ("K.A,..." as in the plan; no
+ * kernel names are checked). Returns 0 or CLSHIM_EINVAL. The extension
+ * API's CL_FUSION_INTERNAL_ARGS_CLSHIM uses it. */
+int plan_internal_args_valid(const char *list);
 
 /* Nonzero when `name` appears in some sequence of the plan. */
 int plan_has_kernel(const struct fusion_plan *plan, const char *name);

@@ -2,7 +2,7 @@
  *
  *   clshim fuse --plan "a+b+c" [--emit=cl|ll|spir] [--global N[,N[,N]]]
  *               [--local N[,N[,N]]] [--options "BUILD OPTIONS"]
- *               [--force-barrier] [--internal] [-o FILE] FILE.cl
+ *               [--force-barrier] [--internal | --internal=K.A,...] [-o FILE] FILE.cl
  *
  * The source is compiled to clshim's IR (fusion/frontend.h) and the plan's
  * kernels are fused as if launched in that order over one ND-range (the
@@ -13,7 +13,8 @@
  * distinct one. --emit=cl (default) prints the fused kernel as generated
  * OpenCL C (route (b), fusion/fuse_source.h), ll the fused SPIR module of
  * the IR route as LLVM assembly, spir that module as bitcode (to -o FILE,
- * or standard output when it is not a terminal). A refused plan prints
+ * or standard output when it is not a terminal). --internal=K.A,... is the
+ * plan option internal= (fusion/plan.h). A refused plan prints
  * "clshim fuse: refused: REASON" and exits 1; bad usage exits 2.
  */
 #include <stdio.h>
@@ -24,6 +25,7 @@
 #include "fusion/frontend.h"
 #include "fusion/fuse_source.h"
 #include "fusion/llvmload.h"
+#include "fusion/plan.h"
 #include "tools/commands.h"
 
 #define MAX_KERNELS 64
@@ -31,8 +33,8 @@
 static int usage(void)
 {
     fprintf(stderr, "usage: clshim fuse --plan \"a+b+c\" [--emit=cl|ll|spir] [--global N[,N[,N]]] "
-                    "[--local N[,N[,N]]] [--options \"BUILD OPTIONS\"] [--force-barrier] [--internal] "
-                    "[-o FILE] FILE.cl\n");
+                    "[--local N[,N[,N]]] [--options \"BUILD OPTIONS\"] [--force-barrier] "
+                    "[--internal | --internal=K.A,...] [-o FILE] FILE.cl\n");
     return 2;
 }
 
@@ -79,7 +81,7 @@ static char *read_all(const char *path, size_t *len)
 }
 
 struct job {
-    const char *plan, *emit, *options, *out_path, *file;
+    const char *plan, *emit, *options, *out_path, *file, *internal_args;
     size_t global[3], local[3];
     unsigned dim, local_dim;
     int force_barrier, internal;
@@ -100,6 +102,8 @@ static int parse_args(int argc, char **argv, struct job *j)
         else if (!strcmp(a, "--options") && i + 1 < argc) j->options = argv[++i];
         else if (!strcmp(a, "--force-barrier")) j->force_barrier = 1;
         else if (!strcmp(a, "--internal")) j->internal = 1;
+        else if (!strncmp(a, "--internal=", 11) && plan_internal_args_valid(a + 11) == 0)
+            j->internal = 1, j->internal_args = a + 11;
         else if (!strcmp(a, "-o") && i + 1 < argc) j->out_path = argv[++i];
         else if (a[0] == '-' || j->file) return -1;
         else j->file = a;
@@ -183,7 +187,7 @@ static int run(const struct job *j, const struct clshim_llvm_api *api, const cha
         memcpy(fk[i].global_size, j->global, sizeof j->global);
         memcpy(fk[i].local_size, j->local, sizeof j->local);
     }
-    struct fuse_request req = {fk, n, "clshim_fused", j->force_barrier, j->internal, NULL, 0};
+    struct fuse_request req = {fk, n, "clshim_fused", j->force_barrier, j->internal, NULL, 0, j->internal_args};
     struct fuse_result res;
     if (!strcmp(j->emit, "cl")) {
         struct fs_program prog;

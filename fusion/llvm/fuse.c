@@ -966,12 +966,31 @@ static int internalise(struct fuser *f, const struct fused_params *p, int barrie
     LLVMValueRef fused = LLVMGetNamedFunction(f->mod, f->req->fused_name);
     struct internal_plan *ip = calloc(1, sizeof *ip);
     if (!ip) return refuse(f, CLSHIM_ENOMEM, "out of memory");
-    fuse_internal_prepare(fused, f->occ, f->n, (const unsigned (*)[FUSE_MAX_PARAMS])p->map, barrier, ip);
+    char why[sizeof f->res->reason];
+    const struct fuse_kernel *k0 = &f->req->kernels[0];
+    ip->launch.work_dim = k0->work_dim;
+    ip->launch.global_size = f->fused_gs[0];
+    ip->launch.local_size = k0->local_size[0];
+    for (size_t i = 0; i < f->n; i++) { /* every kernel's launch, not only the first's */
+        const struct fuse_kernel *k = &f->req->kernels[i];
+        if (k->work_dim != k0->work_dim) ip->launch.work_dim = 0;
+        if (k->local_size[0] != k0->local_size[0]) ip->launch.local_size = 0;
+        for (unsigned d = 0; d < 3; d++) ip->launch.offset |= k->global_offset[d] != 0;
+    }
+    if (fuse_internal_prepare(fused, f->occ, f->n, (const unsigned (*)[FUSE_MAX_PARAMS])p->map, barrier,
+                              f->req->internal_args, ip, why, sizeof why) != 0) {
+        free(ip);
+        return refuse(f, CLSHIM_EUNSUPPORTED, "%s", why);
+    }
     int rc = ip->count ? run_passes(f, "function(gvn)") : 0;
     if (!rc) f->res->internalised = fuse_internal_finish(fused, ip);
     if (!rc && f->res->internalised) rc = run_passes(f, "function(instcombine,adce,simplifycfg)");
-    if (!rc && !ip->count) snprintf(ip->kept, sizeof ip->kept, "no buffer is written by one kernel and read by a later one");
+    if (!rc && !ip->count && !ip->kept[0])
+        snprintf(ip->kept, sizeof ip->kept, "no buffer is written by one kernel and read by a later one");
     snprintf(f->res->internal_kept, sizeof f->res->internal_kept, "%s", ip->kept);
+    snprintf(f->res->internal_done, sizeof f->res->internal_done, "%s", ip->done);
+    snprintf(f->res->internal_local, sizeof f->res->internal_local, "%s", ip->done_local);
+    f->res->internalised_local = ip->local_done;
     free(ip);
     return rc;
 }

@@ -78,10 +78,20 @@ int fuse_needs_barrier(const struct fuse_occ *occ, size_t n, const size_t fused_
  * that needs no barrier. Returns the number of loops merged away. */
 unsigned fuse_merge_grid_loops(LLVMValueRef fn);
 
+/* Local-memory internalisation (fuse_local.c, whose header gives the rules). */
+struct local_launch {
+    unsigned work_dim;
+    size_t global_size;  /* dimension 0 of the fused range */
+    size_t local_size;   /* 0: the launch fixes none */
+    int offset;          /* some global offset is not 0 */
+};
+
 /* The `internal` option (fuse_internal.c, whose header gives the rules). */
 struct internal_candidate {
     char label[160];    /* "'tmp' of 'scale'": the first writer's parameter */
+    uint32_t cls;       /* its arg class */
     int refused;        /* a rule keeps it in memory (reason in kept) */
+    int local;          /* a barrier separates the bodies: try local memory */
 };
 
 struct internal_plan {
@@ -89,19 +99,35 @@ struct internal_plan {
     unsigned param[FUSE_MAX_PARAMS];   /* the candidates' fused parameters */
     struct internal_candidate cand[FUSE_MAX_PARAMS];
     char kept[512];     /* "LABEL: reason; ..." for the classes kept in memory */
+    char done[512];     /* "LABEL, ..." for the classes kept in registers */
+    char done_local[512]; /* "LABEL, ..." for the classes kept in local memory */
+    unsigned local_done;  /* how many */
+    struct local_launch launch; /* set by the caller before prepare */
 };
 
 /* Picks the candidates of the built, inlined fused kernel (map: (kernel,
- * parameter) -> fused parameter; barrier: bodies are separated by one),
- * applies the rules, and marks the parameters of those that pass noalias.
- * The caller then runs GVN and calls fuse_internal_finish. */
-void fuse_internal_prepare(LLVMValueRef fused, const struct fuse_occ *occ, size_t n,
-                           const unsigned (*map)[FUSE_MAX_PARAMS], int barrier, struct internal_plan *ip);
+ * parameter) -> fused parameter; barrier: bodies are separated by one;
+ * only: the internal= list, NULL for every candidate), applies the rules,
+ * and marks the parameters of those that pass noalias. The caller then runs
+ * GVN and calls fuse_internal_finish. Returns 0, or CLSHIM_EUNSUPPORTED with
+ * `reason` when `only` names a kernel or parameter the sequence lacks. */
+int fuse_internal_prepare(LLVMValueRef fused, const struct fuse_occ *occ, size_t n,
+                          const unsigned (*map)[FUSE_MAX_PARAMS], int barrier, const char *only,
+                          struct internal_plan *ip, char *reason, size_t reason_len);
 
 /* Deletes the stores of every candidate that no load and no escaping use
  * is left of; the others stay, their reason appended to ip->kept. Returns
  * the number internalised. */
 unsigned fuse_internal_finish(LLVMValueRef fused, struct internal_plan *ip);
+
+
+/* Local-memory internalisation: keeps the buffer behind the fused kernel's
+ * parameter `param` in a
+ * __local array where the rules prove one work-group produces and consumes
+ * each element (budget: bytes of arrays added so far, updated). Returns 1
+ * when done, or 0 with `why` and the kernel unchanged. */
+int fuse_local_internalise(LLVMValueRef fused, LLVMValueRef param, const struct local_launch *l, uint64_t *budget,
+                           char *why, size_t why_len);
 
 /* Strips integer casts off e (sext/zext/trunc and instcombine's forms of
  * them, fuse_scan.c), keeping the narrowest truncation in *trunc_bits. */

@@ -35,6 +35,12 @@
  *     CL_FUSION_CONST_CLSHIM, 0 or 1 — bake the held kernels' scalar
  *     arguments into the fused kernel as constants; other values make
  *     another fused program (docs/fusion.md, "Constant propagation").
+ *     CL_FUSION_INTERNAL_ARGS_CLSHIM, (cl_properties)(uintptr_t) a string
+ *     "KERNEL.ARG,..." — the same promise for the named buffers only (the
+ *     syntax of the plan option internal=: a held kernel's name and its
+ *     parameter's name or 0-based index, e.g. "k1.t1,k2.1"); the string is
+ *     read during the call only. A name the held kernels lack makes the
+ *     fusion refused (the kernels then run unfused).
  * Returns CL_SUCCESS, CL_INVALID_COMMAND_QUEUE, CL_INVALID_VALUE (bad
  * properties), or the error of the enqueue that carried the work.
  *
@@ -61,6 +67,7 @@ typedef cl_ulong cl_fusion_properties_clshim; /* a cl_properties list */
 #define CL_FUSION_FORCE_BARRIER_CLSHIM 0x4C01
 #define CL_FUSION_INTERNAL_CLSHIM 0x4C02
 #define CL_FUSION_CONST_CLSHIM 0x4C03
+#define CL_FUSION_INTERNAL_ARGS_CLSHIM 0x4C04
 
 typedef cl_int(CL_API_CALL *clStartFusionCLSHIM_fn)(cl_command_queue queue);
 typedef cl_int(CL_API_CALL *clCompleteFusionCLSHIM_fn)(cl_command_queue queue,

@@ -286,7 +286,7 @@ static int app_nruns[NQ];
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc, (void)argv;
-    setenv("CLSHIM_FUSE", "ka+kb+kc;kb+kb;kc+ka+kb+ka", 1);
+    setenv("CLSHIM_FUSE", "ka+kb+kc;kb+kb:internal;kc+ka+kb+ka:internal=ka.1,kb.0", 1);
     setenv("CLSHIM_FUSION", "auto", 1);
     setenv("CLSHIM_STRICT", "1", 1);
     setenv("CLSHIM_LOG", "error", 1);

@@ -55,6 +55,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         const struct plan_seq *q = &plan.seqs[i];
         FUZZ_ASSERT(q->n >= 2 && q->n <= PLAN_MAX_SEQ);
         FUZZ_ASSERT(q->where && strncmp(q->where, origin, strlen(origin)) == 0);
+        /* internal=: a well-formed list, each item naming a kernel of the sequence */
+        FUZZ_ASSERT(!q->internal_args || (q->internal && plan_internal_args_valid(q->internal_args) == 0));
+        for (const char *it = q->internal_args; it && *it;) {
+            size_t klen = strcspn(it, "."), known = 0;
+            for (uint32_t j = 0; j < q->n && !known; j++)
+                known = strlen(q->names[j]) == klen && !memcmp(q->names[j], it, klen);
+            FUZZ_ASSERT(known);
+            it += strcspn(it, ",");
+            if (*it) it++;
+        }
         for (uint32_t j = 0; j < q->n; j++) {
             FUZZ_ASSERT(q->names[j] && strlen(q->names[j]) <= PLAN_MAX_NAME);
             FUZZ_ASSERT(is_ident(q->names[j]));

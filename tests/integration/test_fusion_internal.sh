@@ -74,4 +74,91 @@ kept readfirst readfirst "early+k1+k2:internal" "'t1' of 'k1': kernel 'early' re
 # 4. Read and written back by its first writer: the load cannot be forwarded.
 kept inplace inplace "twice+k2:internal" "'t1' of 'twice': the fused kernel still loads it"
 
+# 5. internal=KERNEL.ARG: only the named buffers are internalised (by name or
+#    by index); the un-named intermediate t3 is stored and holds the plain
+#    run's values.
+fresh_pocl; run_shim named env CLSHIM_FUSE="k1+k2+k3+k4:internal=k1.t1,k3.0" "$FI" --mode chain4
+[ "$(lines 'in|u|out|t3' named)" = "$(lines 'in|u|out|t3' ref_chain4)" ] || fail "named: in/u/out/t3 differ from the plain run"
+for t in t1 t2; do [ "$(lines $t named | cut -d' ' -f2)" = "$ZERO" ] || fail "named: $t was stored"; done
+[ "$(occurrences 'fused k1+k2+k3+k4 into one launch' "$TMP/named.err")" = 2 ] || fail "named: expected 2 fused launches"
+grep -q "k1+k2+k3+k4: internal: 2 buffers kept in registers ('t1' of 'k1', 't2' of 'k2')" "$TMP/named.err" ||
+    fail "named: the line does not name exactly t1 and t2"
+[ "$(kept_lines named)" = 0 ] || fail "named: a line says a buffer was kept"
+ok "internal=k1.t1,k3.0: t1 and t2 kept in registers, t3 stored with the plain run's values"
+
+# 5b. The list is in the key: another list on the same cache builds anew.
+cat >"$TMP/named.plan" <<'PLAN'
+# a plan file naming one buffer by its reader's parameter
+fuse k1 k2 k3 k4 internal=k4.t3
+PLAN
+fresh_pocl; run_shim named_file env CLSHIM_FUSION_PLAN="$TMP/named.plan" "$FI" --mode chain4
+[ "$(lines 'in|u|out|t1|t2' named_file)" = "$(lines 'in|u|out|t1|t2' ref_chain4)" ] || fail "named file: in/u/out/t1/t2 differ"
+[ "$(lines t3 named_file | cut -d' ' -f2)" = "$ZERO" ] || fail "named file: t3 was stored"
+grep -q "internal: 1 buffer kept in registers ('t3' of 'k3')" "$TMP/named_file.err" || fail "named file: no line for t3"
+[ "$(count 'hit derived program' "$TMP/named_file.err")" = 0 ] || fail "named file: another list's program was reused"
+ok "plan file: internal=k4.t3 keeps only t3 in registers; the list is part of the key"
+
+# 5c. A named buffer that is not an intermediate: stored, with one line.
+fresh_pocl; run_shim named_input env CLSHIM_FUSE="k1+k2+k3+k4:internal=k1.in,k2.t2" "$FI" --mode chain4
+[ "$(lines 'in|u|out|t1|t3' named_input)" = "$(lines 'in|u|out|t1|t3' ref_chain4)" ] || fail "named input: outputs differ"
+[ "$(kept_lines named_input)" = 1 ] || fail "named input: expected one 'stored as without the option' line"
+grep 'internal: stored as without the option' "$TMP/named_input.err" |
+    grep -q "internal=k1.in: it is not written by one kernel of the sequence and read by a later one" ||
+    fail "named input: the line does not give the reason"
+grep -q "internal: 1 buffer kept in registers ('t2' of 'k2')" "$TMP/named_input.err" || fail "named input: t2 not internalised"
+ok "internal= naming an input: stored, one line why; the other named buffer internalised"
+
+# 5d. A kernel the sequence lacks: an invalid plan (file:line:column), fusion
+#     off, the program runs as plain.
+fresh_pocl; run_shim named_badk env CLSHIM_FUSE="k1+k2+k3+k4:internal=k1.t1,k9.t" "$FI" --mode chain4
+same_output ref_chain4 named_badk "unknown kernel in internal=: every buffer as plain"
+grep -q "invalid fusion plan: CLSHIM_FUSE:1:28: internal=: kernel 'k9' is not in the sequence; fusion is off" \
+    "$TMP/named_badk.err" || fail "unknown kernel: no invalid-plan line with its position"
+ok "internal= naming an unknown kernel: invalid plan at CLSHIM_FUSE:1:28"
+
+# 5e. A parameter the kernel lacks: found when fusing; refused with the plan's
+#     position, the kernels run unfused.
+fresh_pocl; run_shim named_badp env CLSHIM_FUSE="k1+k2+k3+k4:internal=k2.nope" "$FI" --mode chain4
+same_output ref_chain4 named_badp "unknown parameter in internal=: every buffer as plain"
+grep -q "fusion of k1+k2+k3+k4 (plan CLSHIM_FUSE:1:1) refused: internal=k2.nope: the kernel has no such parameter" \
+    "$TMP/named_badp.err" || fail "unknown parameter: no refusal line"
+ok "internal= naming an unknown parameter: fusion refused with the reason, plain results"
+
+# 5f. The extension API's CL_FUSION_INTERNAL_ARGS_CLSHIM.
+fresh_pocl; run_shim named_ext env CLSHIM_CACHE_DIR="$TMP/ext-cache" "$FI" --mode chain4 --ext 1 --ext-args k2.t2
+[ "$(lines 'in|u|out|t1|t3' named_ext)" = "$(lines 'in|u|out|t1|t3' ref_chain4)" ] || fail "named ext: outputs differ"
+[ "$(lines t2 named_ext | cut -d' ' -f2)" = "$ZERO" ] || fail "named ext: t2 was stored"
+grep -q "internal: 1 buffer kept in registers ('t2' of 'k2')" "$TMP/named_ext.err" || fail "named ext: no line for t2"
+ok "extension API: CL_FUSION_INTERNAL_ARGS_CLSHIM=\"k2.t2\" keeps only t2 in registers"
+
+# 6. Local memory: nbr reads t1 at its neighbour's element within the
+#    work-group, so a barrier is forced between the bodies and one
+#    work-group produces and consumes each element: t1 lives in a __local
+#    array (never stored), everything else is the plain run's bit for bit.
+#    4 Mi elements: enough work-groups run at once on PoCL that an array
+#    shared among them (not per work-group) gives another `out` (PoCL takes
+#    a __local global as per work-group only when named KERNEL.VAR).
+NBR_N=4194304
+fresh_pocl; run_plain zeros_nbr "$FI" --mode nbr --iterations 0 --n $NBR_N
+ZERO_NBR=$(lines t1 zeros_nbr | cut -d' ' -f2)
+fresh_pocl; run_plain ref_nbr "$FI" --mode nbr --n $NBR_N
+[ "$(lines t1 ref_nbr | cut -d' ' -f2)" != "$ZERO_NBR" ] || fail "nbr: t1 is zero in the plain run (test is blind)"
+for plan in "k1+nbr:force-barrier,internal" "k1+nbr:force-barrier,internal=nbr.t1"; do
+    fresh_pocl; run_shim nbr env CLSHIM_FUSE="$plan" "$FI" --mode nbr --n $NBR_N
+    [ "$(cat "$TMP/nbr.rc")" = 0 ] || fail "nbr ($plan): exit code $(cat "$TMP/nbr.rc")"
+    [ "$(lines 'in|t2|t3|u|out' nbr)" = "$(lines 'in|t2|t3|u|out' ref_nbr)" ] || fail "nbr ($plan): outputs differ"
+    [ "$(lines 'in|t2|t3|u|out' nbr | wc -l)" = 5 ] || fail "nbr ($plan): missing output lines"
+    [ "$(lines t1 nbr | cut -d' ' -f2)" = "$ZERO_NBR" ] || fail "nbr ($plan): t1 was stored"
+    [ "$(occurrences 'fused k1+nbr into one launch' "$TMP/nbr.err")" = 2 ] || fail "nbr ($plan): expected 2 fused launches"
+    grep -q "k1+nbr: internal: 1 buffer kept in local memory ('t1' of 'k1')" "$TMP/nbr.err" ||
+        fail "nbr ($plan): no local-memory line"
+    [ "$(kept_lines nbr)" = 0 ] || fail "nbr ($plan): a buffer was kept in memory"
+    ok "nbr ($plan): t1 kept in local memory, every other buffer bit for bit"
+done
+
+# 7. Read outside the work-group (far reads the next element over the whole
+#    range): stored, with the reason.
+kept far far "k1+far:force-barrier,internal" \
+    "'t1' of 'k1': a barrier separates the kernels (so not in registers), and not in local memory: it is read at an index not proven inside the work-group's elements"
+
 finish

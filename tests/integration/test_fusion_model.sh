@@ -100,6 +100,18 @@ for ps in 1 4 7 15; do baked_total=$((baked_total + $(count 'const: [1-9][0-9]* 
 [ "$baked_total" -gt 0 ] || fail "model: no const sequence baked a scalar (plans 1, 4, 7, 15)"
 ok "model: sequences with baked scalars leave every buffer and event as without clshim ($baked_total programs baked)"
 
+# 3c. internal=KERNEL.ARG,... (half of the `internal` sequences name buffers,
+#     by parameter name or index): plans whose named buffers are internalised
+#     in some cases and kept, with the reason, in others.
+for ps in 90 399; do
+    model "$ps" 0 20
+    grep -q "internal=" <<<"$("$FM" --plan "$ps")" || fail "model: plan $ps names no buffers (the generator changed)"
+    [ "$(count 'kept in registers' "$TMP/m${ps}_0.err")" -gt 0 ] || fail "model: plan $ps internalised nothing"
+    [ "$(count 'stored as without the option: internal=' "$TMP/m${ps}_0.err")" -gt 0 ] ||
+        fail "model: plan $ps: no named buffer was kept with its reason"
+done
+ok "model: internal= lists leave every other buffer and event as without clshim"
+
 # 4. Automatic fusion (CLSHIM_FUSION=auto, no plan): the same streams (they
 #    run the plan seed's sequences, now unknown to clshim, among everything
 #    else), so sequences recur, are learned and fused where proven safe.

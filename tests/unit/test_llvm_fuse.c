@@ -99,19 +99,20 @@ static int fuse(const struct tkernel *tk, size_t n, int force, struct fuse_resul
 {
     struct fuse_kernel fk[8];
     fill_request(tk, n, fk);
-    struct fuse_request req = {fk, n, "fused", force, 0, NULL, 0};
+    struct fuse_request req = {fk, n, "fused", force, 0, NULL, 0, NULL};
     int rc = api->fuse(&req, r);
     if (rc) fprintf(stderr, "fuse refused (%d): %s\n", rc, r->reason);
     return rc;
 }
 
-/* Fuses with the `internal` option; returns the classes internalised and
- * the kept line in r. */
-static unsigned fuse_internal(const struct tkernel *tk, size_t n, struct fuse_result *r)
+/* Fuses with the `internal` option (restricted to the internal= list
+ * `only` unless NULL); returns the classes internalised and the kept line
+ * in r. */
+static unsigned fuse_internal_only(const struct tkernel *tk, size_t n, const char *only, struct fuse_result *r)
 {
     struct fuse_kernel fk[8];
     fill_request(tk, n, fk);
-    struct fuse_request req = {fk, n, "fused", 0, 1, NULL, 0};
+    struct fuse_request req = {fk, n, "fused", 0, 1, NULL, 0, only};
     int rc = api->fuse(&req, r);
     if (rc) fprintf(stderr, "fuse refused (%d): %s\n", rc, r->reason);
     assert_int_equal(rc, 0);
@@ -119,6 +120,11 @@ static unsigned fuse_internal(const struct tkernel *tk, size_t n, struct fuse_re
     api->free(r->param_kernel);
     api->free(r->param_index);
     return r->internalised;
+}
+
+static unsigned fuse_internal(const struct tkernel *tk, size_t n, struct fuse_result *r)
+{
+    return fuse_internal_only(tk, n, NULL, r);
 }
 
 static void free_result(struct fuse_result *r)
@@ -267,6 +273,106 @@ static void internal_option_rules(void **state)
     assert_string_equal(r.internal_kept, "no buffer is written by one kernel and read by a later one");
 }
 
+/* internal=KERNEL.ARG: only the named buffers (by name or index, through
+ * any parameter bound to them); a named non-intermediate is kept with its
+ * reason; a name the sequence lacks refuses the fusion */
+static void internal_named_buffers(void **state)
+{
+    (void)state;
+    struct fuse_result r;
+    struct tkernel chain[3] = {
+        {.name = "scale", .args = {BUF(0), BUF(1), SCALAR(&s2)}, .cls = {100, 101, 1}, .nargs = 3, .gs = NELEM},
+        {.name = "offset", .args = {BUF(1), BUF(2), SCALAR(&s1)}, .cls = {101, 102, 2}, .nargs = 3, .gs = NELEM},
+        {.name = "square", .args = {BUF(2)}, .cls = {102}, .nargs = 1, .gs = NELEM},
+    };
+    assert_int_equal(fuse_internal(chain, 3, &r), 1); /* square reads and writes 102: only 101 */
+    assert_string_equal(r.internal_done, "'out' of 'scale'");
+    assert_int_equal(fuse_internal_only(chain, 3, "scale.out", &r), 1);
+    assert_string_equal(r.internal_done, "'out' of 'scale'");
+    assert_string_equal(r.internal_kept, "");
+    assert_int_equal(fuse_internal_only(chain, 3, "offset.0", &r), 1); /* the reader's parameter, by index */
+    assert_string_equal(r.internal_done, "'out' of 'scale'");
+    assert_int_equal(fuse_internal_only(chain, 2, "scale.in", &r), 0); /* an input */
+    assert_string_equal(r.internal_done, "");
+    assert_string_equal(r.internal_kept,
+                        "internal=scale.in: it is not written by one kernel of the sequence and read by a later one");
+    assert_int_equal(fuse_internal_only(chain, 3, "scale.in,offset.in", &r), 1);
+    assert_string_equal(r.internal_kept,
+                        "internal=scale.in: it is not written by one kernel of the sequence and read by a later one");
+    struct fuse_kernel fk[3];
+    fill_request(chain, 3, fk);
+    static const char *const wrong[][2] = {
+        {"scale.zz", "internal=scale.zz: the kernel has no such parameter"},
+        {"scale.3", "internal=scale.3: the kernel has no such parameter"},
+        {"offset.in,blur.in", "internal=blur.in: no kernel of that name in the sequence"},
+    };
+    for (size_t w = 0; w < sizeof wrong / sizeof *wrong; w++) {
+        struct fuse_request req = {fk, 3, "fused", 0, 1, wrong[w][0]};
+        memset(&r, 0, sizeof r);
+        assert_int_equal(api->fuse(&req, &r), CLSHIM_EUNSUPPORTED);
+        assert_non_null(strstr(r.reason, wrong[w][1]));
+    }
+}
+
+/* local memory: with a forced barrier, an intermediate one work-group
+ * produces and consumes goes to a __local array; each rule that fails keeps
+ * it stored, with its reason (fuse_local.c) */
+static void internal_local_memory(void **state)
+{
+    (void)state;
+    static const char *src =
+        "__kernel void prod(__global const float *in, __global float *t) {\n"
+        "    size_t i = get_global_id(0); t[i] = in[i] * 2.0f; }\n"
+        "__kernel void condprod(__global const float *in, __global float *t) {\n"
+        "    size_t i = get_global_id(0); if (in[i] > 0.0f) t[i] = in[i] * 2.0f; }\n"
+        "__kernel void nbr(__global const float *t, __global float *out) {\n"
+        "    size_t i = get_global_id(0), l = get_local_id(0), n = get_local_size(0);\n"
+        "    out[i] = t[get_group_id(0) * n + (l + 1) % n] + t[i]; }\n"
+        "__kernel void far(__global const float *t, __global float *out) {\n"
+        "    size_t i = get_global_id(0); out[i] = t[(i + 1) % get_global_size(0)]; }\n";
+    size_t size;
+    void *bc = compile(src, &size);
+    static const struct {
+        const char *producer, *consumer;
+        size_t ls;
+        const char *kept; /* NULL: kept in local memory */
+    } cases[] = {
+        {"prod", "nbr", 64, NULL},
+        {"prod", "nbr", 0, "not in local memory: the launch fixes no local size"},
+        {"prod", "far", 64, "not in local memory: it is read at an index not proven inside the work-group's elements"},
+        {"condprod", "nbr", 64, "not in local memory: a store to it is conditional or in a loop"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        struct tkernel tk[2] = {
+            {.bc = bc, .bc_size = size, .name = cases[c].producer, .cls = {100, 101}, .nargs = 2, .gs = NELEM,
+             .ls = cases[c].ls},
+            {.bc = bc, .bc_size = size, .name = cases[c].consumer, .cls = {101, 102}, .nargs = 2, .gs = NELEM,
+             .ls = cases[c].ls},
+        };
+        struct fuse_kernel fk[2];
+        fill_request(tk, 2, fk);
+        struct fuse_request req = {fk, 2, "fused", 1, 1, NULL};
+        struct fuse_result r;
+        memset(&r, 0, sizeof r);
+        int rc = api->fuse(&req, &r);
+        if (rc) fprintf(stderr, "case %zu refused: %s\n", c, r.reason);
+        assert_int_equal(rc, 0);
+        assert_int_equal(r.barrier_inserted, 1);
+        if (!cases[c].kept) {
+            assert_int_equal(r.internalised, 1);
+            assert_int_equal(r.internalised_local, 1);
+            assert_string_equal(r.internal_local, "'t' of 'prod'");
+            assert_string_equal(r.internal_kept, "");
+        } else {
+            if (!strstr(r.internal_kept, cases[c].kept)) fprintf(stderr, "case %zu: kept '%s'\n", c, r.internal_kept);
+            assert_int_equal(r.internalised, 0);
+            assert_non_null(strstr(r.internal_kept, cases[c].kept));
+        }
+        free_result(&r);
+    }
+    free(bc);
+}
+
 /* one buffer and one scalar shared by two kernels become one parameter each */
 static void identical_arguments_are_elided(void **state)
 {
@@ -352,7 +458,7 @@ static void other_dependencies_are_refused(void **state)
         fk[i].global_size[0] = 64;
         fk[i].global_size[1] = 64;
     }
-    struct fuse_request req = {fk, 2, "fused", 0, 0, NULL, 0};
+    struct fuse_request req = {fk, 2, "fused", 0, 0, NULL, 0, NULL};
     assert_int_equal(api->fuse(&req, &r), CLSHIM_EUNSUPPORTED);
     assert_non_null(strstr(r.reason, "dimension 1"));
 }
@@ -563,7 +669,7 @@ static void grid_stride_loops_fuse(void **state)
     struct fuse_kernel fk[2];
     fill_request(tk, 2, fk);
     for (int i = 0; i < 2; i++) fk[i].global_offset[0] = 64;
-    struct fuse_request req = {fk, 2, "fused", 0, 0, NULL, 0};
+    struct fuse_request req = {fk, 2, "fused", 0, 0, NULL, 0, NULL};
     assert_int_equal(api->fuse(&req, &r), CLSHIM_EUNSUPPORTED);
     assert_non_null(strstr(r.reason, "global offset"));
     clReleaseProgram(p);
@@ -687,6 +793,8 @@ int main(void)
         cmocka_unit_test(chain_of_three_fuses_without_barrier),
         cmocka_unit_test(identical_arguments_are_elided),
         cmocka_unit_test(internal_option_rules),
+        cmocka_unit_test(internal_named_buffers),
+        cmocka_unit_test(internal_local_memory),
         cmocka_unit_test(different_global_sizes_are_guarded),
         cmocka_unit_test(neighbour_read_is_refused),
         cmocka_unit_test(other_dependencies_are_refused),

@@ -109,7 +109,8 @@ static void errors(void **state)
     expect_error("fuse a\n", PLAN_FILE_FORM, "p.plan:1:1: a sequence needs at least 2 kernels, found 1");
     expect_error("\n  fuze a b\n", PLAN_FILE_FORM, "p.plan:2:3: expected 'fuse', found 'fuze'");
     expect_error("fuse a b force-barier\n", PLAN_FILE_FORM,
-                 "p.plan:1:10: unknown option 'force-barier' (known: force-barrier, internal, const)");
+                 "p.plan:1:10: unknown option 'force-barier' (known: force-barrier, internal, "
+                 "internal=KERNEL.ARG,..., const)");
     expect_error("fuse a 1b\n", PLAN_FILE_FORM, "p.plan:1:8: '1b' is not a kernel name (names are C identifiers)");
     expect_error("fuse a++b\n", PLAN_FILE_FORM, "p.plan:1:8: missing kernel name in 'a++b'");
     expect_error("fuse a b force-barrier c\n", PLAN_FILE_FORM, "p.plan:1:24: kernel names must come before options");
@@ -121,8 +122,57 @@ static void errors(void **state)
     expect_error("a+b;c+", PLAN_INLINE_FORM, "CLSHIM_FUSE:1:7: expected a kernel name at the end");
     expect_error("a+b c", PLAN_INLINE_FORM, "CLSHIM_FUSE:1:5: expected '+', ':' or ';', found 'c'");
     expect_error("a+b:", PLAN_INLINE_FORM, "CLSHIM_FUSE:1:5: expected an option after ':' or ','");
-    expect_error("a+b:fast", PLAN_INLINE_FORM, "CLSHIM_FUSE:1:5: unknown option 'fast' (known: force-barrier, internal, const)");
+    expect_error("a+b:fast", PLAN_INLINE_FORM,
+                 "CLSHIM_FUSE:1:5: unknown option 'fast' (known: force-barrier, internal, internal=KERNEL.ARG,..., const)");
     expect_error("a+-b", PLAN_INLINE_FORM, "CLSHIM_FUSE:1:3: expected a kernel name, found '-'");
+}
+
+/* internal=KERNEL.ARG,...: named buffers, in both forms, with their errors */
+static void internal_args(void **state)
+{
+    (void)state;
+    int rc;
+    struct fusion_plan *p = parse("fuse k1 k2 k3 internal=k1.t1,k2.1 force-barrier\nfuse a b internal\n",
+                                  PLAN_FILE_FORM, &rc);
+    assert_int_equal(rc, 0);
+    assert_int_equal(p->seqs[0].internal, 1);
+    assert_string_equal(p->seqs[0].internal_args, "k1.t1,k2.1");
+    assert_int_equal(p->seqs[0].force_barrier, 1);
+    assert_null(p->seqs[1].internal_args);
+    assert_int_equal(p->seqs[1].internal, 1);
+    plan_free(p);
+    /* inline: the list ends where a ',' is followed by an option word */
+    p = parse("k1+k2:internal=k1.t1,k2.t_2,force-barrier;a+b:force-barrier,internal=b.0", PLAN_INLINE_FORM, &rc);
+    assert_int_equal(rc, 0);
+    assert_string_equal(p->seqs[0].internal_args, "k1.t1,k2.t_2");
+    assert_int_equal(p->seqs[0].force_barrier, 1);
+    assert_string_equal(p->seqs[1].internal_args, "b.0");
+    assert_int_equal(p->seqs[1].force_barrier, 1);
+    plan_free(p);
+    expect_error("fuse k1 k2 internal=k3.t\n", PLAN_FILE_FORM,
+                 "p.plan:1:21: internal=: kernel 'k3' is not in the sequence");
+    expect_error("k1+k2:internal=k1.t,zz.x", PLAN_INLINE_FORM,
+                 "CLSHIM_FUSE:1:21: internal=: kernel 'zz' is not in the sequence");
+    expect_error("fuse k1 k2 internal=k1\n", PLAN_FILE_FORM,
+                 "p.plan:1:21: expected KERNEL.ARG (a kernel of the sequence and its parameter's name or index) in "
+                 "internal=, found 'k1'");
+    expect_error("fuse k1 k2 internal=k1.t,\n", PLAN_FILE_FORM,
+                 "p.plan:1:26: expected KERNEL.ARG (a kernel of the sequence and its parameter's name or index) in "
+                 "internal=, found ''");
+    expect_error("fuse k1 k2 internal=k1.2x\n", PLAN_FILE_FORM,
+                 "p.plan:1:25: unexpected 'x' in internal= (items are KERNEL.ARG separated by ',')");
+    expect_error("k1+k2:internal=k1.1234", PLAN_INLINE_FORM,
+                 "CLSHIM_FUSE:1:16: expected KERNEL.ARG (a kernel of the sequence and its parameter's name or index) "
+                 "in internal=, found 'k1.1234'");
+    expect_error("k1+k2:internal,internal=k1.t", PLAN_INLINE_FORM,
+                 "CLSHIM_FUSE:1:25: 'internal' and 'internal=' together (give one)");
+    expect_error("fuse k1 k2 internal=k1.t internal\n", PLAN_FILE_FORM,
+                 "p.plan:1:26: 'internal' and 'internal=' together (give one)");
+    assert_int_equal(plan_internal_args_valid("k1.t1,k2.3"), 0);
+    assert_int_equal(plan_internal_args_valid("k1.t1,"), CLSHIM_EINVAL);
+    assert_int_equal(plan_internal_args_valid(""), CLSHIM_EINVAL);
+    assert_int_equal(plan_internal_args_valid("k1"), CLSHIM_EINVAL);
+    assert_int_equal(plan_internal_args_valid(NULL), CLSHIM_EINVAL);
 }
 
 /* a repeated sequence, or one that starts another, is refused */
@@ -191,13 +241,13 @@ static void load(void **state)
 static void random_input(void **state)
 {
     static const char *pieces[] = {"fuse", " ", "a", "b", "+", ";", ":", ",", "#", "\n", "force-barrier", "internal", "\t",
-                                   "k_1", "\r\n", "x", "-", "\0", "\xff", "fuse a b\n", "zz"};
+                                   "k_1", "\r\n", "x", "-", "\0", "\xff", "fuse a b\n", "zz", "internal=", "a.b", ".", "b.1"};
     srand(12345);
     char buf[256];
     for (int iter = 0; iter < 20000; iter++) {
         size_t len = 0, parts = (size_t)(rand() % 24);
         for (size_t i = 0; i < parts; i++) {
-            const char *pc = pieces[rand() % 20];
+            const char *pc = pieces[rand() % (int)(sizeof pieces / sizeof *pieces)];
             size_t n = *pc ? strlen(pc) : 1;
             if (len + n >= sizeof buf) break;
             memcpy(buf + len, pc, n);
@@ -214,7 +264,10 @@ static void random_input(void **state)
                 assert_int_equal(sscanf(err, "f:%u:%u: ", &line, &col), 2);
                 assert_true(line >= 1 && col >= 1);
             } else {
-                for (uint32_t s = 0; s < p->nseqs; s++) assert_true(p->seqs[s].n >= 2);
+                for (uint32_t s = 0; s < p->nseqs; s++) {
+                    assert_true(p->seqs[s].n >= 2);
+                    if (p->seqs[s].internal_args) assert_int_equal(plan_internal_args_valid(p->seqs[s].internal_args), 0);
+                }
             }
             plan_free(p);
         }
@@ -250,7 +303,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(file_form),        cmocka_unit_test(inline_form), cmocka_unit_test(errors),
-        cmocka_unit_test(whole_plan_checks), cmocka_unit_test(limits),      cmocka_unit_test(load),
+        cmocka_unit_test(internal_args), cmocka_unit_test(whole_plan_checks), cmocka_unit_test(limits),      cmocka_unit_test(load),
         cmocka_unit_test(random_input),     cmocka_unit_test(names_in_program),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

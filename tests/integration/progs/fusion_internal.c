@@ -4,10 +4,11 @@
  * an FNV-1a hash of the buffer's bytes (exact bit patterns), so a test can
  * compare the buffers that must match and see which intermediates were
  * never stored (they start zeroed).
- *   fusion_internal --mode M [--iterations N] [--n N] [--ext 1]
+ *   fusion_internal --mode M [--iterations N] [--n N] [--ext 1] [--ext-args LIST]
  * --ext 1: each chain runs between clStartFusionCLSHIM and
  * clCompleteFusionCLSHIM with CL_FUSION_INTERNAL_CLSHIM (when the extension
- * is there; without clshim the chain simply runs).
+ * is there; without clshim the chain simply runs). --ext-args LIST (with
+ * --ext 1): CL_FUSION_INTERNAL_ARGS_CLSHIM with LIST ("k1.t1,k2.1") instead.
  * Buffers: in (input), t1 t2 t3 (intermediates, zero at first), u (a second
  * input), out.
  * Modes:
@@ -15,6 +16,11 @@
  *   escape    k1 pick: pick reads t1 or u through a selected pointer
  *   readfirst early k1 k2: early reads t1 before k1 writes it
  *   inplace   twice k2: twice reads t1 and writes it back, k2 reads it
+ *   nbr       k1 nbr, local size 64: nbr reads t1 at its own element and at
+ *             its neighbour's within the work-group (wrapping around in it)
+ *   far       k1 far, local size 64: far reads t1 at the next element over
+ *             the whole range (across work-groups); t1 is computed once
+ *             before the chains, so every run reads the same values
  */
 #include <stdint.h>
 
@@ -36,7 +42,12 @@ static const char *source =
     "__kernel void early(__global const float *t1, __global float *out) {\n"
     "    size_t i = get_global_id(0); out[i] = t1[i] + 3.0f; }\n"
     "__kernel void twice(__global float *t1) {\n"
-    "    size_t i = get_global_id(0); t1[i] = t1[i] * 2.0f; }\n";
+    "    size_t i = get_global_id(0); t1[i] = t1[i] * 2.0f; }\n"
+    "__kernel void nbr(__global const float *t1, __global float *out) {\n"
+    "    size_t i = get_global_id(0), l = get_local_id(0), n = get_local_size(0);\n"
+    "    out[i] = t1[get_group_id(0) * n + (l + 1) % n] * 0.5f + t1[i]; }\n"
+    "__kernel void far(__global const float *t1, __global float *out) {\n"
+    "    size_t i = get_global_id(0); out[i] = t1[(i + 1) % get_global_size(0)] * 0.5f + t1[i]; }\n";
 
 enum { IN, T1, T2, T3, U, OUT, NBUF };
 static const char *const buf_name[NBUF] = {"in", "t1", "t2", "t3", "u", "out"};
@@ -45,9 +56,10 @@ static cl_context ctx;
 static cl_program prog;
 static cl_mem bufs[NBUF];
 
-static const char *const kernel_name[] = {"k1", "k2", "k3", "k4", "pick", "early", "twice"};
+static const char *const kernel_name[] = {"k1", "k2", "k3", "k4", "pick", "early", "twice", "nbr", "far"};
 #define NKERNELS (sizeof kernel_name / sizeof kernel_name[0])
 static cl_kernel kernels[NKERNELS]; /* kept until the end: releasing one ends fusion's hold */
+static size_t local_size;           /* 0: none given */
 
 static void launch(cl_command_queue q, const char *name, const int *args, size_t nargs, size_t n)
 {
@@ -65,7 +77,7 @@ static void launch(cl_command_queue q, const char *name, const int *args, size_t
             CHECK(clSetKernelArg(k, (cl_uint)a, sizeof flag, &flag));
         }
     }
-    CHECK(clEnqueueNDRangeKernel(q, k, 1, NULL, &n, NULL, 0, NULL, NULL));
+    CHECK(clEnqueueNDRangeKernel(q, k, 1, NULL, &n, local_size ? &local_size : NULL, 0, NULL, NULL));
 }
 
 
@@ -73,12 +85,14 @@ int main(int argc, char **argv)
 {
     const char *mode = "chain4";
     int iterations = 2, ext = 0;
+    const char *ext_args = NULL;
     size_t n = 4096;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--mode")) mode = argv[i + 1];
         else if (!strcmp(argv[i], "--iterations")) iterations = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--n")) n = (size_t)strtoull(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--ext")) ext = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--ext-args")) ext_args = argv[i + 1];
     }
     cl_platform_id platform;
     first_device(&platform);
@@ -103,6 +117,11 @@ int main(int argc, char **argv)
         bufs[b] = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, n * sizeof *host, host, &err);
         CHECK(err);
     }
+    if (!strcmp(mode, "nbr") || !strcmp(mode, "far")) local_size = 64;
+    if (!strcmp(mode, "far")) { /* t1 before the chains: what far reads across groups is never stale */
+        launch(q, "k1", (const int[]){IN, T1}, 2, n);
+        CHECK(clFinish(q));
+    }
     for (int it = 0; it < iterations; it++) {
         if (start_fusion && complete_fusion) CHECK(start_fusion(q));
         if (!strcmp(mode, "chain4")) {
@@ -120,13 +139,18 @@ int main(int argc, char **argv)
         } else if (!strcmp(mode, "inplace")) {
             launch(q, "twice", (const int[]){T1}, 1, n);
             launch(q, "k2", (const int[]){T1, T2}, 2, n);
+        } else if (!strcmp(mode, "nbr") || !strcmp(mode, "far")) {
+            launch(q, "k1", (const int[]){IN, T1}, 2, n);
+            launch(q, mode, (const int[]){T1, OUT}, 2, n);
         } else {
             fprintf(stderr, "unknown mode %s\n", mode);
             return 2;
         }
         if (start_fusion && complete_fusion) {
             cl_fusion_properties_clshim internal[] = {CL_FUSION_INTERNAL_CLSHIM, 1, 0};
-            CHECK(complete_fusion(q, internal, NULL));
+            cl_fusion_properties_clshim named[] = {CL_FUSION_INTERNAL_ARGS_CLSHIM,
+                                                   (cl_fusion_properties_clshim)(uintptr_t)ext_args, 0};
+            CHECK(complete_fusion(q, ext_args ? named : internal, NULL));
         }
     }
     for (int b = 0; b < NBUF; b++) {

@@ -14,7 +14,10 @@
  * sequence): every buffer such a kernel writes on the in-order queue, and
  * every buffer computed from one, is tainted (until fully overwritten or
  * recreated) and its digest printed as "x" — the oracle excludes exactly
- * what clshim may leave undefined, over-approximated.
+ * what clshim may leave undefined, over-approximated. Some `internal`
+ * sequences name buffers instead (internal=KERNEL.ARG,..., by parameter
+ * name or index): the same taint covers them, a superset of what the list
+ * lets clshim leave undefined.
  * Streams mix kernels of the plan and others, with and without events,
  * waits on earlier (possibly held) events, another queue waiting on held
  * work, an out-of-order queue, reads, writes, maps, markers, barriers,
@@ -84,6 +87,7 @@ struct plan {
     int force[4];
     int internal[4];
     int consts[4];
+    char named[4][48]; /* internal=LIST for an `internal` sequence; "" for all */
 };
 
 static int is_prefix(const struct plan *p, int a, int b)
@@ -126,6 +130,26 @@ static void make_plan(uint64_t seed, struct plan *p)
     for (int s = 0; s < p->n; s++) p->internal[s] = chance(&ri, 35);
     struct rng rc = {seed * 0x9E3779B97F4A7C15ull + 7}; /* `const`, likewise */
     for (int s = 0; s < p->n; s++) p->consts[s] = chance(&rc, 40);
+    /* internal=LIST from a third generator, for the same reason: 1-2 items,
+     * each a kernel of the sequence and one of its parameters (by name or
+     * index; a scalar or an input is named too: clshim keeps it, saying why). */
+    static const char *const pname[NKERN][3] = {{"io", "s"}, {"in", "out", "s"}, {"io"},
+                                                 {"a", "b", "out"}, {"io", "s"}, {"in", "out"}};
+    struct rng rn = {seed * 0x9E3779B97F4A7C15ull + 7};
+    for (int s = 0; s < p->n; s++) {
+        p->named[s][0] = 0;
+        if (!p->internal[s] || !chance(&rn, 50)) continue;
+        size_t at = 0;
+        for (int item = 0, items = 1 + (int)below(&rn, 2); item < items; item++) {
+            int ki = p->k[s][below(&rn, (uint32_t)p->len[s])];
+            uint32_t a = below(&rn, (uint32_t)strlen(kparams[ki]));
+            int w = chance(&rn, 50) ? snprintf(p->named[s] + at, sizeof p->named[s] - at, "%sk%d.%u", item ? "," : "",
+                                                ki, (unsigned)a)
+                                     : snprintf(p->named[s] + at, sizeof p->named[s] - at, "%sk%d.%s",
+                                                item ? "," : "", ki, pname[ki][a]);
+            if (w > 0) at += (size_t)w;
+        }
+    }
 }
 
 static void print_plan(const struct plan *p)
@@ -134,7 +158,7 @@ static void print_plan(const struct plan *p)
         for (int i = 0; i < p->len[s]; i++) printf("%sk%d", i ? "+" : "", p->k[s][i]);
         const char *sep = ":";
         if (p->force[s]) printf("%sforce-barrier", sep), sep = ",";
-        if (p->internal[s]) printf("%sinternal", sep), sep = ",";
+        if (p->internal[s]) printf("%sinternal%s%s", sep, p->named[s][0] ? "=" : "", p->named[s]), sep = ",";
         if (p->consts[s]) printf("%sconst", sep);
         printf("%s", s + 1 < p->n ? ";" : "\n");
     }
