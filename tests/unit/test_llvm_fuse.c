@@ -206,7 +206,7 @@ static void const_option_bakes_scalars(void **state)
     struct fuse_kernel fk[2];
     fill_request(chain, 2, fk);
     struct fuse_const consts[2] = {{1, 4, (const unsigned char *)&tenth}, {2, 4, (const unsigned char *)&minus}};
-    struct fuse_request req = {fk, 2, "fused", 0, 0, consts, 2};
+    struct fuse_request req = {fk, 2, "fused", 0, 0, consts, 2, NULL};
     struct fuse_result r;
     assert_int_equal(api->fuse(&req, &r), 0);
     assert_int_equal(r.consts_baked, 2);
@@ -232,7 +232,7 @@ static void const_option_bakes_scalars(void **state)
     fill_request(mad, 2, fk);
     struct fuse_const four[4] = {{1, 4, (const unsigned char *)&s1}, {2, 4, (const unsigned char *)&s2},
                                  {3, 4, (const unsigned char *)&s1}, {4, 4, (const unsigned char *)&s2}};
-    struct fuse_request req2 = {fk, 2, "fused", 0, 0, four, 4};
+    struct fuse_request req2 = {fk, 2, "fused", 0, 0, four, 4, NULL};
     assert_int_equal(api->fuse(&req2, &r), 0);
     assert_int_equal(r.consts_baked, 2);  /* c and d */
     assert_int_equal(r.num_params, 3);    /* io, a, b */
@@ -307,7 +307,7 @@ static void internal_named_buffers(void **state)
         {"offset.in,blur.in", "internal=blur.in: no kernel of that name in the sequence"},
     };
     for (size_t w = 0; w < sizeof wrong / sizeof *wrong; w++) {
-        struct fuse_request req = {fk, 3, "fused", 0, 1, wrong[w][0]};
+        struct fuse_request req = {fk, 3, "fused", 0, 1, NULL, 0, wrong[w][0]};
         memset(&r, 0, sizeof r);
         assert_int_equal(api->fuse(&req, &r), CLSHIM_EUNSUPPORTED);
         assert_non_null(strstr(r.reason, wrong[w][1]));
@@ -351,7 +351,7 @@ static void internal_local_memory(void **state)
         };
         struct fuse_kernel fk[2];
         fill_request(tk, 2, fk);
-        struct fuse_request req = {fk, 2, "fused", 1, 1, NULL};
+        struct fuse_request req = {fk, 2, "fused", 1, 1, NULL, 0, NULL};
         struct fuse_result r;
         memset(&r, 0, sizeof r);
         int rc = api->fuse(&req, &r);
