@@ -6,7 +6,8 @@
  * clSetKernelArg, kernel enqueues (with or without an event, waiting on an
  * earlier event), clFlush, clFinish, markers, clWaitForEvents, status
  * queries, releases of events and kernels (recreated). The plan
- * (CLSHIM_FUSE, set before the first configuration read) holds sequences of
+ * (CLSHIM_FUSE, set before the first configuration read; some sequences with
+ * `internal` and `const`, which change nothing when refused) holds sequences of
  * those kernels, and automatic fusion (CLSHIM_FUSION=auto) learns more from
  * the runs it sees (learned sequences stay for the process, so an input
  * may find some learned by earlier ones); the fake driver has no argument info, so every completed
@@ -286,7 +287,7 @@ static int app_nruns[NQ];
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc, (void)argv;
-    setenv("CLSHIM_FUSE", "ka+kb+kc;kb+kb:internal;kc+ka+kb+ka:internal=ka.1,kb.0", 1);
+    setenv("CLSHIM_FUSE", "ka+kb+kc:const;kb+kb:internal;kc+ka+kb+ka:internal=ka.1,kb.0,const", 1);
     setenv("CLSHIM_FUSION", "auto", 1);
     setenv("CLSHIM_STRICT", "1", 1);
     setenv("CLSHIM_LOG", "error", 1);
