@@ -3,7 +3,7 @@
  * The only exported symbol is clshim_llvm_api(); everything else in the
  * module is hidden (-fvisibility=hidden and fusion/llvm/exports.map). The
  * entries check their arguments, clear the out-parameters and forward to the
- * translator glue (spirv_glue.cpp) or the fuser (fuse.c).
+ * translator glue (spirv_glue.cpp), the fuser (fuse.c) or the PTX route (ptx.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +59,7 @@ static const struct clshim_llvm_api api_table = {
     .free = api_free,
     .kernel_info = kinfo_kernel,
     .bitcode_to_text = kinfo_text,
+    .spir_to_ptx = ptx_from_spir,
 };
 
 __attribute__((visibility("default"))) const struct clshim_llvm_api *clshim_llvm_api(void)

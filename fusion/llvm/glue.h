@@ -51,6 +51,23 @@ int kinfo_kernel(const void *bitcode, size_t size, const char *name, struct kern
                  size_t err_len);
 int kinfo_text(const void *bitcode, size_t size, char **text, char *err, size_t err_len);
 
+/* Route (a), SPIR -> PTX (ptx.c); see llvm_api.h. */
+int ptx_from_spir(const struct ptx_request *req, struct ptx_result *result);
+
+/* Whether the route-(a) lowering of built-in `mangled` (an OpenCL C
+ * built-in's mangled name) gives NVIDIA's own results bit for bit under
+ * these build options (ptx_builtins.c, from tests/compat/nvidia_builtins.sh). */
+int ptx_builtin_matched(const char *mangled, int fast_relaxed_math, int denorms_are_zero);
+
+/* Links into dest the definitions of src that dest needs, transitively
+ * (Linker::LinkOnlyNeeded); src is consumed. CLSHIM_EINVAL on a link error
+ * (reported to dest's context diagnostic handler). ptx_link.cpp. */
+int glue_link_only_needed(LLVMModuleRef dest, LLVMModuleRef src);
+
+/* Makes a fresh context use opaque pointers whatever bitcode it reads first
+ * (typed bitcode is then upgraded on reading). ptx_link.cpp. */
+void glue_context_opaque_pointers(LLVMContextRef ctx);
+
 #ifdef __cplusplus
 }
 #endif
