@@ -134,6 +134,9 @@ struct ptx_request {
                               whose results differ from NVIDIA's own compile
                               (CLSHIM_PTX_BUILTINS=vendor-differs-ok) */
     const char *libclc_path; /* NULL: Debian's /usr/lib/clc/nvptx64--nvidiacl.bc */
+    const char *libdevice_path; /* the CUDA toolkit's nvvm/libdevice/libdevice.10.bc,
+                              whose math functions are NVIDIA's; NULL: none
+                              (those built-ins then come from libclc and differ) */
 };
 struct ptx_result {
     char *ptx;              /* NUL-terminated PTX text (api->free) */

@@ -19,7 +19,11 @@ struct ptx_cmd_opts {
     const char *options; /* the build options (their -cl-fast-relaxed-math, -cl-denorms-are-zero) */
     int allow_unmatched; /* --builtins=vendor-differs-ok */
     const char *out_path;/* NULL: standard output */
+    const char *libdevice; /* libdevice.10.bc, NULL: none */
 };
+/* $CUDA_HOME (or /usr/local/cuda)/nvvm/libdevice/libdevice.10.bc into
+ * path when it is readable, else NULL. */
+const char *ptx_find_libdevice(char *path, size_t len);
 /* SPIR bitcode to PTX, written out; errors on stderr prefixed with `tag`.
  * The exit status (0, or 1 when refused or unwritable). */
 int ptx_print(const struct clshim_llvm_api *api, const void *bc, size_t size, const struct ptx_cmd_opts *o,

@@ -206,7 +206,8 @@ static int run(const struct job *j, const struct clshim_llvm_api *api, const cha
             goto out;
         }
         if (!strcmp(j->emit, "ptx")) {
-            struct ptx_cmd_opts o = {j->sm, j->options, 1, j->out_path};
+            char found[4096];
+            struct ptx_cmd_opts o = {j->sm, j->options, 1, j->out_path, ptx_find_libdevice(found, sizeof found)};
             rc = ptx_print(api, res.bitcode, res.bitcode_size, &o, "clshim fuse");
         } else if (!strcmp(j->emit, "spir")) {
             if (!j->out_path && isatty(1)) fprintf(stderr, "clshim fuse: bitcode is not written to a terminal (-o FILE)\n");

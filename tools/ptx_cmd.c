@@ -2,7 +2,7 @@
  * offline.
  *
  *   clshim ptx [--sm N] [--options "BUILD OPTIONS"] [--builtins=vendor-differs-ok]
- *              [-o FILE] FILE.cl|FILE.spv
+ *              [--libdevice PATH] [-o FILE] FILE.cl|FILE.spv
  *
  * OpenCL C is compiled to clshim's IR (fusion/frontend.h) with the build
  * options; a SPIR-V module (recognised by its magic number) is translated
@@ -12,12 +12,16 @@
  * -cl-denorms-are-zero select the lowering. A module calling built-ins
  * whose results differ from NVIDIA's own compile is refused
  * ("clshim ptx: refused: ...", exit 1) unless --builtins=vendor-differs-ok,
- * which prints them on standard error and goes on. Bad usage exits 2.
+ * which prints them on standard error and goes on. The math functions whose
+ * NVIDIA code is CUDA's come from libdevice: --libdevice PATH, default
+ * $CUDA_HOME (or /usr/local/cuda)/nvvm/libdevice/libdevice.10.bc where it
+ * exists; --libdevice "" uses none. Bad usage exits 2.
  * `clshim fuse --emit=ptx` lowers a fused module the same way (ptx_print).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fusion/frontend.h"
 #include "fusion/llvmload.h"
@@ -26,7 +30,7 @@
 static int usage(void)
 {
     fprintf(stderr, "usage: clshim ptx [--sm N] [--options \"BUILD OPTIONS\"] [--builtins=vendor-differs-ok] "
-                    "[-o FILE] FILE.cl|FILE.spv\n");
+                    "[--libdevice PATH] [-o FILE] FILE.cl|FILE.spv\n");
     return 2;
 }
 
@@ -50,6 +54,7 @@ int ptx_print(const struct clshim_llvm_api *api, const void *bc, size_t size, co
         .denorms_are_zero = has_option(o->options, "-cl-denorms-are-zero") ||
                             has_option(o->options, "-cl-fast-relaxed-math"),
         .allow_unmatched_builtins = o->allow_unmatched,
+        .libdevice_path = o->libdevice,
     };
     struct ptx_result res;
     if (api->spir_to_ptx(&req, &res)) {
@@ -68,6 +73,13 @@ int ptx_print(const struct clshim_llvm_api *api, const void *bc, size_t size, co
     if (bad) fprintf(stderr, "%s: writing the output failed\n", tag);
     api->free(res.ptx);
     return bad;
+}
+
+const char *ptx_find_libdevice(char *path, size_t len)
+{
+    const char *cuda = getenv("CUDA_HOME");
+    snprintf(path, len, "%s/nvvm/libdevice/libdevice.10.bc", cuda && *cuda ? cuda : "/usr/local/cuda");
+    return access(path, R_OK) == 0 ? path : NULL;
 }
 
 static unsigned char *read_file(const char *path, size_t *len)
@@ -105,10 +117,14 @@ int ptx_cmd_main(int argc, char **argv)
         else if (!strcmp(a, "--options") && i + 1 < argc) o.options = argv[++i];
         else if (!strcmp(a, "--builtins=vendor-differs-ok")) o.allow_unmatched = 1;
         else if (!strcmp(a, "-o") && i + 1 < argc) o.out_path = argv[++i];
+        else if (!strcmp(a, "--libdevice") && i + 1 < argc) o.libdevice = argv[++i];
         else if (a[0] == '-' || file) return usage();
         else file = a;
     }
     if (!file) return usage();
+    char found[4096];
+    if (!o.libdevice) o.libdevice = ptx_find_libdevice(found, sizeof found);
+    if (o.libdevice && !*o.libdevice) o.libdevice = NULL; /* --libdevice "": none */
     size_t len = 0;
     unsigned char *data = read_file(file, &len);
     if (!data) {

@@ -54,10 +54,19 @@ int kinfo_text(const void *bitcode, size_t size, char **text, char *err, size_t 
 /* Route (a), SPIR -> PTX (ptx.c); see llvm_api.h. */
 int ptx_from_spir(const struct ptx_request *req, struct ptx_result *result);
 
-/* Whether the route-(a) lowering of built-in `mangled` (an OpenCL C
- * built-in's mangled name) gives NVIDIA's own results bit for bit under
- * these build options (ptx_builtins.c, from tests/compat/nvidia_builtins.sh). */
-int ptx_builtin_matched(const char *mangled, int fast_relaxed_math, int denorms_are_zero);
+/* Route (a)'s built-ins (ptx_builtins.c), per floating-point mode: */
+#define PTX_MODE_PLAIN 1u /* no math options */
+#define PTX_MODE_DAZ 2u   /* -cl-denorms-are-zero */
+#define PTX_MODE_FAST 4u  /* -cl-fast-relaxed-math */
+/* Whether built-in `mangled` gives NVIDIA's own results bit for bit in this
+ * mode (measured by tests/compat/nvidia_builtins.sh), `with_libdevice`: when
+ * the libdevice mapping is in use. */
+int ptx_builtin_matched(const char *mangled, unsigned mode, int with_libdevice);
+/* The built-ins route (a) defines itself in this mode, as LLVM IR text
+ * (malloc'd, *len set; NULL when out of memory). */
+char *ptx_own_builtins_ir(unsigned mode, size_t *len);
+/* libdevice's function for built-in `mangled` in this mode, or NULL. */
+const char *ptx_libdevice_name(const char *mangled, unsigned mode);
 
 /* Links into dest the definitions of src that dest needs, transitively
  * (Linker::LinkOnlyNeeded); src is consumed. CLSHIM_EINVAL on a link error

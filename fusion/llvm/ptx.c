@@ -249,7 +249,7 @@ static LLVMModuleRef retarget(struct ptx_job *j, LLVMModuleRef spir)
 
 /* External functions the module calls that the table does not hold as
  * matched, into res->unmatched ("a, b, ..."); their count. */
-static unsigned check_builtins(LLVMModuleRef mod, const struct ptx_request *req, struct ptx_result *res)
+static unsigned check_builtins(LLVMModuleRef mod, unsigned mode, int libdevice, struct ptx_result *res)
 {
     unsigned bad = 0;
     size_t at = 0;
@@ -257,7 +257,7 @@ static unsigned check_builtins(LLVMModuleRef mod, const struct ptx_request *req,
         size_t n;
         const char *name = LLVMGetValueName2(fn, &n);
         if (!LLVMIsDeclaration(fn) || !strncmp(name, "llvm.", 5) || !LLVMGetFirstUse(fn)) continue;
-        if (ptx_builtin_matched(name, req->fast_relaxed_math, req->denorms_are_zero)) continue;
+        if (ptx_builtin_matched(name, mode, libdevice)) continue;
         bad++;
         if (at + n + 3 < sizeof res->unmatched) {
             at += (size_t)snprintf(res->unmatched + at, sizeof res->unmatched - at, "%s%s", at ? ", " : "", name);
@@ -374,42 +374,6 @@ static const char workitem_ir[] =
     "}\n"
     "attributes #0 = { alwaysinline nounwind readnone }\n";
 
-/* native_* built-ins as PTX's approximate instructions (libclc maps most of
- * them to llvm.exp/log/sin/cos.f32, for which NVPTX has no lowering).
- * "$FTZ" becomes ".ftz" when f32 denormals are flushed. */
-static const char native_ir[] =
-    "define linkonce_odr float @_Z11native_sqrtf(float %x) #0 {\n"
-    "  %r = call float asm \"sqrt.approx$FTZ.f32 $0, $1;\", \"=f,f\"(float %x)\n  ret float %r\n}\n"
-    "define linkonce_odr float @_Z12native_rsqrtf(float %x) #0 {\n"
-    "  %r = call float asm \"rsqrt.approx$FTZ.f32 $0, $1;\", \"=f,f\"(float %x)\n  ret float %r\n}\n"
-    "define linkonce_odr float @_Z12native_recipf(float %x) #0 {\n"
-    "  %r = call float asm \"rcp.approx$FTZ.f32 $0, $1;\", \"=f,f\"(float %x)\n  ret float %r\n}\n"
-    "define linkonce_odr float @_Z13native_divideff(float %x, float %y) #0 {\n"
-    "  %r = call float asm \"div.approx$FTZ.f32 $0, $1, $2;\", \"=f,f,f\"(float %x, float %y)\n  ret float %r\n}\n"
-    "define linkonce_odr float @_Z11native_exp2f(float %x) #0 {\n"
-    "  %r = call float asm \"ex2.approx$FTZ.f32 $0, $1;\", \"=f,f\"(float %x)\n  ret float %r\n}\n"
-    "define linkonce_odr float @_Z10native_expf(float %x) #0 {\n"
-    "  %m = fmul float %x, 0x3FF7154760000000\n  %r = call float @_Z11native_exp2f(float %m)\n  ret float %r\n}\n"
-    "define linkonce_odr float @_Z12native_exp10f(float %x) #0 {\n"
-    "  %m = fmul float %x, 0x400A934F00000000\n  %r = call float @_Z11native_exp2f(float %m)\n  ret float %r\n}\n"
-    "define linkonce_odr float @_Z11native_log2f(float %x) #0 {\n"
-    "  %r = call float asm \"lg2.approx$FTZ.f32 $0, $1;\", \"=f,f\"(float %x)\n  ret float %r\n}\n"
-    "define linkonce_odr float @_Z10native_logf(float %x) #0 {\n"
-    "  %l = call float @_Z11native_log2f(float %x)\n  %r = fmul float %l, 0x3FE62E4300000000\n  ret float %r\n}\n"
-    "define linkonce_odr float @_Z12native_log10f(float %x) #0 {\n"
-    "  %l = call float @_Z11native_log2f(float %x)\n  %r = fmul float %l, 0x3FD3441360000000\n  ret float %r\n}\n"
-    "define linkonce_odr float @_Z10native_sinf(float %x) #0 {\n"
-    "  %r = call float asm \"sin.approx$FTZ.f32 $0, $1;\", \"=f,f\"(float %x)\n  ret float %r\n}\n"
-    "define linkonce_odr float @_Z10native_cosf(float %x) #0 {\n"
-    "  %r = call float asm \"cos.approx$FTZ.f32 $0, $1;\", \"=f,f\"(float %x)\n  ret float %r\n}\n"
-    "define linkonce_odr float @_Z10native_tanf(float %x) #0 {\n"
-    "  %s = call float @_Z10native_sinf(float %x)\n  %c = call float @_Z10native_cosf(float %x)\n"
-    "  %r = call float @_Z13native_divideff(float %s, float %c)\n  ret float %r\n}\n"
-    "define linkonce_odr float @_Z11native_powrff(float %x, float %y) #0 {\n"
-    "  %l = call float @_Z11native_log2f(float %x)\n  %m = fmul float %l, %y\n"
-    "  %r = call float @_Z11native_exp2f(float %m)\n  ret float %r\n}\n"
-    "attributes #0 = { alwaysinline nounwind readnone }\n";
-
 /* Parses IR text into a module of the job's context and links what `mod`
  * needs of it. */
 static int link_text(struct ptx_job *j, LLVMModuleRef mod, const char *text, size_t len, const char *what)
@@ -427,32 +391,104 @@ static int link_text(struct ptx_job *j, LLVMModuleRef mod, const char *text, siz
     return glue_link_only_needed(mod, part) ? refuse(j, CLSHIM_EUNSUPPORTED, "linking %s failed", what) : 0;
 }
 
-/* The text with every "$FTZ" replaced (malloc'd, NULL when out of memory). */
-static char *with_ftz(const char *text, int ftz, size_t *len)
-{
-    struct text t = {0};
-    for (const char *p = text; *p;) {
-        const char *at = strstr(p, "$FTZ");
-        size_t n = at ? (size_t)(at - p) : strlen(p);
-        if (put(&t, p, n) || (at && put(&t, ftz ? ".ftz" : "", ftz ? 4 : 0))) {
-            free(t.s);
-            return NULL;
-        }
-        p += n + (at ? 4 : 0);
-    }
-    *len = t.len;
-    return t.s;
-}
-
-static int link_own_builtins(struct ptx_job *j, LLVMModuleRef mod, const struct ptx_request *req)
+static int link_own_builtins(struct ptx_job *j, LLVMModuleRef mod, unsigned mode)
 {
     int rc = link_text(j, mod, workitem_ir, sizeof workitem_ir - 1, "clshim-workitem");
     size_t len = 0;
-    char *native = rc ? NULL : with_ftz(native_ir, req->denorms_are_zero || req->fast_relaxed_math, &len);
-    if (!rc && !native) rc = refuse(j, CLSHIM_ENOMEM, "out of memory");
-    if (!rc) rc = link_text(j, mod, native, len, "clshim-native");
-    free(native);
+    char *own = rc ? NULL : ptx_own_builtins_ir(mode, &len);
+    if (!rc && !own) rc = refuse(j, CLSHIM_ENOMEM, "out of memory");
+    if (!rc) rc = link_text(j, mod, own, len, "clshim-builtins");
+    free(own);
     return rc;
+}
+
+/* OpenCL's `/` on float as NVIDIA lowers it (2.5 ulp allowed): div.full,
+ * and rcp.approx for 1/x, flushing when the mode does; LLVM would emit the
+ * correctly rounded div.rn. Only the module's own divisions (libclc's are
+ * its algorithms' and stay). -cl-fast-relaxed-math keeps LLVM's
+ * div.approx.ftz, which is NVIDIA's there. A float vector division cannot
+ * be lowered the same way: it is counted as an unmatched built-in. */
+static unsigned lower_fdiv(struct ptx_job *j, LLVMModuleRef mod, unsigned mode, struct ptx_result *res)
+{
+    if (mode == PTX_MODE_FAST) return 0;
+    LLVMTypeRef f32 = LLVMFloatTypeInContext(j->ctx);
+    LLVMTypeRef one_arg[1] = {f32}, two_args[2] = {f32, f32};
+    LLVMTypeRef rcp_ty = LLVMFunctionType(f32, one_arg, 1, 0), div_ty = LLVMFunctionType(f32, two_args, 2, 0);
+    char rcp_text[64], div_text[64];
+    const char *ftz = mode == PTX_MODE_PLAIN ? "" : ".ftz";
+    snprintf(rcp_text, sizeof rcp_text, "rcp.approx%s.f32 $0, $1;", ftz);
+    snprintf(div_text, sizeof div_text, "div.full%s.f32 $0, $1, $2;", ftz);
+    LLVMValueRef rcp = LLVMGetInlineAsm(rcp_ty, rcp_text, strlen(rcp_text), (char *)"=f,f", 4, 0, 0,
+                                        LLVMInlineAsmDialectATT, 0);
+    LLVMValueRef div = LLVMGetInlineAsm(div_ty, div_text, strlen(div_text), (char *)"=f,f,f", 6, 0, 0,
+                                        LLVMInlineAsmDialectATT, 0);
+    LLVMBuilderRef b = LLVMCreateBuilderInContext(j->ctx);
+    unsigned vectors = 0;
+    for (LLVMValueRef fn = LLVMGetFirstFunction(mod); fn; fn = LLVMGetNextFunction(fn))
+        for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(fn); bb; bb = LLVMGetNextBasicBlock(bb))
+            for (LLVMValueRef in = LLVMGetFirstInstruction(bb), next; in; in = next) {
+                next = LLVMGetNextInstruction(in);
+                if (LLVMGetInstructionOpcode(in) != LLVMFDiv) continue;
+                LLVMTypeRef ty = LLVMTypeOf(in);
+                if (ty != f32) {
+                    if (LLVMGetTypeKind(ty) == LLVMVectorTypeKind && LLVMGetElementType(ty) == f32) vectors++;
+                    continue;
+                }
+                LLVMValueRef num = LLVMGetOperand(in, 0), den = LLVMGetOperand(in, 1);
+                LLVMBool loses = 0;
+                int reciprocal = LLVMIsAConstantFP(num) && LLVMConstRealGetDouble(num, &loses) == 1.0;
+                LLVMPositionBuilderBefore(b, in);
+                LLVMValueRef args[2] = {num, den};
+                LLVMValueRef call = reciprocal ? LLVMBuildCall2(b, rcp_ty, rcp, args + 1, 1, "")
+                                               : LLVMBuildCall2(b, div_ty, div, args, 2, "");
+                LLVMReplaceAllUsesWith(in, call);
+                LLVMInstructionEraseFromParent(in);
+            }
+    LLVMDisposeBuilder(b);
+    if (vectors) {
+        size_t at = strlen(res->unmatched);
+        snprintf(res->unmatched + at, sizeof res->unmatched - at, "%sfdiv <N x float> (%u)", at ? ", " : "",
+                 vectors);
+    }
+    return vectors;
+}
+
+/* Built-ins whose NVIDIA code is CUDA's become calls of libdevice's
+ * functions, and libdevice is linked (only as needed; its __nvvm_reflect
+ * queries are answered by NVPTX's reflect pass from "nvvm-reflect-ftz"). */
+static int link_libdevice(struct ptx_job *j, LLVMModuleRef mod, unsigned mode, const char *path)
+{
+    int used = 0;
+    for (LLVMValueRef fn = LLVMGetFirstFunction(mod), next; fn; fn = next) {
+        next = LLVMGetNextFunction(fn);
+        size_t n;
+        const char *nv = LLVMIsDeclaration(fn) ? ptx_libdevice_name(LLVMGetValueName2(fn, &n), mode) : NULL;
+        if (!nv) continue;
+        LLVMValueRef to = LLVMGetNamedFunction(mod, nv);
+        if (!to) to = LLVMAddFunction(mod, nv, LLVMGlobalGetValueType(fn));
+        LLVMReplaceAllUsesWith(fn, to);
+        LLVMDeleteFunction(fn);
+        used = 1;
+    }
+    if (!used) return 0;
+    LLVMMemoryBufferRef buf = NULL;
+    char *msg = NULL;
+    if (LLVMCreateMemoryBufferWithContentsOfFile(path, &buf, &msg)) {
+        int rc = refuse(j, CLSHIM_EUNSUPPORTED, "cannot read libdevice %s: %s", path, msg ? msg : "");
+        LLVMDisposeMessage(msg);
+        return rc;
+    }
+    LLVMModuleRef nvlib = NULL;
+    int bad = LLVMParseBitcodeInContext2(j->ctx, buf, &nvlib);
+    LLVMDisposeMemoryBuffer(buf);
+    if (bad || !nvlib) return refuse(j, CLSHIM_EUNSUPPORTED, "libdevice %s is not readable: %s", path, j->diag);
+    LLVMSetTarget(nvlib, NVPTX_TRIPLE);
+    LLVMSetDataLayout(nvlib, NVPTX_LAYOUT);
+    if (glue_link_only_needed(mod, nvlib))
+        return refuse(j, CLSHIM_EUNSUPPORTED, "linking libdevice failed: %s", j->diag[0] ? j->diag : "link error");
+    LLVMValueRef ftz = LLVMConstInt(LLVMInt32TypeInContext(j->ctx), mode != PTX_MODE_PLAIN, 0);
+    LLVMAddModuleFlag(mod, LLVMModuleFlagBehaviorOverride, "nvvm-reflect-ftz", 16, LLVMValueAsMetadata(ftz));
+    return 0;
 }
 
 static int link_libclc(struct ptx_job *j, LLVMModuleRef mod, const char *path)
@@ -475,7 +511,8 @@ static int link_libclc(struct ptx_job *j, LLVMModuleRef mod, const char *path)
     for (LLVMValueRef fn = LLVMGetFirstFunction(mod); fn; fn = LLVMGetNextFunction(fn)) {
         size_t n;
         const char *name = LLVMGetValueName2(fn, &n);
-        if (LLVMIsDeclaration(fn) && strncmp(name, "llvm.", 5) && LLVMGetFirstUse(fn))
+        if (LLVMIsDeclaration(fn) && strncmp(name, "llvm.", 5) && strcmp(name, "__nvvm_reflect") &&
+            LLVMGetFirstUse(fn))
             return refuse(j, CLSHIM_EUNSUPPORTED, "'%s' is defined neither by the module nor by libclc", name);
     }
     return 0;
@@ -622,6 +659,9 @@ int ptx_from_spir(const struct ptx_request *req, struct ptx_result *res)
         snprintf(res->reason, sizeof res->reason, "sm_%u is older than LLVM's NVPTX supports", req->sm);
         return CLSHIM_EUNSUPPORTED;
     }
+    unsigned mode = req->fast_relaxed_math  ? PTX_MODE_FAST
+                    : req->denorms_are_zero ? PTX_MODE_DAZ
+                                            : PTX_MODE_PLAIN;
     struct ptx_job j = {.ctx = LLVMContextCreate(), .res = res};
     glue_context_opaque_pointers(j.ctx);
     LLVMContextSetDiagnosticHandler(j.ctx, on_diagnostic, &j);
@@ -635,10 +675,14 @@ int ptx_from_spir(const struct ptx_request *req, struct ptx_result *res)
     } else if (!(mod = retarget(&j, spir))) {
         rc = CLSHIM_EUNSUPPORTED;
         if (!res->reason[0]) refuse(&j, rc, "retargeting failed");
-    } else if ((res->unmatched_count = check_builtins(mod, req, res)) && !req->allow_unmatched_builtins) {
+    } else if ((res->unmatched_count = check_builtins(mod, mode, req->libdevice_path != NULL, res) +
+                                       lower_fdiv(&j, mod, mode, res)) &&
+               !req->allow_unmatched_builtins) {
         rc = refuse(&j, CLSHIM_EUNSUPPORTED, "built-ins whose results differ from NVIDIA's compile: %s",
                     res->unmatched);
-    } else if ((rc = link_own_builtins(&j, mod, req)) || (rc = link_libclc(&j, mod, req->libclc_path ? req->libclc_path : DEFAULT_LIBCLC))) {
+    } else if ((rc = link_own_builtins(&j, mod, mode)) ||
+               (req->libdevice_path && (rc = link_libdevice(&j, mod, mode, req->libdevice_path))) ||
+               (rc = link_libclc(&j, mod, req->libclc_path ? req->libclc_path : DEFAULT_LIBCLC))) {
     } else if (!(tm = target_machine(&j, res->sm))) {
         rc = CLSHIM_EUNSUPPORTED;
     } else if (!(rc = optimise(&j, mod, tm, req))) {
