@@ -65,6 +65,13 @@ int ptx_builtin_matched(const char *mangled, unsigned mode, int with_libdevice);
 /* The built-ins route (a) defines itself in this mode, as LLVM IR text
  * (malloc'd, *len set; NULL when out of memory). */
 char *ptx_own_builtins_ir(unsigned mode, size_t *len);
+/* A growing NUL-terminated text (ptx_builtins.c); start from {0}, free s. */
+struct ptx_text {
+    char *s;
+    size_t len, cap;
+};
+/* Appends n bytes: 0 or CLSHIM_ENOMEM. */
+int ptx_text_add(struct ptx_text *t, const char *s, size_t n);
 /* libdevice's function for built-in `mangled` in this mode, or NULL. */
 const char *ptx_libdevice_name(const char *mangled, unsigned mode);
 

@@ -90,25 +90,6 @@ static void on_diagnostic(LLVMDiagnosticInfoRef info, void *arg)
 
 /* ---- 1. retargeting -------------------------------------------------------- */
 
-struct text {
-    char *s;
-    size_t len, cap;
-};
-
-static int put(struct text *t, const char *s, size_t n)
-{
-    if (t->len + n + 1 > t->cap) {
-        size_t cap = (t->len + n + 1) * 2;
-        char *more = realloc(t->s, cap);
-        if (!more) return CLSHIM_ENOMEM;
-        t->s = more;
-        t->cap = cap;
-    }
-    memcpy(t->s + t->len, s, n);
-    t->len += n;
-    t->s[t->len] = '\0';
-    return 0;
-}
 
 static int ident_char(char c)
 {
@@ -118,7 +99,7 @@ static int ident_char(char c)
 
 /* A global name (after '@', `n` bytes) with its address spaces renumbered:
  * `.pN` suffixes of intrinsics, `U3ASN` qualifiers of mangled names. */
-static int put_name(struct text *t, const char *name, size_t n)
+static int put_name(struct ptx_text *t, const char *name, size_t n)
 {
     int intrinsic = n > 5 && !strncmp(name, "llvm.", 5);
     int mangled = n > 2 && !strncmp(name, "_Z", 2);
@@ -126,13 +107,13 @@ static int put_name(struct text *t, const char *name, size_t n)
         int rc = 0;
         if (intrinsic && name[i] == '.' && i + 2 < n && name[i + 1] == 'p' &&
             (name[i + 2] == '2' || name[i + 2] == '4') && (i + 3 == n || !(name[i + 3] >= '0' && name[i + 3] <= '9'))) {
-            rc = put(t, name[i + 2] == '2' ? ".p4" : ".p0", 3);
+            rc = ptx_text_add(t, name[i + 2] == '2' ? ".p4" : ".p0", 3);
             i += 3;
         } else if (mangled && i + 5 <= n && !strncmp(name + i, "U3AS", 4) && (name[i + 4] == '2' || name[i + 4] == '4')) {
-            if (name[i + 4] == '2') rc = put(t, "U3AS4", 5);
+            if (name[i + 4] == '2') rc = ptx_text_add(t, "U3AS4", 5);
             i += 5; /* generic: NVPTX's generic space is the default, unqualified */
         } else {
-            rc = put(t, name + i, 1);
+            rc = ptx_text_add(t, name + i, 1);
             i++;
         }
         if (rc) return rc;
@@ -141,7 +122,7 @@ static int put_name(struct text *t, const char *name, size_t n)
 }
 
 /* The printed SPIR module rewritten for NVPTX (see the file comment). */
-static int rewrite(const char *in, struct text *out)
+static int rewrite(const char *in, struct ptx_text *out)
 {
     static const struct {
         const char *from, *to;
@@ -157,28 +138,28 @@ static int rewrite(const char *in, struct text *out)
         for (; w < sizeof words / sizeof words[0]; w++)
             if (!strncmp(p, words[w].from, strlen(words[w].from))) break;
         if (w < sizeof words / sizeof words[0]) {
-            rc = put(out, words[w].to, strlen(words[w].to));
+            rc = ptx_text_add(out, words[w].to, strlen(words[w].to));
             p += strlen(words[w].from);
             continue;
         }
         if (*p == '@' && p[1] != '"') {
             size_t n = 1;
             while (ident_char(p[n])) n++;
-            rc = put(out, "@", 1);
+            rc = ptx_text_add(out, "@", 1);
             if (!rc) rc = put_name(out, p + 1, n - 1);
             p += n;
             continue;
         }
         if (*p == ';') { /* comments may quote anything: copy to the end of line */
             size_t n = strcspn(p, "\n");
-            rc = put(out, p, n);
+            rc = ptx_text_add(out, p, n);
             p += n;
             continue;
         }
-        rc = put(out, p, 1);
+        rc = ptx_text_add(out, p, 1);
         p++;
     }
-    if (!rc && !out->s) rc = put(out, "", 0);
+    if (!rc && !out->s) rc = ptx_text_add(out, "", 0);
     return rc;
 }
 
@@ -203,7 +184,7 @@ static LLVMModuleRef retarget(struct ptx_job *j, LLVMModuleRef spir)
         kernels[nk++] = strdup(LLVMGetValueName2(fn, &n));
     }
     char *printed = LLVMPrintModuleToString(spir);
-    struct text t = {0};
+    struct ptx_text t = {0};
     int rc = kernels ? rewrite(printed, &t) : CLSHIM_ENOMEM;
     LLVMDisposeMessage(printed);
     LLVMModuleRef mod = NULL;

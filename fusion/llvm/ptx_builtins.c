@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/error.h"
 #include "fusion/llvm/glue.h"
 
 #define P PTX_MODE_PLAIN
@@ -212,38 +213,34 @@ int ptx_builtin_matched(const char *mangled, unsigned mode, int with_libdevice)
     return 0;
 }
 
-struct buf {
-    char *s;
-    size_t len, cap;
-};
-
-static int add(struct buf *b, const char *s, size_t n)
+int ptx_text_add(struct ptx_text *t, const char *s, size_t n)
 {
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = (b->len + n + 1) * 2;
-        char *more = realloc(b->s, cap);
-        if (!more) return -1;
-        b->s = more;
-        b->cap = cap;
+    if (t->len + n + 1 > t->cap) {
+        size_t cap = (t->len + n + 1) * 2;
+        char *more = realloc(t->s, cap);
+        if (!more) return CLSHIM_ENOMEM;
+        t->s = more;
+        t->cap = cap;
     }
-    memcpy(b->s + b->len, s, n);
-    b->len += n;
-    b->s[b->len] = '\0';
+    memcpy(t->s + t->len, s, n);
+    t->len += n;
+    t->s[t->len] = '\0';
     return 0;
 }
 
-static int add_str(struct buf *b, const char *s)
+
+static int add_str(struct ptx_text *b, const char *s)
 {
-    return add(b, s, strlen(s));
+    return ptx_text_add(b, s, strlen(s));
 }
 
 /* `text` with "$FTZ" replaced by `ftz`. */
-static int add_ftz(struct buf *b, const char *text, const char *ftz)
+static int add_ftz(struct ptx_text *b, const char *text, const char *ftz)
 {
     for (const char *p = text; *p;) {
         const char *at = strstr(p, "$FTZ");
         size_t n = at ? (size_t)(at - p) : strlen(p);
-        if (add(b, p, n) || (at && add_str(b, ftz))) return -1;
+        if (ptx_text_add(b, p, n) || (at && add_str(b, ftz))) return -1;
         p += n + (at ? 4 : 0);
     }
     return 0;
@@ -253,7 +250,7 @@ char *ptx_own_builtins_ir(unsigned mode, size_t *len)
 {
     static const char *const names[] = {"%a", "%b", "%c"};
     const char *ftz = mode == PTX_MODE_PLAIN ? "" : ".ftz";
-    struct buf b = {0};
+    struct ptx_text b = {0};
     int bad = add_str(&b, "");
     for (size_t i = 0; i < sizeof own / sizeof own[0] && !bad; i++) {
         if (!own_defines(&own[i], mode)) continue;
