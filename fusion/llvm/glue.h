@@ -51,8 +51,16 @@ int kinfo_kernel(const void *bitcode, size_t size, const char *name, struct kern
                  size_t err_len);
 int kinfo_text(const void *bitcode, size_t size, char **text, char *err, size_t err_len);
 
-/* Route (a), SPIR -> PTX (ptx.c); see llvm_api.h. */
+/* Route (a), SPIR -> PTX (ptx.c); see llvm_api.h. Runs in this process:
+ * api.c runs it in a child through glue_isolated. */
 int ptx_from_spir(const struct ptx_request *req, struct ptx_result *result);
+
+/* Runs work(arg, ...) in a forked child with the translator's bounds and
+ * protections (spirv_glue.cpp: a crash, an LLVM fatal error, a hang or
+ * runaway memory there is an error here, `what` naming the step in the
+ * reason); its output buffer comes back malloc'd in *out. */
+int glue_isolated(int (*work)(void *arg, void **out, size_t *out_size, char *err, size_t err_len), void *arg,
+                  const char *what, void **out, size_t *out_size, char *err, size_t err_len);
 
 /* Route (a)'s built-ins (ptx_builtins.c), per floating-point mode: */
 #define PTX_MODE_PLAIN 1u /* no math options */
