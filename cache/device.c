@@ -65,6 +65,14 @@ static struct device_info *make_info(const struct cl_api *real, cl_device_id dev
         snprintf(info->name, sizeof info->name, "%s", dname);
         info->has_native_il = il[0] != 0;
         info->has_spir = has_word(ext, "cl_khr_spir");
+        /* NVIDIA's OpenCL: binaries are PTX; cl_nv_device_attribute_query
+         * gives the compute capability (CL_DEVICE_COMPUTE_CAPABILITY_*_NV) */
+        info->takes_ptx = !strcmp(pname, "NVIDIA CUDA");
+        cl_uint major = 0, minor = 0;
+        if (info->takes_ptx && has_word(ext, "cl_nv_device_attribute_query") &&
+            real->clGetDeviceInfo(dev, 0x4000, sizeof major, &major, NULL) == CL_SUCCESS &&
+            real->clGetDeviceInfo(dev, 0x4001, sizeof minor, &minor, NULL) == CL_SUCCESS)
+            info->nv_sm = major * 10 + minor;
         info->lazy_codegen = strstr(pname, "Portable Computing Language") != NULL;
         info->quirks = quirks_for(pname, drv);
     }

@@ -9,6 +9,8 @@
 #ifndef CLSHIM_DEVICE_H
 #define CLSHIM_DEVICE_H
 
+#include <stdint.h>
+
 #include "common/clapi.h"
 
 struct device_info {
@@ -16,6 +18,9 @@ struct device_info {
     char name[256];     /* device name, for log lines and `cache list` */
     int has_native_il;  /* CL_DEVICE_IL_VERSION non-empty */
     int has_spir;       /* cl_khr_spir */
+    int takes_ptx;      /* program binaries are PTX text (NVIDIA's driver):
+                           SPIR-V goes through route (a), fusion/llvm/ptx.c */
+    uint32_t nv_sm;     /* NVIDIA's compute capability, major*10+minor; 0 unknown */
     int lazy_codegen;   /* PoCL: compiles work-group functions at first
                            enqueue and freezes its binary at the first read */
     unsigned quirks;    /* enum driver_quirk bits (cache/quirks.h) */

@@ -112,6 +112,19 @@
     X(TRANSLATE_MAX_MEMORY, SIZE, translate_max_memory, "2G", "0.1",           \
       "Bytes the translator's child process may allocate; past this it "       \
       "fails and the module is rejected. 0 means no bound.")                   \
+    X(PTX_BUILTINS, STRING, ptx_builtins, "matched", "0.2",                    \
+      "SPIR-V on NVIDIA (route (a), docs/spirv.md): matched builds only "      \
+      "modules whose built-ins give NVIDIA's results bit for bit; a module "   \
+      "calling others fails to build with their names in the build log. "      \
+      "vendor-differs-ok builds them anyway (results may differ from an "     \
+      "OpenCL C build in the last bits).")                                     \
+    X(LIBDEVICE, PATH, libdevice, "", "0.2",                                   \
+      "Route (a): the CUDA toolkit's libdevice.10.bc, whose math functions "   \
+      "are NVIDIA's. Empty means $CUDA_HOME/nvvm/libdevice/libdevice.10.bc, "  \
+      "else /usr/local/cuda/...; where none is readable those built-ins are "  \
+      "not matched.")                                                          \
+    X(LIBCLC, PATH, libclc, "/usr/lib/clc/nvptx64--nvidiacl.bc", "0.2",        \
+      "Route (a): libclc's NVPTX built-in library (Debian libclc-15).")        \
     X(FUSION_PLAN, PATH, fusion_plan, "", "0.1",                               \
       "A fusion plan file naming kernel sequences to fuse (docs/fusion.md).")  \
     X(FUSE, STRING, fuse, "", "0.1",                                           \

@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CLSHIM_LLVM_API_VERSION 6
+#define CLSHIM_LLVM_API_VERSION 7
 
 /* A specialization constant: SpecId and its value's bytes (1, 2, 4 or 8). */
 struct llvm_spec_const {
@@ -142,6 +142,35 @@ struct kernel_info {
     int kernel_scope_locals;          /* the module declares __local variables in a kernel's scope */
 };
 
+/* Route (a): a SPIR module (spir64: the SPIR-V translator's output, or a fused
+ * module) as PTX for NVIDIA's OpenCL driver (fusion/llvm/ptx.c says how).
+ * CLSHIM_PTX_ROUTE_VERSION changes whenever the same module may give other
+ * PTX: it belongs in the key of anything cached from this route. */
+#define CLSHIM_PTX_ROUTE_VERSION 1
+struct ptx_request {
+    const void *bitcode;   /* SPIR bitcode */
+    size_t size;
+    uint32_t sm;           /* the device's compute capability as major*10+minor
+                              (90: sm_90); 0 or newer than LLVM knows: its newest */
+    int fast_relaxed_math; /* the build had -cl-fast-relaxed-math */
+    int denorms_are_zero;  /* the build had -cl-denorms-are-zero */
+    int allow_unmatched_builtins; /* build even when the module calls built-ins
+                              whose results differ from NVIDIA's own compile
+                              (CLSHIM_PTX_BUILTINS=vendor-differs-ok) */
+    const char *libclc_path; /* NULL: Debian's /usr/lib/clc/nvptx64--nvidiacl.bc */
+    const char *libdevice_path; /* the CUDA toolkit's nvvm/libdevice/libdevice.10.bc,
+                              whose math functions are NVIDIA's; NULL: none
+                              (those built-ins then come from libclc and differ) */
+};
+struct ptx_result {
+    char *ptx;              /* NUL-terminated PTX text (api->free) */
+    size_t ptx_len;         /* without the NUL */
+    uint32_t sm;            /* the sm_XX the PTX is for */
+    uint32_t unmatched_count;  /* built-ins called whose results differ from NVIDIA's */
+    char unmatched[256];    /* their mangled names, ", "-separated (cut when long) */
+    char reason[512];       /* why PTX was refused */
+};
+
 struct clshim_llvm_api {
     uint32_t version; /* CLSHIM_LLVM_API_VERSION */
 
@@ -178,6 +207,12 @@ struct clshim_llvm_api {
 
     /* SPIR bitcode as LLVM assembly text (NUL-terminated, api->free). */
     int (*bitcode_to_text)(const void *bitcode, size_t size, char **text, char *err, size_t err_len);
+
+    /* SPIR bitcode -> PTX (route (a)). 0 with result->ptx set, or
+     * CLSHIM_EINVAL (not a readable SPIR module) / CLSHIM_EUNSUPPORTED
+     * (refused: a built-in not matched and not allowed, something libclc
+     * lacks, a construct NVPTX rejects), the reason in result->reason. */
+    int (*spir_to_ptx)(const struct ptx_request *req, struct ptx_result *result);
 };
 
 typedef const struct clshim_llvm_api *(*clshim_llvm_api_fn)(void);

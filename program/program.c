@@ -35,6 +35,7 @@
 #include "common/objmap.h"
 #include "fusion/llvmload.h"
 #include "program/capture.h"
+#include "program/route_a.h"
 
 struct pc_dev {
     cl_device_id dev;
@@ -61,6 +62,7 @@ struct pc_program {
     cl_context context;
     enum key_kind kind;     /* KEY_SOURCE or KEY_IL */
     int translated;         /* IL for a device without IL: the handle is a placeholder */
+    int to_ptx;             /* translated IL for devices that take PTX: route (a) (program/route_a.h) */
     char *input;            /* source (concatenated) or IL bytes */
     size_t input_len;
     struct spirv_scan *scan; /* translated IL: its spec ids */
@@ -408,18 +410,20 @@ cl_program pc_create_with_il(cl_context ctx, const void *il, size_t length, cl_i
     const struct clshim_config *cfg = config_get();
     cl_device_id *devs = NULL;
     cl_uint ndev = 0;
-    int translate = 0;
+    int translate = 0, to_ptx = 0, all_ptx = 1;
     if (cfg->spirv && il && length && context_devices(ctx, &devs, &ndev) == 0) {
         int all_native = 1, all_spir = 1;
         for (cl_uint i = 0; i < ndev; i++) {
             const struct device_info *d = device_info(real, devs[i]);
             all_native &= d && d->has_native_il;
             all_spir &= d && d->has_spir;
+            all_ptx &= d && d->takes_ptx;
         }
-        translate = !all_native && all_spir;
-        if (!all_native && !all_spir)
-            LOG_ONCE(LOG_INFO, "a device without IL or SPIR support: clCreateProgramWithIL is passed to the "
-                               "driver unchanged");
+        translate = !all_native && (all_spir || all_ptx);
+        to_ptx = translate && !all_spir;
+        if (!all_native && !all_spir && !all_ptx)
+            LOG_ONCE(LOG_INFO, "a device without IL, SPIR or PTX support: clCreateProgramWithIL is passed to "
+                               "the driver unchanged");
     }
     free(devs);
     if (!translate) {
@@ -472,9 +476,10 @@ cl_program pc_create_with_il(cl_context ctx, const void *il, size_t length, cl_i
         return NULL;
     }
     rec->translated = 1;
+    rec->to_ptx = to_ptx;
     rec->scan = scan;
-    log_msg(LOG_DEBUG, "IL program %p: SPIR-V %u.%u, translated at build", (void *)prog, scan->version >> 16,
-            (scan->version >> 8) & 0xff);
+    log_msg(LOG_DEBUG, "IL program %p: SPIR-V %u.%u, translated at build%s", (void *)prog, scan->version >> 16,
+            (scan->version >> 8) & 0xff, to_ptx ? " to PTX (route (a))" : "");
     return prog;
 }
 
@@ -535,7 +540,7 @@ static void derive_key(struct pc_program *rec, const char *options, size_t i)
     struct key_buf k;
     key_begin(&k, rec->kind, options);
     key_add_text(&k, "device", info->identity);
-    if (rec->translated) key_add_text(&k, "route", "spirv->spir");
+    if (rec->translated) key_add_text(&k, "route", rec->to_ptx ? route_a_key_part() : "spirv->spir");
     if (rec->nspecs) qsort(rec->specs, rec->nspecs, sizeof *rec->specs, cmp_spec);
     for (size_t s = 0; s < rec->nspecs; s++) {
         char name[32], value[24];
@@ -644,9 +649,10 @@ static char *read_build_log(cl_program prog, cl_device_id dev)
     return log;
 }
 
-/* Translates the IL of rec to SPIR and creates the program from it. */
-static cl_program translate_il(struct pc_program *rec, cl_uint ndev, const cl_device_id *devs, cl_int *err,
-                               char *why, size_t why_len)
+/* Translates the IL of rec to SPIR (and, for devices that take PTX, to PTX
+ * by route (a)) and creates the program from it. */
+static cl_program translate_il(struct pc_program *rec, cl_uint ndev, const cl_device_id *devs, const char *options,
+                               cl_int *err, char *why, size_t why_len)
 {
     const struct clshim_llvm_api *api = llvm_api();
     if (!api) {
@@ -672,6 +678,21 @@ static cl_program translate_il(struct pc_program *rec, cl_uint ndev, const cl_de
     pipeline_count_translation();
     log_msg(LOG_INFO, "translated SPIR-V program %p to SPIR (%zu bytes) in %.1f ms", (void *)rec->handle,
             bc_size, (now_ns() - t0) / 1e6);
+    if (rec->to_ptx) {
+        char *ptx = NULL;
+        size_t ptx_size = 0;
+        t0 = now_ns();
+        rc = route_a_ptx(real, api, bc, bc_size, ndev, devs, options, &ptx, &ptx_size, why, why_len);
+        api->free(bc);
+        if (rc != 0) {
+            *err = CL_BUILD_PROGRAM_FAILURE;
+            return NULL;
+        }
+        log_msg(LOG_INFO, "lowered SPIR-V program %p to PTX (%zu bytes, route (a)) in %.1f ms", (void *)rec->handle,
+                ptx_size, (now_ns() - t0) / 1e6);
+        bc = ptx;
+        bc_size = ptx_size;
+    }
     const unsigned char **bins = calloc(ndev, sizeof *bins);
     size_t *sizes = calloc(ndev, sizeof *sizes);
     cl_program p = NULL;
@@ -686,8 +707,9 @@ static cl_program translate_il(struct pc_program *rec, cl_uint ndev, const cl_de
     }
     free(bins);
     free(sizes);
-    api->free(bc);
-    if (!p) snprintf(why, why_len, "the driver refused the translated SPIR (error %d)", *err);
+    if (rec->to_ptx) free(bc);
+    else api->free(bc);
+    if (!p) snprintf(why, why_len, "the driver refused the translated %s (error %d)", rec->to_ptx ? "PTX" : "SPIR", *err);
     return p;
 }
 
@@ -706,7 +728,7 @@ static cl_int driver_build(struct pc_program *rec, cl_uint ndev, const cl_device
     }
     char why[512] = "";
     cl_int err = CL_SUCCESS;
-    cl_program p = translate_il(rec, ndev, devs, &err, why, sizeof why);
+    cl_program p = translate_il(rec, ndev, devs, options, &err, why, sizeof why);
     if (!p) {
         log_msg(LOG_WARN, "cannot build IL program %p: %s", (void *)rec->handle, why);
         for (size_t i = 0; i < rec->ndevs; i++) {

@@ -1,5 +1,5 @@
 /* clshim-tool — the C side of the `clshim` command: `config`, `cache` and
- * `fuse`.
+ * `fuse` and `ptx`.
  * The wrapper script (scripts/clshim) runs it; it never loads the shim. */
 #include <stdio.h>
 #include <string.h>
@@ -24,12 +24,13 @@ int config_cmd_main(int argc, char **argv)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: clshim-tool config|cache|fuse ...\n");
+        fprintf(stderr, "usage: clshim-tool config|cache|fuse|ptx ...\n");
         return 2;
     }
     if (!strcmp(argv[1], "config")) return config_cmd_main(argc - 1, argv + 1);
     if (!strcmp(argv[1], "cache")) return cache_cmd_main(argc - 1, argv + 1);
     if (!strcmp(argv[1], "fuse")) return fuse_cmd_main(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "ptx")) return ptx_cmd_main(argc - 1, argv + 1);
     fprintf(stderr, "clshim: unknown command '%s'\n", argv[1]);
     return 2;
 }

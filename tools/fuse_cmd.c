@@ -1,8 +1,8 @@
 /* fuse_cmd.c — `clshim fuse`: what the fuser makes of a plan, offline.
  *
- *   clshim fuse --plan "a+b+c" [--emit=cl|ll|spir] [--global N[,N[,N]]]
+ *   clshim fuse --plan "a+b+c" [--emit=cl|ll|spir|ptx] [--global N[,N[,N]]]
  *               [--local N[,N[,N]]] [--options "BUILD OPTIONS"]
- *               [--force-barrier] [--internal | --internal=K.A,...] [-o FILE] FILE.cl
+ *               [--force-barrier] [--internal | --internal=K.A,...] [--sm N] [-o FILE] FILE.cl
  *
  * The source is compiled to clshim's IR (fusion/frontend.h) and the plan's
  * kernels are fused as if launched in that order over one ND-range (the
@@ -13,8 +13,11 @@
  * distinct one. --emit=cl (default) prints the fused kernel as generated
  * OpenCL C (route (b), fusion/fuse_source.h), ll the fused SPIR module of
  * the IR route as LLVM assembly, spir that module as bitcode (to -o FILE,
- * or standard output when it is not a terminal). --internal=K.A,... is the
- * plan option internal= (fusion/plan.h). A refused plan prints
+ * or standard output when it is not a terminal), ptx that module lowered to
+ * PTX by route (a) for sm_N as `clshim ptx` does (tools/ptx_cmd.c; the
+ * fused kernel may call built-ins whose results differ from NVIDIA's: they
+ * are named on standard error). --internal=K.A,... is the plan option
+ * internal= (fusion/plan.h). A refused plan prints
  * "clshim fuse: refused: REASON" and exits 1; bad usage exits 2.
  */
 #include <stdio.h>
@@ -32,9 +35,9 @@
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: clshim fuse --plan \"a+b+c\" [--emit=cl|ll|spir] [--global N[,N[,N]]] "
+    fprintf(stderr, "usage: clshim fuse --plan \"a+b+c\" [--emit=cl|ll|spir|ptx] [--global N[,N[,N]]] "
                     "[--local N[,N[,N]]] [--options \"BUILD OPTIONS\"] [--force-barrier] "
-                    "[--internal | --internal=K.A,...] [-o FILE] FILE.cl\n");
+                    "[--internal | --internal=K.A,...] [--sm N] [-o FILE] FILE.cl\n");
     return 2;
 }
 
@@ -85,6 +88,7 @@ struct job {
     size_t global[3], local[3];
     unsigned dim, local_dim;
     int force_barrier, internal;
+    uint32_t sm;
 };
 
 static int parse_args(int argc, char **argv, struct job *j)
@@ -104,12 +108,13 @@ static int parse_args(int argc, char **argv, struct job *j)
         else if (!strcmp(a, "--internal")) j->internal = 1;
         else if (!strncmp(a, "--internal=", 11) && plan_internal_args_valid(a + 11) == 0)
             j->internal = 1, j->internal_args = a + 11;
+        else if (!strcmp(a, "--sm") && i + 1 < argc) j->sm = (uint32_t)strtoul(argv[++i], NULL, 10);
         else if (!strcmp(a, "-o") && i + 1 < argc) j->out_path = argv[++i];
         else if (a[0] == '-' || j->file) return -1;
         else j->file = a;
     }
     if (!j->plan || !j->file || !j->dim || (j->local_dim && j->local_dim != j->dim)) return -1;
-    if (strcmp(j->emit, "cl") && strcmp(j->emit, "ll") && strcmp(j->emit, "spir")) return -1;
+    if (strcmp(j->emit, "cl") && strcmp(j->emit, "ll") && strcmp(j->emit, "spir") && strcmp(j->emit, "ptx")) return -1;
     if (!j->local_dim) j->local[0] = j->local[1] = j->local[2] = 0;
     return 0;
 }
@@ -204,7 +209,11 @@ static int run(const struct job *j, const struct clshim_llvm_api *api, const cha
             fprintf(stderr, "clshim fuse: refused: %s\n", res.reason[0] ? res.reason : "unsupported");
             goto out;
         }
-        if (!strcmp(j->emit, "spir")) {
+        if (!strcmp(j->emit, "ptx")) {
+            char found[4096];
+            struct ptx_cmd_opts o = {j->sm, j->options, 1, j->out_path, ptx_find_libdevice(found, sizeof found)};
+            rc = ptx_print(api, res.bitcode, res.bitcode_size, &o, "clshim fuse");
+        } else if (!strcmp(j->emit, "spir")) {
             if (!j->out_path && isatty(1)) fprintf(stderr, "clshim fuse: bitcode is not written to a terminal (-o FILE)\n");
             else rc = write_out(j, res.bitcode, res.bitcode_size);
         } else {

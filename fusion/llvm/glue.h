@@ -51,6 +51,47 @@ int kinfo_kernel(const void *bitcode, size_t size, const char *name, struct kern
                  size_t err_len);
 int kinfo_text(const void *bitcode, size_t size, char **text, char *err, size_t err_len);
 
+/* Route (a), SPIR -> PTX (ptx.c); see llvm_api.h. Runs in this process:
+ * api.c runs it in a child through glue_isolated. */
+int ptx_from_spir(const struct ptx_request *req, struct ptx_result *result);
+
+/* Runs work(arg, ...) in a forked child with the translator's bounds and
+ * protections (spirv_glue.cpp: a crash, an LLVM fatal error, a hang or
+ * runaway memory there is an error here, `what` naming the step in the
+ * reason); its output buffer comes back malloc'd in *out. */
+int glue_isolated(int (*work)(void *arg, void **out, size_t *out_size, char *err, size_t err_len), void *arg,
+                  const char *what, void **out, size_t *out_size, char *err, size_t err_len);
+
+/* Route (a)'s built-ins (ptx_builtins.c), per floating-point mode: */
+#define PTX_MODE_PLAIN 1u /* no math options */
+#define PTX_MODE_DAZ 2u   /* -cl-denorms-are-zero */
+#define PTX_MODE_FAST 4u  /* -cl-fast-relaxed-math */
+/* Whether built-in `mangled` gives NVIDIA's own results bit for bit in this
+ * mode (measured by tests/compat/nvidia_builtins.sh), `with_libdevice`: when
+ * the libdevice mapping is in use. */
+int ptx_builtin_matched(const char *mangled, unsigned mode, int with_libdevice);
+/* The built-ins route (a) defines itself in this mode, as LLVM IR text
+ * (malloc'd, *len set; NULL when out of memory). */
+char *ptx_own_builtins_ir(unsigned mode, size_t *len);
+/* A growing NUL-terminated text (ptx_builtins.c); start from {0}, free s. */
+struct ptx_text {
+    char *s;
+    size_t len, cap;
+};
+/* Appends n bytes: 0 or CLSHIM_ENOMEM. */
+int ptx_text_add(struct ptx_text *t, const char *s, size_t n);
+/* libdevice's function for built-in `mangled` in this mode, or NULL. */
+const char *ptx_libdevice_name(const char *mangled, unsigned mode);
+
+/* Links into dest the definitions of src that dest needs, transitively
+ * (Linker::LinkOnlyNeeded); src is consumed. CLSHIM_EINVAL on a link error
+ * (reported to dest's context diagnostic handler). ptx_link.cpp. */
+int glue_link_only_needed(LLVMModuleRef dest, LLVMModuleRef src);
+
+/* Makes a fresh context use opaque pointers whatever bitcode it reads first
+ * (typed bitcode is then upgraded on reading). ptx_link.cpp. */
+void glue_context_opaque_pointers(LLVMContextRef ctx);
+
 #ifdef __cplusplus
 }
 #endif

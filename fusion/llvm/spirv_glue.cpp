@@ -376,7 +376,8 @@ std::string last_line(const std::string &text)
     return text.substr(begin == std::string::npos ? 0 : begin + 1, end + 1 - (begin == std::string::npos ? 0 : begin + 1));
 }
 
-int isolated(const Translation &work, void **out, size_t *out_size, char *err, size_t err_len)
+int isolated(const Translation &work, void **out, size_t *out_size, char *err, size_t err_len,
+             const char *what = "SPIR-V translator")
 {
     int out_pipe[2], err_pipe[2];
     if (pipe2(out_pipe, O_CLOEXEC)) return fail(err, err_len, CLSHIM_EIO, "cannot create a pipe");
@@ -397,7 +398,7 @@ int isolated(const Translation &work, void **out, size_t *out_size, char *err, s
     bool finished = pid > 0 && drain(out_pipe[0], err_pipe[0], data, err_text);
     close(out_pipe[0]);
     close(err_pipe[0]);
-    if (pid < 0) return fail(err, err_len, CLSHIM_EIO, "cannot fork the SPIR-V translator");
+    if (pid < 0) return fail(err, err_len, CLSHIM_EIO, std::string("cannot fork the ") + what);
     if (!finished) kill(pid, SIGKILL);
     int status = 0;
     pid_t w;
@@ -419,13 +420,13 @@ int isolated(const Translation &work, void **out, size_t *out_size, char *err, s
     }
     if (!finished) {
         char why[128];
-        snprintf(why, sizeof why, "SPIR-V translator timed out after %g s; module rejected",
+        snprintf(why, sizeof why, "%s timed out after %g s; module rejected", what,
                  child_timeout_ms.load(std::memory_order_relaxed) / 1000.0);
         return fail(err, err_len, CLSHIM_EINVAL, why);
     }
-    std::string why = "SPIR-V translator crashed on the module";
+    std::string why = std::string(what) + " crashed on the module";
     if (w == pid && WIFSIGNALED(status)) why += " (signal " + std::to_string(WTERMSIG(status)) + ")";
-    if (w == pid && WIFEXITED(status)) why = "SPIR-V translator gave up on the module";
+    if (w == pid && WIFEXITED(status)) why = std::string(what) + " gave up on the module";
     std::string line = last_line(err_text);
     size_t at = line.find("Assertion");
     if (at != std::string::npos) line = "assertion " + line.substr(at + 10);
@@ -434,6 +435,13 @@ int isolated(const Translation &work, void **out, size_t *out_size, char *err, s
 }
 
 } // namespace
+
+extern "C" int glue_isolated(int (*work)(void *arg, void **out, size_t *out_size, char *err, size_t err_len),
+                             void *arg, const char *what, void **out, size_t *out_size, char *err, size_t err_len)
+{
+    return isolated([&](void **o, size_t *n, char *e, size_t l) { return work(arg, o, n, e, l); }, out, out_size,
+                    err, err_len, what);
+}
 
 extern "C" void glue_set_translate_limits(uint32_t timeout_ms, uint64_t max_memory)
 {
