@@ -67,6 +67,7 @@ static struct device_info *make_info(const struct cl_api *real, cl_device_id dev
         info->has_spir = has_word(ext, "cl_khr_spir");
         info->lazy_codegen = strstr(pname, "Portable Computing Language") != NULL;
         info->quirks = quirks_for(pname, drv);
+        info->shared_codegen_cache = info->lazy_codegen && !(info->quirks & QUIRK_STAND_ASIDE_UNCACHED);
     }
     free(pname); free(pver); free(dname); free(dver); free(drv); free(clc); free(ext); free(il);
     if (info && !info->identity) {

@@ -18,6 +18,10 @@ struct device_info {
     int has_spir;       /* cl_khr_spir */
     int lazy_codegen;   /* PoCL: compiles work-group functions at first
                            enqueue and freezes its binary at the first read */
+    int shared_codegen_cache; /* PoCL with its kernel cache on: another process
+                           building the same source finds the code this one
+                           generated at first enqueue (the capture helper,
+                           program/capture_proc.h, rebuilds there) */
     unsigned quirks;    /* enum driver_quirk bits (cache/quirks.h) */
 };
 

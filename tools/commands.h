@@ -7,5 +7,6 @@
 int config_cmd_main(int argc, char **argv);
 int cache_cmd_main(int argc, char **argv);
 int fuse_cmd_main(int argc, char **argv); /* tools/fuse_cmd.c */
+int capture_helper_main(int argc, char **argv); /* tools/capture_helper.c: started by the shim */
 
 #endif
