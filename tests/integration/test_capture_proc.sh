@@ -9,6 +9,7 @@
 # results and exit codes of the plain run, every time.
 source "$CLSHIM_ROOT/tests/integration/lib.sh"
 P=$PROGS/capture_bg
+export CLSHIM_CAPTURE_PROCESS=1 # run-all.sh turns it off for the other tests
 NR=$PROGS/neverrun
 TOOL=$CLSHIM_BUILD/clshim-tool
 FAULT=$TMP/libclfault.so
