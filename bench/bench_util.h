@@ -281,6 +281,31 @@ static inline int bu_run(char *const argv[], char *const envp[], const char *err
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+/* Waits for the capture helpers (program/capture_proc.h) still storing into
+ * the clshim cache `dir`: `clshim-tool cache wait` (the tool next to the
+ * shim). Returns the ms waited; *entries (optional) gets the number of
+ * entries the cache holds then (`cache stats --json`), 0 when unknown. */
+static inline double bu_wait_capture(const char *shim, const char *dir, unsigned long long *entries)
+{
+    char tool[4200], out[8192];
+    const char *slash = strrchr(shim, '/');
+    snprintf(tool, sizeof tool, "%.*s/clshim-tool", slash ? (int)(slash - shim) : 1, slash ? shim : ".");
+    char *wait_argv[] = {tool, "cache", "--dir", (char *)dir, "wait", "--timeout", "600", NULL};
+    char *stats_argv[] = {tool, "cache", "--dir", (char *)dir, "stats", "--json", NULL};
+    extern char **environ;
+    double t0 = bu_now_ns();
+    if (bu_run(wait_argv, environ, NULL, NULL, 0, NULL) != 0) fprintf(stderr, "bench: %s cache wait failed\n", tool);
+    double waited = (bu_now_ns() - t0) / 1e6;
+    if (entries) {
+        *entries = 0;
+        if (bu_run(stats_argv, environ, NULL, out, sizeof out, NULL) == 0) {
+            const char *e = strstr(out, "\"entries\": ");
+            if (e) *entries = strtoull(e + strlen("\"entries\": "), NULL, 10);
+        }
+    }
+    return waited;
+}
+
 /* Whether a child run failed (non-zero exit, or no `result ... ttfr_us=`
  * line); if so says which mode, with the tail of its log. */
 static inline int bu_child_failed(const char *bench, const char *mode, int rc, const char *out, const char *log)

@@ -46,6 +46,7 @@ if [ "$SKIP_PLAIN_COLD" != --skip-plain-cold ]; then run plain_cold drop; fi
 [ -f plain_cold.time ] || run plain_seed drop # fills hashcat's cache for plain warm
 run plain_warm keep
 run shim_cold drop "$BUILD/clshim" run --mode=loader --stats --log info --
+"$BUILD/clshim-tool" cache wait # untimed: the capture helper's stores, before the warm run
 run shim_warm drop "$BUILD/clshim" run --mode=loader --stats --log info --
 cmp -s plain_warm.out shim_cold.out && cmp -s plain_warm.out shim_warm.out || { echo "cracked output differs" >&2; exit 1; }
 

@@ -75,6 +75,7 @@ static struct device_info *make_info(const struct cl_api *real, cl_device_id dev
             info->nv_sm = major * 10 + minor;
         info->lazy_codegen = strstr(pname, "Portable Computing Language") != NULL;
         info->quirks = quirks_for(pname, drv);
+        info->shared_codegen_cache = info->lazy_codegen && !(info->quirks & QUIRK_STAND_ASIDE_UNCACHED);
     }
     free(pname); free(pver); free(dname); free(dver); free(drv); free(clc); free(ext); free(il);
     if (info && !info->identity) {

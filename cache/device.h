@@ -23,6 +23,10 @@ struct device_info {
     uint32_t nv_sm;     /* NVIDIA's compute capability, major*10+minor; 0 unknown */
     int lazy_codegen;   /* PoCL: compiles work-group functions at first
                            enqueue and freezes its binary at the first read */
+    int shared_codegen_cache; /* PoCL with its kernel cache on: another process
+                           building the same source finds the code this one
+                           generated at first enqueue (the capture helper,
+                           program/capture_proc.h, rebuilds there) */
     unsigned quirks;    /* enum driver_quirk bits (cache/quirks.h) */
 };
 

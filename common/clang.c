@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/childenv.h"
 #include "common/config.h"
 #include "common/error.h"
 
@@ -48,57 +49,6 @@ static int buf_append(struct byte_buf *b, const char *p, size_t n)
     b->len += n;
     b->data[b->len] = '\0';
     return 0;
-}
-
-/* clang's environment: ours without clshim in LD_PRELOAD. clang makes no
- * OpenCL call, and a sanitizer-built shim would stop it from starting (the
- * sanitizer runtime must come first). NULL on out-of-memory: use environ. */
-static char **child_environ(void)
-{
-    size_t n = 0;
-    while (environ[n]) n++;
-    char **env = calloc(n + 1, sizeof *env);
-    if (!env) return NULL;
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (strncmp(environ[i], "LD_PRELOAD=", 11) != 0) {
-            env[k] = strdup(environ[i]);
-        } else {
-            const char *list = environ[i] + 11;
-            char *kept = malloc(strlen(environ[i]) + 1);
-            if (kept) {
-                char *o = kept + sprintf(kept, "LD_PRELOAD=");
-                int any = 0;
-                for (const char *p = list; *p;) {
-                    size_t len = strcspn(p, ": ");
-                    if (len && !memmem(p, len, "libclshim", 9)) {
-                        o += sprintf(o, "%s%.*s", any ? ":" : "", (int)len, p);
-                        any = 1;
-                    }
-                    p += len;
-                    p += strspn(p, ": ");
-                }
-                if (!any) {
-                    free(kept);
-                    continue;
-                }
-            }
-            env[k] = kept;
-        }
-        if (!env[k]) {
-            for (size_t j = 0; j < k; j++) free(env[j]);
-            free(env);
-            return NULL;
-        }
-        k++;
-    }
-    return env;
-}
-
-static void free_environ(char **env)
-{
-    for (size_t i = 0; env && env[i]; i++) free(env[i]);
-    free(env);
 }
 
 /* The first line of clang's stderr that says "error", else its first line. */

@@ -93,6 +93,22 @@
       "neither ran nor were released (read and stored at exit); what is "    \
       "left then is not stored (one line says how many). 0: nothing is "     \
       "read or waited for at exit.")                                         \
+    X(CAPTURE_PROCESS, BOOL, capture_process, "1", "0.1",                     \
+      "On drivers whose own code cache a second process shares (PoCL with "   \
+      "its kernel cache on), late captures of programs built from source are " \
+      "done by a detached helper process at nice 19 (`clshim-tool "            \
+      "capture-helper`): it builds the program again there, from the "         \
+      "driver's cache, reads the binary and stores it, so the application "    \
+      "never waits for that code generation. 0: captured in the application " \
+      "(the background thread, CLSHIM_CAPTURE_BACKGROUND).")                   \
+    X(CAPTURE_HELPER, PATH, capture_helper, "", "0.1",                         \
+      "The clshim-tool the capture helper runs; empty: the one next to the "  \
+      "library (the installed layout and build/). When it cannot be started, "\
+      "captures stay in the application (one line).")                          \
+    X(CAPTURE_HELPER_BUDGET, UINT, capture_helper_budget, "300", "0.1",        \
+      "Seconds the capture helper goes on storing after the application "      \
+      "exited; what is left then is not stored (one line). `clshim cache "     \
+      "wait` waits for the helpers of a cache directory.")                     \
     X(MEM_CACHE_MAX, SIZE, mem_cache_max, "256M", "0.1",                       \
       "Bytes of binaries the in-process tier keeps; 0 means unbounded. "       \
       "Entries in use are never dropped.")                                     \

@@ -7,6 +7,9 @@
  * capture here instead, and one worker thread (nice 5: not idle priority,
  * as PoCL generates code under one process-wide lock that a starved worker
  * would hold while the application's next build waits) runs the capture.
+ * Where the driver's code cache is shared between processes (PoCL), the
+ * program layer first hands the capture to a helper process
+ * (program/capture_proc.h): this worker is then the fallback.
  *
  * The queue holds opaque items (the program layer's records) with the
  * caller's run/done functions:

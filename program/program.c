@@ -35,6 +35,7 @@
 #include "common/objmap.h"
 #include "fusion/llvmload.h"
 #include "program/capture.h"
+#include "program/capture_proc.h"
 #include "program/route_a.h"
 
 struct pc_dev {
@@ -58,6 +59,8 @@ struct pc_program {
     int pending;            /* on the pending-capture list */
     int queued;             /* with the capture worker (pending_lock; it holds a driver reference) */
     int orphaned;           /* released by the app while queued: the worker frees it (pending_lock) */
+    int source_build;       /* built from source by clBuildProgram here (rec->lock) */
+    int handed_off;         /* its captures went to the capture helper (rec->lock) */
     cl_program handle;
     cl_context context;
     enum key_kind kind;     /* KEY_SOURCE or KEY_IL */
@@ -163,6 +166,7 @@ static void after_fork_in_child(void)
     pipeline_after_fork_in_child();
     pending_captures_reset();
     capture_after_fork_in_child();
+    capture_proc_after_fork_in_child();
     atomic_store_explicit(&idle_child, 1, memory_order_relaxed);
 }
 
@@ -251,6 +255,7 @@ static struct pc_program *kernel_program(struct pc_kernel_rec *kr);
 
 static void set_effective(struct pc_program *rec, cl_program p);
 static void free_record(struct pc_program *rec);
+static int hand_to_helper(struct pc_program *rec);
 
 static void run_capture(void *item)
 {
@@ -279,6 +284,13 @@ static void capture_done(void *item)
 static int queue_capture_locked(struct pc_program *rec)
 {
     if (rec->queued) return 0;
+    pthread_mutex_lock(&rec->lock);
+    int handed = hand_to_helper(rec) == 0;
+    pthread_mutex_unlock(&rec->lock);
+    if (handed) {
+        remove_pending_locked(rec);
+        return 0;
+    }
     if (!config_get()->capture_background) return -1;
     if (real->clRetainProgram(rec->handle) != CL_SUCCESS) return -1;
     rec->queued = 1;
@@ -958,6 +970,8 @@ static cl_int build_program(cl_program prog, cl_uint num_devices, const cl_devic
     int late = 0;
     for (size_t i = 0; i < rec->ndevs; i++) late |= rec->devs[i].needs_capture;
     rec->ran = 0;
+    rec->source_build = r == PIPELINE_BUILD && rec->kind == KEY_SOURCE && !rec->translated;
+    rec->handed_off = 0;
     pthread_mutex_unlock(&rec->lock);
     if (late) {
         add_pending(rec);
@@ -987,15 +1001,58 @@ static int capture_wanted(const struct pc_program *rec)
 {
     int any = 0;
     for (size_t i = 0; i < rec->ndevs; i++)
-        any |= (rec->devs[i].needs_capture && rec->flights[i].key) || rec->devs[i].attached;
+        any |= (rec->devs[i].needs_capture && rec->flights[i].key) || (rec->devs[i].attached && !rec->handed_off);
     return any;
+}
+
+/* Hands the captures rec still owes to the capture helper
+ * (program/capture_proc.h; rec->lock held): 0 when none is owed here any
+ * more, -1 when the caller captures (not a program built from source here,
+ * a device whose code cache other processes do not share, no helper, its
+ * queue full). The in-process tier keeps only the attached program then:
+ * reading its bytes is the very code generation the helper saves. */
+static int hand_to_helper(struct pc_program *rec)
+{
+    const struct clshim_config *cfg = config_get();
+    if (!cfg->capture_process || !rec->source_build || cfg->cache_readonly || !pipeline_store()) return -1;
+    int owed = 0;
+    for (size_t i = 0; i < rec->ndevs; i++) {
+        if (!rec->devs[i].needs_capture || !rec->flights[i].key) continue;
+        const struct device_info *info = device_info(real, rec->devs[i].dev);
+        if (!info || !info->shared_codegen_cache) return -1;
+        owed = 1;
+    }
+    if (!owed) return -1;
+    cl_program built = rec->effective ? rec->effective : rec->handle;
+    for (size_t i = 0; i < rec->ndevs; i++) {
+        struct pc_dev *d = &rec->devs[i];
+        struct pipeline_flight *f = &rec->flights[i];
+        if (!d->needs_capture || !f->key) continue;
+        char *log = read_build_log(built, d->dev);
+        struct capture_request rq = {.identity = device_info(real, d->dev)->identity, .device = f->device,
+                                     .kind = rec->kind, .options = rec->options ? rec->options : "",
+                                     .source = rec->input, .source_len = rec->input_len, .key = f->key,
+                                     .key_len = f->key_len, .compile_ns = f->compile_ns, .log = log};
+        int rc = capture_proc_send(&rq);
+        free(log);
+        if (rc != 0) return -1;
+        d->needs_capture = 0;
+        pipeline_let_go(f); /* waiting processes build: a hit in the driver's cache */
+        if (log_enabled(LOG_INFO)) {
+            char hex[33];
+            key_hash_hex(f->hash, hex);
+            log_msg(LOG_INFO, "capture of %.16s handed to the capture helper", hex);
+        }
+    }
+    rec->handed_off = 1;
+    return 0;
 }
 
 /* Reads the built binaries and hands those still owed to the pipeline
  * (stored when they changed since the build). */
 static void capture(struct pc_program *rec)
 {
-    if (!capture_wanted(rec)) return;
+    if (!capture_wanted(rec) || hand_to_helper(rec) == 0) return;
     store *st = pipeline_store();
     cl_program built = rec->effective ? rec->effective : rec->handle;
     void **bins = calloc(rec->ndevs, sizeof *bins);

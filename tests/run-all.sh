@@ -36,8 +36,12 @@ run_one() { # name command...
     local t; t=$(mktemp -d /tmp/clshim-test.XXXXXX)
     mkdir -p "$t/cache" "$t/pocl" "$t/xdg-cache" "$t/xdg-config" "$t/home"
     local start=$SECONDS
+    # The capture helper (program/capture_proc.h) stores after the app
+    # exited; tests that count what a run stored get the in-process capture
+    # unless they ask for the helper (integration/test_capture_proc).
     if env CLSHIM_CACHE_DIR="$t/cache" POCL_CACHE_DIR="$t/pocl" XDG_CACHE_HOME="$t/xdg-cache" \
            XDG_CONFIG_HOME="$t/xdg-config" HOME="$t/home" TEST_TMP="$t" \
+           CLSHIM_CAPTURE_PROCESS="${CLSHIM_CAPTURE_PROCESS:-0}" \
            timeout -k 10 600 "$@" >"$t/log" 2>&1; then
         passed=$((passed + 1)); echo "PASS $name ($((SECONDS - start)) s)"
         rm -rf "$t"

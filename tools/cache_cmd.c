@@ -11,8 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <spawn.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "cache/entry.h"
@@ -20,6 +23,7 @@
 #include "cache/store.h"
 #include "common/config.h"
 #include "common/error.h"
+#include "program/capture_proc.h"
 #include "tools/archive_sign.h"
 #include "tools/commands.h"
 
@@ -45,6 +49,8 @@
     "                          an export signed by PUBKEY's key, unchanged;\n"                    \
     "                          --with-driver-caches also unpacks FILE.drivers.tar.gz\n"          \
     "  keygen FILE             a signing key pair: FILE (secret, 0600) and FILE.pub\n"            \
+    "  wait [--timeout S]      wait until no capture helper stores into the cache (exit 1:\n"    \
+    "                          still storing after S seconds; default 600)\n"                      \
     "  help                    this text\n"                                                        \
     "The cache directory is CLSHIM_CACHE_DIR (else $XDG_CACHE_HOME/clshim, else\n"                \
     "~/.cache/clshim); --dir overrides it. Limits come from CLSHIM_CACHE_* knobs.\n"
@@ -877,6 +883,45 @@ static int cmd_remote(int argc, char **argv)
 
 /* ---- dispatch ---- */
 
+/* ---- wait ---- */
+
+/* Capture helpers (program/capture_proc.h) hold a shared flock on the lock
+ * file while they may store; an exclusive one is free once none is left. */
+static int cmd_wait(struct cmd_ctx *c, int argc, char **argv)
+{
+    unsigned long timeout_s = 600;
+    for (int i = 1; i < argc; i++) {
+        const char *v = NULL;
+        if (!strcmp(argv[i], "--timeout") && i + 1 < argc) v = argv[++i];
+        else if (!strncmp(argv[i], "--timeout=", 10)) v = argv[i] + 10;
+        else return usage_error("wait: unknown option '%s'", argv[i]);
+        char *end;
+        errno = 0;
+        timeout_s = strtoul(v, &end, 10);
+        if (errno || end == v || *end) return usage_error("wait: '%s' is not a number of seconds", v);
+    }
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", c->dir, CAPTURE_PROC_LOCK);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0; /* no helper ever ran here */
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = 1;
+    for (;;) {
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+            flock(fd, LOCK_UN);
+            rc = 0;
+            break;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if ((unsigned long)(t.tv_sec - t0.tv_sec) >= timeout_s) break;
+        nanosleep(&(struct timespec){0, 50 * 1000000L}, NULL);
+    }
+    close(fd);
+    if (rc) fprintf(stderr, "clshim cache: a capture helper still stores into %s after %lu s\n", c->dir, timeout_s);
+    return rc;
+}
+
 int cache_cmd_main(int argc, char **argv)
 {
     struct cmd_ctx c = {{0}, NULL};
@@ -916,6 +961,7 @@ int cache_cmd_main(int argc, char **argv)
         else if (!strcmp(cmd, "import")) rc = cmd_import(&c, n, args);
         else if (!strcmp(cmd, "keygen")) rc = cmd_keygen(&c, n, args);
         else if (!strcmp(cmd, "remote")) rc = cmd_remote(n, args);
+        else if (!strcmp(cmd, "wait")) rc = cmd_wait(&c, n, args);
         else if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
             fputs(CMD_USAGE, n ? stdout : stderr);
             rc = n ? 0 : 2; /* bare `clshim cache` is a usage error */

@@ -31,6 +31,7 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "cache")) return cache_cmd_main(argc - 1, argv + 1);
     if (!strcmp(argv[1], "fuse")) return fuse_cmd_main(argc - 1, argv + 1);
     if (!strcmp(argv[1], "ptx")) return ptx_cmd_main(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "capture-helper")) return capture_helper_main(argc - 1, argv + 1);
     fprintf(stderr, "clshim: unknown command '%s'\n", argv[1]);
     return 2;
 }

@@ -28,5 +28,6 @@ const char *ptx_find_libdevice(char *path, size_t len);
  * The exit status (0, or 1 when refused or unwritable). */
 int ptx_print(const struct clshim_llvm_api *api, const void *bc, size_t size, const struct ptx_cmd_opts *o,
               const char *tag);
+int capture_helper_main(int argc, char **argv); /* tools/capture_helper.c: started by the shim */
 
 #endif

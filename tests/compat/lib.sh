@@ -112,6 +112,12 @@ compat_run() {
     t1=$EPOCHREALTIME
     echo "$rc" >"$out/rc"
     awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f\n", b - a }' >"$out/wall"
+    # The capture helper stores after the client exited (and writes into
+    # its PoCL cache): waited for, untimed, as a CI job does before saving.
+    if [ "$mode" != plain ]; then
+        "$(dirname "$SHIM")/clshim-tool" cache --dir "$cache" wait >/dev/null ||
+            echo "clshim cache wait failed" >>"$out/clshim.log"
+    fi
     rm -rf "$priv"
     return 0
 }

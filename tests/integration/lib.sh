@@ -59,3 +59,18 @@ start_redis() {
 }
 # Stops every server this test started (a stopped one is killed).
 stop_redis() { local p; for p in $REDIS_PIDS; do kill -KILL "$p" 2>/dev/null || true; done; REDIS_PIDS=""; }
+
+# A full disk: a 1 MiB tmpfs at $TMP/mnt (unmounted when the test exits), a
+# clshim cache on it seeded by one `run_shim seed SEED_CMD...` (with the
+# capture helper off: its lock would hold the mount), then filled up.
+# Exports CLSHIM_CACHE_DIR. Needs root.
+full_disk_cache() {
+    M=$TMP/mnt
+    mkdir -p "$M"
+    trap 'umount "$M" 2>/dev/null || true' EXIT
+    mount -t tmpfs -o size=1m,mode=0700 tmpfs "$M" || fail "cannot mount a tmpfs (the full-disk case needs root)"
+    export CLSHIM_CACHE_DIR=$M/cache
+    fresh_pocl; CLSHIM_CAPTURE_PROCESS=0 run_shim seed "$@"
+    dd if=/dev/zero of="$M/fill" bs=4k 2>/dev/null || true
+    [ "$(df -k "$M" | awk 'NR==2 {print $4}')" = 0 ] || fail "the tmpfs is not full"
+}

@@ -8,6 +8,8 @@
 # queued; programs released while queued or being captured; a full disk
 # during the background stores. Results always those of the plain run.
 source "$CLSHIM_ROOT/tests/integration/lib.sh"
+# The in-process paths: the capture helper (test_capture_proc) is off.
+export CLSHIM_CAPTURE_PROCESS=0
 P=$PROGS/capture_bg
 TOOL=$CLSHIM_BUILD/clshim-tool
 FAULT=$TMP/libclfault.so
@@ -75,15 +77,7 @@ ok "programs released during their capture: stored ($(summary stored rel)), no o
 
 # 5. A full disk during background stores: results unchanged, one line.
 unset CLFAULT_SLOW_BINARIES_MS
-M=$TMP/mnt
-mkdir -p "$M"
-cleanup() { umount "$M" 2>/dev/null || true; }
-trap cleanup EXIT
-mount -t tmpfs -o size=1m,mode=0700 tmpfs "$M" || fail "cannot mount a tmpfs (the full-disk case needs root)"
-export CLSHIM_CACHE_DIR=$M/cache
-fresh_pocl; run_shim seed "$P" exit 1
-dd if=/dev/zero of="$M/fill" bs=4k 2>/dev/null || true
-[ "$(df -k "$M" | awk 'NR==2 {print $4}')" = 0 ] || fail "the tmpfs is not full"
+full_disk_cache "$P" exit 1
 fresh_pocl; run_plain fullref "$P" release $N
 fresh_pocl; run_shim full "$P" release $N
 same_output fullref full "full disk during background stores: results of a plain run"

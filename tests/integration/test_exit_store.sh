@@ -4,6 +4,8 @@
 # the next run is a hit; a budget of 0 stores nothing and says so. Output
 # and exit code as without clshim, cold and warm.
 source "$(dirname "$0")/lib.sh"
+# The in-process paths: the capture helper (test_capture_proc) is off.
+export CLSHIM_CAPTURE_PROCESS=0
 NR=$PROGS/neverrun
 
 for mode in one beside; do

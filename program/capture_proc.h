@@ -1,0 +1,71 @@
+/* capture_proc.h — late captures done by another process (issue 16).
+ *
+ * Reading a PoCL binary makes PoCL generate code once more, and PoCL runs
+ * all code generation of a process under one process-wide lock: a capture
+ * on a thread of the application (program/capture.h) still takes turns
+ * with the application's next builds. So where the driver's own code cache
+ * is shared between processes (device_info()->shared_codegen_cache: PoCL
+ * with its kernel cache on), the program layer hands the capture of a
+ * program built from source to a helper process instead:
+ *
+ *  - capture_proc_send() is the application's side: one request, the
+ *    program's inputs (source, options, the device's key identity) and the
+ *    key the application computed, written into a memfd that one
+ *    non-blocking sendmsg() passes over a SOCK_SEQPACKET socket (each
+ *    request arrives whole or not at all). A full socket, or no helper,
+ *    returns -1: the caller captures in this process as before.
+ *  - The helper is started at the first request: posix_spawn (no fork: no
+ *    atfork handler of the application runs) of `clshim-tool
+ *    capture-helper` (CLSHIM_CAPTURE_HELPER, or the one next to this
+ *    library), with the application's environment without clshim
+ *    (common/childenv.h). That process takes a shared flock on
+ *    <cache dir>/capture.lock, forks the helper into a session of its own
+ *    and exits; the caller reaps it at once (waitpid on its pid only), so
+ *    the application has no child left and the lock is held before the
+ *    request goes. `clshim cache wait` waits for that lock.
+ *  - The helper (capture_helper_main(), tools/) builds each program again
+ *    at nice 19 in its own process: a hit in the driver's cache, which
+ *    holds the code the application generated at first enqueue, so the
+ *    binary it reads holds the same work-group functions; it stores it
+ *    under the application's key (pipeline_store_late()). After the
+ *    application exits (end of file on the socket) it stores what is left
+ *    for CLSHIM_CAPTURE_HELPER_BUDGET seconds at most, then exits.
+ *  - Failures: a helper that cannot be started or is gone is one line, and
+ *    captures stay in the application from then on; the helper's own
+ *    failures (device not found, build or store failed) are one line each,
+ *    and the next run compiles again. Nothing the application sees changes.
+ *  - fork(): capture_proc_after_fork_in_child() closes the child's copy of
+ *    the socket (the child starts its own helper if it needs one).
+ */
+#ifndef CLSHIM_CAPTURE_PROC_H
+#define CLSHIM_CAPTURE_PROC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct capture_request {
+    const char *identity;   /* device_info()->identity of the device */
+    const char *device;     /* its name, for log lines and the record */
+    unsigned kind;          /* enum key_kind (KEY_SOURCE) */
+    const char *options;    /* the build options the driver was given */
+    const char *source;     /* the program's source, as the driver got it */
+    size_t source_len;
+    const void *key;        /* the finished key material (the helper hashes it) */
+    size_t key_len;
+    uint64_t compile_ns;    /* the build's CPU time in the application */
+    const char *log;        /* the application's build log */
+};
+
+/* 0: the helper has the request; -1: capture in this process. */
+int capture_proc_send(const struct capture_request *rq);
+
+void capture_proc_after_fork_in_child(void);
+
+/* The helper's side: a request as received (pointers into buf, whose
+ * strings are NUL-terminated); -1 when buf is not a well-formed request. */
+int capture_proc_decode(const void *buf, size_t len, struct capture_request *out);
+
+/* The lock file helpers hold (shared) in a cache directory. */
+#define CAPTURE_PROC_LOCK "capture.lock"
+
+#endif

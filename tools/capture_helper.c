@@ -1,0 +1,332 @@
+/* capture_helper.c — `clshim-tool capture-helper`: the process that captures
+ * binaries for an application (program/capture_proc.h says why and how).
+ *
+ * Started by the application with the request socket as stdin. It holds a
+ * shared flock on <cache dir>/capture.lock (`clshim cache wait` takes it
+ * exclusively), forks the helper proper into a session of its own at nice
+ * 19 and exits, so the application reaps it at once and never has the
+ * helper as a child. The helper: a reader thread takes every request off
+ * the socket as it comes (the application's sends never find it full while
+ * the helper builds), and the main thread builds, reads and stores them in
+ * order, one at a time. At end of file (the application has exited) the
+ * helper lets go of the application's standard error (a shell reading it
+ * would wait for the helper) and stores what is left within
+ * CLSHIM_CAPTURE_HELPER_BUDGET seconds.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cache/device.h"
+#include "cache/key.h"
+#include "cache/pipeline.h"
+#include "common/clapi.h"
+#include "common/config.h"
+#include "common/log.h"
+#include "program/capture_proc.h"
+#include "tools/commands.h"
+
+#define HELPER_NICE 19
+
+struct request {
+    struct request *next;
+    char *bytes;
+    size_t len;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t arrived = PTHREAD_COND_INITIALIZER;
+static struct request *first, *last;
+static int ended;          /* end of file: the application is gone */
+static time_t ended_at;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* One request off the socket: its bytes (malloc'd) from the memfd it
+ * carries. 1 when read, 0 at end of file, -1 on a malformed message. */
+static int receive(int fd, struct request **out)
+{
+    char byte;
+    union {
+        struct cmsghdr h;
+        char space[CMSG_SPACE(sizeof(int))];
+    } ctl;
+    struct iovec iov = {&byte, 1};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.space,
+                         .msg_controllen = sizeof ctl.space};
+    ssize_t r;
+    while ((r = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR) {
+    }
+    if (r <= 0) return 0;
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    if (!c || c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) return -1;
+    int mfd;
+    memcpy(&mfd, CMSG_DATA(c), sizeof mfd);
+    struct stat st;
+    struct request *rq = NULL;
+    if (fstat(mfd, &st) == 0 && st.st_size > 0 && (rq = calloc(1, sizeof *rq)) &&
+        (rq->bytes = malloc((size_t)st.st_size))) {
+        rq->len = (size_t)st.st_size;
+        if (pread(mfd, rq->bytes, rq->len, 0) != (ssize_t)rq->len) free(rq->bytes), rq->bytes = NULL;
+    }
+    close(mfd);
+    if (!rq || !rq->bytes) {
+        free(rq);
+        return -1;
+    }
+    *out = rq;
+    return 1;
+}
+
+static void *reader(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        struct request *rq = NULL;
+        int r = receive(0, &rq);
+        if (r < 0) {
+            log_msg(LOG_WARN, "capture helper: a malformed request was dropped");
+            continue;
+        }
+        pthread_mutex_lock(&lock);
+        if (r == 0) {
+            ended = 1;
+            ended_at = time(NULL);
+        } else {
+            if (last) last->next = rq;
+            else first = rq;
+            last = rq;
+        }
+        pthread_cond_signal(&arrived);
+        pthread_mutex_unlock(&lock);
+        if (r == 0) break;
+    }
+    /* The application's stderr may be a pipe its caller reads to the end. */
+    int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (null >= 0) dup2(null, 2), close(null);
+    return NULL;
+}
+
+/* ---- building and storing -------------------------------------------------- */
+
+static struct cl_api api;
+
+struct known_device {
+    struct known_device *next;
+    const char *identity; /* device_info()'s */
+    cl_device_id dev;
+    cl_context ctx;
+};
+static struct known_device *devices;
+
+/* The device of that key identity, with a context on it; NULL when none. */
+static struct known_device *find_device(const char *identity)
+{
+    for (struct known_device *k = devices; k; k = k->next)
+        if (!strcmp(k->identity, identity)) return k;
+    cl_platform_id plats[16];
+    cl_uint np = 0;
+    if (api.clGetPlatformIDs(16, plats, &np) != CL_SUCCESS) return NULL;
+    for (cl_uint p = 0; p < np && p < 16; p++) {
+        cl_device_id devs[64];
+        cl_uint nd = 0;
+        if (api.clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 64, devs, &nd) != CL_SUCCESS) continue;
+        for (cl_uint d = 0; d < nd && d < 64; d++) {
+            const struct device_info *info = device_info(&api, devs[d]);
+            if (!info || strcmp(info->identity, identity)) continue;
+            struct known_device *k = calloc(1, sizeof *k);
+            if (!k) return NULL;
+            cl_int err;
+            k->ctx = api.clCreateContext(NULL, 1, &devs[d], NULL, NULL, &err);
+            if (!k->ctx) {
+                free(k);
+                return NULL;
+            }
+            k->identity = info->identity;
+            k->dev = devs[d];
+            k->next = devices;
+            devices = k;
+            return k;
+        }
+    }
+    return NULL;
+}
+
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Whether the key the application sent is the one its inputs give here and
+ * now: the key of a source build (program.c's derive_key: options, device,
+ * then the headers and the source) is made again, so a header changed
+ * since the application's build never stores this build under the old key. */
+static int same_key(const struct capture_request *rq)
+{
+    struct key_buf k;
+    key_begin(&k, KEY_SOURCE, rq->options);
+    key_add_text(&k, "device", rq->identity);
+    struct key_source in = {.source = rq->source, .len = rq->source_len, .options = rq->options};
+    struct pipeline_flight f = {.device = rq->device, .kind = KEY_SOURCE};
+    int same = pipeline_key(&f, &k, &in, rq->identity, rq->source, rq->source_len, NULL) == 0 &&
+               f.key_len == rq->key_len && !memcmp(f.key, rq->key, rq->key_len);
+    pipeline_flight_free(&f);
+    return same;
+}
+
+/* Builds the program again (a hit in the driver's own cache), reads its
+ * binary and stores it under the application's key. */
+static void capture_one(const struct capture_request *rq)
+{
+    struct cache_hash hash = key_hash(rq->key, rq->key_len);
+    char prefix[33];
+    key_hash_hex(hash, prefix);
+    prefix[16] = '\0';
+    struct known_device *k = find_device(rq->identity);
+    if (!k) {
+        log_msg(LOG_WARN, "capture helper: no device '%s' here: %s not stored", rq->device, prefix);
+        return;
+    }
+    if (!same_key(rq)) {
+        log_msg(LOG_WARN, "capture helper: the inputs of %s changed since the application built it (a header?): "
+                          "not stored", prefix);
+        return;
+    }
+    cl_int err;
+    const char *src = rq->source;
+    size_t len = rq->source_len;
+    cl_program prog = api.clCreateProgramWithSource(k->ctx, 1, &src, &len, &err);
+    if (!prog || (err = api.clBuildProgram(prog, 1, &k->dev, rq->options, NULL, NULL)) != CL_SUCCESS) {
+        log_msg(LOG_WARN, "capture helper: the build of %s failed here (%d): not stored", prefix, err);
+        if (prog) api.clReleaseProgram(prog);
+        return;
+    }
+    size_t size = 0;
+    unsigned char *bin = NULL;
+    uint64_t cpu0 = thread_cpu_ns();
+    if (api.clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) == CL_SUCCESS && size &&
+        (bin = malloc(size)) &&
+        api.clGetProgramInfo(prog, CL_PROGRAM_BINARIES, sizeof bin, &bin, NULL) == CL_SUCCESS) {
+        struct pipeline_flight f = {.device = rq->device, .kind = (enum key_kind)rq->kind,
+                                    .key = (char *)rq->key, .key_len = rq->key_len, .hash = hash,
+                                    .compile_ns = rq->compile_ns};
+        if (!pipeline_store()) log_msg(LOG_WARN, "capture helper: no cache to store %s into", prefix);
+        else pipeline_store_late(&f, bin, size, rq->log, thread_cpu_ns() - cpu0);
+    } else {
+        log_msg(LOG_WARN, "capture helper: cannot read the binary of %s: not stored", prefix);
+    }
+    free(bin);
+    api.clReleaseProgram(prog);
+}
+
+static void serve(void)
+{
+    /* The tool does not link the loader in (nothing else of it calls
+     * OpenCL); the real one, as the environment is clshim's own no more. */
+    if (!dlopen("libOpenCL.so.1", RTLD_NOW | RTLD_GLOBAL)) {
+        log_msg(LOG_WARN, "capture helper: cannot load libOpenCL.so.1 (%s): nothing stored", dlerror());
+        return;
+    }
+    clapi_from_loader(&api);
+    pthread_t t;
+    if (pthread_create(&t, NULL, reader, NULL) != 0) {
+        log_msg(LOG_WARN, "capture helper: cannot start its reader: nothing stored");
+        return;
+    }
+    unsigned budget = config_get()->capture_helper_budget;
+    size_t left = 0;
+    for (;;) {
+        pthread_mutex_lock(&lock);
+        while (!first && !ended) pthread_cond_wait(&arrived, &lock);
+        struct request *rq = first;
+        if (rq) {
+            first = rq->next;
+            if (!first) last = NULL;
+        }
+        int over = ended && time(NULL) - ended_at >= (time_t)budget;
+        if (over && rq) {
+            left = 1;
+            for (struct request *r = first; r; r = r->next) left++;
+        }
+        pthread_mutex_unlock(&lock);
+        if (!rq || over) {
+            free(rq ? rq->bytes : NULL);
+            free(rq);
+            break;
+        }
+        struct capture_request cr;
+        if (capture_proc_decode(rq->bytes, rq->len, &cr) == 0 && cr.kind == KEY_SOURCE)
+            capture_one(&cr);
+        else
+            log_msg(LOG_WARN, "capture helper: a malformed request was dropped");
+        free(rq->bytes);
+        free(rq);
+    }
+    if (left)
+        log_msg(LOG_WARN, "capture helper: %zu binar%s not stored: CLSHIM_CAPTURE_HELPER_BUDGET=%u s spent after "
+                          "the application exited", left, left == 1 ? "y" : "ies", budget);
+    pthread_join(t, NULL);
+    pipeline_exit();
+}
+
+/* Nice 19, and where the kernel groups processes by session for the
+ * scheduler (sched_autogroup_enabled: nice then only weighs within a
+ * group), its new session's group at nice 19 too: otherwise the helper's
+ * session gets as much CPU as the application's (measured: the tuner
+ * stayed at 1.36x with the helper at nice 19 in a group of its own). */
+static void lowest_priority(void)
+{
+    (void)setpriority(PRIO_PROCESS, 0, HELPER_NICE);
+    int fd = open("/proc/self/autogroup", O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return; /* no autogroups: nice is enough */
+    char nice[8];
+    int n = snprintf(nice, sizeof nice, "%d", HELPER_NICE);
+    if (write(fd, nice, (size_t)n) != n) log_msg(LOG_DEBUG, "capture helper: its session's group keeps its priority");
+    close(fd);
+}
+
+int capture_helper_main(int argc, char **argv)
+{
+    (void)argv;
+    if (argc != 1) {
+        fprintf(stderr, "usage: clshim-tool capture-helper (started by the shim, requests on stdin)\n");
+        return 2;
+    }
+    /* Held from before the application goes on until the helper exits
+     * (the forked helper shares this open file and its lock). */
+    char dir[4096], path[4200];
+    if (config_cache_dir(config_get(), dir, sizeof dir) != 0) return 1;
+    snprintf(path, sizeof path, "%s/%s", dir, CAPTURE_PROC_LOCK);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0 || flock(fd, LOCK_SH) != 0) {
+        log_msg(LOG_WARN, "capture helper: cannot lock %s (%s)", path, strerror(errno));
+        return 1;
+    }
+    pid_t pid = fork(); /* this process is single-threaded: safe */
+    if (pid < 0) return 1;
+    if (pid > 0) _exit(0);
+    setsid();
+    lowest_priority();
+    double t0 = now_s();
+    serve();
+    log_msg(LOG_DEBUG, "capture helper: done after %.1f s", now_s() - t0);
+    return 0;
+}
