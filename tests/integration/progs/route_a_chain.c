@@ -103,7 +103,7 @@ int main(int argc, char **argv)
     cl_kernel hand = clCreateKernel(vendor, "handreg4", &err);
     CHECK(err);
     for (int k = 0; k < 4; k++) {
-        char name[8];
+        char name[16];
         snprintf(name, sizeof name, "s%d", k);
         steps[k] = clCreateKernel(vendor, name, &err);
         CHECK(err);
