@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -238,10 +239,11 @@ static inline void bu_env_free(struct bu_env *e)
 
 /* Runs argv[0] with `envp`; its stdout goes to `out` (NUL-terminated,
  * truncated to size), its stderr to `err_path` (or inherited when NULL).
- * *wall_ns (optional) is spawn-to-reap time. Returns the exit status
- * (or 128+signal; -1 when it could not be started). */
-static inline int bu_run(char *const argv[], char *const envp[], const char *err_path, char *out, size_t size,
-                  double *wall_ns)
+ * *wall_ns (optional) is spawn-to-reap time, *cpu_ns (optional) the CPU
+ * time (user + system) of the child and the children it reaped. Returns
+ * the exit status (or 128+signal; -1 when it could not be started). */
+static inline int bu_run_cpu(char *const argv[], char *const envp[], const char *err_path, char *out, size_t size,
+                             double *wall_ns, double *cpu_ns)
 {
     int fd[2] = {-1, -1};
     posix_spawn_file_actions_t fa;
@@ -276,9 +278,19 @@ static inline int bu_run(char *const argv[], char *const envp[], const char *err
         out[got] = 0;
     }
     int st;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+    struct rusage ru;
+    memset(&ru, 0, sizeof ru);
+    while (wait4(pid, &st, 0, &ru) < 0 && errno == EINTR) {}
     if (wall_ns) *wall_ns = bu_now_ns() - t0;
+    if (cpu_ns)
+        *cpu_ns = (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e9 + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e3;
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static inline int bu_run(char *const argv[], char *const envp[], const char *err_path, char *out, size_t size,
+                         double *wall_ns)
+{
+    return bu_run_cpu(argv, envp, err_path, out, size, wall_ns, NULL);
 }
 
 /* Waits for the capture helpers (program/capture_proc.h) still storing into

@@ -109,6 +109,12 @@
       "Seconds the capture helper goes on storing after the application "      \
       "exited; what is left then is not stored (one line). `clshim cache "     \
       "wait` waits for the helpers of a cache directory.")                     \
+    X(CAPTURE_DEFER_MAX, UINT, capture_defer_max, "60", "0.1",                 \
+      "Seconds a capture helper's request waits at most while the "            \
+      "application is busy (its threads run or wait to run more than a "      \
+      "quarter of one core): the helper captures when the application is "     \
+      "idle or has exited. Past this, it captures beside the busy "            \
+      "application, working at most a fifth of the time. 0: no waiting.")      \
     X(MEM_CACHE_MAX, SIZE, mem_cache_max, "256M", "0.1",                       \
       "Bytes of binaries the in-process tier keeps; 0 means unbounded. "       \
       "Entries in use are never dropped.")                                     \

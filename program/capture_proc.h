@@ -27,9 +27,13 @@
  *    at nice 19 in its own process: a hit in the driver's cache, which
  *    holds the code the application generated at first enqueue, so the
  *    binary it reads holds the same work-group functions; it stores it
- *    under the application's key (pipeline_store_late()). After the
- *    application exits (end of file on the socket) it stores what is left
- *    for CLSHIM_CAPTURE_HELPER_BUDGET seconds at most, then exits.
+ *    under the application's key (pipeline_store_late()). Not while the
+ *    application is busy (its threads' CPU demand, from /proc; its pid is
+ *    the socket's peer): when it is idle, has exited, or after a request
+ *    waited CLSHIM_CAPTURE_DEFER_MAX seconds (then at most a fifth of the
+ *    time). After the application exits (end of file on the socket) it
+ *    stores what is left for CLSHIM_CAPTURE_HELPER_BUDGET seconds at most,
+ *    then exits.
  *  - Failures: a helper that cannot be started or is gone is one line, and
  *    captures stay in the application from then on; the helper's own
  *    failures (device not found, build or store failed) are one line each,

@@ -9,7 +9,11 @@
  *   capture_bg release N  the same, but releases each program (kernel
  *                         first) right after its synchronisation, while its
  *                         capture is queued or running, then builds the
- *                         first program again and runs it.
+ *                         first program again and runs it;
+ *   capture_bg busy N S   the same as exit, then keeps one core busy for S
+ *                         seconds before it exits;
+ *   capture_bg idle N S   the same, then sleeps S seconds.
+ * busy and idle say "handed over" on stderr when they start to wait.
  * stdout holds only results (identical with and without clshim); stderr
  * has "sync_ms=M": the longest time one synchronisation took. */
 #include <sys/wait.h>
@@ -66,11 +70,12 @@ static void run_variant(int v, int release, cl_program *prog_out, cl_kernel *ker
 
 int main(int argc, char **argv)
 {
-    if (argc != 3) {
-        fprintf(stderr, "usage: capture_bg exit|fork|release N\n");
+    const char *mode = argc > 1 ? argv[1] : "";
+    int waits = !strcmp(mode, "busy") || !strcmp(mode, "idle");
+    if (argc != 3 + waits) {
+        fprintf(stderr, "usage: capture_bg exit|fork|release N, or capture_bg busy|idle N S\n");
         return 2;
     }
-    const char *mode = argv[1];
     int n = atoi(argv[2]);
     if (n < 1 || n > 64) return 2;
     cl_int err;
@@ -94,6 +99,17 @@ int main(int argc, char **argv)
             return 4;
         }
         printf("child ok\n");
+    }
+    if (waits) {
+        double seconds = atof(argv[3]), t0 = now_ms();
+        fprintf(stderr, "handed over\n");
+        if (!strcmp(mode, "idle")) {
+            nanosleep(&(struct timespec){(time_t)seconds, (long)((seconds - (time_t)seconds) * 1e9)}, NULL);
+        } else {
+            volatile double x = 1.0;
+            while (now_ms() - t0 < seconds * 1e3)
+                for (int i = 0; i < 100000; i++) x = x * 1.0000001 + 1e-9;
+        }
     }
     fprintf(stderr, "sync_ms=%.0f\n", longest_sync);
     return 0;

@@ -1,0 +1,82 @@
+#!/bin/bash
+# When the capture helper (program/capture_proc.h, issue 16) captures:
+# a capture is a second code generation that slows the application it runs
+# beside, so the helper waits while the application is busy
+# (CLSHIM_CAPTURE_DEFER_MAX). test_capture_proc tests the helper itself.
+source "$CLSHIM_ROOT/tests/integration/lib.sh"
+P=$PROGS/capture_bg
+export CLSHIM_CAPTURE_PROCESS=1 # run-all.sh turns it off for the other tests
+TOOL=$CLSHIM_BUILD/clshim-tool
+summary() { grep -o "[0-9]* $1" "$TMP/$2.err" | tail -1 | cut -d' ' -f1; } # field tag
+entries() { "$TOOL" cache stats --json | python3 -c "import json,sys; print(json.load(sys.stdin)['entries'])"; }
+wait_helper() { "$TOOL" cache wait --timeout 120 || fail "clshim cache wait: the helper did not finish"; }
+empty_cache() { rm -rf "$CLSHIM_CACHE_DIR"; mkdir -p "$CLSHIM_CACHE_DIR"; }
+N=4
+
+# Not while the application is busy; once it is idle; once it has exited;
+# beside it once a request waited the maximum. Each app runs in the
+# background after its N programs were handed over; the helper's lines
+# (info) and the app's go to CLSHIM_LOG_FILE. What is asserted is the
+# helper's decision, made while the app still runs, and what the cache holds
+# then: not how fast the helper works (at nice 19 on a loaded machine it may
+# barely run).
+start_app() { # tag busy|idle seconds [VAR=value...]
+    local tag=$1 mode=$2 secs=$3; shift 3
+    empty_cache; fresh_pocl; rm -f "$TMP/$tag.log"
+    env "$@" LD_PRELOAD="$SHIM" CLSHIM_LOG=info CLSHIM_LOG_FILE="$TMP/$tag.log" "$P" "$mode" $N "$secs" \
+        >"$TMP/$tag.out" 2>"$TMP/$tag.err" &
+    APP=$!
+    for _ in $(seq 1200); do
+        grep -q "handed over" "$TMP/$tag.err" && return 0
+        kill -0 $APP 2>/dev/null || break
+        sleep 0.1
+    done
+    cat "$TMP/$tag.err" >&2; fail "$tag: the app did not hand its programs over"
+}
+alive() { kill -0 $APP 2>/dev/null; }
+end_app() { set +e; wait $APP; echo $? >"$TMP/$1.rc"; set -e; wait_helper; }
+summary_line() { grep "capture helper: .* captured while the application was idle" "$TMP/$1.log" || true; }
+fresh_pocl; run_plain bref "$P" exit $N
+
+# 1. Busy for 8 s with a maximum of 600 s: nothing captured while it is
+#     busy; `clshim cache wait` waits for the deferred captures; its exit
+#     starts them; the next run is N hits.
+start_app busy busy 8 CLSHIM_CAPTURE_DEFER_MAX=600
+sleep 3
+alive || fail "busy: the app ended before the check"
+[ "$(entries)" = 0 ] || { cat "$TMP/busy.log" >&2; fail "busy: $(entries) captures stored while the app was busy"; }
+set +e; "$TOOL" cache wait --timeout 1 2>/dev/null; rc=$?; set -e
+[ $rc = 1 ] || fail "busy: clshim cache wait returned ($rc) while captures wait for the app"
+alive || fail "busy: the app ended before the checks were done"
+end_app busy
+same_output bref busy "busy app: results of a plain run"
+summary_line busy | grep -q " 0 captured while the application was idle, 0 beside it, $N after it exited" ||
+    { cat "$TMP/busy.log" >&2; fail "busy: the helper did not wait for the app's exit"; }
+[ "$(entries)" = $N ] || fail "busy: $(entries) entries after the exit, not $N"
+fresh_pocl; CLSHIM_STATS=1 run_shim bwarm "$P" exit $N
+[ "$(summary hits bwarm)" = $N ] && [ "$(summary misses bwarm)" = 0 ] ||
+    { cat "$TMP/bwarm.err" >&2; fail "busy: the next run is not $N hits"; }
+ok "busy app: nothing captured while busy, cache wait waits, the exit starts the captures, then $N hits"
+
+# 2. and 3. The helper starts while the app still runs: LINE in the log
+#    before the app ended, then a capture counted as COUNTED, N entries.
+starts_while_running() { # tag busy|idle seconds defer_max line counted what
+    local tag=$1 line=$5 counted=$6 what=$7
+    start_app "$tag" "$2" "$3" CLSHIM_CAPTURE_DEFER_MAX="$4"
+    for _ in $(seq 100); do grep -q "$line" "$TMP/$tag.log" && break; sleep 0.1; done
+    alive && grep -q "$line" "$TMP/$tag.log" ||
+        { cat "$TMP/$tag.log" >&2; fail "$what: the helper did not start while the app ran"; }
+    end_app "$tag"
+    same_output bref "$tag" "$what: results of a plain run"
+    summary_line "$tag" | grep -q "$counted" || { cat "$TMP/$tag.log" >&2; fail "$what: no capture counted so"; }
+    [ "$(entries)" = $N ] || fail "$what: $(entries) entries, not $N"
+    ok "$what: the helper captures while the app runs ($N entries)"
+}
+# 2. Idle (asleep) for 12 s: the helper starts capturing while it sleeps.
+starts_while_running idle idle 12 600 "the application is idle: capturing" \
+    " [1-9][0-9]* captured while the application was idle" "an idle app"
+# 3. Busy for 12 s with a maximum of 2 s: the helper captures beside it.
+starts_while_running beside busy 12 2 "capturing beside it" " [1-9][0-9]* beside it" \
+    "a busy app past CLSHIM_CAPTURE_DEFER_MAX"
+
+finish
