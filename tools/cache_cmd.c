@@ -39,11 +39,12 @@
     "  clear                   remove every entry\n"                                              \
     "  verify [--fix]          check every entry; --fix removes bad ones (exit 1: bad remain)\n"   \
     "  compact                 rewrite the database file without free space\n"                    \
-    "  export [--sign KEYFILE] [--with-driver-caches] FILE\n"                                      \
+    "  export [--sign KEYFILE] [--with-driver-caches] [--wait S] FILE\n"                           \
     "                          write every entry to FILE ('-': standard output), signed\n"        \
     "                          with KEYFILE's ed25519 key when given; --with-driver-caches\n"     \
     "                          also writes FILE.drivers.tar.gz, the drivers' caches kept in\n"   \
-    "                          the cache directory (CLSHIM_DRIVER_CACHES=1), unsigned\n"          \
+    "                          the cache directory (CLSHIM_DRIVER_CACHES=1), unsigned; first\n"  \
+    "                          waits up to S seconds (default 600; 0: not) for capture helpers\n"\
     "  import [--trust PUBKEY] [--with-driver-caches] FILE\n"                                     \
     "                          add the verified entries of an export; with --trust, only\n"      \
     "                          an export signed by PUBKEY's key, unchanged;\n"                    \
@@ -613,6 +614,45 @@ static int take_flag(int *argc, char **argv, const char *name)
     return 0;
 }
 
+/* ---- the capture helpers (program/capture_proc.h) ---- */
+
+/* Seconds from a --timeout value; -1 when it is not a number. */
+static long parse_seconds(const char *v)
+{
+    char *end;
+    errno = 0;
+    unsigned long s = strtoul(v, &end, 10);
+    return errno || end == v || *end || s > 1000000000ul ? -1 : (long)s;
+}
+
+/* Waits until no capture helper holds the lock of `dir` (program/
+ * capture_proc.h): 0 when none does (or none ever ran there), 1 when one
+ * still does after timeout_s. `waiting`: a line printed when it has to
+ * wait (NULL: none). */
+static int wait_for_helpers(const char *dir, unsigned long timeout_s, const char *waiting)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, CAPTURE_PROC_LOCK);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0; /* no helper ever ran here */
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = 1;
+    for (int said = 0;; said = 1) {
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+            flock(fd, LOCK_UN);
+            rc = 0;
+            break;
+        }
+        if (!said && waiting) fprintf(stderr, "%s\n", waiting);
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if ((unsigned long)(t.tv_sec - t0.tv_sec) >= timeout_s) break;
+        nanosleep(&(struct timespec){0, 50 * 1000000L}, NULL);
+    }
+    close(fd);
+    return rc;
+}
+
 /* ---- the drivers' caches (cache/driver_caches.h) beside an export ---- */
 
 /* Runs tar with `args` (a fixed argv, no shell); 0 when it exits 0. */
@@ -677,10 +717,22 @@ static int cmd_export(struct cmd_ctx *c, int argc, char **argv)
     const char *keyfile = NULL;
     if (take_option(&argc, argv, "--sign", &keyfile) < 0) return usage_error("export: %s", "--sign needs a KEYFILE");
     int drivers = take_flag(&argc, argv, "--with-driver-caches");
+    const char *wait_arg = "600";
+    if (take_option(&argc, argv, "--wait", &wait_arg) < 0) return usage_error("export: %s", "--wait needs seconds");
+    long wait_s = parse_seconds(wait_arg);
+    if (wait_s < 0) return usage_error("export: '%s' is not a number of seconds", wait_arg);
     if (argc != 2) return usage_error("export: %s", "give one FILE ('-' for standard output)");
     if (drivers && (keyfile || !strcmp(argv[1], "-")))
         return usage_error("export: %s", "--with-driver-caches needs a FILE, and is not signed (no --sign)");
     int to_stdout = !strcmp(argv[1], "-");
+    /* Binaries handed to a capture helper are stored after the application
+     * exited: an export right after a cold run waits for them. */
+    char waiting[4400];
+    snprintf(waiting, sizeof waiting, "clshim cache: waiting for the capture helpers of %s (at most %ld s, --wait S)",
+             c->dir, wait_s);
+    if (wait_s && wait_for_helpers(c->dir, (unsigned long)wait_s, waiting))
+        fprintf(stderr, "clshim cache: a capture helper still stores into %s after %ld s: exporting what is stored\n",
+                c->dir, wait_s);
     int rc = open_cache(c, 0);
     if (rc && rc != CLSHIM_ENOTFOUND) return 1;
     if (rc == CLSHIM_ENOTFOUND) {
@@ -889,36 +941,16 @@ static int cmd_remote(int argc, char **argv)
  * file while they may store; an exclusive one is free once none is left. */
 static int cmd_wait(struct cmd_ctx *c, int argc, char **argv)
 {
-    unsigned long timeout_s = 600;
+    long timeout_s = 600;
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
         if (!strcmp(argv[i], "--timeout") && i + 1 < argc) v = argv[++i];
         else if (!strncmp(argv[i], "--timeout=", 10)) v = argv[i] + 10;
         else return usage_error("wait: unknown option '%s'", argv[i]);
-        char *end;
-        errno = 0;
-        timeout_s = strtoul(v, &end, 10);
-        if (errno || end == v || *end) return usage_error("wait: '%s' is not a number of seconds", v);
+        if ((timeout_s = parse_seconds(v)) < 0) return usage_error("wait: '%s' is not a number of seconds", v);
     }
-    char path[4200];
-    snprintf(path, sizeof path, "%s/%s", c->dir, CAPTURE_PROC_LOCK);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0; /* no helper ever ran here */
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    int rc = 1;
-    for (;;) {
-        if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
-            flock(fd, LOCK_UN);
-            rc = 0;
-            break;
-        }
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        if ((unsigned long)(t.tv_sec - t0.tv_sec) >= timeout_s) break;
-        nanosleep(&(struct timespec){0, 50 * 1000000L}, NULL);
-    }
-    close(fd);
-    if (rc) fprintf(stderr, "clshim cache: a capture helper still stores into %s after %lu s\n", c->dir, timeout_s);
+    int rc = wait_for_helpers(c->dir, (unsigned long)timeout_s, NULL);
+    if (rc) fprintf(stderr, "clshim cache: a capture helper still stores into %s after %ld s\n", c->dir, timeout_s);
     return rc;
 }
 

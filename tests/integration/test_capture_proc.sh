@@ -6,7 +6,8 @@
 # waits for that code generation; `clshim cache wait` waits for the helper;
 # the next run is a hit with no compile. Exit right after queueing, fork,
 # release during capture, a full disk, a helper that cannot be started:
-# results and exit codes of the plain run, every time.
+# results and exit codes of the plain run, every time. When the helper
+# captures (the app busy, idle, exited): test_capture_defer.
 source "$CLSHIM_ROOT/tests/integration/lib.sh"
 P=$PROGS/capture_bg
 export CLSHIM_CAPTURE_PROCESS=1 # run-all.sh turns it off for the other tests
@@ -96,6 +97,27 @@ same_output ref wrun "clshim run --wait: results of a plain run"
 set +e; "$CLSHIM_BUILD/clshim" run --wait -- sh -c 'exit 3'; rc=$?; set -e
 [ $rc = 3 ] || fail "clshim run --wait: exit status $rc, not the command's 3"
 ok "clshim run --wait: $N entries when it returns, the command's exit status kept"
+
+# 4c. `clshim cache export` right after a cold run waits for the helper's
+#     stores (reads made slow in the helper: at least 4 s of them), with one
+#     line; with --wait 1 it exports what is stored by then (at most one),
+#     one line more.
+empty_cache
+fresh_pocl; LD_PRELOAD="$SHIM $FAULT" CLFAULT_SLOW_BINARIES_MS=1000 run_plain xcold "$P" exit $N
+same_output ref xcold "cold run before an export: results of a plain run"
+"$TOOL" cache export "$TMP/x.clshim" >"$TMP/x.out" 2>"$TMP/x.err" || { cat "$TMP/x.err" >&2; fail "export failed"; }
+grep -q "^Exported $N entries" "$TMP/x.out" || { cat "$TMP/x.out" "$TMP/x.err" >&2; fail "export did not wait for the helper"; }
+[ "$(count 'waiting for the capture helpers' "$TMP/x.err")" = 1 ] && [ "$(wc -l <"$TMP/x.err")" = 1 ] ||
+    { cat "$TMP/x.err" >&2; fail "export: not one line while it waited"; }
+empty_cache
+fresh_pocl; LD_PRELOAD="$SHIM $FAULT" CLFAULT_SLOW_BINARIES_MS=1000 run_plain ycold "$P" exit $N
+"$TOOL" cache export --wait 1 "$TMP/y.clshim" >"$TMP/y.out" 2>"$TMP/y.err" ||
+    { cat "$TMP/y.err" >&2; fail "export --wait 1 failed"; }
+grep -q "^Exported [01] entr" "$TMP/y.out" || { cat "$TMP/y.out" >&2; fail "export --wait 1: not a partial export"; }
+[ "$(count 'exporting what is stored' "$TMP/y.err")" = 1 ] && [ "$(wc -l <"$TMP/y.err")" = 2 ] ||
+    { cat "$TMP/y.err" >&2; fail "export --wait 1: not one line more after the timeout"; }
+wait_helper
+ok "clshim cache export waits for the helper ($N entries, one line); --wait 1 exports what is stored then"
 
 # 5. No helper to start: captures stay in the app, one line.
 for helper in "$TMP/no-such-tool" /bin/false; do
