@@ -146,7 +146,8 @@ ok "vary: repeats, other buffers, scalars and aliasing give the unfused results"
 #     replaced by a new one under the same handle take effect.
 shim_vs_plain relaunch "$PLAN" "$FC" --mode relaunch --iterations 2
 [ "$(fused offset+scale+square relaunch)" = 24 ] || fail "relaunch: expected 24 fused launches"
-[ "$(count "has the released one's handle" "$TMP/relaunch.err")" -ge 1 ] ||
+# (Under AddressSanitizer freed memory is quarantined, so no handle comes back.)
+[ -n "${CLSHIM_SANITIZED:-}" ] || [ "$(count "has the released one's handle" "$TMP/relaunch.err")" -ge 1 ] ||
     fail "relaunch: the driver never gave a new buffer a released one's handle (nothing tested there)"
 ok "relaunch: remembered arguments; changed ones and a reused buffer handle take effect"
 
