@@ -63,8 +63,18 @@
  * (force-barrier and internal: clshim keeps t in a __local array); and
  * hand-local (a hand-written kernel with the __local array). Latency mode,
  * N = 1, 4, 16 Mi; `out` compared bit for bit across the four ways.
+ * --host-cost measures instead the host time per chain of enqueueing
+ * alone (HOST_REPS chains back to back, timed up to the last enqueue's
+ * return; the clFinish after them is not timed), N = 4 Ki unless --n says
+ * otherwise, five ways: unfused, fused, hand, auto, and hand-direct — the
+ * hand-written kernel enqueued through the ICD loader's own
+ * clEnqueueNDRangeKernel (looked up in libOpenCL.so.1, so clshim is not on
+ * the path). fused - hand is what the fused launch costs the host beyond
+ * an enqueue of the hand-written kernel; hand - hand-direct what clshim's
+ * armed wrapper adds to a plain enqueue. Results are compared as usual.
  *   bench_fusion [--quick] [--k K] [--n N] [--mode latency|pipelined|both]
  *                [--shape pointwise|grid|local] [--events] [--launch-cost] [--prime] [--const]
+ *                [--host-cost]
  * --const adds two ways: const (the fused way with CL_FUSION_CONST_CLSHIM:
  * the scalars a and b baked into the fused kernel) and internal-const (both
  * properties), and a table comparing them with fused and internal.
@@ -72,6 +82,7 @@
 #define CL_TARGET_OPENCL_VERSION 300
 #define CL_USE_DEPRECATED_OPENCL_1_2_APIS
 #include <CL/cl.h>
+#include <dlfcn.h>
 #include <libgen.h>
 #include <limits.h>
 #include <stdint.h>
@@ -114,6 +125,7 @@ static int grid_shape; /* --shape grid */
 static int with_events; /* --events: every enqueue asks for an event (PyOpenCL does) */
 static int prime_only;  /* --prime: no timing */
 static int with_const;  /* --const: the ways const and internal-const too */
+static int host_cost;   /* --host-cost: host time per chain, enqueue only */
 
 static void enqueue(cl_kernel k, size_t gws, size_t lws)
 {
@@ -323,6 +335,176 @@ static void clear_outputs(struct setup *s)
     CHECK(clFinish(q));
 }
 
+/* "16 Mi", "64 Ki". */
+static void size_label(size_t n, char *out, size_t len)
+{
+    if (n >= (1u << 20)) snprintf(out, len, "%zu Mi", n >> 20);
+    else snprintf(out, len, "%zu Ki", n >> 10);
+}
+
+/* ---- --host-cost: host time per chain, enqueue only ---- */
+
+enum { HC_UNFUSED, HC_FUSED, HC_HAND, HC_AUTO, HC_DIRECT, HC_WAYS };
+#define HOST_REPS 64
+typedef cl_int(CL_API_CALL *enqueue_fn)(cl_command_queue, cl_kernel, cl_uint, const size_t *, const size_t *,
+                                        const size_t *, cl_uint, const cl_event *, cl_event *);
+static enqueue_fn direct_enqueue; /* the ICD loader's own, past clshim (NULL: not found) */
+
+struct host_result {
+    int K, same, rounds;
+    size_t n;
+    double t[HC_WAYS]; /* seconds of host time per chain, medians */
+    /* The fused way call by call (medians over rounds of the per-round
+     * means, seconds): clStartFusionCLSHIM, one held enqueue,
+     * clCompleteFusionCLSHIM (fusing and the driver's enqueue); the hand
+     * way's enqueue; and what reading the clock costs (already taken off). */
+    double start, hold, complete, hand_call, clock_cost;
+};
+static struct host_result host_results[8];
+static int nhost_results;
+
+/* The loader's clEnqueueNDRangeKernel: dlsym on the loader's own handle
+ * searches it (and its dependencies), not the preloaded shim. */
+static void find_direct_enqueue(void)
+{
+    void *loader = dlopen("libOpenCL.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (loader) direct_enqueue = (enqueue_fn)dlsym(loader, "clEnqueueNDRangeKernel");
+    if (direct_enqueue == (enqueue_fn)clEnqueueNDRangeKernel) direct_enqueue = NULL; /* that is clshim's */
+}
+
+/* `reps` chains of one way, enqueued; no clFinish. */
+static void host_enqueue(struct setup *s, int way, int reps)
+{
+    size_t gws = s->gws, lws = LOCAL;
+    for (int r = 0; r < reps; r++) {
+        if (way == HC_HAND) {
+            enqueue(s->hand, gws, lws);
+        } else if (way == HC_DIRECT) {
+            cl_event ev = NULL;
+            CHECK(direct_enqueue(q, s->hand, 1, NULL, &gws, &lws, 0, NULL, with_events ? &ev : NULL));
+            if (ev) CHECK(clReleaseEvent(ev));
+        } else {
+            if (way == HC_FUSED) CHECK(start_fusion(q));
+            for (int k = 0; k < s->K; k++)
+                enqueue(way == HC_UNFUSED ? s->ustep[k] : way == HC_FUSED ? s->step[k] : s->autok[k], gws, lws);
+            if (way == HC_FUSED) CHECK(complete_fusion(q, NULL, NULL));
+        }
+    }
+}
+
+/* The fused way's calls timed one by one, beside the hand way's enqueue:
+ * where the fused chain's host time goes. Each round enqueues HOST_REPS
+ * chains of each way, reading the clock between calls, then clFinish. */
+#define CALL_ROUNDS 15
+static void time_host_calls(struct setup *s, struct host_result *res)
+{
+    double start[CALL_ROUNDS], hold[CALL_ROUNDS], complete[CALL_ROUNDS], hand[CALL_ROUNDS], clock[CALL_ROUNDS];
+    size_t gws = s->gws, lws = LOCAL;
+    for (int r = 0; r < CALL_ROUNDS; r++) {
+        double c0 = now_s(), c1 = c0;
+        for (int i = 0; i < 100; i++) c1 = now_s();
+        clock[r] = (c1 - c0) / 100;
+        double ts = 0, th = 0, tc = 0, tk = 0;
+        for (int c = 0; c < HOST_REPS; c++) {
+            double t0 = now_s();
+            CHECK(start_fusion(q));
+            double t1 = now_s();
+            for (int k = 0; k < s->K; k++) enqueue(s->step[k], gws, lws);
+            double t2 = now_s();
+            CHECK(complete_fusion(q, NULL, NULL));
+            double t3 = now_s();
+            ts += t1 - t0;
+            th += t2 - t1;
+            tc += t3 - t2;
+        }
+        CHECK(clFinish(q));
+        for (int c = 0; c < HOST_REPS; c++) {
+            double t0 = now_s();
+            enqueue(s->hand, gws, lws);
+            tk += now_s() - t0;
+        }
+        CHECK(clFinish(q));
+        start[r] = ts / HOST_REPS - clock[r];
+        hold[r] = (th / HOST_REPS - clock[r]) / s->K;
+        complete[r] = tc / HOST_REPS - clock[r];
+        hand[r] = tk / HOST_REPS - clock[r];
+    }
+    res->start = bu_median(start, CALL_ROUNDS);
+    res->hold = bu_median(hold, CALL_ROUNDS);
+    res->complete = bu_median(complete, CALL_ROUNDS);
+    res->hand_call = bu_median(hand, CALL_ROUNDS);
+    res->clock_cost = bu_median(clock, CALL_ROUNDS);
+}
+
+/* Medians of interleaved rounds (even rounds in order, odd backwards), as
+ * time_ways; each timed batch follows a clFinish, so the driver's queue
+ * starts empty. */
+static void time_host(struct setup *s, int same)
+{
+    static double t[HC_WAYS][MAX_ROUNDS];
+    static const char *const way[HC_WAYS] = {"unfused", "fused", "hand", "auto", "hand-direct"};
+    int nw = direct_enqueue ? HC_WAYS : HC_DIRECT;
+    struct host_result *res = &host_results[nhost_results++];
+    res->K = s->K;
+    res->n = s->n;
+    res->same = same;
+    for (int v = 0; v < nw; v++) {
+        host_enqueue(s, v, HOST_REPS);
+        CHECK(clFinish(q));
+    }
+    double spent = 0;
+    int r;
+    for (r = 0; r < MAX_ROUNDS && (r < 9 || spent < 1.5); r++)
+        for (int i = 0; i < nw; i++) {
+            int v = r % 2 ? nw - 1 - i : i;
+            double t0 = now_s();
+            host_enqueue(s, v, HOST_REPS);
+            double t1 = now_s();
+            CHECK(clFinish(q));
+            t[v][r] = (t1 - t0) / HOST_REPS;
+            spent += now_s() - t0;
+        }
+    res->rounds = r;
+    time_host_calls(s, res);
+    char cas[128];
+    snprintf(cas, sizeof cas, "k=%d;n=%zu;mode=host-cost%s", s->K, s->n, with_events ? ";events=1" : "");
+    for (int v = 0; v < HC_WAYS; v++) {
+        res->t[v] = v < nw ? bu_median(t[v], (size_t)r) : 0;
+        double ns[MAX_ROUNDS];
+        for (int i = 0; i < r && v < nw; i++) ns[i] = t[v][i] * 1e9;
+        if (v < nw) bu_csv("fusion", cas, way[v], "host-per-chain", "ns", ns, (size_t)r);
+    }
+}
+
+static void print_host_table(void)
+{
+    printf("\nhost time per chain, enqueue only (%d chains back to back; the clFinish after them not timed)%s; "
+           "ns, medians of interleaved rounds\n\n", HOST_REPS, with_events ? "; an event for every enqueue" : "");
+    printf("| K | N | unfused | fused | hand | auto | hand-direct (no clshim) | fused - hand | auto - hand "
+           "| hand - hand-direct | rounds | results |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i < nhost_results; i++) {
+        const struct host_result *r = &host_results[i];
+        char nn[32], direct[32] = "-", over[32] = "-";
+        size_label(r->n, nn, sizeof nn);
+        if (direct_enqueue) {
+            snprintf(direct, sizeof direct, "%.0f", r->t[HC_DIRECT] * 1e9);
+            snprintf(over, sizeof over, "%+.0f", (r->t[HC_HAND] - r->t[HC_DIRECT]) * 1e9);
+        }
+        printf("| %d | %s | %.0f | %.0f | %.0f | %.0f | %s | %+.0f | %+.0f | %s | %d | %s |\n", r->K, nn,
+               r->t[HC_UNFUSED] * 1e9, r->t[HC_FUSED] * 1e9, r->t[HC_HAND] * 1e9, r->t[HC_AUTO] * 1e9, direct,
+               (r->t[HC_FUSED] - r->t[HC_HAND]) * 1e9, (r->t[HC_AUTO] - r->t[HC_HAND]) * 1e9, over, r->rounds,
+               r->same ? "same" : "DIFFER");
+    }
+    printf("\nthe fused way call by call, beside the hand way's enqueue (ns; the clock read, its cost taken "
+           "off each figure)\n\n| K | start | one held enqueue | complete (fusing + the driver's enqueue) "
+           "| hand's enqueue | complete - hand's enqueue | clock read |\n|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i < nhost_results; i++) {
+        const struct host_result *r = &host_results[i];
+        printf("| %d | %.0f | %.0f | %.0f | %.0f | %+.0f | %.0f |\n", r->K, r->start * 1e9, r->hold * 1e9,
+               r->complete * 1e9, r->hand_call * 1e9, (r->complete - r->hand_call) * 1e9, r->clock_cost * 1e9);
+    }
+}
+
 static cl_kernel step_kernel(cl_program prog, const char *name, const struct setup *s, int k, cl_long n_arg)
 {
     cl_int err;
@@ -406,7 +588,8 @@ static void bench_one(cl_program prog, cl_program bin, int K, size_t n, int *fai
     int same_last = du_last == di_last && di_last == dhi_last && dhi_last == dic_last;
     if (!same || !same_last) (*fails)++;
     if (prime_only) printf("K=%d n=%zu: %s\n", K, n, same && same_last ? "same results" : "RESULTS DIFFER");
-    for (int mode = 0; mode < 2 && !prime_only; mode++) {
+    if (host_cost) time_host(&s, same);
+    for (int mode = 0; mode < 2 && !prime_only && !host_cost; mode++) {
         if (!(modes & (1 << mode)) || (mode == PIPELINED && n > PIPELINED_MAX_N)) continue;
         struct result *res = &results[nresults++];
         res->mode = mode;
@@ -425,13 +608,6 @@ static void bench_one(cl_program prog, cl_program bin, int K, size_t n, int *fai
     clReleaseKernel(s.hand);
     clReleaseKernel(s.handreg);
     for (int k = 0; k <= K; k++) clReleaseMemObject(s.buf[k]);
-}
-
-/* "16 Mi", "64 Ki". */
-static void size_label(size_t n, char *out, size_t len)
-{
-    if (n >= (1u << 20)) snprintf(out, len, "%zu Mi", n >> 20);
-    else snprintf(out, len, "%zu Ki", n >> 10);
 }
 
 static void print_tables(void)
@@ -788,6 +964,8 @@ int main(int argc, char **argv)
             with_const = 1;
         } else if (!strcmp(argv[i], "--prime")) {
             prime_only = 1;
+        } else if (!strcmp(argv[i], "--host-cost")) {
+            host_cost = 1;
         } else if (!strcmp(argv[i], "--shape") && i + 1 < argc && !strcmp(argv[i + 1], "grid")) {
             grid_shape = 1;
             i++;
@@ -798,7 +976,7 @@ int main(int argc, char **argv)
             i++;
         } else {
             fprintf(stderr, "usage: bench_fusion [--quick] [--k K] [--n N] [--mode latency|pipelined|both] "
-                            "[--shape pointwise|grid|local] [--events] [--launch-cost] [--prime] [--const]\n");
+                            "[--shape pointwise|grid|local] [--events] [--launch-cost] [--prime] [--const] [--host-cost]\n");
             return 2;
         }
     }
@@ -857,8 +1035,14 @@ int main(int argc, char **argv)
     fflush(stdout);
     static const size_t all_n[] = {4u << 10, 64u << 10, 1u << 20, 16u << 20, 64u << 20};
     static const size_t quick_n[] = {4u << 10, 1u << 20, 16u << 20};
+    static const size_t host_n[] = {4u << 10};
     const size_t *ns = quick ? quick_n : all_n;
     size_t nn = quick ? 3 : 5;
+    if (host_cost) {
+        find_direct_enqueue();
+        ns = only_n ? &only_n : host_n;
+        nn = 1;
+    }
     int fails = 0;
     for (int K = 2; K <= KMAX; K *= 2) {
         if (only_k && K != only_k) continue;
@@ -866,7 +1050,9 @@ int main(int argc, char **argv)
             if (!only_n || ns[i] == only_n) bench_one(prog, bin, K, ns[i], &fails);
     }
     fprintf(stderr, "\n");
-    if (!prime_only) {
+    if (host_cost) {
+        print_host_table();
+    } else if (!prime_only) {
         print_tables();
         print_targets();
     }

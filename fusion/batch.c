@@ -323,9 +323,11 @@ void fusion_release_queue(cl_command_queue q)
 
 void fb_held_clear(struct held *h)
 {
-    for (cl_uint i = 0; i < h->nwaits; i++) fb_real->clReleaseEvent(h->waits[i]);
-    free(h->waits);
-    for (cl_uint i = 0; i < h->nargs; i++) fk_arg_clear(&h->args[i]);
+    if (h->waits) {
+        for (cl_uint i = 0; i < h->nwaits; i++) fb_real->clReleaseEvent(h->waits[i]);
+        free(h->waits);
+    }
+    if (h->heap_args) fk_args_release(h->args, h->nargs); /* the slot's next snapshot overwrites every entry */
     struct fk_arg *args = h->args;
     uint32_t cap = h->args_cap;
     memset(h, 0, sizeof *h);
@@ -480,6 +482,7 @@ static int hold(struct fq *q, struct fk_kernel *r, cl_kernel k, cl_uint dim, con
         return -1;
     }
     h->nargs = r->nargs;
+    h->heap_args = r->nheap > 0;
     h->k = k;
     h->rec = r;
     h->dim = dim;
@@ -573,9 +576,11 @@ static void fuse_or_submit(struct fq *q, int flags, const char *internal_args, i
         fb_submit_held(q, p);
         return;
     }
-    if (log_enabled(LOG_INFO)) names_of(q, names, sizeof names); /* costly: only for the log */
     uint32_t n = q->nheld, nargs = 0;
-    for (uint32_t i = 0; i < n; i++) nargs += q->held[i].nargs;
+    if (log_enabled(LOG_INFO)) { /* costly: only for the log */
+        names_of(q, names, sizeof names);
+        for (uint32_t i = 0; i < n; i++) nargs += q->held[i].nargs;
+    }
     uint32_t nparams = 0;
     int timed = fa_reporting && seq >= 0; /* the report times the fused launch */
     cl_event timing = NULL;
@@ -702,7 +707,7 @@ cl_int fusion_enqueue_kernel(cl_command_queue queue, cl_kernel k, cl_uint dim, c
         if (timing) fb_real->clReleaseEvent(timing);
     }
     pthread_mutex_unlock(&q->lock);
-    fb_pending_run(&p);
+    fb_pending_flush(&p);
     return rc;
 }
 
@@ -823,7 +828,7 @@ static cl_int CL_API_CALL ext_start(cl_command_queue queue)
         q->ext = 1;
     }
     pthread_mutex_unlock(&q->lock);
-    fb_pending_run(&p);
+    fb_pending_flush(&p);
     return rc;
 }
 
@@ -872,7 +877,7 @@ static cl_int CL_API_CALL ext_complete(cl_command_queue queue, const cl_fusion_p
     cl_int rc = CL_SUCCESS;
     if (event && !out) rc = fb_real->clEnqueueMarkerWithWaitList(queue, 0, NULL, &out);
     pthread_mutex_unlock(&q->lock);
-    fb_pending_run(&p);
+    fb_pending_flush(&p);
     if (event) *event = out;
     return rc;
 }

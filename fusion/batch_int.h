@@ -59,7 +59,12 @@ static inline int fk_arg_equal(const struct fk_arg *a, const struct fk_arg *b)
 {
     if (a->kind != b->kind || a->size != b->size) return 0;
     if (a->kind == FK_LOCAL || a->kind == FK_UNSET) return 1;
-    if (a->size <= 16 || a->kind == FK_SVM) return !memcmp(a->v.inl, b->v.inl, 16);
+    if (a->size <= 16 || a->kind == FK_SVM) { /* two loads each, no call to memcmp */
+        uint64_t x[2], y[2];
+        memcpy(x, a->v.inl, 16);
+        memcpy(y, b->v.inl, 16);
+        return x[0] == y[0] && x[1] == y[1];
+    }
     return !memcmp(a->v.heap, b->v.heap, a->size);
 }
 
@@ -82,6 +87,8 @@ struct fk_kernel {
     struct llvm_spec_const specs[FK_MAX_SPECS];
     cl_uint nargs;
     struct fk_arg *args;  /* the arguments as the application last set them */
+    int all_set;          /* fk_complete found every argument set; cleared with any of them */
+    cl_uint nheap;        /* arguments whose value is on the heap (size > 16) */
     cl_device_id wg_dev;  /* CL_KERNEL_WORK_GROUP_SIZE cached for this device */
     size_t wg_max;
 };
@@ -96,13 +103,18 @@ void fk_forget(cl_kernel k);
 /* Records clSetKernelArg; the real call is made under the kernel lock. */
 cl_int fk_set_arg(struct fk_kernel *r, cl_uint index, size_t size, const void *value);
 /* All arguments recorded (caller holds r->lock). */
-int fk_complete(const struct fk_kernel *r);
+int fk_complete(struct fk_kernel *r);
 /* Copies the current arguments into *args (caller holds r->lock), growing
  * it to r->nargs entries when *cap is smaller: a queue reuses the arrays of
  * its held entries, so holding a kernel allocates nothing once warm.
- * 0, or -1 on OOM with nothing copied. */
+ * 0, or -1 on OOM with nothing copied. The copy owns heap values (size >
+ * 16) of its own only when r->nheap > 0. */
 int fk_snapshot_into(const struct fk_kernel *r, struct fk_arg **args, uint32_t *cap);
 void fk_free_args(struct fk_arg *args, cl_uint n);
+/* Frees the values kept on the heap (size > 16) of a snapshot array that
+ * is kept for reuse; the other entries are left as they are (the next
+ * snapshot overwrites them all): cheaper than clearing each. */
+void fk_args_release(struct fk_arg *args, cl_uint n);
 /* Deep copy (0, or -1 on OOM with *dst cleared); clear frees the value. */
 int fk_arg_copy(struct fk_arg *dst, const struct fk_arg *src);
 void fk_arg_clear(struct fk_arg *a);
@@ -149,6 +161,11 @@ void fb_pending_add(struct fb_pending *p, struct fev *ev, cl_event real, cl_int 
 /* Wires every item's user event to its real event (already stored in
  * ev->real at submission); frees the list. */
 void fb_pending_run(struct fb_pending *p);
+/* fb_pending_run where there is something to run (the hot paths' case: nothing). */
+static inline void fb_pending_flush(struct fb_pending *p)
+{
+    if (p->n || p->items) fb_pending_run(p);
+}
 
 /* ---- queues (batch.c) ---- */
 
@@ -160,6 +177,7 @@ struct held {
     int has_off, has_lws;
     struct fk_arg *args;  /* snapshot, rec->nargs entries (array kept for reuse) */
     cl_uint nargs;
+    int heap_args;        /* some entry of args owns a heap value (fk_args_release) */
     uint32_t args_cap;    /* entries allocated in args */
     cl_event *waits;      /* retained */
     cl_uint nwaits;

@@ -29,6 +29,26 @@ static objmap *kernels;
 static pthread_once_t kernels_once = PTHREAD_ONCE_INIT;
 int fb_arm_gen;
 
+/* Each thread remembers the records it found last (a few, by handle), so
+ * that an enqueue of a kernel seen before costs no map lookup (a striped
+ * lock shared by all threads, a hash, a chain walk). A remembered record is
+ * used only while no record has been freed since it was found: fk_forget
+ * bumps records_freed before it frees one, so a stale entry (its kernel
+ * released, or its handle reused by a new kernel) is never returned. */
+#define RECENT_WAYS 16
+static int records_freed;
+static __thread struct recent_record {
+    cl_kernel k;
+    struct fk_kernel *r;
+    int freed; /* records_freed when it was found */
+} recent[RECENT_WAYS];
+
+static struct recent_record *recent_slot(cl_kernel k)
+{
+    uintptr_t h = (uintptr_t)k;
+    return &recent[(h >> 4 ^ h >> 10) % RECENT_WAYS];
+}
+
 static void kernels_init(void) { kernels = objmap_new(); }
 
 /* Forgets the value; keeps what the argument is (a->mem). */
@@ -38,6 +58,12 @@ void fk_arg_clear(struct fk_arg *a)
     uint8_t mem = a->mem;
     memset(a, 0, sizeof *a);
     a->mem = mem;
+}
+
+void fk_args_release(struct fk_arg *args, cl_uint n)
+{
+    for (cl_uint i = 0; i < n; i++)
+        if (args[i].kind == FK_VALUE && args[i].size > 16) fk_arg_clear(&args[i]);
 }
 
 void fk_free_args(struct fk_arg *args, cl_uint n)
@@ -71,6 +97,8 @@ static void decide_tracking(struct fk_kernel *r)
     int want = armed > 0 && ((armed & (FUSION_ARMED_EXT | FUSION_ARMED_AUTO)) || r->in_plan);
     if (want && !r->track) {
         for (cl_uint i = 0; i < r->nargs; i++) fk_arg_clear(&r->args[i]); /* unknown until set again */
+        r->all_set = 0;
+        r->nheap = 0;
         r->track = 1;
     }
 }
@@ -164,7 +192,8 @@ static struct fk_kernel *make_record(cl_kernel k)
     return r;
 }
 
-struct fk_kernel *fk_get(cl_kernel k)
+/* The record of k from the map, made on first sight. */
+static struct fk_kernel *fk_lookup(cl_kernel k)
 {
     pthread_once(&kernels_once, kernels_init);
     if (!kernels || !k) return NULL;
@@ -185,6 +214,18 @@ struct fk_kernel *fk_get(cl_kernel k)
             return other;
         }
     }
+    return r;
+}
+
+struct fk_kernel *fk_get(cl_kernel k)
+{
+    struct recent_record *slot = recent_slot(k);
+    int freed = __atomic_load_n(&records_freed, __ATOMIC_ACQUIRE);
+    struct fk_kernel *r = slot->k == k && k && slot->freed == freed ? slot->r : NULL;
+    if (r && r->arm_gen == __atomic_load_n(&fb_arm_gen, __ATOMIC_ACQUIRE)) return r;
+    if (!r) r = fk_lookup(k);
+    if (!r) return NULL;
+    *slot = (struct recent_record){k, r, freed};
     if (r->arm_gen != __atomic_load_n(&fb_arm_gen, __ATOMIC_ACQUIRE)) {
         pthread_mutex_lock(&r->lock);
         decide_tracking(r);
@@ -198,6 +239,7 @@ void fk_forget(cl_kernel k)
     if (!kernels) return;
     struct fk_kernel *r = objmap_remove(kernels, k);
     if (!r) return;
+    __atomic_add_fetch(&records_freed, 1, __ATOMIC_ACQ_REL); /* before the free: see recent_record */
     fk_free_args(r->args, r->nargs);
     free(r->options);
     free(r->name);
@@ -233,18 +275,25 @@ cl_int fk_set_arg(struct fk_kernel *r, cl_uint index, size_t size, const void *v
     pthread_mutex_lock(&r->lock);
     cl_int rc = fb_real->clSetKernelArg(r->k, index, size, value);
     if (rc == CL_SUCCESS && r->track && index < r->nargs) {
-        if (size > UINT32_MAX || record(&r->args[index], size, value, value ? FK_VALUE : FK_LOCAL) != 0)
-            fk_arg_clear(&r->args[index]); /* unknown: the kernel is not held until it is set again */
+        struct fk_arg *a = &r->args[index];
+        r->nheap -= a->kind == FK_VALUE && a->size > 16;
+        if (size > UINT32_MAX || record(a, size, value, value ? FK_VALUE : FK_LOCAL) != 0) {
+            fk_arg_clear(a); /* unknown: the kernel is not held until it is set again */
+            r->all_set = 0;
+        }
+        r->nheap += a->kind == FK_VALUE && a->size > 16;
     }
     pthread_mutex_unlock(&r->lock);
     return rc;
 }
 
-int fk_complete(const struct fk_kernel *r)
+int fk_complete(struct fk_kernel *r)
 {
     if (!r->track || r->svm) return 0;
+    if (r->all_set) return 1; /* an argument once set stays set until all_set is cleared */
     for (cl_uint i = 0; i < r->nargs; i++)
         if (r->args[i].kind == FK_UNSET) return 0;
+    r->all_set = 1;
     return 1;
 }
 
@@ -258,6 +307,10 @@ int fk_snapshot_into(const struct fk_kernel *r, struct fk_arg **args, uint32_t *
         *cap = n;
     }
     struct fk_arg *s = *args;
+    if (!r->nheap) { /* every value inline: one copy */
+        memcpy(s, r->args, r->nargs * sizeof *s);
+        return 0;
+    }
     for (cl_uint i = 0; i < r->nargs; i++)
         if (fk_arg_copy(&s[i], &r->args[i]) != 0) {
             while (i--) fk_arg_clear(&s[i]);

@@ -80,6 +80,8 @@ struct fb_memo {
     char name[32];         /* the fused kernel's name */
     struct fk_arg *set;    /* the arguments the fused kernel holds now (skip setting equal ones) ... */
     int set_gen;           /* ... valid while fb_mem_gen has this value (a handle may be reused) */
+    const struct fb_repeat *set_by; /* the queue's launch record whose arguments the kernel */
+    uint64_t set_serial;            /* holds, at this serial of it (args_known); NULL: none known */
     uint32_t dim;
     size_t gws[3], lws[3], off[3];
     struct fb_memo *next;
@@ -796,7 +798,51 @@ static int is_internal(const struct fq *q, cl_event e)
     return ev && ev->q == q && ev->held;
 }
 
-static cl_int launch(struct fq *q, struct fb_memo *e, cl_event *rev)
+/* ---- the fused kernel's arguments ------------------------------------------------------ */
+
+struct fb_repeat;
+static uint64_t repeat_serial(const struct fb_repeat *r);
+
+/* Whether e's kernel already holds the arguments of q's launch record `r`
+ * (a repeat of it is being launched: its held arguments are r's): the last
+ * launch of e, from any queue, set exactly r's arguments, at r's present
+ * serial (r changes only through repeat_save, which bumps it; a record is
+ * never freed, so the pointer names one queue's), and no buffer was
+ * released since. Then not even the comparison with e->set is needed: a
+ * loop relaunching one chain costs no clSetKernelArg and no comparison.
+ * Caller holds e->lock. */
+static int args_known(const struct fb_memo *e, const struct fb_repeat *r, int gen)
+{
+    return r && e->set_by == r && e->set_serial == repeat_serial(r) && e->set_gen == gen;
+}
+
+/* Sets the fused kernel's arguments from q's held snapshots, calling
+ * clSetKernelArg only for those that differ from what it holds (e->set);
+ * `r` is q's launch record when the held kernels repeat it (else NULL), so
+ * that the next repeat can skip even the comparison. Caller holds e->lock. */
+static cl_int set_fused_args(struct fq *q, struct fb_memo *e, const struct fb_repeat *r, int gen)
+{
+    if (args_known(e, r, gen)) return CL_SUCCESS;
+    cl_int rc = CL_SUCCESS;
+    if (e->set && e->set_gen != gen)
+        for (uint32_t p = 0; p < e->nparams; p++) fk_arg_clear(&e->set[p]);
+    if (!e->set) e->set = calloc(e->nparams ? e->nparams : 1, sizeof *e->set);
+    e->set_gen = gen;
+    for (uint32_t p = 0; p < e->nparams && rc == CL_SUCCESS; p++) {
+        const struct fk_arg *a = &q->held[e->pk[p]].args[e->pi[p]];
+        if (e->set && fk_arg_equal(&e->set[p], a)) continue; /* a loop re-launching with the same arguments */
+        rc = fb_real->clSetKernelArg(e->kernel, p, a->size, a->kind == FK_LOCAL ? NULL : FK_BYTES(a));
+        if (e->set) {
+            fk_arg_clear(&e->set[p]);
+            if (rc == CL_SUCCESS) fk_arg_copy(&e->set[p], a);
+        }
+    }
+    e->set_by = rc == CL_SUCCESS ? r : NULL;
+    e->set_serial = r ? repeat_serial(r) : 0;
+    return rc;
+}
+
+static cl_int launch(struct fq *q, struct fb_memo *e, const struct fb_repeat *repeat_of, cl_event *rev)
 {
     size_t total = 0;
     for (uint32_t i = 0; i < q->nheld; i++) total += q->held[i].nwaits;
@@ -816,21 +862,7 @@ static cl_int launch(struct fq *q, struct fb_memo *e, cl_event *rev)
             if (k == nw) waits[nw++] = w;
         }
     pthread_mutex_lock(&e->lock);
-    cl_int rc = CL_SUCCESS;
-    int gen = __atomic_load_n(&fb_mem_gen, __ATOMIC_ACQUIRE);
-    if (e->set && e->set_gen != gen)
-        for (uint32_t p = 0; p < e->nparams; p++) fk_arg_clear(&e->set[p]);
-    if (!e->set) e->set = calloc(e->nparams ? e->nparams : 1, sizeof *e->set);
-    e->set_gen = gen;
-    for (uint32_t p = 0; p < e->nparams && rc == CL_SUCCESS; p++) {
-        const struct fk_arg *a = &q->held[e->pk[p]].args[e->pi[p]];
-        if (e->set && fk_arg_equal(&e->set[p], a)) continue; /* a loop re-launching with the same arguments */
-        rc = fb_real->clSetKernelArg(e->kernel, p, a->size, a->kind == FK_LOCAL ? NULL : FK_BYTES(a));
-        if (e->set) {
-            fk_arg_clear(&e->set[p]);
-            if (rc == CL_SUCCESS) fk_arg_copy(&e->set[p], a);
-        }
-    }
+    cl_int rc = set_fused_args(q, e, repeat_of, __atomic_load_n(&fb_mem_gen, __ATOMIC_ACQUIRE));
     int has_lws = e->lws[0] || e->lws[1] || e->lws[2];
     int has_off = e->off[0] || e->off[1] || e->off[2];
     if (rc == CL_SUCCESS)
@@ -856,6 +888,7 @@ struct fb_repeat_kernel {
 
 struct fb_repeat {
     int valid, flags, gen;
+    uint64_t serial;      /* bumped by every repeat_save (args_known); records are never freed */
     char *internal_args;  /* a copy of the launch's internal= list, or NULL */
     struct fb_memo *memo;
     struct fb_repeat_kernel *kernels;
@@ -863,6 +896,8 @@ struct fb_repeat {
     struct fk_arg *args; /* every held kernel's arguments, in order */
     uint32_t nargs, args_cap;
 };
+
+static uint64_t repeat_serial(const struct fb_repeat *r) { return r->serial; }
 
 static void repeat_kernel_of(const struct held *h, struct fb_repeat_kernel *k)
 {
@@ -876,6 +911,17 @@ static void repeat_kernel_of(const struct held *h, struct fb_repeat_kernel *k)
         k->lws[d] = h->lws[d];
         k->off[d] = h->off[d];
     }
+}
+
+/* repeat_kernel_of(h) equals k, compared field by field (no copy). */
+static int repeat_kernel_same(const struct held *h, const struct fb_repeat_kernel *k)
+{
+    if (k->id != h->rec->id || k->dim != h->dim || k->nargs != h->nargs || k->has_lws != (uint64_t)h->has_lws ||
+        k->has_off != (uint64_t)h->has_off)
+        return 0;
+    for (int d = 0; d < 3; d++)
+        if (k->gws[d] != h->gws[d] || k->lws[d] != h->lws[d] || k->off[d] != h->off[d]) return 0;
+    return 1;
 }
 
 static int same_args_list(const char *a, const char *b)
@@ -892,9 +938,7 @@ static struct fb_memo *repeat_match(const struct fq *q, int flags, const char *i
     const struct fk_arg *a = r->args;
     for (uint32_t i = 0; i < q->nheld; i++) {
         const struct held *h = &q->held[i];
-        struct fb_repeat_kernel k;
-        repeat_kernel_of(h, &k);
-        if (memcmp(&k, &r->kernels[i], sizeof k)) return NULL;
+        if (!repeat_kernel_same(h, &r->kernels[i])) return NULL;
         for (cl_uint j = 0; j < h->nargs; j++)
             if (!fk_arg_equal(a++, &h->args[j])) return NULL;
     }
@@ -908,6 +952,7 @@ static void repeat_save(struct fq *q, int flags, const char *internal_args, int 
     struct fb_repeat *r = q->repeat;
     if (!r && !(r = q->repeat = calloc(1, sizeof *r))) return;
     r->valid = 0;
+    r->serial++; /* its arguments change: no fused kernel holds them now (args_known) */
     if (!same_args_list(r->internal_args, internal_args)) {
         free(r->internal_args);
         r->internal_args = NULL;
@@ -1015,7 +1060,7 @@ int fb_fuse_held(struct fq *q, int flags, const char *internal_args, int seq, st
     cl_event rev = NULL;
     int want_event = out_event != NULL;
     for (uint32_t i = 0; i < q->nheld; i++) want_event |= q->held[i].ev != NULL;
-    cl_int err = launch(q, e, want_event ? &rev : NULL); /* an event costs the driver time */
+    cl_int err = launch(q, e, repeat ? q->repeat : NULL, want_event ? &rev : NULL); /* an event costs the driver time */
     if (err != CL_SUCCESS) {
         snprintf(why, why_len, "enqueueing the fused kernel failed (error %d)", err);
         return -1;

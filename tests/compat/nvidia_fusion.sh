@@ -25,7 +25,13 @@
 #  C. the mixed 15-kernel program's time to first result (bench_ttfr's
 #     child): cold; NVIDIA's ComputeCache warm; clshim's cache without the
 #     driver's; and a fresh home whose clshim cache was imported with
-#     `clshim cache import --with-driver-caches` (CLSHIM_DRIVER_CACHES=1).
+#     `clshim cache import --with-driver-caches` (CLSHIM_DRIVER_CACHES=1);
+#  D. the host time per chain of enqueueing alone (bench_fusion
+#     --host-cost, K = 2, 4, 8 at 4 Ki): fused against the hand-written
+#     kernel's enqueue and the driver's own (clshim not on the path); with
+#     NVF_BASELINE=SHIM also under another libclshim.so, side by side.
+# NVF_PARTS (default ABCD) picks the parts to run; NVF_PRIME_ARGS adds
+# options to --pack's bench_fusion --prime.
 set -u
 if [ "${1:-}" = --pack ]; then
     BUILD=${2:?usage: nvidia_fusion.sh --pack BUILD DEST}
@@ -44,7 +50,8 @@ if [ "${1:-}" = --pack ]; then
     PRIMED=$(mktemp -d)
     POCL_CACHE_DIR=$(mktemp -d)
     export CLSHIM_CACHE_DIR=$PRIMED/cache CLSHIM_FUSE_ROUTE=source POCL_CACHE_DIR
-    nice "$BUILD/bench/bench_fusion" --prime | grep -c "same results" | sed 's/^/primed bench_fusion configurations: /'
+    # shellcheck disable=SC2086 # NVF_PRIME_ARGS: more bench_fusion options (e.g. --n 4096 for part D alone)
+    nice "$BUILD/bench/bench_fusion" --prime ${NVF_PRIME_ARGS:-} | grep -c "same results" | sed 's/^/primed bench_fusion configurations: /'
     for n in 1048576 16777216 67108864; do
         LD_PRELOAD=$BUILD/libclshim.so CLSHIM_FUSE="e1+e2+e3+e4" nice "$BUILD/tests/progs/fusion_source" \
             --mode chain4 --n $n --iterations 1 >/dev/null
@@ -64,15 +71,32 @@ export OCL_ICD_VENDORS=/tmp/nvf-icd LD_LIBRARY_PATH=$C/lib
 unset POCL_CACHE_DIR CUDA_CACHE_PATH CLSHIM_DRIVER_CACHES CLSHIM_FUSE_ROUTE
 SHIM=$C/libclshim.so
 TOOL=$C/clshim-tool
+PARTS=${NVF_PARTS:-ABCD}
 fails=0
 echo "clshim $(cat "$C/REVISION")"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/GPU: /'
 
 median() { sort -n | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)]; else print "nan" }'; }
 
-# ---- A. bench_fusion ---------------------------------------------------------
 rm -rf /tmp/nvf-cache
 "$TOOL" cache --dir /tmp/nvf-cache import "$C/cache.export" || fails=$((fails + 1))
+
+# ---- D. host time per chain (first: the shortest) ------------------------------
+if [[ $PARTS == *D* ]]; then
+echo
+echo "== D. bench_fusion --host-cost (enqueue only, 4 Ki) =="
+for shim in "$SHIM" ${NVF_BASELINE:+"$NVF_BASELINE"}; do
+    echo "libclshim.so: $shim"
+    HOME=/tmp/nvf-home-d CLSHIM_CACHE_DIR=/tmp/nvf-cache LD_PRELOAD=$shim "$C/bench/bench_fusion" --host-cost \
+        >"$OUT/host_cost.txt" 2>"$OUT/host_cost.err"
+    rc=$?
+    cat "$OUT/host_cost.txt"
+    [ "$rc" = 0 ] || { echo "bench_fusion --host-cost exit $rc"; fails=$((fails + 1)); }
+done
+fi
+
+# ---- A. bench_fusion ---------------------------------------------------------
+if [[ $PARTS == *A* ]]; then
 echo
 echo "== A. bench_fusion (route (b) on NVIDIA; fused sources from the carried cache) =="
 HOME=/tmp/nvf-home-a CLSHIM_CACHE_DIR=/tmp/nvf-cache CLSHIM_LOG=info CLSHIM_LOG_FILE=$OUT/bench_fusion.log \
@@ -84,8 +108,10 @@ echo "bench_fusion exit $rc; $(grep -c 'comes from the cache' "$OUT/bench_fusion
     "$(grep -c ') refused: ' "$OUT/bench_fusion.log") refusals"
 grep ') refused: \|cannot load' "$OUT/bench_fusion.log" | sort | uniq -c | head -5
 [ "$rc" = 0 ] || fails=$((fails + 1))
+fi
 
 # ---- B. an unmodified program with a plan --------------------------------------
+if [[ $PARTS == *B* ]]; then
 echo
 echo "== B. fusion_source chain4 (e1+e2+e3+e4, the last a sqrt), plain vs under CLSHIM_FUSE =="
 echo "| floats | same output | plain us/chain | fused us/chain | speed-up |"
@@ -101,8 +127,10 @@ for n in 1048576 16777216 67108864; do
     tf=$(sed -n 's/.*median_us=//p' "$OUT/b$n.shim.err")
     echo "| $n | $same | $tp | $tf | $(awk -v a="$tp" -v b="$tf" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "?" }') |"
 done
+fi
 
 # ---- C. the drivers' caches with clshim's --------------------------------------
+if [[ $PARTS == *C* ]]; then
 echo
 echo "== C. mixed program, time to first result (ms, medians of 5; bench_ttfr child) =="
 ttfr() { # LOG ENV...: one child run, prints ttfr in ms
@@ -141,5 +169,6 @@ echo "clshim hits in the imported runs: $(cat "$OUT"/c.drv*.err | grep -c 'hit '
 n=$(sort -u "$OUT/c.checksums" | wc -l)
 echo "checksums: $(wc -l <"$OUT/c.checksums") runs, $n distinct"
 [ "$n" = 1 ] || fails=$((fails + 1))
+fi
 echo
 echo "nvidia_fusion: $fails failures"

@@ -140,6 +140,17 @@ shim_vs_plain vary "$PLAN" "$FC" --mode vary --iterations 2
     fail "vary: the in-place step should fuse with 4 parameters, twice"
 ok "vary: repeats, other buffers, scalars and aliasing give the unfused results"
 
+# 7c. The fused kernel's arguments as clshim remembers them: relaunches
+#     with unchanged arguments (from the third on nothing is compared or
+#     set), then another scalar, another buffer, and a released buffer
+#     replaced by a new one under the same handle take effect.
+shim_vs_plain relaunch "$PLAN" "$FC" --mode relaunch --iterations 2
+[ "$(fused offset+scale+square relaunch)" = 24 ] || fail "relaunch: expected 24 fused launches"
+# (Under AddressSanitizer freed memory is quarantined, so no handle comes back.)
+[ -n "${CLSHIM_SANITIZED:-}" ] || [ "$(count "has the released one's handle" "$TMP/relaunch.err")" -ge 1 ] ||
+    fail "relaunch: the driver never gave a new buffer a released one's handle (nothing tested there)"
+ok "relaunch: remembered arguments; changed ones and a reused buffer handle take effect"
+
 # 8. A chain that needs a barrier is refused (once, not retried); a plan
 #    forcing it where a barrier is impossible falls back too.
 shim_vs_plain barrier "other+shifted" "$FC" --mode barrier

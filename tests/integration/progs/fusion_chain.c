@@ -282,6 +282,45 @@ static void mode_vary(struct chain *c, int iters)
     }
 }
 
+/* Fused relaunches with the arguments unchanged three times in a row (the
+ * second repeats the first; from the third on clshim knows the fused
+ * kernel already holds them and compares nothing), then after
+ * clSetKernelArg on the original kernels: another scalar, another buffer,
+ * and a buffer released and replaced by a new one with other contents,
+ * which the driver may give the released one's handle (said on stderr). */
+static void mode_relaunch(struct chain *c, int iters)
+{
+    for (int it = 0; it < iters; it++) {
+        cl_mem in = buffer(50 + (unsigned)it);
+        for (int v = 0; v < 4; v++) {
+            float t = v == 1 ? -2.5f : 1.5f;
+            cl_mem mid = v >= 2 ? c->d : c->b; /* v = 3: the argument bytes of v = 2 */
+            if (v == 3) {
+                cl_mem old = in;
+                CHECK(clReleaseMemObject(in));
+                in = buffer(70 + (unsigned)it);
+                if (in == old) fprintf(stderr, "relaunch: the new buffer has the released one's handle\n");
+            }
+            for (int r = 0; r < 3; r++) {
+                set_mem(c->koff, 0, in);
+                set_mem(c->koff, 1, mid);
+                set_f(c->koff, 2, t);
+                set_mem(c->kscale, 0, mid);
+                set_mem(c->kscale, 1, c->c);
+                set_f(c->kscale, 2, 0.5f);
+                set_mem(c->ksq, 0, c->c);
+                launch(c->q, c->koff, n_elems, 0, NULL, NULL);
+                launch(c->q, c->kscale, n_elems, 0, NULL, NULL);
+                launch(c->q, c->ksq, n_elems, 0, NULL, NULL);
+                char what[48];
+                snprintf(what, sizeof what, "relaunch[%d][%d][%d]", it, v, r);
+                report(c, c->c, what);
+            }
+        }
+        CHECK(clReleaseMemObject(in));
+    }
+}
+
 static void mode_elide(struct chain *c, int iters)
 {
     for (int it = 0; it < iters; it++) {
@@ -441,6 +480,7 @@ int main(int argc, char **argv)
     else if (!strcmp(mode, "sizes")) mode_sizes(&c, iters);
     else if (!strcmp(mode, "elide")) mode_elide(&c, iters);
     else if (!strcmp(mode, "vary")) mode_vary(&c, iters);
+    else if (!strcmp(mode, "relaunch")) mode_relaunch(&c, iters);
     else if (!strcmp(mode, "barrier")) mode_barrier(&c, iters);
     else if (!strcmp(mode, "release")) mode_release(&c, iters);
     else if (!strcmp(mode, "threads")) mode_threads(iters);
