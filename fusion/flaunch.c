@@ -302,11 +302,13 @@ static void key_values(const struct fq *q, struct bytes *b)
 /* The build options of the fused program (shared_options) are not in it:
  * they follow from the kernels' options, which their origin hashes cover.
  * The tag changes with the fuser's output (3: grid-stride loops merged;
- * 4: the flags word holds FB_INTERNAL; 5: internal='s list follows it).
+ * 4: the flags word holds FB_INTERNAL; 5: internal='s list follows it;
+ * 6: the kernels' own __local variables are renamed after the fused kernel,
+ * so programs fused before, whose work-groups shared them, are not reused).
  * Which buffers `internal` keeps in registers follows from the kernels, the
  * argument classes and the list, all here; the values `const` bakes in
  * follow all of it (key_values). */
-#define KEY_TAG "clshim-fusion-key 5\n"
+#define KEY_TAG "clshim-fusion-key 6\n"
 #define KEY_FLAGS_AT (sizeof KEY_TAG - 1) /* where key_material puts the flags word */
 
 static void key_material(const struct fq *q, int flags, const char *internal_args, const uint32_t *cls,
