@@ -776,6 +776,32 @@ cl_int fusion_set_arg_svm(cl_kernel k, cl_uint index, const void *value)
 
 /* ---- other commands, releases -------------------------------------------------------------- */
 
+/* A host wait is a sync of the queues whose commands it waits for, as
+ * clFinish is: each such queue's run of kernels ends there, so what the
+ * application enqueues after the wait is another run (a sequence learned
+ * across the wait would be held, then submitted at the wait, every time). */
+void fusion_host_wait(cl_uint n, const cl_event *list)
+{
+    if (!fb_auto || !n || !list) return;
+    int any = 0;
+    for (struct fq *q = __atomic_load_n(&all_queues, __ATOMIC_ACQUIRE); q && !any; q = q->next_all)
+        any = fa_running(q);
+    if (!any) return;
+    int tracked = __atomic_load_n(&fb_tracked_events, __ATOMIC_ACQUIRE) > 0;
+    for (cl_uint i = 0; i < n; i++) {
+        if (!list[i]) continue;
+        struct fev *ev = tracked ? fev_find(list[i]) : NULL;
+        struct fq *q = ev ? ev->q : NULL;
+        cl_command_queue cq = NULL;
+        if (!q && fb_real->clGetEventInfo(list[i], CL_EVENT_COMMAND_QUEUE, sizeof cq, &cq, NULL) == CL_SUCCESS && cq)
+            q = fq_get(cq, 0);
+        if (!q || !fa_running(q)) continue;
+        pthread_mutex_lock(&q->lock);
+        fa_break(q);
+        pthread_mutex_unlock(&q->lock);
+    }
+}
+
 void fusion_before_command(cl_command_queue queue, cl_uint n, const cl_event *list, struct fusion_waits *w,
                            const char *what)
 {

@@ -101,6 +101,17 @@ auto_vs_plain sync --mode sync --iterations 6
     fail "sync: kernels separated by clFinish were fused"
 ok "sync: nothing fused across clFinish; the unbroken k3+k4 fused"
 
+# 4b. A host wait splits the chain as clFinish does: k1 | wait | k2 k3. Only
+#     k2+k3 is learned and fused; k1 is never held (it would be submitted at
+#     the wait every time).
+auto_vs_plain waitmid --mode waitmid --iterations 6
+[ "$(count 'learned k1' "$TMP/waitmid.err")" = 0 ] || fail "waitmid: a sequence across clWaitForEvents was learned"
+[ "$(count 'auto: learned k2+k3' "$TMP/waitmid.err")" = 1 ] || fail "waitmid: k2+k3 not learned"
+[ "$(fused k2+k3 waitmid)" = 4 ] || fail "waitmid: expected k2+k3 fused 4 times, got $(fused k2+k3 waitmid)"
+grep -q "fusion summary: 4 fused launches replaced 8 kernel launches; 0 held kernels submitted unfused" \
+    "$TMP/waitmid.err" || fail "waitmid: kernels were held and submitted at the wait"
+ok "waitmid: clWaitForEvents ends the run; k2+k3 after it fused 4 times, nothing held across the wait"
+
 # 5. The same pair enqueued over and over without syncs: runs split where
 #    their first kernel comes again.
 auto_vs_plain pairs --mode pairs --iterations 8

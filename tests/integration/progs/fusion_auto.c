@@ -11,6 +11,8 @@
  *   unalias  as alias for the first 4 iterations, then k1 then k2 on two
  *            separate buffers (the aliasing has passed)
  *   sync     k1, clFinish, k2, clFinish, k3, k4 (the chain broken by syncs)
+ *   waitmid  k1, clWaitForEvents on k1's event, k2, k3 (a host wait
+ *            splits the chain as a clFinish would)
  *   pairs    k1 k2 k1 k2 ... without syncs in between (runs split at the
  *            repeat of their first kernel)
  *   recreate k1 k2 k3 from kernel objects created for the iteration and
@@ -92,7 +94,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--iterations") && i + 1 < argc) iters = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--n") && i + 1 < argc) n_elems = (size_t)atol(argv[++i]);
         else {
-            fprintf(stderr, "usage: fusion_auto --mode chain4|stencil|alias|unalias|sync|pairs|recreate "
+            fprintf(stderr, "usage: fusion_auto --mode chain4|stencil|alias|unalias|sync|waitmid|pairs|recreate "
                             "[--iterations N] [--n N]\n");
             return 2;
         }
@@ -130,6 +132,13 @@ int main(int argc, char **argv)
         } else if (!strcmp(mode, "unalias")) {
             run(k1, in, it < 4 ? lo : t1, a, n);
             run(k2, it < 4 ? lo : t1, it < 4 ? hi : t2, a, n);
+        } else if (!strcmp(mode, "waitmid")) {
+            cl_event e1;
+            run_ev(k1, in, t1, a, n, &e1);
+            CHECK(clWaitForEvents(1, &e1));
+            CHECK(clReleaseEvent(e1));
+            run(k2, t1, t2, a, n);
+            run(k3, t2, t3, a, n);
         } else if (!strcmp(mode, "sync")) {
             run(k1, in, t1, a, n);
             CHECK(clFinish(q));
