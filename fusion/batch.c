@@ -35,7 +35,7 @@
 
 const struct cl_api *fb_real;
 struct fusion_plan *fb_plan;
-int *fb_seq_failed;
+struct fb_backoff *fb_backoff;
 int fb_held_total;
 int fb_mem_gen;
 uint64_t fb_stat_fused, fb_stat_replaced, fb_stat_unfused, fb_stat_refused;
@@ -174,7 +174,7 @@ static void do_init(void)
             /* The program layer knows the kernels' source or IL whenever
              * clshim is enabled, also with CLSHIM_CACHE=0. */
             fb_plan_cap = plan ? plan->nseqs : 0;
-            if ((automatic && fa_init(&plan) != 0) || !(fb_seq_failed = calloc(fb_plan_cap, sizeof *fb_seq_failed))) {
+            if ((automatic && fa_init(&plan) != 0) || !(fb_backoff = calloc(fb_plan_cap, sizeof *fb_backoff))) {
                 plan_free(plan);
                 log_msg(LOG_WARN, "fusion: out of memory at start-up; fusion is off");
             } else {
@@ -504,6 +504,51 @@ static int hold(struct fq *q, struct fk_kernel *r, cl_kernel k, cl_uint dim, con
     return 0;
 }
 
+/* ---- back-off after refusals ----------------------------------------------------------- */
+
+/* A refused fusion of a plan sequence is not final: the refusal may hold
+ * for one occurrence only (two arguments that alias this time, a launch
+ * with another local size). The sequence is instead not held for its next
+ * 1, 2, 4, ... occurrences, doubling with each refusal in a row, up to
+ * BACKOFF_LASTING occurrences when the refusal follows from the fused
+ * program's key (the same kernels, ranges and argument classes are refused
+ * again, and the memo answers that without building: a stencil that needs
+ * a barrier is retried rarely, and cheaply), and up to BACKOFF_TRANSIENT
+ * when it follows from the occurrence alone (its buffers): such a condition
+ * that has passed is fused again soon. A fused occurrence resets it. An
+ * occurrence is a kernel that could start the sequence arriving while the
+ * queue holds nothing. Two words per sequence. */
+#define BACKOFF_LASTING 1024u
+#define BACKOFF_TRANSIENT 16u
+
+/* Whether sequence s sits out this occurrence (counting it). */
+static int backoff_skips(uint32_t s)
+{
+    uint32_t left = __atomic_load_n(&fb_backoff[s].skip, __ATOMIC_RELAXED);
+    while (left && !__atomic_compare_exchange_n(&fb_backoff[s].skip, &left, left - 1, 1, __ATOMIC_RELAXED,
+                                                __ATOMIC_RELAXED))
+        continue;
+    return left != 0;
+}
+
+/* Sequence s was refused: the occurrences it now sits out. */
+static uint32_t backoff_refused(uint32_t s, int lasting)
+{
+    uint32_t row = __atomic_add_fetch(&fb_backoff[s].refusals, 1, __ATOMIC_RELAXED);
+    if (row > 32) __atomic_store_n(&fb_backoff[s].refusals, row = 32, __ATOMIC_RELAXED); /* never wraps */
+    uint32_t max = lasting ? BACKOFF_LASTING : BACKOFF_TRANSIENT;
+    uint32_t skip = row > 31 ? max : 1u << (row - 1);
+    if (skip > max) skip = max;
+    __atomic_store_n(&fb_backoff[s].skip, skip, __ATOMIC_RELAXED);
+    return skip;
+}
+
+static void backoff_fused(uint32_t s)
+{
+    if (__atomic_load_n(&fb_backoff[s].refusals, __ATOMIC_RELAXED))
+        __atomic_store_n(&fb_backoff[s].refusals, 0, __ATOMIC_RELAXED);
+}
+
 /* ---- plan matching ------------------------------------------------------------------ */
 
 static int plan_start(struct fq *q, const char *name)
@@ -512,8 +557,7 @@ static int plan_start(struct fq *q, const char *name)
     q->ncand = 0;
     uint32_t nseqs = fb_plan_nseqs();
     for (uint32_t s = 0; s < nseqs; s++)
-        if (!__atomic_load_n(&fb_seq_failed[s], __ATOMIC_RELAXED) && !strcmp(fb_plan->seqs[s].names[0], name))
-            q->cand[q->ncand++] = s;
+        if (!strcmp(fb_plan->seqs[s].names[0], name) && !backoff_skips(s)) q->cand[q->ncand++] = s;
     return q->ncand > 0;
 }
 
@@ -526,7 +570,7 @@ static uint32_t plan_filter(struct fq *q, const char *name)
     for (uint32_t c = 0; c < q->ncand; c++) {
         const struct plan_seq *s = &fb_plan->seqs[q->cand[c]];
         if (s->n > q->nheld && !strcmp(s->names[q->nheld], name) &&
-            !__atomic_load_n(&fb_seq_failed[q->cand[c]], __ATOMIC_RELAXED))
+            !__atomic_load_n(&fb_backoff[q->cand[c]].skip, __ATOMIC_RELAXED))
             q->cand[m++] = q->cand[c]; /* m <= c: compacting in place only moves matches */
     }
     if (m) q->ncand = m;
@@ -583,11 +627,13 @@ static void fuse_or_submit(struct fq *q, int flags, const char *internal_args, i
     }
     uint32_t nparams = 0;
     int timed = fa_reporting && seq >= 0; /* the report times the fused launch */
+    int lasting = 0;
     cl_event timing = NULL;
-    if (fb_fuse_held(q, flags, internal_args, seq, p, out ? out : timed ? &timing : NULL, &nparams, why,
+    if (fb_fuse_held(q, flags, internal_args, seq, p, out ? out : timed ? &timing : NULL, &nparams, &lasting, why,
                      sizeof why) == 0) {
         STAT_ADD(fb_stat_fused, 1);
         STAT_ADD(fb_stat_replaced, n);
+        if (seq >= 0) backoff_fused((uint32_t)seq);
         if (timed) {
             if (out && *out) fb_real->clRetainEvent(timing = *out);
             fa_fused(q, seq, timing, NULL);
@@ -599,9 +645,11 @@ static void fuse_or_submit(struct fq *q, int flags, const char *internal_args, i
     STAT_ADD(fb_stat_refused, 1);
     if (timed) fa_fused(q, seq, NULL, why);
     if (seq >= 0) {
-        __atomic_store_n(&fb_seq_failed[seq], 1, __ATOMIC_RELAXED);
-        log_msg(LOG_INFO, "fusion of %s (plan %s) refused: %s; submitted unfused, not tried again", names,
-                fb_plan->seqs[seq].where, why);
+        uint32_t skip = backoff_refused((uint32_t)seq, lasting);
+        fb_log_kind("fusion of %s (plan %s) refused: %s; submitted unfused, tried again after a back-off", names,
+                    fb_plan->seqs[seq].where, why);
+        log_msg(LOG_DEBUG, "fusion: %s (plan %s) is not held for its next %u occurrence%s", names,
+                fb_plan->seqs[seq].where, (unsigned)skip, skip == 1 ? "" : "s");
     } else {
         log_msg(LOG_INFO, "fusion of %s refused: %s; submitted unfused", names, why);
     }
@@ -732,6 +780,32 @@ cl_int fusion_set_arg_svm(cl_kernel k, cl_uint index, const void *value)
 }
 
 /* ---- other commands, releases -------------------------------------------------------------- */
+
+/* A host wait is a sync of the queues whose commands it waits for, as
+ * clFinish is: each such queue's run of kernels ends there, so what the
+ * application enqueues after the wait is another run (a sequence learned
+ * across the wait would be held, then submitted at the wait, every time). */
+void fusion_host_wait(cl_uint n, const cl_event *list)
+{
+    if (!fb_auto || !n || !list) return;
+    int any = 0;
+    for (struct fq *q = __atomic_load_n(&all_queues, __ATOMIC_ACQUIRE); q && !any; q = q->next_all)
+        any = fa_running(q);
+    if (!any) return;
+    int tracked = __atomic_load_n(&fb_tracked_events, __ATOMIC_ACQUIRE) > 0;
+    for (cl_uint i = 0; i < n; i++) {
+        if (!list[i]) continue;
+        struct fev *ev = tracked ? fev_find(list[i]) : NULL;
+        struct fq *q = ev ? ev->q : NULL;
+        cl_command_queue cq = NULL;
+        if (!q && fb_real->clGetEventInfo(list[i], CL_EVENT_COMMAND_QUEUE, sizeof cq, &cq, NULL) == CL_SUCCESS && cq)
+            q = fq_get(cq, 0);
+        if (!q || !fa_running(q)) continue;
+        pthread_mutex_lock(&q->lock);
+        fa_break(q);
+        pthread_mutex_unlock(&q->lock);
+    }
+}
 
 void fusion_before_command(cl_command_queue queue, cl_uint n, const cl_event *list, struct fusion_waits *w,
                            const char *what)

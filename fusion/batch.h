@@ -87,6 +87,10 @@ struct fusion_waits {
 void fusion_before_command(cl_command_queue q, cl_uint n, const cl_event *list, struct fusion_waits *w,
                            const char *what);
 void fusion_after_command(struct fusion_waits *w);
+/* clWaitForEvents, before fusion_before_command: a host wait ends the
+ * automatic-fusion run of kernels on every queue it waits for (a sync,
+ * as clFinish is). */
+void fusion_host_wait(cl_uint n, const cl_event *list);
 
 cl_int fusion_get_event_info(cl_event e, cl_event_info param, size_t size, void *value, size_t *size_ret);
 cl_int fusion_get_event_profiling_info(cl_event e, cl_profiling_info param, size_t size, void *value,

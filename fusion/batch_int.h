@@ -25,13 +25,19 @@
 
 extern const struct cl_api *fb_real;
 extern struct fusion_plan *fb_plan;
-extern int *fb_seq_failed;            /* per plan sequence: fusion failed, never hold it again */
+/* Per plan sequence, the back-off after refused fusions (batch.c): how many
+ * of its next occurrences are not held, and its refusals in a row. Atomic. */
+struct fb_backoff {
+    uint32_t skip;
+    uint32_t refusals;
+};
+extern struct fb_backoff *fb_backoff;
 extern int fb_held_total;             /* kernels held on all queues (atomic) */
 extern int fb_tracked_events;         /* live struct fev records (atomic) */
 extern int fb_mem_gen;                /* bumped by every buffer release while armed (atomic) */
 extern uint64_t fb_stat_fused, fb_stat_replaced, fb_stat_unfused, fb_stat_refused;
 extern int fb_auto;                   /* CLSHIM_FUSION=auto: sequences are learned (fauto.c) */
-extern uint32_t fb_plan_cap;          /* sequences fb_plan has room for (fb_seq_failed, fq.cand) */
+extern uint32_t fb_plan_cap;          /* sequences fb_plan has room for (fb_backoff, fq.cand) */
 
 /* The plan's sequence count. Automatic fusion appends learned sequences
  * while other threads match against the plan: an entry is complete before
@@ -284,11 +290,16 @@ enum {
  * when launched (held entries are then cleared and their events queued in
  * p; *out_event gets a retained event of the launch when not NULL; *nparams
  * the fused kernel's parameter count), or -1
- * with nothing submitted and `why` set. `seq` is the plan sequence index or
+ * with nothing submitted and `why` set; *lasting is then 1 when the refusal
+ * follows from the fused program's key (the kernels, ranges, argument
+ * classes and options: the analysis or the build refused it, and the memo
+ * refuses the same request again without building), 0 when it follows from
+ * this occurrence alone (buffers that may alias, memory, the launch).
+ * `seq` is the plan sequence index or
  * -1 for the extension API; `flags` holds FB_* options; `internal_args` is
  * the internal= list (plan.h) restricting FB_INTERNAL to the named buffers,
  * or NULL (every candidate). */
 int fb_fuse_held(struct fq *q, int flags, const char *internal_args, int seq, struct fb_pending *p,
-                 cl_event *out_event, uint32_t *nparams, char *why, size_t why_len);
+                 cl_event *out_event, uint32_t *nparams, int *lasting, char *why, size_t why_len);
 
 #endif

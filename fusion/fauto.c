@@ -13,8 +13,9 @@
  * sequence the user wrote, and fuses them only where the analysis proves
  * the fused kernel equivalent without a barrier: a learned sequence never
  * gets `force-barrier` nor `internal`, and a refusal (needs a barrier,
- * sub-buffers, SVM, overlapping host memory, ...) marks it failed for the
- * process, with one log line naming the reason.
+ * sub-buffers, SVM, overlapping host memory, ...) is logged with its reason
+ * and puts the sequence in the batcher's back-off (batch.c): it is not held
+ * for its next few occurrences, and tried again after them.
  *
  * Cost on the enqueue path: one store into the queue record, under the
  * queue's own lock that the batcher takes anyway. The work of comparing
@@ -188,7 +189,12 @@ void fa_fused(struct fq *q, int seq, cl_event launch, const char *why)
     occurrence(names, launch != NULL, w ? w->t0 : now_ms(), launch, 0, NULL);
     pthread_mutex_lock(&report_lock);
     struct fa_entry *e = entry_of(names);
-    if (e && !e->verdict) e->verdict = strdup(launch ? "fused" : why);
+    /* The first verdict, unless a later occurrence fused (a refusal can
+     * hold for one occurrence only: the sequence is fusable). */
+    if (e && (!e->verdict || (launch && strcmp(e->verdict, "fused")))) {
+        free(e->verdict);
+        e->verdict = strdup(launch ? "fused" : why);
+    }
     pthread_mutex_unlock(&report_lock);
 }
 
@@ -321,7 +327,8 @@ static void learn(struct fk_kernel *const *run, uint32_t n)
         goto out;
     }
     s->n = n;
-    __atomic_store_n(&fb_seq_failed[ns], 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&fb_backoff[ns].skip, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&fb_backoff[ns].refusals, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&fb_plan->nseqs, ns + 1, __ATOMIC_RELEASE);
     log_msg(LOG_INFO, "fusion: auto: learned %s (ran twice back to back); its next occurrences are fused if proven safe",
             names);

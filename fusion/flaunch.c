@@ -304,11 +304,13 @@ static void key_values(const struct fq *q, struct bytes *b)
 /* The build options of the fused program (shared_options) are not in it:
  * they follow from the kernels' options, which their origin hashes cover.
  * The tag changes with the fuser's output (3: grid-stride loops merged;
- * 4: the flags word holds FB_INTERNAL; 5: internal='s list follows it).
+ * 4: the flags word holds FB_INTERNAL; 5: internal='s list follows it;
+ * 6: the kernels' own __local variables are renamed after the fused kernel,
+ * so programs fused before, whose work-groups shared them, are not reused).
  * Which buffers `internal` keeps in registers follows from the kernels, the
  * argument classes and the list, all here; the values `const` bakes in
  * follow all of it (key_values). */
-#define KEY_TAG "clshim-fusion-key 5\n"
+#define KEY_TAG "clshim-fusion-key 6\n"
 #define KEY_FLAGS_AT (sizeof KEY_TAG - 1) /* where key_material puts the flags word */
 
 static void key_material(const struct fq *q, int flags, const char *internal_args, const uint32_t *cls,
@@ -990,9 +992,10 @@ static void repeat_save(struct fq *q, int flags, const char *internal_args, int 
 }
 
 /* The fused program for q's held kernels: a repeat of the last launch, else
- * through classes and key material (memo, cache, build). NULL with `why`. */
+ * through classes and key material (memo, cache, build). NULL with `why`,
+ * and *lasting set when the memo holds the request's refusal. */
 static struct fb_memo *fused_program(struct fq *q, int flags, const char *internal_args, int gen, int *repeat,
-                                     char *why, size_t why_len)
+                                     int *lasting, char *why, size_t why_len)
 {
     struct fb_memo *e = repeat_match(q, flags, internal_args, gen);
     *repeat = e != NULL;
@@ -1033,6 +1036,7 @@ static struct fb_memo *fused_program(struct fq *q, int flags, const char *intern
     }
     if (e && e->reason) {
         snprintf(why, why_len, "%s", e->reason);
+        *lasting = 1;
         e = NULL;
     }
     if (e && e->is_buf && check_analysed_buffers(q, e, why, why_len) != 0) e = NULL;
@@ -1044,8 +1048,9 @@ out:
 }
 
 int fb_fuse_held(struct fq *q, int flags, const char *internal_args, int seq, struct fb_pending *p,
-                 cl_event *out_event, uint32_t *nparams, char *why, size_t why_len)
+                 cl_event *out_event, uint32_t *nparams, int *lasting, char *why, size_t why_len)
 {
+    *lasting = 0;
     (void)seq;
     flags |= route_flag(q);
     if ((flags & (FB_SOURCE | FB_CONST)) == (FB_SOURCE | FB_CONST)) {
@@ -1054,7 +1059,7 @@ int fb_fuse_held(struct fq *q, int flags, const char *internal_args, int seq, st
     }
     if (!(flags & FB_INTERNAL)) internal_args = NULL;
     int gen = __atomic_load_n(&fb_mem_gen, __ATOMIC_ACQUIRE), repeat = 0;
-    struct fb_memo *e = fused_program(q, flags, internal_args, gen, &repeat, why, why_len);
+    struct fb_memo *e = fused_program(q, flags, internal_args, gen, &repeat, lasting, why, why_len);
     if (!e) return -1;
     q->last = e;
     cl_event rev = NULL;

@@ -504,6 +504,7 @@ SHIM_EXPORT cl_int clWaitForEvents(cl_uint num_events, const cl_event *event_lis
 {
     const struct cl_api *r = entry_real();
     NEED_INT(clWaitForEvents);
+    if (SLOW()) fusion_host_wait(num_events, event_list);
     WAITS_BEGIN(clWaitForEvents, NULL, num_events, event_list);
     cl_int rc = r->clWaitForEvents(w_.n, w_.list);
     WAITS_END();

@@ -38,7 +38,9 @@
  *      when forced. kernel_arg_* metadata is concatenated from the originals
  *      (kernel_arg_addr_space is derived from the parameter types, which in
  *      SPIR carry the same numbers). The original kernels are deleted.
- *   7. Inline the bodies, clean up, drop dead globals.
+ *   7. Inline the bodies, clean up, drop dead globals; the kernels' own
+ *      __local variables are renamed after the fused kernel (PoCL keeps one
+ *      per work-group only when it is named "KERNEL.VAR").
  *   8. Unless a barrier was forced, merge consecutive grid-stride loops
  *      (fuse_loops.c) and clean up again.
  *   9. With `internal`, keep intermediates in registers (fuse_internal.c);
@@ -995,6 +997,27 @@ static int internalise(struct fuser *f, const struct fused_params *p, int barrie
     return rc;
 }
 
+/* PoCL allocates a __local variable once per work-group only when it is
+ * named "KERNEL.VAR" after the kernel using it, as clang names a kernel's
+ * own variables; any other addrspace(3) global is one object that every
+ * work-group running at the same time shares. The fused kernel inherits
+ * its bodies' variables under the original kernels' names ("k.tile"):
+ * each becomes "FUSED.k.tile". Only the fused kernel is left to use them. */
+static void name_locals_after_fused(struct fuser *f)
+{
+    const char *fused = f->req->fused_name;
+    size_t flen = strlen(fused);
+    for (LLVMValueRef g = LLVMGetFirstGlobal(f->mod); g; g = LLVMGetNextGlobal(g)) {
+        if (LLVMGetPointerAddressSpace(LLVMTypeOf(g)) != AS_LOCAL) continue;
+        size_t len;
+        const char *name = LLVMGetValueName2(g, &len);
+        if (len > flen && !strncmp(name, fused, flen) && name[flen] == '.') continue;
+        char fresh[600];
+        snprintf(fresh, sizeof fresh, "%s.%.*s", fused, (int)(len < 400 ? len : 400), name);
+        LLVMSetValueName2(g, fresh, strlen(fresh));
+    }
+}
+
 static int fuse_run(struct fuser *f)
 {
     int rc = check_request(f);
@@ -1033,6 +1056,7 @@ static int fuse_run(struct fuser *f)
     if (!rc) rc = build_fused(f, needs, p);
     if (!rc) rc = run_passes(f, "always-inline,function(sroa,early-cse,instcombine,simplifycfg,"
                                 "adce),globaldce");
+    if (!rc) name_locals_after_fused(f);
     if (!rc && !needs) {
         f->res->loops_merged = fuse_merge_grid_loops(LLVMGetNamedFunction(f->mod, f->req->fused_name));
         if (f->res->loops_merged)

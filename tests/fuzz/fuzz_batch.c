@@ -335,9 +335,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const char *src = "__kernel void ka(long a, long b) {} __kernel void kb(long a, long b) {}"
                       " __kernel void kc(long a, long b) {}";
-    /* A refused fusion marks its sequence "never again" for the process:
-     * every input starts with all of them holdable. */
-    memset(fb_seq_failed, 0, fb_plan_nseqs() * sizeof *fb_seq_failed);
+    /* A refused fusion puts its sequence in a back-off: every input starts
+     * with all of them holdable. */
+    memset(fb_backoff, 0, fb_plan_nseqs() * sizeof *fb_backoff);
     cl_int rc;
     cl_program prog = pc_create_with_source((cl_context)&fake_ctx, 1, &src, NULL, &rc);
     cl_kernel k[NK];

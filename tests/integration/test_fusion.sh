@@ -151,16 +151,20 @@ shim_vs_plain relaunch "$PLAN" "$FC" --mode relaunch --iterations 2
     fail "relaunch: the driver never gave a new buffer a released one's handle (nothing tested there)"
 ok "relaunch: remembered arguments; changed ones and a reused buffer handle take effect"
 
-# 8. A chain that needs a barrier is refused (once, not retried); a plan
-#    forcing it where a barrier is impossible falls back too.
+# 8. A chain that needs a barrier is refused (3 iterations: refused at the
+#    1st, skipped at the 2nd by the back-off, refused again at the 3rd; the
+#    line is logged once); a plan forcing it where a barrier is impossible
+#    falls back too.
 shim_vs_plain barrier "other+shifted" "$FC" --mode barrier
-[ "$(count 'refused: needs a barrier' "$TMP/barrier.err")" = 1 ] || fail "barrier: expected one refusal"
+[ "$(grep 'refused: needs a barrier' "$TMP/barrier.err" | grep -vc 'again [0-9]* times')" = 1 ] ||
+    fail "barrier: expected one refusal line"
+[ "$(occurrences 'refused: needs a barrier' "$TMP/barrier.err")" = 2 ] || fail "barrier: expected 2 refusals (a back-off of 1)"
 [ "$(count 'into one launch' "$TMP/barrier.err")" = 0 ] || fail "barrier: fused anyway"
 shim_vs_plain forced "other+shifted:force-barrier" "$FC" --mode barrier
-[ "$(count 'refused: needs a barrier.*cannot be forced' "$TMP/forced.err")" = 1 ] ||
+[ "$(grep 'refused: needs a barrier.*cannot be forced' "$TMP/forced.err" | grep -vc 'again [0-9]* times')" = 1 ] ||
     fail "forced: expected one refusal naming why the barrier cannot be forced"
-grep -q "2 held kernels submitted unfused; 1 fusions refused" "$TMP/forced.err" || fail "forced: retried"
-ok "barrier: refused with the reason, forced failure falls back, never retried"
+grep -q "4 held kernels submitted unfused; 2 fusions refused" "$TMP/forced.err" || fail "forced: not refused twice with the back-off between"
+ok "barrier: refused with the reason (one line), retried after a back-off; forced failure falls back"
 
 # 9. Releasing a buffer a held kernel uses cancels.
 shim_vs_plain release "$PLAN" "$FC" --mode release

@@ -18,8 +18,9 @@ auto_vs_plain() {
     same_output "ref_$tag" "$tag" "$tag: every buffer bit for bit as without clshim"
 }
 fused() { occurrences "fused $1 into one launch" "$TMP/$2.err"; }
-# refused TAG: the lines saying a fusion was refused
-refused() { grep 'refused' "$TMP/$1.err" | grep -v 'fusion summary' || true; }
+# refused TAG: the lines saying a fusion was refused (each kind once; not
+# the exit summary's repeat counts)
+refused() { grep 'refused' "$TMP/$1.err" | grep -v 'fusion summary\|fusion: again [0-9]* times' || true; }
 
 # 1. A pointwise 4-kernel chain, 6 iterations: learned after the second,
 #    fused from the third on (4 fused launches), in/t1/t2/t3/out bit for bit.
@@ -46,26 +47,51 @@ grep -q 'CLSHIM_FUSION' "$TMP/chain4_bad.err" || fail "CLSHIM_FUSION=always: not
 [ "$(count 'fused \|auto: learned' "$TMP/chain4_bad.err")" = 0 ] || fail "CLSHIM_FUSION=always: something fused"
 ok "CLSHIM_FUSION=always is reported and fuses nothing"
 
-# refused_case TAG SEQUENCE REASON: run --mode TAG; SEQUENCE learned, then
-#    refused once with REASON, never held again, every buffer bit for bit.
+# refused_case TAG SEQUENCE REASON: run --mode TAG; SEQUENCE learned after
+#    2 occurrences, then refused with REASON (one line) at the 3rd, not held
+#    at the 4th (the back-off), refused again at the 5th, not held at the
+#    6th; every buffer bit for bit.
 refused_case() {
     local tag=$1 seq=$2 reason=$3
     auto_vs_plain "$tag" --mode "$tag" --iterations 6
     [ "$(fused "$seq" "$tag")" = 0 ] || fail "$tag: $seq was fused"
     [ "$(refused "$tag" | wc -l)" = 1 ] || fail "$tag: expected one refusal line"
     refused "$tag" | grep -qF "$seq (plan auto) refused: $reason" || fail "$tag: the refusal does not say '$reason'"
-    grep -q "fusion summary: 0 fused launches replaced 0 kernel launches; 2 held kernels submitted unfused; 1 fusions refused" \
-        "$TMP/$tag.err" || fail "$tag: held again after the refusal"
+    refused "$tag" | grep -qF "; submitted unfused, tried again after a back-off" ||
+        fail "$tag: the refusal does not say it is tried again"
+    grep -q "fusion summary: 0 fused launches replaced 0 kernel launches; 4 held kernels submitted unfused; 2 fusions refused" \
+        "$TMP/$tag.err" || fail "$tag: not held twice, each time refused, with the back-off between"
 }
 
 # 2. A neighbour-reading stencil after a pointwise kernel.
 refused_case stencil k1+blur "needs a barrier: kernel 'blur' reads 'in' at an index"
-ok "stencil: refused once (needs a barrier), never held again"
+ok "stencil: refused (needs a barrier), held again only after a back-off"
+
+# 2b. The back-off doubles with each refusal in a row: of 38 occurrences
+#     after the learning, the 1st, 3rd, 6th, 11th, 20th and 37th are held
+#     (skipping 1, 2, 4, 8, 16, 32), so a sequence the analysis always
+#     refuses costs almost nothing.
+auto_vs_plain stencil_long --mode stencil --iterations 40
+grep -q "fusion summary: 0 fused launches replaced 0 kernel launches; 12 held kernels submitted unfused; 6 fusions refused" \
+    "$TMP/stencil_long.err" || fail "stencil_long: expected 6 refusals in 38 occurrences (a doubling back-off)"
+ok "stencil, 40 iterations: held and refused 6 times (back-off 1, 2, 4, 8, 16, 32)"
 
 # 3. An aliasing pair (sub-buffers of one parent).
 refused_case alias k1+k2 "sub-buffer arguments (they may alias)"
 grep -q '^parent ' "$TMP/alias.out" || fail "alias: the parent buffer was not compared"
-ok "alias: sub-buffers of one parent refused once, parent bit for bit"
+ok "alias: sub-buffers of one parent refused, parent bit for bit"
+
+# 3b. A refusal is not for the rest of the process: the same pair aliases in
+#     its first 4 iterations and runs on separate buffers from the 5th on.
+#     Refused at the 3rd, not held at the 4th, fused from the 5th on.
+auto_vs_plain unalias --mode unalias --iterations 10
+grep -q '^parent ' "$TMP/unalias.out" || fail "unalias: the parent buffer was not compared"
+[ "$(refused unalias | grep -c 'k1+k2 (plan auto) refused: sub-buffer arguments')" = 1 ] ||
+    fail "unalias: expected the aliasing refusal once"
+[ "$(fused k1+k2 unalias)" = 6 ] || fail "unalias: expected 6 fused launches once the buffers are separate, got $(fused k1+k2 unalias)"
+grep -q "fusion summary: 6 fused launches replaced 12 kernel launches; 2 held kernels submitted unfused; 1 fusions refused" \
+    "$TMP/unalias.err" || fail "unalias: the summary does not show 1 refusal then 6 fused launches"
+ok "unalias: refused while the buffers alias, fused once they no longer do"
 
 # 4. A chain broken by syncs: k1 | k2 | k3 k4. Only k3+k4 runs back to back;
 #    nothing across a clFinish is ever fused.
@@ -74,6 +100,17 @@ auto_vs_plain sync --mode sync --iterations 6
 [ "$(count 'fused k1+\|fused k2+\|learned k1\|learned k2' "$TMP/sync.err")" = 0 ] ||
     fail "sync: kernels separated by clFinish were fused"
 ok "sync: nothing fused across clFinish; the unbroken k3+k4 fused"
+
+# 4b. A host wait splits the chain as clFinish does: k1 | wait | k2 k3. Only
+#     k2+k3 is learned and fused; k1 is never held (it would be submitted at
+#     the wait every time).
+auto_vs_plain waitmid --mode waitmid --iterations 6
+[ "$(count 'learned k1' "$TMP/waitmid.err")" = 0 ] || fail "waitmid: a sequence across clWaitForEvents was learned"
+[ "$(count 'auto: learned k2+k3' "$TMP/waitmid.err")" = 1 ] || fail "waitmid: k2+k3 not learned"
+[ "$(fused k2+k3 waitmid)" = 4 ] || fail "waitmid: expected k2+k3 fused 4 times, got $(fused k2+k3 waitmid)"
+grep -q "fusion summary: 4 fused launches replaced 8 kernel launches; 0 held kernels submitted unfused" \
+    "$TMP/waitmid.err" || fail "waitmid: kernels were held and submitted at the wait"
+ok "waitmid: clWaitForEvents ends the run; k2+k3 after it fused 4 times, nothing held across the wait"
 
 # 5. The same pair enqueued over and over without syncs: runs split where
 #    their first kernel comes again.

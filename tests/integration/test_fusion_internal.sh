@@ -156,6 +156,27 @@ for plan in "k1+nbr:force-barrier,internal" "k1+nbr:force-barrier,internal=nbr.t
     ok "nbr ($plan): t1 kept in local memory, every other buffer bit for bit"
 done
 
+# 6b. A kernel with a __local variable of its own (grp: its group's first
+#     element, written by local id 0), fused after k1 with a forced barrier,
+#     over 4 Mi elements as in 6. The fused kernel must keep one variable
+#     per work-group: PoCL does so only for a variable named after the
+#     kernel using it ("KERNEL.VAR"), and grp's was named "grp.first" in
+#     clshim_fused (shared among work-groups: out differed in most runs).
+#     6 iterations fold into out, so one race in any of them shows.
+fresh_pocl; run_plain ref_ownlocal "$FI" --mode ownlocal --n $NBR_N --iterations 6
+for plan in "k1+grp:force-barrier" "k1+grp:force-barrier,internal"; do
+    fresh_pocl; run_shim ownlocal env CLSHIM_FUSE="$plan" "$FI" --mode ownlocal --n $NBR_N --iterations 6
+    [ "$(occurrences 'fused k1+grp into one launch' "$TMP/ownlocal.err")" = 6 ] || fail "ownlocal ($plan): expected 6 fused launches"
+    if [ "${plan#*internal}" = "$plan" ]; then
+        same_output ref_ownlocal ownlocal "ownlocal ($plan): every buffer as plain"
+    else
+        [ "$(lines 'in|t2|t3|u|out' ownlocal)" = "$(lines 'in|t2|t3|u|out' ref_ownlocal)" ] || fail "ownlocal ($plan): outputs differ"
+        grep -q "k1+grp: internal: 1 buffer kept in registers ('t1' of 'k1')" "$TMP/ownlocal.err" ||
+            fail "ownlocal ($plan): t1 not kept in registers (grp reads it at its own element only)"
+        ok "ownlocal ($plan): t1 in registers, grp's variable per work-group, every other buffer as plain"
+    fi
+done
+
 # 7. Read outside the work-group (far reads the next element over the whole
 #    range): stored, with the reason.
 kept far far "k1+far:force-barrier,internal" \

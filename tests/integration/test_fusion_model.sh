@@ -112,6 +112,36 @@ for ps in 90 399; do
 done
 ok "model: internal= lists leave every other buffer and event as without clshim"
 
+# 3d. Local memory: the local family (plan seeds from 1000, fusion_model.c):
+#     every launch has a local size (16 to 4096 items; sometimes another one,
+#     or half the range, in one launch: group shapes that differ), and the
+#     sequences mix the elementwise kernels with g0..g3, which read within
+#     their work-group, mostly with force-barrier,internal. The oracle taints
+#     only what a possibly fused `internal` sequence may leave undefined, so
+#     each sequence's own results are compared: an intermediate put in a
+#     __local array where one work-group does not produce every element it
+#     reads, or an array PoCL shares among work-groups (not named
+#     KERNEL.VAR, like g3's own variable), changes them. Each rule's refusal
+#     must have come up: kept in local memory, an index not proven inside the
+#     group (g1 reads the mirror element), an escaping pointer (g2 selects
+#     between two buffers), a kernel over a smaller range, arrays over
+#     clshim's 16 KiB budget (two at 4096 items), different local sizes (the
+#     fusion refused: run unfused).
+LOCAL_PLANS="1001 1004 1009 1012 1013"
+LOCAL_CASES=30
+cases=0; fused=0
+grep -q 'force-barrier,internal' <<<"$(for ps in $LOCAL_PLANS; do "$FM" --plan "$ps"; done)" ||
+    fail "local model: no plan has a force-barrier,internal sequence (the generator changed)"
+for ps in $LOCAL_PLANS; do model "$ps" 0 $LOCAL_CASES; done
+[ "$fused" -gt 0 ] || fail "local model: nothing was fused"
+local_lines() { for ps in $LOCAL_PLANS; do grep -h -- "$1" "$TMP/m${ps}_0.err"; done | grep -c -v 'again [0-9]* times'; }
+for what in 'kept in local memory' 'not in local memory: it is read at an index not proven inside' \
+    'through a phi, select' 'a barrier cannot be forced because' "would exceed clshim's 16384-byte budget" \
+    'have different local sizes'; do
+    [ "$(local_lines "$what")" -gt 0 ] || fail "local model: no fusion of plans $LOCAL_PLANS logged '$what'"
+done
+ok "local model: $cases cases over $(wc -w <<<"$LOCAL_PLANS") plans as without clshim ($(local_lines 'kept in local memory') fused kernels with __local arrays; every refusal rule came up)"
+
 # 4. Automatic fusion (CLSHIM_FUSION=auto, no plan): the same streams (they
 #    run the plan seed's sequences, now unknown to clshim, among everything
 #    else), so sequences recur, are learned and fused where proven safe.

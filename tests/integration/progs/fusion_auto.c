@@ -8,7 +8,11 @@
  *   chain4   k1..k4, pointwise: in -> t1 -> t2 -> t3 -> out (fusable)
  *   stencil  k1 then blur, which reads its neighbours in t1 (needs a barrier)
  *   alias    k1 then k2 on two sub-buffers of one parent (they may alias)
+ *   unalias  as alias for the first 4 iterations, then k1 then k2 on two
+ *            separate buffers (the aliasing has passed)
  *   sync     k1, clFinish, k2, clFinish, k3, k4 (the chain broken by syncs)
+ *   waitmid  k1, clWaitForEvents on k1's event, k2, k3 (a host wait
+ *            splits the chain as a clFinish would)
  *   pairs    k1 k2 k1 k2 ... without syncs in between (runs split at the
  *            repeat of their first kernel)
  *   recreate k1 k2 k3 from kernel objects created for the iteration and
@@ -70,13 +74,16 @@ static void report(cl_mem m, size_t n, const char *what)
     free(h);
 }
 
-static void run(cl_kernel k, cl_mem in, cl_mem out, float a, size_t n)
+/* Sets k's arguments and enqueues it; its event in *ev when not NULL. */
+static void run_ev(cl_kernel k, cl_mem in, cl_mem out, float a, size_t n, cl_event *ev)
 {
     CHECK(clSetKernelArg(k, 0, sizeof in, &in));
     CHECK(clSetKernelArg(k, 1, sizeof out, &out));
     CHECK(clSetKernelArg(k, 2, sizeof a, &a));
-    CHECK(clEnqueueNDRangeKernel(q, k, 1, NULL, &n, NULL, 0, NULL, NULL));
+    CHECK(clEnqueueNDRangeKernel(q, k, 1, NULL, &n, NULL, 0, NULL, ev));
 }
+
+static void run(cl_kernel k, cl_mem in, cl_mem out, float a, size_t n) { run_ev(k, in, out, a, n, NULL); }
 
 int main(int argc, char **argv)
 {
@@ -87,7 +94,8 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--iterations") && i + 1 < argc) iters = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--n") && i + 1 < argc) n_elems = (size_t)atol(argv[++i]);
         else {
-            fprintf(stderr, "usage: fusion_auto --mode chain4|stencil|alias|sync|pairs|recreate [--iterations N] [--n N]\n");
+            fprintf(stderr, "usage: fusion_auto --mode chain4|stencil|alias|unalias|sync|waitmid|pairs|recreate "
+                            "[--iterations N] [--n N]\n");
             return 2;
         }
     }
@@ -100,7 +108,7 @@ int main(int argc, char **argv)
     size_t n = n_elems;
     cl_mem in = buffer(n, 7), t1 = buffer(n, 11), t2 = buffer(n, 13), t3 = buffer(n, 17), out = buffer(n, 19);
     cl_mem parent = NULL, lo = NULL, hi = NULL;
-    if (!strcmp(mode, "alias")) { /* two halves of one parent, 4 KiB aligned */
+    if (!strcmp(mode, "alias") || !strcmp(mode, "unalias")) { /* two halves of one parent, 4 KiB aligned */
         parent = buffer(2 * n, 23);
         cl_buffer_region r0 = {0, n * sizeof(float)}, r1 = {n * sizeof(float), n * sizeof(float)};
         lo = clCreateSubBuffer(parent, 0, CL_BUFFER_CREATE_TYPE_REGION, &r0, &err);
@@ -121,6 +129,16 @@ int main(int argc, char **argv)
         } else if (!strcmp(mode, "alias")) {
             run(k1, in, lo, a, n);
             run(k2, lo, hi, a, n);
+        } else if (!strcmp(mode, "unalias")) {
+            run(k1, in, it < 4 ? lo : t1, a, n);
+            run(k2, it < 4 ? lo : t1, it < 4 ? hi : t2, a, n);
+        } else if (!strcmp(mode, "waitmid")) {
+            cl_event e1;
+            run_ev(k1, in, t1, a, n, &e1);
+            CHECK(clWaitForEvents(1, &e1));
+            CHECK(clReleaseEvent(e1));
+            run(k2, t1, t2, a, n);
+            run(k3, t2, t3, a, n);
         } else if (!strcmp(mode, "sync")) {
             run(k1, in, t1, a, n);
             CHECK(clFinish(q));

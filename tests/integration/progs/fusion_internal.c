@@ -21,6 +21,9 @@
  *   far       k1 far, local size 64: far reads t1 at the next element over
  *             the whole range (across work-groups); t1 is computed once
  *             before the chains, so every run reads the same values
+ *   ownlocal  k1 grp, local size 64: grp has a __local variable of its own
+ *             (its group's first t1 element, written by local id 0) and
+ *             folds each iteration's result into out
  */
 #include <stdint.h>
 
@@ -47,7 +50,13 @@ static const char *source =
     "    size_t i = get_global_id(0), l = get_local_id(0), n = get_local_size(0);\n"
     "    out[i] = t1[get_group_id(0) * n + (l + 1) % n] * 0.5f + t1[i]; }\n"
     "__kernel void far(__global const float *t1, __global float *out) {\n"
-    "    size_t i = get_global_id(0); out[i] = t1[(i + 1) % get_global_size(0)] * 0.5f + t1[i]; }\n";
+    "    size_t i = get_global_id(0); out[i] = t1[(i + 1) % get_global_size(0)] * 0.5f + t1[i]; }\n"
+    "__kernel void grp(__global const float *t1, __global float *out) {\n"
+    "    __local float first[1];\n"
+    "    size_t i = get_global_id(0);\n"
+    "    if (get_local_id(0) == 0) first[0] = t1[i];\n"
+    "    barrier(CLK_LOCAL_MEM_FENCE);\n"
+    "    out[i] = out[i] * 0.5f + (t1[i] - first[0]); }\n";
 
 enum { IN, T1, T2, T3, U, OUT, NBUF };
 static const char *const buf_name[NBUF] = {"in", "t1", "t2", "t3", "u", "out"};
@@ -56,7 +65,7 @@ static cl_context ctx;
 static cl_program prog;
 static cl_mem bufs[NBUF];
 
-static const char *const kernel_name[] = {"k1", "k2", "k3", "k4", "pick", "early", "twice", "nbr", "far"};
+static const char *const kernel_name[] = {"k1", "k2", "k3", "k4", "pick", "early", "twice", "nbr", "far", "grp"};
 #define NKERNELS (sizeof kernel_name / sizeof kernel_name[0])
 static cl_kernel kernels[NKERNELS]; /* kept until the end: releasing one ends fusion's hold */
 static size_t local_size;           /* 0: none given */
@@ -117,7 +126,7 @@ int main(int argc, char **argv)
         bufs[b] = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, n * sizeof *host, host, &err);
         CHECK(err);
     }
-    if (!strcmp(mode, "nbr") || !strcmp(mode, "far")) local_size = 64;
+    if (!strcmp(mode, "nbr") || !strcmp(mode, "far") || !strcmp(mode, "ownlocal")) local_size = 64;
     if (!strcmp(mode, "far")) { /* t1 before the chains: what far reads across groups is never stale */
         launch(q, "k1", (const int[]){IN, T1}, 2, n);
         CHECK(clFinish(q));
@@ -142,6 +151,9 @@ int main(int argc, char **argv)
         } else if (!strcmp(mode, "nbr") || !strcmp(mode, "far")) {
             launch(q, "k1", (const int[]){IN, T1}, 2, n);
             launch(q, mode, (const int[]){T1, OUT}, 2, n);
+        } else if (!strcmp(mode, "ownlocal")) {
+            launch(q, "k1", (const int[]){IN, T1}, 2, n);
+            launch(q, "grp", (const int[]){T1, OUT}, 2, n);
         } else {
             fprintf(stderr, "unknown mode %s\n", mode);
             return 2;

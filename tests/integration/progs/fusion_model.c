@@ -4,20 +4,38 @@
  * (--cases FIRST COUNT runs them); tests/integration/test_fusion_model.sh
  * runs every stream plainly and under the shim armed with the plan and
  * compares the printed digests, which must be equal:
- *   - every buffer's bytes after each case (FNV-1a of the bits);
+ *   - every buffer's bytes after each case (FNV-1a of the bits), and a
+ *     buffer's whenever the stream reads it (in the local family also
+ *     every buffer at each clFinish);
  *   - every event's final status and whether its profiling times are in
  *     order (queued <= submit <= start <= end, and start/end not before
  *     those of the queue's previous profiled command).
  * Some plan sequences carry `const` (scalars baked into the fused kernel:
  * every digest must still match). Some carry `internal` (the app promises that buffers
  * written by one kernel and read by a later one are not needed after the
- * sequence): every buffer such a kernel writes on the in-order queue, and
- * every buffer computed from one, is tainted (until fully overwritten or
- * recreated) and its digest printed as "x" — the oracle excludes exactly
- * what clshim may leave undefined, over-approximated. Some `internal`
- * sequences name buffers instead (internal=KERNEL.ARG,..., by parameter
- * name or index): the same taint covers them, a superset of what the list
- * lets clshim leave undefined.
+ * sequence): the program follows its in-order queue as the batcher could
+ * (the kernels enqueued since the last command that surely submits held
+ * work), and wherever the last kernels enqueued spell an `internal`
+ * sequence, every buffer one of them writes and a later one reads is
+ * tainted, and so is every buffer later computed from a tainted one (until
+ * fully overwritten or recreated); a tainted buffer's digest is printed as
+ * "x". The oracle so excludes what clshim may leave undefined,
+ * over-approximated, and nothing else: a sequence's own results (buffers
+ * only written) are compared. Some `internal` sequences name buffers
+ * instead (internal=KERNEL.ARG,..., by parameter name or index): the same
+ * taint covers them, a superset of what the list lets clshim leave
+ * undefined.
+ * Plan seeds from LOCAL_SEEDS on make the local family: every kernel is
+ * launched with a local size (one per stream, sometimes another or half
+ * the range for one launch: group shapes that differ), over NELEM_LOCAL
+ * items, and the plans mix the elementwise kernels with g0..g3, which read
+ * within their work-group (a neighbour, the mirror element, through a
+ * pointer selected between two buffers, through a __local variable of
+ * their own); most of their sequences carry force-barrier,internal, so
+ * intermediates are kept in __local arrays where clshim proves it sound,
+ * and stored, with the reason, where it must refuse (an index it cannot
+ * prove, an escaping pointer, a smaller range, arrays over its budget at
+ * the largest local size).
  * Streams mix kernels of the plan and others, with and without events,
  * waits on earlier (possibly held) events, another queue waiting on held
  * work, an out-of-order queue, reads, writes, maps, markers, barriers,
@@ -44,10 +62,18 @@
 
 #include "common.h"
 
-#define NKERN 6
+#define NKERN 6        /* k0..k5: the base family's kernels */
+#define NALL 10        /* and g0..g3, the local family's */
 #define NBUF 4
-#define NELEM 1024
+#define NELEM 1024     /* items per buffer, base family */
+#define NELEM_LOCAL 32768 /* local family: a multiple of the largest local size */
+#define LOCAL_SEEDS 1000u
 #define MAX_EVENTS 96
+#define RUN_MAX 64     /* kernels of the in-order queue's current run the oracle remembers */
+
+static int nelem = NELEM; /* items per buffer in this process */
+static int local_family;  /* the plan seed is a local family's */
+static size_t local_sizes[4] = {16, 64, 256, 4096}; /* the last lowered to the device's limit */
 
 static const char *source =
     "__kernel void k0(__global float *io, float s) { size_t i = get_global_id(0); io[i] = io[i] * s + 1.0f; }\n"
@@ -58,12 +84,33 @@ static const char *source =
     "    size_t i = get_global_id(0); out[i] = a[i] - b[i]; }\n"
     "__kernel void k4(__global float *io, float s) { size_t i = get_global_id(0); io[i] = io[i] - s; }\n"
     "__kernel void k5(__global const float *in, __global float *out) {\n"
-    "    size_t i = get_global_id(0); size_t n = get_global_size(0); out[i] = in[(i + 1) % n]; }\n";
+    "    size_t i = get_global_id(0); size_t n = get_global_size(0); out[i] = in[(i + 1) % n]; }\n"
+    /* The local family's: each reads within its work-group only. */
+    "__kernel void g0(__global const float *in, __global float *out) {\n"
+    "    size_t i = get_global_id(0), l = get_local_id(0), n = get_local_size(0);\n"
+    "    out[i] = in[get_group_id(0) * n + (l + 1) % n] * 0.5f + in[i]; }\n"
+    "__kernel void g1(__global const float *in, __global float *out) {\n"
+    "    size_t i = get_global_id(0), l = get_local_id(0), n = get_local_size(0);\n"
+    "    out[i] = in[get_group_id(0) * n + (n - 1 - l)] - 1.0f; }\n"
+    "__kernel void g2(__global const float *a, __global const float *b, __global float *out) {\n"
+    "    size_t i = get_global_id(0); __global const float *src = get_group_id(0) & 1 ? a : b;\n"
+    "    out[i] = src[i] * 2.0f + 1.0f; }\n"
+    "__kernel void g3(__global const float *in, __global float *out) {\n"
+    "    __local float first[1];\n"
+    "    size_t i = get_global_id(0);\n"
+    "    if (get_local_id(0) == 0) first[0] = in[i];\n"
+    "    barrier(CLK_LOCAL_MEM_FENCE);\n"
+    "    out[i] = in[i] - first[0]; }\n";
 
 /* Per kernel: its parameters, 'b' a buffer, 's' a float; and which buffer
  * parameters it reads and writes (bit a: parameter a). */
-static const char *const kparams[NKERN] = {"bs", "bbs", "b", "bbb", "bs", "bb"};
-static const unsigned kreads[NKERN] = {1, 1, 1, 3, 1, 1}, kwrites[NKERN] = {1, 2, 1, 4, 1, 2};
+static const char *const kparams[NALL] = {"bs", "bbs", "b", "bbb", "bs", "bb", "bb", "bb", "bbb", "bb"};
+static const unsigned kreads[NALL] = {1, 1, 1, 3, 1, 1, 1, 1, 3, 1}, kwrites[NALL] = {1, 2, 1, 4, 1, 2, 2, 2, 4, 2};
+static const char *const kname[NALL] = {"k0", "k1", "k2", "k3", "k4", "k5", "g0", "g1", "g2", "g3"};
+/* Parameter names, for internal=KERNEL.NAME. */
+static const char *const pname[NALL][3] = {{"io", "s"}, {"in", "out", "s"}, {"io"}, {"a", "b", "out"}, {"io", "s"},
+                                           {"in", "out"}, {"in", "out"}, {"in", "out"}, {"a", "b", "out"},
+                                           {"in", "out"}};
 
 /* ---- a small deterministic generator (the C library's rand is not portable) ---- */
 
@@ -98,10 +145,33 @@ static int is_prefix(const struct plan *p, int a, int b)
     return 1;
 }
 
+/* internal=LIST for sequence s: 1-2 items, each a kernel of the sequence
+ * and one of its parameters (by name or index; a scalar or an input is
+ * named too: clshim keeps it, saying why). */
+static void name_buffers(struct rng *r, struct plan *p, int s)
+{
+    size_t at = 0;
+    for (int item = 0, items = 1 + (int)below(r, 2); item < items; item++) {
+        int ki = p->k[s][below(r, (uint32_t)p->len[s])];
+        uint32_t a = below(r, (uint32_t)strlen(kparams[ki]));
+        int w = chance(r, 50) ? snprintf(p->named[s] + at, sizeof p->named[s] - at, "%s%s.%u", item ? "," : "",
+                                         kname[ki], (unsigned)a)
+                              : snprintf(p->named[s] + at, sizeof p->named[s] - at, "%s%s.%s", item ? "," : "",
+                                         kname[ki], pname[ki][a]);
+        if (w > 0) at += (size_t)w;
+    }
+}
+
+static void make_local_plan(uint64_t seed, struct plan *p);
+
 /* 1-4 sequences of 2-6 kernels, repeats allowed, some sharing a prefix with
  * the one before; none a prefix of another (the plan parser refuses that). */
 static void make_plan(uint64_t seed, struct plan *p)
 {
+    if (seed >= LOCAL_SEEDS) {
+        make_local_plan(seed, p);
+        return;
+    }
     struct rng r = {seed * 2654435761u + 17};
     p->n = 1 + (int)below(&r, 4);
     for (int s = 0; s < p->n; s++) {
@@ -130,32 +200,53 @@ static void make_plan(uint64_t seed, struct plan *p)
     for (int s = 0; s < p->n; s++) p->internal[s] = chance(&ri, 35);
     struct rng rc = {seed * 0x9E3779B97F4A7C15ull + 7}; /* `const`, likewise */
     for (int s = 0; s < p->n; s++) p->consts[s] = chance(&rc, 40);
-    /* internal=LIST from a third generator, for the same reason: 1-2 items,
-     * each a kernel of the sequence and one of its parameters (by name or
-     * index; a scalar or an input is named too: clshim keeps it, saying why). */
-    static const char *const pname[NKERN][3] = {{"io", "s"}, {"in", "out", "s"}, {"io"},
-                                                 {"a", "b", "out"}, {"io", "s"}, {"in", "out"}};
+    /* internal=LIST from a third generator, for the same reason. */
     struct rng rn = {seed * 0x9E3779B97F4A7C15ull + 7};
     for (int s = 0; s < p->n; s++) {
         p->named[s][0] = 0;
-        if (!p->internal[s] || !chance(&rn, 50)) continue;
-        size_t at = 0;
-        for (int item = 0, items = 1 + (int)below(&rn, 2); item < items; item++) {
-            int ki = p->k[s][below(&rn, (uint32_t)p->len[s])];
-            uint32_t a = below(&rn, (uint32_t)strlen(kparams[ki]));
-            int w = chance(&rn, 50) ? snprintf(p->named[s] + at, sizeof p->named[s] - at, "%sk%d.%u", item ? "," : "",
-                                                ki, (unsigned)a)
-                                     : snprintf(p->named[s] + at, sizeof p->named[s] - at, "%sk%d.%s",
-                                                item ? "," : "", ki, pname[ki][a]);
-            if (w > 0) at += (size_t)w;
+        if (p->internal[s] && chance(&rn, 50)) name_buffers(&rn, p, s);
+    }
+}
+
+/* The local family's plans: 1-3 sequences of 2-4 kernels, each with one of
+ * g0..g3 at least and never k5 (it reads outside the work-group, which
+ * force-barrier's promise excludes); most carry force-barrier,internal
+ * (local memory), some only one of the two or neither. */
+static void make_local_plan(uint64_t seed, struct plan *p)
+{
+    static const int pool[] = {0, 1, 2, 3, 4, 6, 7, 8, 9};
+    struct rng r = {seed * 0x2545F4914F6CDD1Dull + 4242};
+    p->n = 1 + (int)below(&r, 3);
+    for (int s = 0; s < p->n; s++) {
+        for (int tries = 0;; tries++) {
+            p->len[s] = 2 + (int)below(&r, 3);
+            int group = 0;
+            for (int i = 0; i < p->len[s]; i++) {
+                p->k[s][i] = pool[below(&r, sizeof pool / sizeof pool[0])];
+                group |= p->k[s][i] >= NKERN;
+            }
+            if (!group) p->k[s][p->len[s] - 1] = NKERN + (int)below(&r, NALL - NKERN);
+            int bad = 0;
+            for (int t = 0; t < s && !bad; t++) bad = is_prefix(p, s, t) || is_prefix(p, t, s);
+            if (!bad) break;
+            if (tries > 50) {
+                p->n = s;
+                return;
+            }
         }
+        uint32_t how = below(&r, 100);
+        p->force[s] = how < 80;
+        p->internal[s] = how < 65 || (how >= 80 && how < 90);
+        p->consts[s] = chance(&r, 20);
+        p->named[s][0] = 0;
+        if (p->internal[s] && chance(&r, 25)) name_buffers(&r, p, s);
     }
 }
 
 static void print_plan(const struct plan *p)
 {
     for (int s = 0; s < p->n; s++) {
-        for (int i = 0; i < p->len[s]; i++) printf("%sk%d", i ? "+" : "", p->k[s][i]);
+        for (int i = 0; i < p->len[s]; i++) printf("%s%s", i ? "+" : "", kname[p->k[s][i]]);
         const char *sep = ":";
         if (p->force[s]) printf("%sforce-barrier", sep), sep = ",";
         if (p->internal[s]) printf("%sinternal%s%s", sep, p->named[s][0] ? "=" : "", p->named[s]), sep = ",";
@@ -170,23 +261,32 @@ static cl_context ctx;
 static cl_device_id dev;
 static cl_program prog;
 
+struct run_entry {
+    int k;      /* the kernel */
+    int arg[3]; /* the buffer index bound to each parameter when it was enqueued */
+};
+
 struct stream {
     struct rng r;
     struct plan plan;
+    int nk;                      /* kernels its random picks choose from (k0.. or all) */
+    size_t L;                    /* local family: the local size of its launches */
     cl_command_queue q, q2, ooo; /* in-order, a second in-order one, out-of-order */
     cl_event ooo_last;           /* the out-of-order queue's commands form a chain */
-    cl_kernel k[NKERN];
-    int argset[NKERN];           /* the kernel's arguments are all set */
+    cl_kernel k[NALL];
+    int argset[NALL];            /* the kernel's arguments are all set */
     cl_mem b[NBUF];
     cl_event ev[MAX_EVENTS];
     int evq[MAX_EVENTS];         /* which queue: 0 st->q (its generation in qgen), 1 q2 */
     int nev;
     int qgen;                    /* st->q was recreated this many times (x2) */
     int tail;                    /* the event of st->q's last command, or -1 */
-    int uniform;                 /* every kernel over NELEM items, no local size */
-    int arg[NKERN][3];           /* the buffer index bound to each parameter */
+    int uniform;                 /* every kernel over all items, one local size (or none) */
+    int arg[NALL][3];            /* the buffer index bound to each parameter */
     int tainted[NBUF];           /* may be left undefined by an `internal` sequence */
-    char out[8192];
+    struct run_entry run[RUN_MAX]; /* st->q's kernels since a command that surely submits held ones */
+    int nrun;
+    char out[16384];
     size_t olen;
 };
 
@@ -202,10 +302,10 @@ static void say(struct stream *st, const char *fmt, ...)
 
 static cl_mem new_buffer(struct stream *st, int which)
 {
-    float host[NELEM];
-    for (int i = 0; i < NELEM; i++) host[i] = (float)((i * 7 + which * 13) % 101) / 8.0f - 6.0f;
+    float host[NELEM_LOCAL];
+    for (int i = 0; i < nelem; i++) host[i] = (float)((i * 7 + which * 13) % 101) / 8.0f - 6.0f;
     cl_int err;
-    cl_mem m = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof host, host, &err);
+    cl_mem m = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, nelem * sizeof *host, host, &err);
     CHECK(err);
     (void)st;
     return m;
@@ -222,10 +322,8 @@ static cl_command_queue new_queue(int out_of_order)
 
 static cl_kernel new_kernel(int i)
 {
-    char name[8];
-    snprintf(name, sizeof name, "k%d", i);
     cl_int err;
-    cl_kernel k = clCreateKernel(prog, name, &err);
+    cl_kernel k = clCreateKernel(prog, kname[i], &err);
     CHECK(err);
     return k;
 }
@@ -251,17 +349,63 @@ static void set_args(struct stream *st, int ki)
     st->argset[ki] = 1;
 }
 
-/* Taint (see the file comment) before kernel ki is enqueued on `q`. */
-static void taint(struct stream *st, cl_command_queue q, int ki)
+/* Taint (see the file comment), before kernel ki is enqueued on any queue:
+ * what it computes from a tainted buffer is tainted. */
+static void taint(struct stream *st, int ki)
 {
-    int in_internal = 0, reads_tainted = 0;
-    for (int s = 0; s < st->plan.n; s++)
-        for (int i = 0; i < st->plan.len[s]; i++) in_internal |= st->plan.internal[s] && st->plan.k[s][i] == ki;
+    int reads_tainted = 0;
     for (int a = 0; a < 3; a++)
         if (kreads[ki] >> a & 1) reads_tainted |= st->tainted[st->arg[ki][a]];
-    if (!reads_tainted && !(in_internal && q == st->q)) return;
+    if (!reads_tainted) return;
     for (int a = 0; a < 3; a++)
         if (kwrites[ki] >> a & 1) st->tainted[st->arg[ki][a]] = 1;
+}
+
+/* Kernel ki was enqueued on st->q: it extends the run the batcher may be
+ * holding. Where the run's last kernels spell an `internal` sequence, the
+ * batcher may have fused them: every buffer one of them writes and a later
+ * one reads may be left undefined (the sequence's own reads of it are not
+ * tainted: fused, they get the values the writer computed). */
+static void run_kernel(struct stream *st, int ki)
+{
+    if (st->nrun == RUN_MAX) {
+        memmove(st->run, st->run + 1, (RUN_MAX - 1) * sizeof *st->run);
+        st->nrun--;
+    }
+    struct run_entry *e = &st->run[st->nrun++];
+    e->k = ki;
+    memcpy(e->arg, st->arg[ki], sizeof e->arg);
+    for (int s = 0; s < st->plan.n; s++) {
+        int len = st->plan.len[s];
+        if (!st->plan.internal[s] || len > st->nrun) continue;
+        const struct run_entry *w = st->run + st->nrun - len;
+        int match = 1;
+        for (int i = 0; i < len && match; i++) match = w[i].k == st->plan.k[s][i];
+        for (int i = 0; match && i < len; i++)
+            for (int j = i + 1; j < len; j++)
+                for (int a = 0; a < 3; a++)
+                    for (int b = 0; b < 3; b++)
+                        if ((kwrites[w[i].k] >> a & 1) && (kreads[w[j].k] >> b & 1) && w[i].arg[a] == w[j].arg[b])
+                            st->tainted[w[i].arg[a]] = 1;
+    }
+}
+
+/* The local family's launch shape: the stream's local size over every
+ * item; in a mixed stream sometimes half the items, or another local size
+ * (group shapes that differ within a sequence). */
+static void local_shape(struct stream *st, size_t *gws, size_t *lws)
+{
+    *gws = (size_t)nelem;
+    *lws = st->L;
+    if (st->uniform) return;
+    uint32_t c = below(&st->r, 100);
+    if (c < 10) {
+        *gws = (size_t)nelem / 2;
+    } else if (c < 14) {
+        int at = 0;
+        while (local_sizes[at] != st->L) at++;
+        *lws = local_sizes[(at + 1 + (int)below(&st->r, 3)) % 4];
+    }
 }
 
 /* Where the event of a command on q goes (NULL: none asked for); keeps
@@ -290,11 +434,19 @@ static void enqueue_kernel(struct stream *st, cl_command_queue q, int ki)
     cl_event wl[2];
     cl_uint nw = pick_waits(st, wl);
     /* Most streams launch everything alike (so sequences fuse); the rest mix ranges. */
-    taint(st, q, ki);
-    size_t gws = st->uniform || chance(&st->r, 85) ? NELEM : NELEM / 2, lws = 64;
-    int with_lws = !st->uniform && chance(&st->r, 30);
+    taint(st, ki);
+    size_t gws, lws;
+    int with_lws = 1;
+    if (local_family) {
+        local_shape(st, &gws, &lws);
+    } else {
+        gws = st->uniform || chance(&st->r, 85) ? NELEM : NELEM / 2;
+        lws = 64;
+        with_lws = !st->uniform && chance(&st->r, 30);
+    }
     CHECK(clEnqueueNDRangeKernel(q, st->k[ki], 1, NULL, &gws, with_lws ? &lws : NULL, nw, nw ? wl : NULL,
                                  slot(st, q, chance(&st->r, 50))));
+    if (q == st->q) run_kernel(st, ki);
 }
 
 /* The next kernel: usually one continuing a plan sequence from its start. */
@@ -307,27 +459,39 @@ static int pick_kernel(struct stream *st, int *seq, int *pos)
         return st->plan.k[*seq][(*pos)++];
     }
     *seq = -1;
-    return (int)below(&st->r, NKERN);
+    return (int)below(&st->r, (uint32_t)st->nk);
 }
+
+/* The local size of a command on another queue: the stream's (the local
+ * family's kernels read within their work-group), else none. */
+static const size_t *other_lws(const struct stream *st) { return local_family ? &st->L : NULL; }
 
 static void ooo_command(struct stream *st)
 {
-    int ki = (int)below(&st->r, NKERN);
+    int ki = (int)below(&st->r, (uint32_t)st->nk);
     set_args(st, ki);
-    taint(st, st->ooo, ki);
-    size_t gws = NELEM;
+    taint(st, ki);
+    size_t gws = (size_t)nelem;
     cl_event done;
-    CHECK(clEnqueueNDRangeKernel(st->ooo, st->k[ki], 1, NULL, &gws, NULL, st->ooo_last ? 1 : 0,
+    CHECK(clEnqueueNDRangeKernel(st->ooo, st->k[ki], 1, NULL, &gws, other_lws(st), st->ooo_last ? 1 : 0,
                                  st->ooo_last ? &st->ooo_last : NULL, &done));
     if (st->ooo_last) clReleaseEvent(st->ooo_last);
     st->ooo_last = done;
+}
+
+/* A buffer's digest (its first nelem floats in host), or "x" when tainted. */
+static void print_digest(struct stream *st, const char *when, int b, const float *host)
+{
+    if (st->tainted[b]) say(st, " %sb%d=x", when, b);
+    else say(st, " %sb%d=%016llx", when, b, (unsigned long long)fnv(host, (size_t)nelem * sizeof *host));
 }
 
 static int trace; /* --trace: each operation to stderr, for reducing a failing case */
 
 static void one_op(struct stream *st, int *seq, int *pos)
 {
-    float host[NELEM];
+    float host[NELEM_LOCAL];
+    const size_t bytes = (size_t)nelem * sizeof *host;
     cl_event wl[2];
     cl_uint nw;
     int b = (int)below(&st->r, NBUF);
@@ -337,31 +501,45 @@ static void one_op(struct stream *st, int *seq, int *pos)
         enqueue_kernel(st, st->q, pick_kernel(st, seq, pos));
     } else if (op < 58) { /* a blocking read */
         nw = pick_waits(st, wl);
-        CHECK(clEnqueueReadBuffer(st->q, st->b[b], CL_TRUE, 0, sizeof host, host, nw, nw ? wl : NULL,
+        CHECK(clEnqueueReadBuffer(st->q, st->b[b], CL_TRUE, 0, bytes, host, nw, nw ? wl : NULL,
                                   slot(st, st->q, chance(&st->r, 50))));
+        st->nrun = 0;
+        print_digest(st, "r", b, host);
     } else if (op < 61) { /* a write of deterministic data */
-        for (int i = 0; i < NELEM; i++) host[i] = (float)(i % 17) - 3.0f;
-        CHECK(clEnqueueWriteBuffer(st->q, st->b[b], CL_TRUE, 0, sizeof host, host, 0, NULL, NULL));
+        for (int i = 0; i < nelem; i++) host[i] = (float)(i % 17) - 3.0f;
+        CHECK(clEnqueueWriteBuffer(st->q, st->b[b], CL_TRUE, 0, bytes, host, 0, NULL, NULL));
         st->tainted[b] = 0;
         st->tail = -1;
+        st->nrun = 0;
     } else if (op < 64) { /* map, change one element, unmap */
         cl_int err;
-        float *m = clEnqueueMapBuffer(st->q, st->b[b], CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, sizeof host, 0, NULL,
+        float *m = clEnqueueMapBuffer(st->q, st->b[b], CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, bytes, 0, NULL,
                                       NULL, &err);
         CHECK(err);
-        m[below(&st->r, NELEM)] += 1.0f;
+        m[below(&st->r, (uint32_t)nelem)] += 1.0f;
         CHECK(clEnqueueUnmapMemObject(st->q, st->b[b], m, 0, NULL, NULL));
         st->tail = -1;
+        st->nrun = 0;
     } else if (op < 67) {
         nw = pick_waits(st, wl);
         CHECK(clEnqueueMarkerWithWaitList(st->q, nw, nw ? wl : NULL, slot(st, st->q, 1)));
+        st->nrun = 0;
     } else if (op < 69) {
         CHECK(clEnqueueBarrierWithWaitList(st->q, 0, NULL, NULL));
         st->tail = -1;
+        st->nrun = 0;
     } else if (op < 72) {
         CHECK(clFlush(st->q));
+        st->nrun = 0;
     } else if (op < 74) {
         CHECK(clFinish(st->q));
+        st->nrun = 0;
+        /* The local family looks at every buffer here too: a sequence's
+         * result may be overwritten before the case ends. */
+        for (int i = 0; local_family && i < NBUF; i++) {
+            CHECK(clEnqueueReadBuffer(st->q, st->b[i], CL_TRUE, 0, bytes, host, 0, NULL, NULL));
+            print_digest(st, "f", i, host);
+        }
     } else if (op < 77 && st->nev) { /* wait for an earlier (maybe held) event */
         CHECK(clWaitForEvents(1, &st->ev[below(&st->r, (uint32_t)st->nev)]));
     } else if (op < 80 && st->nev) { /* status query: its answer may differ in time, not printed */
@@ -369,24 +547,28 @@ static void one_op(struct stream *st, int *seq, int *pos)
         CHECK(clGetEventInfo(st->ev[below(&st->r, (uint32_t)st->nev)], CL_EVENT_COMMAND_EXECUTION_STATUS,
                              sizeof status, &status, NULL));
     } else if (op < 84) { /* the second queue: a kernel after all of this queue's (maybe held) work */
-        int ki = (int)below(&st->r, NKERN);
+        int ki = (int)below(&st->r, (uint32_t)st->nk);
         set_args(st, ki);
-        taint(st, st->q2, ki);
-        size_t gws = NELEM;
-        if (st->tail < 0) CHECK(clFinish(st->q)); /* the queues share buffers: order them */
+        taint(st, ki);
+        size_t gws = (size_t)nelem;
+        if (st->tail < 0) { /* the queues share buffers: order them */
+            CHECK(clFinish(st->q));
+            st->nrun = 0;
+        }
         int tail = st->tail;
-        CHECK(clEnqueueNDRangeKernel(st->q2, st->k[ki], 1, NULL, &gws, NULL, tail >= 0, tail >= 0 ? &st->ev[tail] : NULL,
-                                     slot(st, st->q2, 1)));
+        CHECK(clEnqueueNDRangeKernel(st->q2, st->k[ki], 1, NULL, &gws, other_lws(st), tail >= 0,
+                                     tail >= 0 ? &st->ev[tail] : NULL, slot(st, st->q2, 1)));
         CHECK(clFinish(st->q2));
     } else if (op < 86) { /* the out-of-order queue, after this queue's work */
         CHECK(clFinish(st->q));
+        st->nrun = 0;
         ooo_command(st);
         CHECK(clFinish(st->ooo));
     } else if (op < 90) {
-        int ki = (int)below(&st->r, NKERN);
+        int ki = (int)below(&st->r, (uint32_t)st->nk);
         set_args(st, ki); /* clSetKernelArg between enqueues */
     } else if (op < 93) { /* release and recreate a kernel (maybe held) */
-        int ki = (int)below(&st->r, NKERN);
+        int ki = (int)below(&st->r, (uint32_t)st->nk);
         CHECK(clReleaseKernel(st->k[ki]));
         st->k[ki] = new_kernel(ki);
         st->argset[ki] = 0;
@@ -394,7 +576,7 @@ static void one_op(struct stream *st, int *seq, int *pos)
         CHECK(clReleaseMemObject(st->b[b]));
         st->b[b] = new_buffer(st, b + 10);
         st->tainted[b] = 0;
-        for (int ki = 0; ki < NKERN; ki++) st->argset[ki] = 0;
+        for (int ki = 0; ki < NALL; ki++) st->argset[ki] = 0;
     } else if (op < 98) { /* release the queue mid-sequence (a second reference keeps it for a clFinish) */
         cl_command_queue old = st->q;
         CHECK(clRetainCommandQueue(old));
@@ -404,8 +586,10 @@ static void one_op(struct stream *st, int *seq, int *pos)
         st->q = new_queue(0);
         st->qgen += 2;
         st->tail = -1;
+        st->nrun = 0;
     } else {
         CHECK(clFinish(st->q));
+        st->nrun = 0;
     }
 }
 
@@ -419,8 +603,10 @@ static void run_stream(struct stream *st, uint64_t plan_seed, uint64_t seed)
     st->q2 = new_queue(0);
     st->tail = -1;
     st->uniform = chance(&st->r, 70);
+    st->nk = local_family ? NALL : NKERN;
+    if (local_family) st->L = local_sizes[below(&st->r, 4)];
     st->ooo = new_queue(1);
-    for (int i = 0; i < NKERN; i++) st->k[i] = new_kernel(i);
+    for (int i = 0; i < NALL; i++) st->k[i] = new_kernel(i);
     for (int i = 0; i < NBUF; i++) st->b[i] = new_buffer(st, i);
     int seq = -1, pos = 0, nops = 10 + (int)below(&st->r, 40);
     for (int i = 0; i < nops; i++) one_op(st, &seq, &pos);
@@ -429,10 +615,10 @@ static void run_stream(struct stream *st, uint64_t plan_seed, uint64_t seed)
     CHECK(clFinish(st->ooo));
     if (st->nev) CHECK(clWaitForEvents((cl_uint)st->nev, st->ev));
     for (int i = 0; i < NBUF; i++) {
-        float host[NELEM];
-        CHECK(clEnqueueReadBuffer(st->q, st->b[i], CL_TRUE, 0, sizeof host, host, 0, NULL, NULL));
-        if (st->tainted[i]) say(st, " b%d=x", i);
-        else say(st, " b%d=%016llx", i, (unsigned long long)fnv(host, sizeof host));
+        float host[NELEM_LOCAL];
+        const size_t bytes = (size_t)nelem * sizeof *host;
+        CHECK(clEnqueueReadBuffer(st->q, st->b[i], CL_TRUE, 0, bytes, host, 0, NULL, NULL));
+        print_digest(st, "", i, host);
     }
     cl_ulong last_start = 0, last_end = 0;
     int last_q = -1;
@@ -454,7 +640,7 @@ static void run_stream(struct stream *st, uint64_t plan_seed, uint64_t seed)
         CHECK(clReleaseEvent(st->ev[i]));
     }
     if (st->ooo_last) clReleaseEvent(st->ooo_last);
-    for (int i = 0; i < NKERN; i++) CHECK(clReleaseKernel(st->k[i]));
+    for (int i = 0; i < NALL; i++) CHECK(clReleaseKernel(st->k[i]));
     for (int i = 0; i < NBUF; i++) CHECK(clReleaseMemObject(st->b[i]));
     CHECK(clReleaseCommandQueue(st->q));
     CHECK(clReleaseCommandQueue(st->q2));
@@ -619,8 +805,13 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    local_family = plan_seed >= LOCAL_SEEDS;
+    if (local_family) nelem = NELEM_LOCAL;
     cl_int err;
     dev = first_device(NULL);
+    size_t max_wg = 0;
+    CHECK(clGetDeviceInfo(dev, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_wg, &max_wg, NULL));
+    while (local_sizes[3] > max_wg && local_sizes[3] > 256) local_sizes[3] /= 2;
     ctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
     CHECK(err);
     prog = clCreateProgramWithSource(ctx, 1, &source, NULL, &err);
