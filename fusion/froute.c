@@ -99,9 +99,10 @@ int fr_fallback(const struct fq *q, int flags, const char *why)
 {
     for (uint32_t i = 0; i < q->nheld; i++)
         if (q->held[i].rec->from_il) return 0; /* route (b) needs the source: the original kernels run */
-    fb_log_kind("fusion of %s..%s: %s; generated OpenCL C (route (b)) instead%s", q->held[0].rec->name,
+    fb_log_kind("fusion of %s..%s: %s; generated OpenCL C (route (b)) instead%s%s", q->held[0].rec->name,
                 q->held[q->nheld - 1].rec->name, why,
-                flags & FB_INTERNAL ? ", which stores every intermediate (internal dropped)" : "");
+                flags & FB_INTERNAL ? ", which stores every intermediate (internal dropped)" : "",
+                flags & FB_CONST ? ", and passes every scalar as an argument (const dropped)" : "");
     return 1;
 }
 

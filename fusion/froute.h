@@ -25,8 +25,8 @@
  *
  * Fallback: when route (a) refuses a sequence, fr_fallback says whether
  * route (b) can take it instead (every held kernel from source; `internal`
- * is then dropped, with one line); otherwise the batcher's refusal line is
- * logged and the original kernels run.
+ * and `const` are then dropped, with one line); otherwise the batcher's
+ * refusal line is logged and the original kernels run.
  *
  * The test mode (CLSHIM_FUSE_PTX_TEST=SM[:DIR]) treats any device as an
  * NVIDIA one of compute capability SM up to the point where the PTX is made
