@@ -128,12 +128,12 @@ static int arena_put(struct arena *a, int knob, const char *text)
 /* STRING knobs that take one of a few words, checked like any other value. */
 static const struct {
     const char *knob;
-    const char *words[4];
+    const char *words[5];
     const char *accepts;
 } choices[] = {
     {"CAPTURE", {"auto", "build", "release", NULL}, "auto, build or release"},
     {"FUSION", {"off", "auto", NULL}, "off or auto"},
-    {"FUSE_ROUTE", {"auto", "ir", "source", NULL}, "auto, ir or source"},
+    {"FUSE_ROUTE", {"auto", "ir", "source", "ptx", NULL}, "auto, ir, source or ptx"},
 };
 
 /* What a knob accepts: its choices, else its type's values. NULL *words

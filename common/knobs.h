@@ -169,8 +169,16 @@
     X(FUSE_ROUTE, STRING, fuse_route, "auto", "0.2",                           \
       "How fused kernels are built: ir (a fused SPIR module, for drivers "     \
       "with cl_khr_spir), source (generated OpenCL C that calls the original " \
-      "kernels, built by the driver; programs built from source only), or "    \
-      "auto: ir where the device has cl_khr_spir, else source (NVIDIA).")      \
+      "kernels, built by the driver; programs built from source only), ptx "   \
+      "(route (a): the fused IR lowered to PTX, for NVIDIA), or auto: ir "     \
+      "where the device has cl_khr_spir; on NVIDIA ptx for programs from "     \
+      "SPIR-V and plans with internal, else source.")                         \
+    X(FUSE_PTX_TEST, STRING, fuse_ptx_test, "", "0.2",                         \
+      "Tests and priming only: SM[:DIR], e.g. 90:/tmp/ptx. Fusion treats the " \
+      "device as NVIDIA's sm_SM (route selection, the fused PTX made and "     \
+      "cached apart from the device), writes each fused PTX to DIR, then "     \
+      "refuses the fused launch, which this device cannot load: the original " \
+      "kernels run (docs/fusion.md, \"Route (a)\").")                         \
     X(CLANG, PATH, clang, "clang-15", "0.1",                                   \
       "The clang that compiles OpenCL C to SPIR for fusion of source "         \
       "programs, and preprocesses sources whose includes the program cache "  \

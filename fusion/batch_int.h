@@ -87,6 +87,7 @@ struct fk_kernel {
     int in_plan;
     int svm;              /* an SVM pointer argument was set: never held */
     int origin_ok;        /* pc_kernel_origin knows it: it can be fused */
+    int from_il;          /* its program was created from IL (no source exists: route (a) on NVIDIA) */
     unsigned char origin_hash[16]; /* XXH3-128 of its program's kind, options, input, spec constants */
     char *options;        /* its program's build options ("" when unknown) */
     uint32_t nspecs;      /* its IL program's specialization constants, sorted by id */
@@ -201,7 +202,7 @@ struct fq {
     int dead;             /* the queue was destroyed; the record stays reachable */
     int ext;              /* clStartFusionCLSHIM is active */
     int off;              /* an internal invariant broke here: never hold again */
-    int route;            /* 0 not decided yet, else FB_SOURCE or -1 (IR): how its fusions are built */
+    int route;            /* 0 not decided yet, else what the device takes (fusion/froute.h) */
     struct held *held;
     uint32_t nheld;       /* written under lock, read atomically */
     uint32_t cap;
@@ -283,7 +284,8 @@ enum {
     FB_FORCE_BARRIER = 1,
     FB_INTERNAL = 2,
     FB_SOURCE = 4, /* route (b): fusion/fuse_source.h */
-    FB_CONST = 8   /* scalar arguments baked into the fused kernel (their values in the key) */
+    FB_CONST = 8,  /* scalar arguments baked into the fused kernel (their values in the key) */
+    FB_PTX = 16    /* route (a): fused IR lowered to PTX (fusion/froute.h) */
 };
 
 /* Fuses and launches q's held kernels (caller holds q->lock). Returns 0

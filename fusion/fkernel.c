@@ -118,6 +118,7 @@ static struct fk_kernel *make_record(cl_kernel k)
         r->name = strdup(origin.name);
         r->options = strdup(options);
         r->origin_ok = (origin.kind == KEY_SOURCE || origin.kind == KEY_IL) && r->options && r->name;
+        r->from_il = origin.kind == KEY_IL;
         /* An IL program's specialization constants change its code: the
          * fused module is translated with them, and they are part of the
          * origin (so of the fused program's cache key). */

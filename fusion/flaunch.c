@@ -31,6 +31,13 @@
  *    the kernels' own build options; argument classes then ignore the
  *    driver's argument info, and which fused parameters are buffers (for
  *    the aliasing checks) comes from the analysis, stored in the metadata.
+ *    Route (a) (FB_PTX, chosen by fusion/froute.h on NVIDIA): the fused
+ *    SPIR module lowered to PTX, created as a binary; argument classes and
+ *    buffers as for route (b), the key material with route (a)'s key part.
+ *    Its PTX and metadata are also stored apart from the device under the
+ *    key material and the compute capability, so a machine without LLVM
+ *    builds it from an imported cache. A route (a) refusal is remembered
+ *    (ptx_refused) and route (b) tried instead where froute.h allows.
  * 4. The launch: arguments from the held snapshots through the mapping, the
  *    union of the held wait lists without the held commands' own events,
  *    one clEnqueueNDRangeKernel; every held event then completes from its
@@ -48,6 +55,7 @@
 #include "common/log.h"
 #include "fusion/batch.h"
 #include "fusion/batch_int.h"
+#include "fusion/froute.h"
 #include "fusion/frontend.h"
 #include "fusion/fuse_source.h"
 #include "fusion/llvmload.h"
@@ -55,7 +63,7 @@
 #define FUSED_NAME "clshim_fused"
 #define META_MAGIC 0x46534c43u /* "CLSF" */
 #define META_VERSION 1u
-#define META_VERSION_SOURCE 2u /* then: per parameter a buffer byte, the kernel name's length and bytes */
+#define META_VERSION_NAMED 2u /* routes (a), (b); then: per parameter a buffer byte, the kernel name's length and bytes */
 
 /* Arguments of all held kernels together up to which the launch path uses
  * stack arrays (no allocation while a warm sequence is fused). */
@@ -72,11 +80,12 @@ struct fb_memo {
     unsigned char *key;
     size_t key_len;
     char *reason;          /* non-NULL: this request failed; never retried */
+    int ptx_refused;       /* ... because route (a) refused it (fr_fallback may try route (b)) */
     cl_program prog;
     cl_kernel kernel;
     uint32_t nparams;
     uint32_t *pk, *pi;     /* fused parameter -> (held kernel, its parameter) */
-    uint8_t *is_buf;       /* route (b): per fused parameter, 1 for a buffer (else NULL) */
+    uint8_t *is_buf;       /* routes (a), (b): per fused parameter, 1 for a buffer (else NULL) */
     char name[32];         /* the fused kernel's name */
     struct fk_arg *set;    /* the arguments the fused kernel holds now (skip setting equal ones) ... */
     int set_gen;           /* ... valid while fb_mem_gen has this value (a handle may be reused) */
@@ -309,7 +318,8 @@ static void key_values(const struct fq *q, struct bytes *b)
  * so programs fused before, whose work-groups shared them, are not reused).
  * Which buffers `internal` keeps in registers follows from the kernels, the
  * argument classes and the list, all here; the values `const` bakes in
- * follow all of it (key_values). */
+ * follow all of it (key_values). Route (a) (FB_PTX) adds its key part
+ * (its version, the built-in policy) after the kernels. */
 #define KEY_TAG "clshim-fusion-key 6\n"
 #define KEY_FLAGS_AT (sizeof KEY_TAG - 1) /* where key_material puts the flags word */
 
@@ -340,6 +350,11 @@ static void key_material(const struct fq *q, int flags, const char *internal_arg
             unsigned char kind = h->args[j].kind;
             put(b, &kind, 1);
         }
+    }
+    if (flags & FB_PTX) {
+        const char *part = fr_key_part();
+        put32(b, (uint32_t)strlen(part));
+        put(b, part, strlen(part));
     }
 }
 
@@ -378,26 +393,6 @@ static char *source_options(const struct fq *q)
     return strdup(q->held[0].rec->options ? q->held[0].rec->options : "");
 }
 
-/* Whether q's fusions take route (b): CLSHIM_FUSE_ROUTE, and under auto a
- * device without cl_khr_spir (decided once per queue, under its lock). */
-static int route_flag(struct fq *q)
-{
-    if (!q->route) {
-        const char *route = config_get()->fuse_route;
-        int source;
-        if (route && (!strcmp(route, "source") || !strcmp(route, "ir"))) {
-            source = !strcmp(route, "source");
-        } else { /* auto; a table without the device queries (the batcher's fuzz target) keeps the IR route */
-            const struct device_info *info = fb_real->clGetDeviceInfo && fb_real->clGetPlatformInfo
-                                                 ? device_info(fb_real, q->dev)
-                                                 : NULL;
-            source = info && !info->has_spir;
-        }
-        q->route = source ? FB_SOURCE : -1;
-    }
-    return q->route == FB_SOURCE ? FB_SOURCE : 0;
-}
-
 /* ---- make(): bitcode and metadata on a cache miss ------------------------------------- */
 
 struct make_ctx {
@@ -409,7 +404,34 @@ struct make_ctx {
     size_t key_len;
     char *why;
     size_t why_len;
+    int ptx_refused; /* set by make(): route (a) refused the module */
+    const char *options; /* the fused program's build options (route (a) lowers by them) */
 };
+
+/* The held kernels' names joined by '+' (log lines, the test mode's files). */
+static void seq_label(const struct fq *q, char *out, size_t len)
+{
+    size_t o = 0;
+    out[0] = 0;
+    for (uint32_t i = 0; i < q->nheld; i++) {
+        int w = snprintf(out + o, len - o, "%s%s", i ? "+" : "", q->held[i].rec->name);
+        if (w > 0 && o + (size_t)w < len) o += (size_t)w;
+    }
+}
+
+/* Route (a): the key of the device-independent PTX: the key material and
+ * the compute capability. NULL on OOM. */
+static unsigned char *ptx_key(const struct make_ctx *m, size_t *len)
+{
+    uint32_t sm = fr_sm(m->q);
+    unsigned char *k = malloc(m->key_len + 4 + sizeof sm);
+    if (!k) return NULL;
+    memcpy(k, m->key, m->key_len);
+    memcpy(k + m->key_len, "/sm=", 4);
+    memcpy(k + m->key_len + 4, &sm, sizeof sm);
+    *len = m->key_len + 4 + sizeof sm;
+    return k;
+}
 
 static uint64_t now_ns(void)
 {
@@ -418,15 +440,17 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* Route (b): the generated source and metadata, device-independent, from
- * the cache (pc_derived_get: a value of a u64 metadata length, the
- * metadata, the text). 1 with the outputs set, else 0. */
-static int source_from_cache(const struct make_ctx *m, void **text, size_t *text_size, void **meta, size_t *meta_size)
+/* The device-independent half of a derived program — route (b)'s generated
+ * source, route (a)'s PTX — and its metadata, from the cache
+ * (pc_derived_get: a value of a u64 metadata length, the metadata, the
+ * text). 1 with the outputs set, else 0. */
+static int derived_from_cache(const void *key, size_t key_len, void **text, size_t *text_size, void **meta,
+                              size_t *meta_size)
 {
     void *v = NULL;
     size_t n = 0;
     uint64_t ml = 0;
-    if (pc_derived_get(m->key, m->key_len, &v, &n) != 0) return 0;
+    if (pc_derived_get(key, key_len, &v, &n) != 0) return 0;
     if (n >= 8) memcpy(&ml, v, 8);
     if (n < 8 || ml > n - 8 || !(*meta = malloc(ml ? ml : 1)) || !(*text = malloc(n - 8 - ml + 1))) {
         free(*meta);
@@ -442,8 +466,8 @@ static int source_from_cache(const struct make_ctx *m, void **text, size_t *text
     return 1;
 }
 
-static void source_to_cache(const struct make_ctx *m, const void *text, size_t text_size, const void *meta,
-                            size_t meta_size, uint64_t make_ns)
+static void derived_to_cache(const void *key, size_t key_len, const void *text, size_t text_size, const void *meta,
+                             size_t meta_size, uint64_t make_ns)
 {
     unsigned char *v = malloc(8 + meta_size + text_size);
     if (!v) return;
@@ -451,7 +475,7 @@ static void source_to_cache(const struct make_ctx *m, const void *text, size_t t
     memcpy(v, &ml, 8);
     memcpy(v + 8, meta, meta_size);
     memcpy(v + 8 + meta_size, text, text_size);
-    pc_derived_put(m->key, m->key_len, v, 8 + meta_size + text_size, make_ns);
+    pc_derived_put(key, key_len, v, 8 + meta_size + text_size, make_ns);
     free(v);
 }
 
@@ -460,14 +484,39 @@ static int make(void *arg, void **bitcode, size_t *bitcode_size, void **meta, si
     struct make_ctx *m = arg;
     const struct fq *q = m->q;
     uint32_t n = q->nheld;
-    if ((m->flags & FB_SOURCE) && source_from_cache(m, bitcode, bitcode_size, meta, meta_size)) {
+    if ((m->flags & FB_SOURCE) && derived_from_cache(m->key, m->key_len, bitcode, bitcode_size, meta, meta_size)) {
         log_msg(LOG_INFO, "fusion: the generated OpenCL C for %s..%s (%u kernels) comes from the cache",
                 q->held[0].rec->name, q->held[n - 1].rec->name, (unsigned)n);
         return 1;
     }
+    char names[512];
+    seq_label(q, names, sizeof names);
+    unsigned char *pkey = NULL;
+    size_t pkey_len = 0;
+    if (m->flags & FB_PTX) {
+        if (!fr_takes_ptx(q))
+            return snprintf(m->why, m->why_len, "CLSHIM_FUSE_ROUTE=ptx: this device does not load PTX "
+                            "(route (a) is for NVIDIA's driver)"), -1;
+        if (!(pkey = ptx_key(m, &pkey_len))) return snprintf(m->why, m->why_len, "out of memory"), -1;
+        if (derived_from_cache(pkey, pkey_len, bitcode, bitcode_size, meta, meta_size)) {
+            free(pkey);
+            log_msg(LOG_INFO, "fusion: the PTX (route (a)) for %s..%s (%u kernels) comes from the cache",
+                    q->held[0].rec->name, q->held[n - 1].rec->name, (unsigned)n);
+            if (*bitcode_size && fr_test_refusal(names, *bitcode, *bitcode_size - 1, m->why, m->why_len)) {
+                free(*bitcode);
+                free(*meta);
+                *bitcode = *meta = NULL;
+                return -1;
+            }
+            return 0; /* PTX is the binary NVIDIA's driver takes */
+        }
+    }
     uint64_t t0 = now_ns();
     const struct clshim_llvm_api *api = llvm_api();
-    if (!api) return snprintf(m->why, m->why_len, "libclshim-llvm.so cannot be loaded"), -1;
+    if (!api) {
+        free(pkey);
+        return snprintf(m->why, m->why_len, "libclshim-llvm.so cannot be loaded"), -1;
+    }
     struct mod {
         const void *input;
         size_t input_len;
@@ -484,8 +533,7 @@ static int make(void *arg, void **bitcode, size_t *bitcode_size, void **meta, si
         snprintf(m->why, m->why_len, "out of memory");
         goto out;
     }
-    char names[512] = "";
-    size_t o = 0, at = 0;
+    size_t at = 0;
     for (uint32_t i = 0; i < n; i++) {
         const struct held *h = &q->held[i];
         struct pc_origin *origin = &origins[i];
@@ -539,11 +587,10 @@ static int make(void *arg, void **bitcode, size_t *bitcode_size, void **meta, si
         fk[i].arg_class = m->cls + at;
         fk[i].num_args = h->nargs;
         at += h->nargs;
-        int w = snprintf(names + o, sizeof names - o, "%s%s", i ? "+" : "", h->rec->name);
-        if (w > 0 && o + (size_t)w < sizeof names) o += (size_t)w;
     }
     log_msg(LOG_INFO, "fusion: building the fused kernel for %s (%u program%s to IR%s)", names, (unsigned)nmods,
-            nmods == 1 ? "" : "s", m->flags & FB_SOURCE ? ", then generated OpenCL C" : "");
+            nmods == 1 ? "" : "s", m->flags & FB_SOURCE ? ", then generated OpenCL C" :
+            m->flags & FB_PTX ? ", then PTX (route (a))" : "");
     struct fuse_const consts_buf[STACK_ARGS];
     uint32_t nconsts = 0;
     if (m->flags & FB_CONST) { /* one per class (equal bytes share one) */
@@ -577,9 +624,21 @@ static int make(void *arg, void **bitcode, size_t *bitcode_size, void **meta, si
                     "(route (b)) keeps every buffer", names);
     }
     if (e) goto out;
+    char *ptx = NULL;
+    size_t ptx_size = 0;
+    uint8_t *ptx_is_buf = NULL;
+    if ((m->flags & FB_PTX) &&
+        (e = fr_lower(q, api, res.bitcode, res.bitcode_size, FUSED_NAME, res.num_params, m->options, &ptx,
+                      &ptx_size, &ptx_is_buf, m->why, m->why_len))) {
+        m->ptx_refused = e == CLSHIM_EUNSUPPORTED;
+        api->free(res.bitcode);
+        api->free(res.param_kernel);
+        api->free(res.param_index);
+        goto out;
+    }
     struct bytes b = {0};
     put32(&b, META_MAGIC);
-    put32(&b, gen.text ? META_VERSION_SOURCE : META_VERSION);
+    put32(&b, gen.text || ptx ? META_VERSION_NAMED : META_VERSION);
     put32(&b, res.num_params);
     put32(&b, res.work_dim);
     for (int d = 0; d < 3; d++) put64(&b, res.global_size[d]);
@@ -597,6 +656,13 @@ static int make(void *arg, void **bitcode, size_t *bitcode_size, void **meta, si
         res.bitcode_size = gen.len;
         gen.text = NULL;
         fs_program_free(&gen);
+    } else if (ptx) { /* the program made is route (a)'s PTX */
+        put(&b, ptx_is_buf, res.num_params);
+        put32(&b, (uint32_t)strlen(FUSED_NAME));
+        put(&b, FUSED_NAME, strlen(FUSED_NAME));
+        bc = ptx;
+        res.bitcode_size = ptx_size;
+        free(ptx_is_buf);
     } else {
         bc = malloc(res.bitcode_size ? res.bitcode_size : 1);
         if (bc) memcpy(bc, res.bitcode, res.bitcode_size);
@@ -633,8 +699,18 @@ static int make(void *arg, void **bitcode, size_t *bitcode_size, void **meta, si
     *meta = b.p;
     *meta_size = b.len;
     rc = m->flags & FB_SOURCE ? 1 : 0; /* 1: *bitcode is OpenCL C (pc_build_derived) */
-    if (rc == 1) source_to_cache(m, bc, *bitcode_size, b.p, b.len, now_ns() - t0);
+    if (rc == 1) derived_to_cache(m->key, m->key_len, bc, *bitcode_size, b.p, b.len, now_ns() - t0);
+    if (m->flags & FB_PTX) {
+        derived_to_cache(pkey, pkey_len, bc, *bitcode_size, b.p, b.len, now_ns() - t0);
+        if (fr_test_refusal(names, bc, *bitcode_size - 1, m->why, m->why_len)) {
+            free(bc);
+            free(b.p);
+            *bitcode = *meta = NULL;
+            rc = -1;
+        }
+    }
 out:
+    free(pkey);
     for (uint32_t j = 0; mods && j < nmods; j++) {
         if (mods[j].llvm_owned) api->free(mods[j].bc);
         else free(mods[j].bc);
@@ -652,7 +728,7 @@ static int read_meta(struct fb_memo *e, const struct fq *q, const unsigned char 
     uint32_t head[4];
     if (len < 16 + 9 * 8 + 4) return -1;
     memcpy(head, p, 16);
-    int source = head[1] == META_VERSION_SOURCE;
+    int source = head[1] == META_VERSION_NAMED;
     if (head[0] != META_MAGIC || (head[1] != META_VERSION && !source) || head[3] < 1 || head[3] > 3) return -1;
     uint32_t np = head[2];
     size_t need = 16 + 9 * 8 + 4 + (size_t)np * 8;
@@ -749,7 +825,7 @@ static struct fb_memo *memo_build(const struct fq *q, int flags, const char *int
     memcpy(e->key, key->p, key->len);
     e->key_len = key->len;
     char why[600] = "";
-    struct make_ctx mc = {q, flags, internal_args, cls, e->key, e->key_len, why, sizeof why};
+    struct make_ctx mc = {q, flags, internal_args, cls, e->key, e->key_len, why, sizeof why, 0, options};
     void *meta = NULL;
     size_t meta_size = 0;
     cl_int err = CL_SUCCESS;
@@ -771,6 +847,7 @@ static struct fb_memo *memo_build(const struct fq *q, int flags, const char *int
         fb_real->clGetProgramInfo(e->prog, CL_PROGRAM_BINARY_SIZES, sizeof bin_size, &bin_size, NULL);
     }
     if (why[0]) e->reason = strdup(why);
+    e->ptx_refused = mc.ptx_refused;
     if (why[0] && !e->reason) {
         memo_drop(e);
         return NULL;
@@ -993,9 +1070,10 @@ static void repeat_save(struct fq *q, int flags, const char *internal_args, int 
 
 /* The fused program for q's held kernels: a repeat of the last launch, else
  * through classes and key material (memo, cache, build). NULL with `why`,
- * and *lasting set when the memo holds the request's refusal. */
+ * *lasting set when the memo holds the request's refusal, and *ptx_refused
+ * when route (a) refused it. */
 static struct fb_memo *fused_program(struct fq *q, int flags, const char *internal_args, int gen, int *repeat,
-                                     int *lasting, char *why, size_t why_len)
+                                     int *lasting, int *ptx_refused, char *why, size_t why_len)
 {
     struct fb_memo *e = repeat_match(q, flags, internal_args, gen);
     *repeat = e != NULL;
@@ -1011,7 +1089,7 @@ static struct fb_memo *fused_program(struct fq *q, int flags, const char *intern
         snprintf(why, why_len, "out of memory");
         goto out;
     }
-    if (make_classes(q, cls, (flags & FB_SOURCE) != 0, why, why_len) != 0) goto out;
+    if (make_classes(q, cls, (flags & (FB_SOURCE | FB_PTX)) != 0, why, why_len) != 0) goto out;
     key_material(q, flags, internal_args, cls, &key);
     size_t base_len = key.len;
     if (flags & FB_CONST) key_values(q, &key);
@@ -1037,6 +1115,7 @@ static struct fb_memo *fused_program(struct fq *q, int flags, const char *intern
     if (e && e->reason) {
         snprintf(why, why_len, "%s", e->reason);
         *lasting = 1;
+        *ptx_refused = e->ptx_refused;
         e = NULL;
     }
     if (e && e->is_buf && check_analysed_buffers(q, e, why, why_len) != 0) e = NULL;
@@ -1052,14 +1131,21 @@ int fb_fuse_held(struct fq *q, int flags, const char *internal_args, int seq, st
 {
     *lasting = 0;
     (void)seq;
-    flags |= route_flag(q);
+    flags |= fr_route(q, flags);
     if ((flags & (FB_SOURCE | FB_CONST)) == (FB_SOURCE | FB_CONST)) {
         fb_log_kind("const: not applied: generated OpenCL C (route (b)) passes every scalar as an argument");
         flags &= ~FB_CONST;
     }
     if (!(flags & FB_INTERNAL)) internal_args = NULL;
-    int gen = __atomic_load_n(&fb_mem_gen, __ATOMIC_ACQUIRE), repeat = 0;
-    struct fb_memo *e = fused_program(q, flags, internal_args, gen, &repeat, lasting, why, why_len);
+    int gen = __atomic_load_n(&fb_mem_gen, __ATOMIC_ACQUIRE), repeat = 0, ptx_refused = 0;
+    int asked = flags; /* a launch repeating this one finds the program by these flags */
+    struct fb_memo *e = fused_program(q, flags, internal_args, gen, &repeat, lasting, &ptx_refused, why, why_len);
+    if (!e && ptx_refused && fr_fallback(q, flags, why)) {
+        flags = (flags & ~(FB_PTX | FB_CONST)) | FB_SOURCE;
+        *lasting = 0;
+        e = fused_program(q, flags, internal_args, gen, &repeat, lasting, &ptx_refused, why, why_len);
+        repeat = 0;
+    }
     if (!e) return -1;
     q->last = e;
     cl_event rev = NULL;
@@ -1070,7 +1156,7 @@ int fb_fuse_held(struct fq *q, int flags, const char *internal_args, int seq, st
         snprintf(why, why_len, "enqueueing the fused kernel failed (error %d)", err);
         return -1;
     }
-    if (!repeat) repeat_save(q, flags, internal_args, gen, e);
+    if (!repeat) repeat_save(q, asked, internal_args, gen, e);
     /* Launched: every held command's work is in rev. */
     uint32_t n = q->nheld;
     for (uint32_t i = 0; i < n; i++) {

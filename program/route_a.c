@@ -43,13 +43,19 @@ int route_a_ptx(const struct cl_api *real, const struct clshim_llvm_api *api, co
                 const cl_device_id *devs, const char *options, char **ptx, size_t *ptx_size, char *why,
                 size_t why_len)
 {
-    *ptx = NULL;
-    *ptx_size = 0;
     uint32_t sm = 0;
     for (cl_uint i = 0; i < ndev; i++) {
         const struct device_info *d = device_info(real, devs[i]);
         if (d && d->nv_sm && (!sm || d->nv_sm < sm)) sm = d->nv_sm;
     }
+    return route_a_ptx_sm(api, bc, bc_size, sm, options, ptx, ptx_size, why, why_len);
+}
+
+int route_a_ptx_sm(const struct clshim_llvm_api *api, const void *bc, size_t bc_size, uint32_t sm, const char *options,
+                   char **ptx, size_t *ptx_size, char *why, size_t why_len)
+{
+    *ptx = NULL;
+    *ptx_size = 0;
     char found[4096];
     const struct clshim_config *cfg = config_get();
     int fast = has_option(options, "-cl-fast-relaxed-math");

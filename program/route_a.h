@@ -11,6 +11,7 @@
 #define CLSHIM_ROUTE_A_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "common/clapi.h"
 #include "fusion/llvm_api.h"
@@ -30,5 +31,11 @@ const char *route_a_key_part(void);
 int route_a_ptx(const struct cl_api *real, const struct clshim_llvm_api *api, const void *bc, size_t bc_size, cl_uint ndev,
                 const cl_device_id *devs, const char *options, char **ptx, size_t *ptx_size, char *why,
                 size_t why_len);
+
+/* The same for compute capability `sm` (major*10+minor; 0: the newest LLVM
+ * knows) instead of the devices': fused kernels (fusion/froute.c), whose
+ * PTX may be made on a machine without the device. */
+int route_a_ptx_sm(const struct clshim_llvm_api *api, const void *bc, size_t bc_size, uint32_t sm, const char *options,
+                   char **ptx, size_t *ptx_size, char *why, size_t why_len);
 
 #endif

@@ -1,49 +1,157 @@
 #!/bin/bash
-# nvidia_route_a.sh — internalised fusion through route (a) on NVIDIA's
-# driver: a K = 4 chain fused by clshim's IR fuser with `internal` (the
-# intermediates in registers), lowered to PTX, against the kernels unfused
-# and against the chain written by hand (issue 19's GPU figure).
+# nvidia_route_a.sh — route (a) in clshim's fusion launch path on NVIDIA's
+# driver: an unmodified program (chain_app) runs the K = 4 chain of
+# tests/compat/data/chain4.cl (s0..s3, the last a sqrt) and the same chain
+# written by hand as one kernel (handreg4); under a plan clshim fuses the
+# four launches through route (a) (fusion/froute.h): its fused IR, lowered
+# to PTX, loaded with clCreateProgramWithBinary.
 #
-#   nvidia_route_a.sh --pack BUILD DEST   here: the fused PTX, packed
+#   nvidia_route_a.sh --pack BUILD DEST   here: prime a cache and pack DEST
 #   nvidia_route_a.sh DIR OUTDIR          on the GPU machine (DIR: the pack)
 #
-# The GPU machine has no LLVM: the fused kernel's PTX is made here
-# (`clshim fuse --plan s0+s1+s2+s3 --internal --emit=ptx`); route_a_chain
-# loads it with clCreateProgramWithBinary beside NVIDIA's own build of the
-# kernels, times the three ways and compares the results bit for bit. This
-# measures route (a)'s code, not clshim's launch path (route (a) is not yet
-# wired into fusion on NVIDIA devices).
+# The GPU machine has neither clang nor LLVM. clang is needed to fuse a
+# program built from source (clshim's IR of it), so --pack primes a cache
+# here on PoCL with CLSHIM_FUSE_PTX_TEST=90 (PoCL taken for an sm_90 NVIDIA
+# device up to the PTX, which is cached apart from the device; the H100 and
+# H200 are sm_90), one process per size, for both plans below, and the cache
+# travels as an export. The SPIR-V program itself is translated and lowered
+# to PTX on the GPU machine when the app builds it (program/route_a.h), so
+# the pack also carries libclshim-llvm.so with its libraries compressed
+# (llvm.tar.zst) and libclc's NVPTX library, as nvidia_spirv.sh does.
+#
+# On the GPU machine, all in one run:
+#  A. SPIR-V: chain4 as SPIR-V under clshim, unfused and with the plan
+#     s0+s1+s2+s3 (route (a): no source exists), against the OpenCL C
+#     version built by NVIDIA: b4 bit for bit at 1, 4, 16, 64 Mi floats.
+#  B. The plan s0+s1+s2+s3:internal on the OpenCL C program (route (a):
+#     b1..b3 in registers): unfused (the plain run) vs fused (under clshim)
+#     vs hand-written, latency (clFinish after each chain, median of 15) and
+#     pipelined (50 chains back to back, one clFinish: us per chain), b4
+#     compared bit for bit.
 set -u
+PLAN="s0+s1+s2+s3"
+SIZES="1048576 4194304 16777216 67108864"
 if [ "${1:-}" = --pack ]; then
     BUILD=${2:?usage: nvidia_route_a.sh --pack BUILD DEST}
     DEST=${3:?usage: nvidia_route_a.sh --pack BUILD DEST}
     set -e
-    rm -rf "$DEST" && mkdir -p "$DEST/lib"
     HERE=$(cd "$(dirname "$0")" && pwd)
-    cp "$BUILD/tests/progs/route_a_chain" "$HERE/data/chain4.cl" "$DEST/"
+    rm -rf "$DEST" && mkdir -p "$DEST/lib" "$DEST/llvm"
+    cp "$BUILD/libclshim.so" "$BUILD/clshim-tool" "$BUILD/tests/progs/chain_app" "$HERE/data/chain4.cl" "$DEST/"
     cp "$0" "$DEST/nvidia_route_a.sh"
-    "$BUILD/clshim-tool" fuse --plan "s0+s1+s2+s3" --internal --emit=ptx --sm 90 -o "$DEST/fused.ptx" \
-        "$HERE/data/chain4.cl"
-    path=$(/sbin/ldconfig -p | awk '$1 == "libOpenCL.so.1" && /x86-64/ { p = $NF } END { print p }')
-    cp -L "$path" "$DEST/lib/libOpenCL.so.1"
+    clang-15 -x cl -target spir64 -cl-std=CL1.2 -emit-llvm -c -Xclang -no-opaque-pointers \
+        "$HERE/data/chain4.cl" -o "$DEST/chain4.bc"
+    llvm-spirv-15 "$DEST/chain4.bc" -o "$DEST/chain4.spv"
+    rm "$DEST/chain4.bc"
+    for lib in libOpenCL.so.1 liblmdb.so.0 libzstd.so.1 libhiredis.so.0.14 libsodium.so.23; do
+        path=$(/sbin/ldconfig -p | awk -v l="$lib" '$1 == l && /x86-64/ { p = $NF } END { print p }')
+        [ -n "$path" ] || { echo "nvidia_route_a: $lib not found" >&2; exit 1; }
+        cp -L "$path" "$DEST/lib/$lib"
+    done
+    # The fused PTX, made here: one process per size (a refused plan
+    # sequence is not tried again in a process).
+    PRIMED=$(mktemp -d)
+    export CLSHIM_CACHE_DIR=$PRIMED/cache POCL_CACHE_DIR=$PRIMED/pocl CLSHIM_FUSE_PTX_TEST=90:$PRIMED CLSHIM_LOG=info
+    made=0
+    for n in $SIZES; do
+        LD_PRELOAD=$BUILD/libclshim.so CLSHIM_FUSE="$PLAN:internal" nice "$DEST/chain_app" --source "$DEST/chain4.cl" \
+            --reps 0 "$n" >/dev/null 2>"$PRIMED/src$n.err"
+        LD_PRELOAD=$BUILD/libclshim.so CLSHIM_FUSE="$PLAN" nice "$DEST/chain_app" --il "$DEST/chain4.spv" \
+            --reps 0 "$n" >/dev/null 2>"$PRIMED/il$n.err"
+        made=$((made + $(cat "$PRIMED/src$n.err" "$PRIMED/il$n.err" | grep -c 'but this device does not load PTX')))
+    done
+    [ "$made" = 8 ] || { echo "nvidia_route_a: $made of 8 fused PTX made:" >&2; grep -h refused "$PRIMED"/*.err >&2; exit 1; }
+    echo "nvidia_route_a: fused PTX primed: $made ($(grep -c 'st\.global' "$PRIMED/$PLAN.ptx") store(s) in the last one)"
+    unset CLSHIM_FUSE_PTX_TEST CLSHIM_LOG
+    "$BUILD/clshim-tool" cache --dir "$PRIMED/cache" export "$DEST/cache.export"
+    rm -rf "$PRIMED"
+    cp "$BUILD/libclshim-llvm.so" "$DEST/llvm/"
+    ldd "$BUILD/libclshim-llvm.so" | awk '$3 ~ /^\// { print $3 }' |
+        grep -v -E '/(libc|libm|libdl|libpthread|librt|libgcc_s|ld-linux[^/]*)\.so' |
+        while read -r path; do cp -L "$path" "$DEST/llvm/"; done
+    cp /usr/lib/clc/nvptx64--nvidiacl.bc "$DEST/llvm/"
+    tar -C "$DEST" -cf - llvm | zstd -q -T2 -19 -o "$DEST/llvm.tar.zst"
+    rm -rf "$DEST/llvm"
+    cp "$(command -v zstd)" "$DEST/zstd"
     git -C "$HERE/../.." describe --always --dirty >"$DEST/REVISION" 2>/dev/null || echo '?' >"$DEST/REVISION"
-    echo "nvidia_route_a: $(grep -c 'st.global' "$DEST/fused.ptx") store(s) in the fused kernel; $(du -sh "$DEST" | cut -f1) in $DEST"
+    du -sh "$DEST" | awk '{ print "nvidia_route_a: " $1 " in '"$DEST"'" }'
     exit 0
 fi
+
 C=$(cd "${1:?usage: nvidia_route_a.sh DIR OUTDIR}" && pwd)
 OUT=${2:?usage: nvidia_route_a.sh DIR OUTDIR}
-mkdir -p "$OUT" /tmp/nvr-icd
-echo /usr/local/nvidia/lib64/libnvidia-opencl.so.1 >/tmp/nvr-icd/nv.icd
-export OCL_ICD_VENDORS=/tmp/nvr-icd LD_LIBRARY_PATH=$C/lib HOME=/tmp/nvr-home
+W=/tmp/nvr
+rm -rf "$W" && mkdir -p "$OUT" "$W/icd" "$W/home"
+echo /usr/local/nvidia/lib64/libnvidia-opencl.so.1 >"$W/icd/nv.icd"
+LD_LIBRARY_PATH=$C/lib "$C/zstd" -q -d -c "$C/llvm.tar.zst" | tar -C "$W" -xf - || { echo "nvidia_route_a: unpacking LLVM failed"; exit 1; }
+cp "$C/libclshim.so" "$W/llvm/" # libclshim-llvm.so is looked for beside libclshim.so
+export OCL_ICD_VENDORS=$W/icd LD_LIBRARY_PATH=$C/lib:$W/llvm HOME=$W/home CLSHIM_LIBCLC=$W/llvm/nvptx64--nvidiacl.bc
+unset CLSHIM_PTX_BUILTINS CLSHIM_FUSE_ROUTE CLSHIM_FUSE_PTX_TEST POCL_CACHE_DIR
+SHIM=$W/llvm/libclshim.so
+CA=$C/chain_app
+fails=0
+check() { # STATUS WHAT
+    if [ "$1" = 0 ]; then echo "ok - $2"; else echo "FAIL - $2"; fails=$((fails + 1)); fi
+}
+field() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" "$2"; } # KEY FILE: one value per line (per N)
+# How often the fused launch came: fusion logs a line once and counts its
+# repeats at exit ("fusion: again N times: LINE").
+fused() {
+    awk -v pat="fused $PLAN into one launch" '!index($0, pat) { next }
+        match($0, /fusion: again [0-9]+ times: /) { n += substr($0, RSTART + 14, RLENGTH - 22); next }
+        { n++ } END { print n + 0 }' "$1"
+}
 echo "clshim $(cat "$C/REVISION")"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/GPU: /'
-"$C/route_a_chain" --source "$C/chain4.cl" --ptx "$C/fused.ptx" --reps 15 >"$OUT/chain.txt" 2>"$OUT/chain.err"
-rc=$?
-echo "| floats | unfused us | route (a) internal us | hand-written us | internal vs unfused | internal vs hand | bit-identical (internal, hand) |"
-echo "| --- | --- | --- | --- | --- | --- | --- |"
-awk '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
-       printf "| %s | %s | %s | %s | %.2fx | %.2f | %s, %s |\n", v["N"], v["unfused_us"], v["fused_us"], v["hand_us"],
-              v["unfused_us"] / v["fused_us"], v["fused_us"] / v["hand_us"], v["fused_same"], v["hand_same"] }' "$OUT/chain.txt"
-[ "$rc" = 0 ] || echo "route_a_chain exit $rc: $(head -c 2000 "$OUT/chain.err")"
-grep -q "same=no" "$OUT/chain.txt" && echo "nvidia_route_a: results differ" && exit 1
-exit "$rc"
+ls "${CUDA_HOME:-/usr/local/cuda}/nvvm/libdevice/libdevice.10.bc" >/dev/null 2>&1 && echo "libdevice: found" || echo "libdevice: none"
+"$C/clshim-tool" cache --dir "$W/cache" import "$C/cache.export" >"$OUT/import.txt" 2>&1
+check $? "the primed cache imported"
+export CLSHIM_CACHE_DIR=$W/cache
+
+# ---- A. a SPIR-V program's chain --------------------------------------------
+echo
+echo "== A. chain4 as SPIR-V: unfused and fused by route (a) under clshim, vs the OpenCL C version built by NVIDIA =="
+"$CA" --source "$C/chain4.cl" --reps 0 $SIZES >"$OUT/a.src.out" 2>"$OUT/a.src.err"
+check $? "plain OpenCL C run"
+CLSHIM_LOG=info LD_PRELOAD=$SHIM "$CA" --il "$C/chain4.spv" --reps 0 $SIZES >"$OUT/a.il.out" 2>"$OUT/a.il.err"
+check $? "SPIR-V under clshim, no plan"
+CLSHIM_LOG=info CLSHIM_FUSE=$PLAN LD_PRELOAD=$SHIM "$CA" --il "$C/chain4.spv" --reps 0 $SIZES >"$OUT/a.fused.out" 2>"$OUT/a.fused.err"
+check $? "SPIR-V under clshim with the plan $PLAN"
+[ "$(fused "$OUT/a.fused.err")" = 4 ]; check $? "SPIR-V: every chain fused (one per size): $(fused "$OUT/a.fused.err") of 4"
+echo "fused PTX: $(grep -c 'PTX (route (a)) for s0..s3 (4 kernels) comes from the cache' "$OUT/a.fused.err") from the primed cache, $(grep -c 'then PTX (route (a))' "$OUT/a.fused.err") made here"
+paste -d' ' <(field N "$OUT/a.src.out") <(field chain_hash "$OUT/a.src.out") <(field chain_hash "$OUT/a.il.out") \
+    <(field chain_hash "$OUT/a.fused.out") >"$OUT/a.hashes"
+echo "| floats | b4, OpenCL C by NVIDIA | b4, SPIR-V unfused (route (a)) | b4, SPIR-V fused (route (a)) | identical |"
+echo "| --- | --- | --- | --- | --- |"
+awk '{ same = ($2 == $3 && $2 == $4) ? "yes" : "NO"; if (same == "NO") bad++; print "| " $1 " | " $2 " | " $3 " | " $4 " | " same " |" }
+     END { exit bad ? 1 : 0 }' "$OUT/a.hashes"
+check $? "SPIR-V: b4 bit-identical to the OpenCL C version, unfused and fused"
+[ "$(wc -l <"$OUT/a.hashes")" = 4 ]; check $? "SPIR-V: all 4 sizes ran"
+
+# ---- B. internalised fusion through the launch path ---------------------------
+echo
+echo "== B. $PLAN:internal on the OpenCL C program: unfused (plain) vs fused by route (a) (clshim) vs hand-written =="
+"$CA" --source "$C/chain4.cl" --reps 15 --pipe 50 $SIZES >"$OUT/b.plain.out" 2>"$OUT/b.plain.err"
+check $? "plain run"
+CLSHIM_LOG=info CLSHIM_FUSE="$PLAN:internal" LD_PRELOAD=$SHIM "$CA" --source "$C/chain4.cl" --reps 15 --pipe 50 $SIZES \
+    >"$OUT/b.shim.out" 2>"$OUT/b.shim.err"
+check $? "run under clshim with the plan"
+# Per size: 1 untimed chain, 15 timed, 3 x 50 pipelined.
+[ "$(fused "$OUT/b.shim.err")" = 664 ]; check $? "internal: every chain fused: $(fused "$OUT/b.shim.err") of 664"
+echo "fused PTX: $(grep -c 'PTX (route (a)) for s0..s3 (4 kernels) comes from the cache' "$OUT/b.shim.err") from the primed cache; refusals: $(grep -c ') refused: ' "$OUT/b.shim.err")"
+grep ') refused: ' "$OUT/b.shim.err" | head -3
+paste -d' ' <(field N "$OUT/b.plain.out") <(field chain_us "$OUT/b.plain.out") <(field chain_us "$OUT/b.shim.out") \
+    <(field hand_us "$OUT/b.plain.out") <(field chain_pipe_us "$OUT/b.plain.out") <(field chain_pipe_us "$OUT/b.shim.out") \
+    <(field hand_pipe_us "$OUT/b.plain.out") <(field chain_hash "$OUT/b.plain.out") <(field chain_hash "$OUT/b.shim.out") \
+    <(field hand_hash "$OUT/b.plain.out") >"$OUT/b.rows"
+echo "| floats | unfused us | fused us | hand us | fused vs unfused | fused / hand | pipelined unfused us/chain | fused | hand | fused vs unfused | fused / hand | b4 identical (fused, hand) |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+awk '{ fs = ($8 == $9) ? "yes" : "NO"; hs = ($8 == $10) ? "yes" : "no"; if (fs == "NO") bad++
+       printf "| %s | %s | %s | %s | %.2fx | %.2f | %s | %s | %s | %.2fx | %.2f | %s, %s |\n", $1, $2, $3, $4, $2 / $3, $3 / $4,
+              $5, $6, $7, $5 / $6, $6 / $7, fs, hs }
+     END { exit bad ? 1 : 0 }' "$OUT/b.rows"
+check $? "internal: b4 of the fused chain bit-identical to the unfused one"
+[ "$(wc -l <"$OUT/b.rows")" = 4 ]; check $? "internal: all 4 sizes ran"
+echo
+echo "nvidia_route_a: $fails failures"
+exit "$fails"
