@@ -106,9 +106,10 @@
       "library (the installed layout and build/). When it cannot be started, "\
       "captures stay in the application (one line).")                          \
     X(CAPTURE_HELPER_BUDGET, UINT, capture_helper_budget, "300", "0.1",        \
-      "Seconds the capture helper goes on storing after the application "      \
-      "exited; what is left then is not stored (one line). `clshim cache "     \
-      "wait` waits for the helpers of a cache directory.")                     \
+      "CPU seconds the capture helper goes on storing after the application "  \
+      "exited (wall time at most ten times that, for a helper starved on a "   \
+      "busy machine); what is left then is not stored (one line). `clshim "    \
+      "cache wait` waits for the helpers of a cache directory.")               \
     X(CAPTURE_DEFER_MAX, UINT, capture_defer_max, "60", "0.1",                 \
       "Seconds a capture helper's request waits at most while the "            \
       "application is busy (its threads run or wait to run more than a "      \

@@ -79,4 +79,35 @@ starts_while_running idle idle 12 600 "the application is idle: capturing" \
 starts_while_running beside busy 12 2 "capturing beside it" " [1-9][0-9]* beside it" \
     "a busy app past CLSHIM_CAPTURE_DEFER_MAX"
 
+# 4. The budget after the exit is the helper's CPU time: 0 stores nothing,
+#    says so in one line, and the app's results are unchanged.
+start_app budget busy 2 CLSHIM_CAPTURE_DEFER_MAX=600 CLSHIM_CAPTURE_HELPER_BUDGET=0
+end_app budget
+same_output bref budget "budget 0: results of a plain run"
+grep -q "capture helper: $N binaries not stored: CLSHIM_CAPTURE_HELPER_BUDGET=0 s (CPU) spent" "$TMP/budget.log" ||
+    { cat "$TMP/budget.log" >&2; fail "budget 0: no line saying what was not stored"; }
+[ "$(entries)" = 0 ] || fail "budget 0: $(entries) entries stored"
+ok "budget 0: nothing stored after the exit, one line says so"
+
+# 5. ... and not wall time: a helper stopped (SIGSTOP, as a starved one)
+#    once it has seen the app's exit (it lets go of the app's stderr then)
+#    for longer than its 2 s budget still stores everything.
+helper_pid() { # the capture helper serving this test's cache directory
+    local p
+    for p in $(pgrep -f capture-helper); do
+        tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "CLSHIM_CACHE_DIR=$CLSHIM_CACHE_DIR" && { echo "$p"; return; }
+    done
+}
+start_app starved busy 2 CLSHIM_CAPTURE_DEFER_MAX=600 CLSHIM_CAPTURE_HELPER_BUDGET=2
+H=$(helper_pid)
+[ -n "$H" ] || fail "starved: no capture helper found for this cache"
+set +e; wait $APP; set -e
+for _ in $(seq 200); do [ "$(readlink "/proc/$H/fd/2")" = /dev/null ] && break; sleep 0.05; done
+kill -STOP "$H"
+sleep 5
+kill -CONT "$H"
+wait_helper
+[ "$(entries)" = $N ] || { cat "$TMP/starved.log" >&2; fail "starved: $(entries) entries, not $N: wall time counted"; }
+ok "a helper starved past its budget's wall time still stores what its CPU budget allows"
+
 finish
