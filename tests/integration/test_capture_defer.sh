@@ -92,10 +92,11 @@ ok "budget 0: nothing stored after the exit, one line says so"
 # 5. ... and not wall time: a helper stopped (SIGSTOP, as a starved one)
 #    once it has seen the app's exit (it lets go of the app's stderr then)
 #    for longer than its 2 s budget still stores everything.
-helper_pid() { # the capture helper serving this test's cache directory
-    local p
-    for p in $(pgrep -f capture-helper); do
-        tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "CLSHIM_CACHE_DIR=$CLSHIM_CACHE_DIR" && { echo "$p"; return; }
+helper_pid() { # the capture helper serving this test's cache directory (no pgrep: procps may be absent)
+    local d
+    for d in /proc/[0-9]*; do
+        tr '\0' ' ' <"$d/cmdline" 2>/dev/null | grep -q "capture-helper" || continue
+        tr '\0' '\n' <"$d/environ" 2>/dev/null | grep -qx "CLSHIM_CACHE_DIR=$CLSHIM_CACHE_DIR" && { echo "${d#/proc/}"; return; }
     done
 }
 start_app starved busy 2 CLSHIM_CAPTURE_DEFER_MAX=600 CLSHIM_CAPTURE_HELPER_BUDGET=2
