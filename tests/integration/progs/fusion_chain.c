@@ -296,9 +296,24 @@ static void mode_relaunch(struct chain *c, int iters)
             float t = v == 1 ? -2.5f : 1.5f;
             cl_mem mid = v >= 2 ? c->d : c->b; /* v = 3: the argument bytes of v = 2 */
             if (v == 3) {
-                cl_mem old = in;
+                /* Nothing in flight holds it, so the release frees it on
+                 * this thread; a few more buffers, the first with its handle
+                 * kept, since the allocator may return another block first. */
+                CHECK(clFinish(c->q));
+                cl_mem old = in, spare[9];
+                int nspare = 0;
                 CHECK(clReleaseMemObject(in));
                 in = buffer(70 + (unsigned)it);
+                while (in != old && nspare < 8) {
+                    spare[nspare++] = in;
+                    in = buffer(70 + (unsigned)it);
+                }
+                if (in != old) { /* not reused: take the first, as before */
+                    spare[nspare++] = in;
+                    in = spare[0];
+                    spare[0] = spare[--nspare];
+                }
+                for (int i = 0; i < nspare; i++) CHECK(clReleaseMemObject(spare[i]));
                 if (in == old) fprintf(stderr, "relaunch: the new buffer has the released one's handle\n");
             }
             for (int r = 0; r < 3; r++) {
