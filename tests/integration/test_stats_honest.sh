@@ -20,7 +20,7 @@ fresh_pocl
 TIMEFORMAT='%3U %3S'
 cpu=$( { time LD_PRELOAD=$SHIM CLSHIM_LOG=info taskset -c 0 "$MK" >"$TMP/cold.out" 2>"$TMP/cold.err"; } 2>&1 )
 kill "${hogs[@]}"; wait "${hogs[@]}" 2>/dev/null || true; trap - EXIT
-cold_cpu_ns=$(echo "$cpu" | awk '{ printf "%d", ($1 + $2) * 1e9 }')
+cold_cpu_ns=$(echo "$cpu" | awk '{ printf "%.0f", ($1 + $2) * 1e9 }')
 grep -q "^clshim: miss .*ms CPU" "$TMP/cold.err" || fail "cold: the miss line does not give the compile's CPU time"
 fresh_pocl; run_shim warm env CLSHIM_LOG=info "$MK"
 grep -q "^clshim: hit .*(disk)" "$TMP/warm.err" || fail "warm: not a hit"
