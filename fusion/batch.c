@@ -66,8 +66,9 @@ static const char *fq_broken(const struct fq *q)
         for (uint32_t c = 0; c < q->ncand; c++) {
             const struct plan_seq *s = &fb_plan->seqs[q->cand[c]];
             if (s->n < q->nheld) return "more kernels held than a candidate sequence has";
-            for (uint32_t i = 0; i < q->nheld; i++)
-                if (strcmp(s->names[i], q->held[i].rec->name)) return "held kernels not a prefix of a candidate";
+            for (uint32_t i = 0; i < q->nheld; i++) /* the same string, mostly the same pointer */
+                if (s->names[i] != q->held[i].plan_name && strcmp(s->names[i], q->held[i].rec->name))
+                    return "held kernels not a prefix of a candidate";
         }
     }
     return NULL;
@@ -328,11 +329,15 @@ void fb_held_clear(struct held *h)
         free(h->waits);
     }
     if (h->heap_args) fk_args_release(h->args, h->nargs); /* the slot's next snapshot overwrites every entry */
-    struct fk_arg *args = h->args;
-    uint32_t cap = h->args_cap;
-    memset(h, 0, sizeof *h);
-    h->args = args;
-    h->args_cap = cap;
+    /* hold() sets every other field; these mark the slot empty. */
+    h->k = NULL;
+    h->rec = NULL;
+    h->plan_name = NULL;
+    h->nargs = 0;
+    h->heap_args = 0;
+    h->waits = NULL;
+    h->nwaits = 0;
+    h->ev = NULL;
 }
 
 /* A wait list with our user events replaced by the real events behind them. */
@@ -447,6 +452,14 @@ static int can_hold(struct fq *q, struct fk_kernel *r, cl_uint dim, const size_t
     return 1;
 }
 
+/* dst = the first dim of src's 3 sizes, `fill` for the others (all when src is NULL). */
+static inline void copy_range(size_t dst[3], const size_t *src, cl_uint dim, size_t fill)
+{
+    dst[0] = src ? src[0] : fill;
+    dst[1] = src && dim > 1 ? src[1] : fill;
+    dst[2] = src && dim > 2 ? src[2] : fill;
+}
+
 /* Appends a held entry; caller holds q->lock and r->lock. 0 or -1. */
 static int hold(struct fq *q, struct fk_kernel *r, cl_kernel k, cl_uint dim, const size_t *off, const size_t *gws,
                 const size_t *lws, cl_uint nw, const cl_event *wl, cl_event *ev)
@@ -460,12 +473,20 @@ static int hold(struct fq *q, struct fk_kernel *r, cl_kernel k, cl_uint dim, con
         q->cap = cap;
     }
     struct held *h = &q->held[q->nheld]; /* cleared, but for its argument array */
-    int copied = fk_snapshot_into(r, &h->args, &h->args_cap) == 0;
+    int copied = 1;
+    /* A loop holding the same kernels with the same arguments finds each
+     * slot's array already holding the snapshot: no copy. */
+    if (h->snap_id != r->id || h->snap_gen != r->args_gen || r->nheap) {
+        copied = fk_snapshot_into(r, &h->args, &h->args_cap) == 0;
+        h->snap_id = copied && !r->nheap ? r->id : 0;
+        h->snap_gen = r->args_gen;
+    }
     h->waits = nw ? malloc(nw * sizeof *h->waits) : NULL;
     h->ev = ev ? fev_new(q, CL_COMMAND_NDRANGE_KERNEL) : NULL;
     if (!copied || (nw && !h->waits) || (ev && !h->ev)) {
         if (copied)
             for (cl_uint i = 0; i < r->nargs; i++) fk_arg_clear(&h->args[i]);
+        h->snap_id = 0;
         free(h->waits);
         h->waits = NULL;
         if (h->ev) { /* nobody has seen it: complete and drop it */
@@ -482,15 +503,14 @@ static int hold(struct fq *q, struct fk_kernel *r, cl_kernel k, cl_uint dim, con
         return -1;
     }
     h->nargs = r->nargs;
+    h->args_gen = r->args_gen;
     h->heap_args = r->nheap > 0;
     h->k = k;
     h->rec = r;
-    h->dim = dim;
-    for (cl_uint d = 0; d < 3; d++) {
-        h->gws[d] = d < dim ? gws[d] : 1;
-        h->lws[d] = lws && d < dim ? lws[d] : 0;
-        h->off[d] = off && d < dim ? off[d] : 0;
-    }
+    h->dim = dim; /* 1..3 (can_hold) */
+    copy_range(h->gws, gws, dim, 1);
+    copy_range(h->lws, lws, dim, 0);
+    copy_range(h->off, off, dim, 0);
     h->has_lws = lws != NULL;
     h->has_off = off != NULL;
     for (cl_uint i = 0; i < nw; i++) {
@@ -615,7 +635,8 @@ static int plan_flags(const struct plan_seq *s)
 static void fuse_or_submit(struct fq *q, int flags, const char *internal_args, int seq, struct fb_pending *p,
                            cl_event *out)
 {
-    char why[600], names[512] = "";
+    char why[600], names[512];
+    names[0] = 0;
     if (fq_check(q, "fusing held kernels")) {
         fb_submit_held(q, p);
         return;
@@ -712,8 +733,10 @@ cl_int fusion_enqueue_kernel(cl_command_queue queue, cl_kernel k, cl_uint dim, c
     int held = 0;
     if (want) {
         pthread_mutex_lock(&r->lock);
-        if (can_hold(q, r, dim, gws, lws, nw, wl, &why) && hold(q, r, k, dim, off, gws, lws, nw, wl, ev) == 0)
+        if (can_hold(q, r, dim, gws, lws, nw, wl, &why) && hold(q, r, k, dim, off, gws, lws, nw, wl, ev) == 0) {
             held = 1;
+            if (!q->ext) q->held[q->nheld - 1].plan_name = fb_plan->seqs[q->cand[0]].names[q->nheld - 1];
+        }
         pthread_mutex_unlock(&r->lock);
         if (!held && !why) why = "out of memory";
     }

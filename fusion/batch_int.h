@@ -94,6 +94,8 @@ struct fk_kernel {
     struct llvm_spec_const specs[FK_MAX_SPECS];
     cl_uint nargs;
     struct fk_arg *args;  /* the arguments as the application last set them */
+    uint64_t args_gen;    /* bumped whenever a value in args changes: two snapshots of one record
+                             with the same args_gen hold the same bytes (repeat_match) */
     int all_set;          /* fk_complete found every argument set; cleared with any of them */
     cl_uint nheap;        /* arguments whose value is on the heap (size > 16) */
     cl_device_id wg_dev;  /* CL_KERNEL_WORK_GROUP_SIZE cached for this device */
@@ -183,9 +185,13 @@ struct held {
     size_t off[3], gws[3], lws[3];
     int has_off, has_lws;
     struct fk_arg *args;  /* snapshot, rec->nargs entries (array kept for reuse) */
+    uint64_t args_gen;    /* rec->args_gen when the snapshot was taken */
+    const char *plan_name;/* plan mode: the first candidate's name it matched (fq_broken), else NULL */
     cl_uint nargs;
     int heap_args;        /* some entry of args owns a heap value (fk_args_release) */
     uint32_t args_cap;    /* entries allocated in args */
+    uint64_t snap_id, snap_gen; /* kept across uses of the slot: args already holds the snapshot of
+                                   the record with this id at this args_gen (no heap values); 0: none */
     cl_event *waits;      /* retained */
     cl_uint nwaits;
     struct fev *ev;       /* NULL when the application asked for no event */

@@ -960,7 +960,7 @@ static cl_int launch(struct fq *q, struct fb_memo *e, const struct fb_repeat *re
  * buffer) — has the same argument classes, hence the same key: its fused
  * program is reused without classes, key material or memo lookups. */
 struct fb_repeat_kernel {
-    uint64_t id;
+    uint64_t id, args_gen;
     uint64_t dim, nargs, has_lws, has_off;
     uint64_t gws[3], lws[3], off[3];
 };
@@ -981,6 +981,7 @@ static uint64_t repeat_serial(const struct fb_repeat *r) { return r->serial; }
 static void repeat_kernel_of(const struct held *h, struct fb_repeat_kernel *k)
 {
     k->id = h->rec->id;
+    k->args_gen = h->args_gen;
     k->dim = h->dim;
     k->nargs = h->nargs;
     k->has_lws = (uint64_t)h->has_lws;
@@ -1018,6 +1019,10 @@ static struct fb_memo *repeat_match(const struct fq *q, int flags, const char *i
     for (uint32_t i = 0; i < q->nheld; i++) {
         const struct held *h = &q->held[i];
         if (!repeat_kernel_same(h, &r->kernels[i])) return NULL;
+        if (h->args_gen == r->kernels[i].args_gen) { /* the same record, its arguments not set since */
+            a += h->nargs;
+            continue;
+        }
         for (cl_uint j = 0; j < h->nargs; j++)
             if (!fk_arg_equal(a++, &h->args[j])) return NULL;
     }
