@@ -272,13 +272,12 @@ static int record(struct fk_arg *a, size_t size, const void *value, int kind)
     return 0;
 }
 
-/* Whether `a` already holds what record(a, size, value, kind) would store. */
-static int holds_value(const struct fk_arg *a, size_t size, const void *value, int kind)
+/* Whether `a` already holds what clSetKernelArg(size, value) records:
+ * local memory of that size (value NULL), or those bytes. */
+static int holds_value(const struct fk_arg *a, size_t size, const void *value)
 {
-    if (a->kind != kind || a->size != size) return 0;
-    if (kind == FK_LOCAL) return 1;
-    if (kind == FK_SVM) return !memcmp(a->v.inl, &value, sizeof value);
-    return !memcmp(FK_BYTES(a), value, size);
+    if (a->size != size || a->kind != (value ? FK_VALUE : FK_LOCAL)) return 0;
+    return !value || !memcmp(FK_BYTES(a), value, size);
 }
 
 cl_int fk_set_arg(struct fk_kernel *r, cl_uint index, size_t size, const void *value)
@@ -289,7 +288,7 @@ cl_int fk_set_arg(struct fk_kernel *r, cl_uint index, size_t size, const void *v
         struct fk_arg *a = &r->args[index];
         /* A loop that sets the same arguments before every launch leaves
          * args_gen alone, so its repeats are recognised without comparing. */
-        if (size <= UINT32_MAX && holds_value(a, size, value, value ? FK_VALUE : FK_LOCAL)) {
+        if (size <= UINT32_MAX && holds_value(a, size, value)) {
             pthread_mutex_unlock(&r->lock);
             return rc;
         }
