@@ -18,18 +18,17 @@ if [ "${1:-}" = --pack ]; then
     BUILD=${2:?usage: nvidia_builtins.sh --pack BUILD DEST}
     DEST=${3:?usage: nvidia_builtins.sh --pack BUILD DEST}
     set -e
-    rm -rf "$DEST" && mkdir -p "$DEST/lib"
+    rm -rf "$DEST" && mkdir -p "$DEST"
     HERE=$(cd "$(dirname "$0")" && pwd)
+    source "$HERE/pack.sh"
     cp "$BUILD/tests/progs/builtin_probe" "$HERE/data/builtins.cl" "$HERE/data/workitem.cl" "$DEST/"
     cp "$0" "$DEST/nvidia_builtins.sh"
     for set in "${SETS[@]}"; do
         "$BUILD/clshim-tool" ptx --sm 90 --builtins=vendor-differs-ok --options "${set#*:}" \
             -o "$DEST/route-a-${set%%:*}.ptx" "$HERE/data/builtins.cl" 2>"$DEST/route-a-${set%%:*}.log"
     done
-    path=$(/sbin/ldconfig -p | awk '$1 == "libOpenCL.so.1" && /x86-64/ { p = $NF } END { print p }')
-    cp -L "$path" "$DEST/lib/libOpenCL.so.1"
-    git -C "$HERE/../.." describe --always --dirty >"$DEST/REVISION" 2>/dev/null || echo '?' >"$DEST/REVISION"
-    du -sh "$DEST" | awk '{ print "nvidia_builtins: " $1 " in '"$DEST"'" }'
+    pack_libs "$DEST" libOpenCL.so.1
+    pack_done "$DEST" nvidia_builtins
     exit 0
 fi
 

@@ -37,16 +37,13 @@ if [ "${1:-}" = --pack ]; then
     BUILD=${2:?usage: nvidia_fusion.sh --pack BUILD DEST}
     DEST=${3:?usage: nvidia_fusion.sh --pack BUILD DEST}
     set -e
-    rm -rf "$DEST" && mkdir -p "$DEST/bench" "$DEST/progs" "$DEST/lib"
+    source "$(dirname "$0")/pack.sh"
+    rm -rf "$DEST" && mkdir -p "$DEST/bench" "$DEST/progs"
     cp "$BUILD/libclshim.so" "$BUILD/clshim-tool" "$DEST/"
     cp "$BUILD/bench/bench_fusion" "$BUILD/bench/bench_ttfr" "$DEST/bench/"
     cp "$BUILD/tests/progs/fusion_source" "$DEST/progs/"
     cp "$0" "$DEST/nvidia_fusion.sh"
-    for lib in libOpenCL.so.1 liblmdb.so.0 libzstd.so.1 libhiredis.so.0.14 libsodium.so.23; do
-        path=$(/sbin/ldconfig -p | awk -v l="$lib" '$1 == l && /x86-64/ { p = $NF } END { print p }')
-        [ -n "$path" ] || { echo "nvidia_fusion: $lib not found" >&2; exit 1; }
-        cp -L "$path" "$DEST/lib/$lib"
-    done
+    pack_libs "$DEST" $PACK_SHIM_LIBS
     PRIMED=$(mktemp -d)
     POCL_CACHE_DIR=$(mktemp -d)
     export CLSHIM_CACHE_DIR=$PRIMED/cache CLSHIM_FUSE_ROUTE=source POCL_CACHE_DIR
@@ -58,8 +55,7 @@ if [ "${1:-}" = --pack ]; then
     done
     "$BUILD/clshim-tool" cache --dir "$PRIMED/cache" export "$DEST/cache.export"
     rm -rf "$POCL_CACHE_DIR" "$PRIMED"
-    git -C "$(dirname "$0")/../.." describe --always --dirty >"$DEST/REVISION" 2>/dev/null || echo '?' >"$DEST/REVISION"
-    du -sh "$DEST" | awk '{ print "nvidia_fusion: " $1 " in '"$DEST"'" }'
+    pack_done "$DEST" nvidia_fusion
     exit 0
 fi
 

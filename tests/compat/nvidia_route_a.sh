@@ -36,18 +36,15 @@ if [ "${1:-}" = --pack ]; then
     DEST=${3:?usage: nvidia_route_a.sh --pack BUILD DEST}
     set -e
     HERE=$(cd "$(dirname "$0")" && pwd)
-    rm -rf "$DEST" && mkdir -p "$DEST/lib" "$DEST/llvm"
+    source "$HERE/pack.sh"
+    rm -rf "$DEST" && mkdir -p "$DEST"
     cp "$BUILD/libclshim.so" "$BUILD/clshim-tool" "$BUILD/tests/progs/chain_app" "$HERE/data/chain4.cl" "$DEST/"
     cp "$0" "$DEST/nvidia_route_a.sh"
     clang-15 -x cl -target spir64 -cl-std=CL1.2 -emit-llvm -c -Xclang -no-opaque-pointers \
         "$HERE/data/chain4.cl" -o "$DEST/chain4.bc"
     llvm-spirv-15 "$DEST/chain4.bc" -o "$DEST/chain4.spv"
     rm "$DEST/chain4.bc"
-    for lib in libOpenCL.so.1 liblmdb.so.0 libzstd.so.1 libhiredis.so.0.14 libsodium.so.23; do
-        path=$(/sbin/ldconfig -p | awk -v l="$lib" '$1 == l && /x86-64/ { p = $NF } END { print p }')
-        [ -n "$path" ] || { echo "nvidia_route_a: $lib not found" >&2; exit 1; }
-        cp -L "$path" "$DEST/lib/$lib"
-    done
+    pack_libs "$DEST" $PACK_SHIM_LIBS
     # The fused PTX, made here: one process per size (a refused plan
     # sequence is not tried again in a process).
     PRIMED=$(mktemp -d)
@@ -65,16 +62,8 @@ if [ "${1:-}" = --pack ]; then
     unset CLSHIM_FUSE_PTX_TEST CLSHIM_LOG
     "$BUILD/clshim-tool" cache --dir "$PRIMED/cache" export "$DEST/cache.export"
     rm -rf "$PRIMED"
-    cp "$BUILD/libclshim-llvm.so" "$DEST/llvm/"
-    ldd "$BUILD/libclshim-llvm.so" | awk '$3 ~ /^\// { print $3 }' |
-        grep -v -E '/(libc|libm|libdl|libpthread|librt|libgcc_s|ld-linux[^/]*)\.so' |
-        while read -r path; do cp -L "$path" "$DEST/llvm/"; done
-    cp /usr/lib/clc/nvptx64--nvidiacl.bc "$DEST/llvm/"
-    tar -C "$DEST" -cf - llvm | zstd -q -T2 -19 -o "$DEST/llvm.tar.zst"
-    rm -rf "$DEST/llvm"
-    cp "$(command -v zstd)" "$DEST/zstd"
-    git -C "$HERE/../.." describe --always --dirty >"$DEST/REVISION" 2>/dev/null || echo '?' >"$DEST/REVISION"
-    du -sh "$DEST" | awk '{ print "nvidia_route_a: " $1 " in '"$DEST"'" }'
+    pack_llvm "$BUILD" "$DEST" 19
+    pack_done "$DEST" nvidia_route_a
     exit 0
 fi
 

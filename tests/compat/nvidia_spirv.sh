@@ -21,7 +21,8 @@ if [ "${1:-}" = --pack ]; then
     set -e
     HERE=$(cd "$(dirname "$0")" && pwd)
     DATA=$HERE/../integration/data
-    rm -rf "$DEST" && mkdir -p "$DEST/lib" "$DEST/llvm"
+    source "$HERE/pack.sh"
+    rm -rf "$DEST" && mkdir -p "$DEST"
     cp "$BUILD/libclshim.so" "$BUILD/tests/progs/ilprog" "$DATA/features.cl" "$DATA/spec.cl" "$DEST/"
     cp "$0" "$DEST/nvidia_spirv.sh"
     for f in features spec; do
@@ -30,21 +31,9 @@ if [ "${1:-}" = --pack ]; then
         llvm-spirv-15 "$DEST/$f.bc" -o "$DEST/$f.spv"
         rm "$DEST/$f.bc"
     done
-    for lib in libOpenCL.so.1 liblmdb.so.0 libzstd.so.1 libhiredis.so.0.14; do
-        path=$(/sbin/ldconfig -p | awk -v l="$lib" '$1 == l && /x86-64/ { p = $NF } END { print p }')
-        [ -n "$path" ] || { echo "nvidia_spirv: $lib not found" >&2; exit 1; }
-        cp -L "$path" "$DEST/lib/$lib"
-    done
-    cp "$BUILD/libclshim-llvm.so" "$DEST/llvm/"
-    ldd "$BUILD/libclshim-llvm.so" | awk '$3 ~ /^\// { print $3 }' |
-        grep -v -E '/(libc|libm|libdl|libpthread|librt|libgcc_s|ld-linux[^/]*)\.so' |
-        while read -r path; do cp -L "$path" "$DEST/llvm/"; done
-    cp /usr/lib/clc/nvptx64--nvidiacl.bc "$DEST/llvm/"
-    tar -C "$DEST" -cf - llvm | zstd -q -T2 -12 -o "$DEST/llvm.tar.zst"
-    rm -rf "$DEST/llvm"
-    cp "$(command -v zstd)" "$DEST/zstd"
-    git -C "$HERE/../.." describe --always --dirty >"$DEST/REVISION" 2>/dev/null || echo '?' >"$DEST/REVISION"
-    du -sh "$DEST" | awk '{ print "nvidia_spirv: " $1 " in '"$DEST"'" }'
+    pack_libs "$DEST" $PACK_SHIM_LIBS
+    pack_llvm "$BUILD" "$DEST" 12
+    pack_done "$DEST" nvidia_spirv
     exit 0
 fi
 
