@@ -31,8 +31,8 @@
  *              launch costs matter).
  * Each figure is the median of at least 5 rounds (min and max beside it in
  * BENCH_CSV), the six ways interleaved round by round so that a change in
- * the machine's load hits all alike. The results of the first three ways
- * and auto are compared bit for bit, every buffer; those of internal and
+ * the machine's load hits all alike. The results of the first three ways,
+ * auto and plan (--host-cost's) are compared bit for bit, every buffer; those of internal and
  * hand-internal with the others' last buffer (the intermediates excluded).
  * At the end the issues' targets for K = 4 are checked in each mode, beside
  * what the hand-written kernels themselves reach (the ceiling of any fusion
@@ -66,7 +66,10 @@
  * --host-cost measures instead the host time per chain of enqueueing
  * alone (HOST_REPS chains back to back, timed up to the last enqueue's
  * return; the clFinish after them is not timed), N = 4 Ki unless --n says
- * otherwise, five ways: unfused, fused, hand, auto, and hand-direct — the
+ * otherwise, six ways: unfused, fused, hand, auto, plan (kernels named in
+ * the plan PLAN, set in CLSHIM_FUSE unless already set, enqueued as an
+ * unmodified program does; also in every configuration's results check,
+ * so --prime primes them), and hand-direct — the
  * hand-written kernel enqueued through the ICD loader's own
  * clEnqueueNDRangeKernel (looked up in libOpenCL.so.1, so clshim is not on
  * the path). fused - hand is what the fused launch costs the host beyond
@@ -150,10 +153,11 @@ static char *make_source(void)
                               k, n_param, loop);
     for (int K = 2; K <= KMAX; K *= 2)
         for (int k = 0; k < K; k++)
-            o += (size_t)snprintf(src + o, sizeof src - o,
-                                  "__kernel void auto%d_%d(__global const float *in, __global float *out, float a, "
-                                  "float b%s) {\n    %s out[i] = in[i] * a + b; }\n",
-                                  K, k, n_param, loop);
+            for (int w = 0; w < 2; w++)
+                o += (size_t)snprintf(src + o, sizeof src - o,
+                                      "__kernel void %s%d_%d(__global const float *in, __global float *out, float a, "
+                                      "float b%s) {\n    %s out[i] = in[i] * a + b; }\n",
+                                      w ? "plan" : "auto", K, k, n_param, loop);
     for (int K = 2; K <= KMAX; K *= 2) {
         o += (size_t)snprintf(src + o, sizeof src - o, "__kernel void hand%d(__global const float *b0", K);
         for (int k = 1; k <= K; k++) o += (size_t)snprintf(src + o, sizeof src - o, ", __global float *b%d", k);
@@ -178,6 +182,9 @@ enum { UNFUSED, FUSED, HAND, INTERNAL, HAND_INTERNAL, AUTO, CONST, INTERNAL_CONS
 /* The ways timed: const and internal-const only with --const. */
 static int nways(void) { return with_const ? NWAYS : AUTO + 1; }
 #define PIPELINED_REPS 32
+/* The plan way's sequences, as an unmodified program would be run with. */
+#define PLAN "plan2_0+plan2_1;plan4_0+plan4_1+plan4_2+plan4_3;" \
+             "plan8_0+plan8_1+plan8_2+plan8_3+plan8_4+plan8_5+plan8_6+plan8_7"
 #define PIPELINED_MAX_N (1u << 20)
 
 struct result {
@@ -198,6 +205,7 @@ struct setup {
     cl_kernel step[KMAX], hand, handreg;
     cl_kernel ustep[KMAX]; /* step0.. of the binary program: never held by clshim */
     cl_kernel autok[KMAX]; /* autoK_0.. */
+    cl_kernel plank[KMAX]; /* planK_0..: named in the plan main() sets (PLAN), as an unmodified program's */
 };
 
 /* Each runs `reps` chains, then clFinish. */
@@ -215,6 +223,15 @@ static void run_auto(struct setup *s, int reps)
     size_t gws = s->gws, lws = LOCAL;
     for (int r = 0; r < reps; r++)
         for (int k = 0; k < s->K; k++) enqueue(s->autok[k], gws, lws);
+    CHECK(clFinish(q));
+}
+
+/* The same loop on kernels a plan names (PLAN): fused from the first chain. */
+static void run_plan(struct setup *s, int reps)
+{
+    size_t gws = s->gws, lws = LOCAL;
+    for (int r = 0; r < reps; r++)
+        for (int k = 0; k < s->K; k++) enqueue(s->plank[k], gws, lws);
     CHECK(clFinish(q));
 }
 
@@ -344,7 +361,7 @@ static void size_label(size_t n, char *out, size_t len)
 
 /* ---- --host-cost: host time per chain, enqueue only ---- */
 
-enum { HC_UNFUSED, HC_FUSED, HC_HAND, HC_AUTO, HC_DIRECT, HC_WAYS };
+enum { HC_UNFUSED, HC_FUSED, HC_HAND, HC_AUTO, HC_PLAN, HC_DIRECT, HC_WAYS }; /* HC_DIRECT last: optional */
 #define HOST_REPS 64
 typedef cl_int(CL_API_CALL *enqueue_fn)(cl_command_queue, cl_kernel, cl_uint, const size_t *, const size_t *,
                                         const size_t *, cl_uint, const cl_event *, cl_event *);
@@ -386,7 +403,11 @@ static void host_enqueue(struct setup *s, int way, int reps)
         } else {
             if (way == HC_FUSED) CHECK(start_fusion(q));
             for (int k = 0; k < s->K; k++)
-                enqueue(way == HC_UNFUSED ? s->ustep[k] : way == HC_FUSED ? s->step[k] : s->autok[k], gws, lws);
+                enqueue(way == HC_UNFUSED ? s->ustep[k]
+                        : way == HC_FUSED ? s->step[k]
+                        : way == HC_PLAN  ? s->plank[k]
+                                          : s->autok[k],
+                        gws, lws);
             if (way == HC_FUSED) CHECK(complete_fusion(q, NULL, NULL));
         }
     }
@@ -442,7 +463,7 @@ static void time_host_calls(struct setup *s, struct host_result *res)
 static void time_host(struct setup *s, int same)
 {
     static double t[HC_WAYS][MAX_ROUNDS];
-    static const char *const way[HC_WAYS] = {"unfused", "fused", "hand", "auto", "hand-direct"};
+    static const char *const way[HC_WAYS] = {"unfused", "fused", "hand", "auto", "plan", "hand-direct"};
     int nw = direct_enqueue ? HC_WAYS : HC_DIRECT;
     struct host_result *res = &host_results[nhost_results++];
     res->K = s->K;
@@ -480,8 +501,9 @@ static void print_host_table(void)
 {
     printf("\nhost time per chain, enqueue only (%d chains back to back; the clFinish after them not timed)%s; "
            "ns, medians of interleaved rounds\n\n", HOST_REPS, with_events ? "; an event for every enqueue" : "");
-    printf("| K | N | unfused | fused | hand | auto | hand-direct (no clshim) | fused - hand | auto - hand "
-           "| hand - hand-direct | rounds | results |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("| K | N | unfused | fused | hand | auto | plan | hand-direct (no clshim) | fused - hand | auto - hand "
+           "| plan - hand | hand - hand-direct | rounds | results |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < nhost_results; i++) {
         const struct host_result *r = &host_results[i];
         char nn[32], direct[32] = "-", over[32] = "-";
@@ -490,9 +512,10 @@ static void print_host_table(void)
             snprintf(direct, sizeof direct, "%.0f", r->t[HC_DIRECT] * 1e9);
             snprintf(over, sizeof over, "%+.0f", (r->t[HC_HAND] - r->t[HC_DIRECT]) * 1e9);
         }
-        printf("| %d | %s | %.0f | %.0f | %.0f | %.0f | %s | %+.0f | %+.0f | %s | %d | %s |\n", r->K, nn,
-               r->t[HC_UNFUSED] * 1e9, r->t[HC_FUSED] * 1e9, r->t[HC_HAND] * 1e9, r->t[HC_AUTO] * 1e9, direct,
-               (r->t[HC_FUSED] - r->t[HC_HAND]) * 1e9, (r->t[HC_AUTO] - r->t[HC_HAND]) * 1e9, over, r->rounds,
+        printf("| %d | %s | %.0f | %.0f | %.0f | %.0f | %.0f | %s | %+.0f | %+.0f | %+.0f | %s | %d | %s |\n", r->K, nn,
+               r->t[HC_UNFUSED] * 1e9, r->t[HC_FUSED] * 1e9, r->t[HC_HAND] * 1e9, r->t[HC_AUTO] * 1e9,
+               r->t[HC_PLAN] * 1e9, direct, (r->t[HC_FUSED] - r->t[HC_HAND]) * 1e9,
+               (r->t[HC_AUTO] - r->t[HC_HAND]) * 1e9, (r->t[HC_PLAN] - r->t[HC_HAND]) * 1e9, over, r->rounds,
                r->same ? "same" : "DIFFER");
     }
     printf("\nthe fused way call by call, beside the hand way's enqueue (ns; the clock read, its cost taken "
@@ -543,6 +566,8 @@ static void bench_one(cl_program prog, cl_program bin, int K, size_t n, int *fai
         s.ustep[k] = step_kernel(bin, name, &s, k, n_arg);
         snprintf(name, sizeof name, "auto%d_%d", K, k);
         s.autok[k] = step_kernel(prog, name, &s, k, n_arg);
+        snprintf(name, sizeof name, "plan%d_%d", K, k);
+        s.plank[k] = step_kernel(prog, name, &s, k, n_arg);
     }
     for (int way = 0; way < 2; way++) {
         snprintf(name, sizeof name, "%s%d", way ? "handreg" : "hand", K);
@@ -576,6 +601,9 @@ static void bench_one(cl_program prog, cl_program bin, int K, size_t n, int *fai
     clear_outputs(&s);
     for (int i = 0; i < 3; i++) run_auto(&s, 1); /* learned from the first two, fused from the third */
     uint64_t da = digest(&s, 1), dc = da, dic_last = di_last;
+    clear_outputs(&s);
+    run_plan(&s, 1);
+    uint64_t dp = digest(&s, 1);
     if (with_const) {
         clear_outputs(&s);
         run_const(&s, 1);
@@ -584,7 +612,7 @@ static void bench_one(cl_program prog, cl_program bin, int K, size_t n, int *fai
         run_internal_const(&s, 1);
         dic_last = digest(&s, K);
     }
-    int same = du == df && df == dh && dh == da && da == dc;
+    int same = du == df && df == dh && dh == da && da == dc && dc == dp;
     int same_last = du_last == di_last && di_last == dhi_last && dhi_last == dic_last;
     if (!same || !same_last) (*fails)++;
     if (prime_only) printf("K=%d n=%zu: %s\n", K, n, same && same_last ? "same results" : "RESULTS DIFFER");
@@ -604,6 +632,7 @@ static void bench_one(cl_program prog, cl_program bin, int K, size_t n, int *fai
         clReleaseKernel(s.step[k]);
         clReleaseKernel(s.ustep[k]);
         clReleaseKernel(s.autok[k]);
+        clReleaseKernel(s.plank[k]);
     }
     clReleaseKernel(s.hand);
     clReleaseKernel(s.handreg);
@@ -981,6 +1010,7 @@ int main(int argc, char **argv)
         }
     }
     setenv("CLSHIM_FUSION", "auto", 0); /* the auto way; read at clshim's first call */
+    setenv("CLSHIM_FUSE", PLAN, 0);      /* the plan way */
     cl_platform_id platform;
     CHECK(clGetPlatformIDs(1, &platform, NULL));
     start_fusion = (clStartFusionCLSHIM_fn)clGetExtensionFunctionAddressForPlatform(platform, "clStartFusionCLSHIM");
