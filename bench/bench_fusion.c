@@ -953,6 +953,16 @@ static void bench_local(cl_context c, const size_t *ns, size_t nn)
     }
 }
 
+/* clshim reads its configuration when it is loaded, so the settings main()
+ * makes (CLSHIM_FUSION, CLSHIM_FUSE) reach a shim already preloaded (a
+ * baseline's, say) only through an exec; returns only on failure. */
+static void reexec_for_settings(char **argv)
+{
+    if (getenv("BENCH_FUSION_REEXEC") || !getenv("LD_PRELOAD")) return;
+    setenv("BENCH_FUSION_REEXEC", "1", 1);
+    execv("/proc/self/exe", argv);
+}
+
 /* Re-executes under the shim with a private cache; returns only on failure. */
 static void reexec_under_shim(char **argv)
 {
@@ -1011,6 +1021,7 @@ int main(int argc, char **argv)
     }
     setenv("CLSHIM_FUSION", "auto", 0); /* the auto way; read at clshim's first call */
     setenv("CLSHIM_FUSE", PLAN, 0);      /* the plan way */
+    reexec_for_settings(argv);
     cl_platform_id platform;
     CHECK(clGetPlatformIDs(1, &platform, NULL));
     start_fusion = (clStartFusionCLSHIM_fn)clGetExtensionFunctionAddressForPlatform(platform, "clStartFusionCLSHIM");
