@@ -23,14 +23,7 @@ OUT=$WORK/pyopencl-cold-bench
 rm -rf "$OUT"; mkdir -p "$OUT"
 
 compat_install_packages || exit 1
-compat_check_pyopencl || exit 1
-compat_fetch_tests "$WORK/pyopencl" || exit 1
-TDIR=$WORK/pyopencl/test
-if [ -n "${COMPAT_PYOPENCL_TESTS:-}" ]; then
-    read -r -a files <<<"$COMPAT_PYOPENCL_TESTS"
-else
-    files=(); for f in "$TDIR"/test_*.py; do files+=("$(basename "$f")"); done
-fi
+compat_pyopencl_tests "$WORK" || exit 1
 
 median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 fails=0

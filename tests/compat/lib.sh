@@ -88,6 +88,20 @@ PY
     touch "$dest/.verified"
 }
 
+# compat_pyopencl_tests WORK: checks Debian's pyopencl, puts the sdist's
+# tests in WORK/pyopencl; sets TDIR (their directory) and the array `files`
+# (COMPAT_PYOPENCL_TESTS, else every test_*.py there).
+compat_pyopencl_tests() {
+    compat_check_pyopencl || return 1
+    compat_fetch_tests "$1/pyopencl" || return 1
+    TDIR=$1/pyopencl/test
+    if [ -n "${COMPAT_PYOPENCL_TESTS:-}" ]; then
+        read -r -a files <<<"$COMPAT_PYOPENCL_TESTS"
+    else
+        files=(); local f; for f in "$TDIR"/test_*.py; do files+=("$(basename "$f")"); done
+    fi
+}
+
 # compat_run MODE OUTDIR CACHEDIR WORKDIR CMD... — one run (see the top).
 compat_run() {
     local mode=$1 out=$2 cache=$3 cwd=$4; shift 4

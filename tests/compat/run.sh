@@ -58,14 +58,7 @@ compat_install_packages || exit 1
 
 # --- PyOpenCL's test suite -----------------------------------------------
 if want pyopencl; then
-    compat_check_pyopencl || exit 1
-    compat_fetch_tests "$WORK/pyopencl" || exit 1
-    TDIR=$WORK/pyopencl/test
-    if [ -n "${COMPAT_PYOPENCL_TESTS:-}" ]; then
-        read -r -a files <<<"$COMPAT_PYOPENCL_TESTS"
-    else
-        files=(); for f in "$TDIR"/test_*.py; do files+=("$(basename "$f")"); done
-    fi
+    compat_pyopencl_tests "$WORK" || exit 1
     cache=$COMPAT_TMP/cache-pyopencl
     for mode in plain cold warm; do
         echo "compat: pyopencl ${files[*]}: $mode run"
