@@ -38,7 +38,7 @@ struct fusion_plan *fb_plan;
 struct fb_backoff *fb_backoff;
 int fb_held_total;
 int fb_mem_gen;
-uint64_t fb_stat_fused, fb_stat_replaced, fb_stat_unfused, fb_stat_refused;
+uint64_t fb_stat_fused, fb_stat_replaced, fb_stat_unfused, fb_stat_refused, fb_stat_replays;
 int fusion_armed = -1;
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
@@ -155,9 +155,10 @@ static void at_exit(void)
     if (!log_enabled(LOG_INFO)) log_set_level(LOG_INFO); /* CLSHIM_STATS below level info */
     log_msg(LOG_INFO,
             "fusion summary: %llu fused launches replaced %llu kernel launches; %llu held kernels submitted "
-            "unfused; %llu fusions refused",
+            "unfused; %llu fusions refused; %llu replays",
             (unsigned long long)fb_stat_fused, (unsigned long long)fb_stat_replaced,
-            (unsigned long long)fb_stat_unfused, (unsigned long long)fb_stat_refused);
+            (unsigned long long)fb_stat_unfused, (unsigned long long)fb_stat_refused,
+            (unsigned long long)fb_stat_replays);
 }
 
 static void do_init(void)
@@ -654,13 +655,15 @@ static void fuse_or_submit(struct fq *q, int flags, const char *internal_args, i
                      sizeof why) == 0) {
         STAT_ADD(fb_stat_fused, 1);
         STAT_ADD(fb_stat_replaced, n);
+        if (q->replayed == n) STAT_ADD(fb_stat_replays, 1);
         if (seq >= 0) backoff_fused((uint32_t)seq);
         if (timed) {
             if (out && *out) fb_real->clRetainEvent(timing = *out);
             fa_fused(q, seq, timing, NULL);
         }
-        fb_log_kind("fused %s into one launch (%u parameters for %u arguments)", names, (unsigned)nparams,
-                (unsigned)nargs);
+        if (log_enabled(LOG_INFO)) /* no call with its variable arguments for nothing */
+            fb_log_kind("fused %s into one launch (%u parameters for %u arguments)", names, (unsigned)nparams,
+                        (unsigned)nargs);
         return;
     }
     STAT_ADD(fb_stat_refused, 1);
@@ -675,6 +678,77 @@ static void fuse_or_submit(struct fq *q, int flags, const char *internal_args, i
         log_msg(LOG_INFO, "fusion of %s refused: %s; submitted unfused", names, why);
     }
     fb_submit_held(q, p);
+}
+
+/* ---- replays ------------------------------------------------------------------------ */
+
+/* Whether plan sequence s is the only one starting with its first kernel,
+ * so that a kernel starting it finds no other candidate. Remembered per
+ * queue until the plan grows (automatic fusion). Caller holds q->lock. */
+static int seq_alone(struct fq *q, uint32_t s)
+{
+    uint32_t nseqs = fb_plan_nseqs();
+    if (s >= nseqs) return 0;
+    if (q->alone_nseqs == nseqs && q->alone_seq == s) return 1;
+    const char *first = fb_plan->seqs[s].names[0];
+    for (uint32_t t = 0; t < nseqs; t++)
+        if (t != s && !strcmp(fb_plan->seqs[t].names[0], first)) return 0;
+    q->alone_seq = s;
+    q->alone_nseqs = nseqs;
+    return 1;
+}
+
+/* Whether a kernel enqueue on q may be held as the next kernel of a repeat
+ * of q's last fused launch (fb_repeat_seq): every kernel held so far was,
+ * and in plan mode the matching of a first occurrence would find that
+ * launch's sequence as the only candidate — alone in starting with its
+ * first kernel, not backing off — so the outcome is the same without it.
+ * Caller holds q->lock. */
+static int may_replay(struct fq *q, cl_uint nw, int *seq)
+{
+    if (nw || q->replayed != q->nheld || q->dead) return 0;
+    int s = *seq = fb_repeat_seq(q);
+    if (q->ext) return s == -1;
+    if (s < 0 || !q->cand || __atomic_load_n(&fb_backoff[s].skip, __ATOMIC_RELAXED)) return 0;
+    return q->nheld || seq_alone(q, (uint32_t)s);
+}
+
+/* Holds the enqueue when kernel r with this ND-range is the launch's next
+ * kernel (fb_repeat_next) and its queue slot already holds the snapshot of
+ * r's arguments at their present count. Then every check can_hold made of
+ * it then holds now (the count changes with anything that would fail one),
+ * and nothing of r is read but its count: no kernel lock. 1 when held, 0
+ * with nothing changed. Caller holds q->lock. */
+static int replay(struct fq *q, int seq, struct fk_kernel *r, cl_kernel k, cl_uint dim, const size_t *off,
+                  const size_t *gws, const size_t *lws, cl_event *ev)
+{
+    uint64_t gen = fk_args_gen(r);
+    if (q->nheld == q->cap || !fb_repeat_next(q, r, gen, dim, off, gws, lws)) return 0;
+    struct held *h = &q->held[q->nheld];
+    if (h->snap_id != r->id || h->snap_gen != gen) return 0;
+    if (ev && !(h->ev = fev_new(q, CL_COMMAND_NDRANGE_KERNEL))) return 0;
+    h->k = k;
+    h->rec = r;
+    h->nargs = r->nargs;
+    h->args_gen = gen;
+    h->dim = dim;
+    copy_range(h->gws, gws, dim, 1);
+    copy_range(h->lws, lws, dim, 0);
+    copy_range(h->off, off, dim, 0);
+    h->has_lws = lws != NULL;
+    h->has_off = off != NULL;
+    if (ev) *ev = h->ev->ue;
+    __atomic_store_n(&q->nheld, q->nheld + 1, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&fb_held_total, 1, __ATOMIC_RELEASE);
+    q->replayed++;
+    if (!q->ext) {
+        if (q->nheld == 1) {
+            q->cand[0] = (uint32_t)seq;
+            q->ncand = 1;
+        }
+        q->held[q->nheld - 1].plan_name = fb_plan->seqs[seq].names[q->nheld - 1];
+    }
+    return 1;
 }
 
 /* ---- the kernel enqueue ---------------------------------------------------------------- */
@@ -714,9 +788,12 @@ cl_int fusion_enqueue_kernel(cl_command_queue queue, cl_kernel k, cl_uint dim, c
     cl_int rc = CL_SUCCESS;
     const char *why = NULL;
     pthread_mutex_lock(&q->lock);
+    if (!q->nheld) q->replayed = 0;
     if (fb_auto && !q->ext) fa_before_kernel(q, r);
     int want = !task && r && !q->off && (q->ext || (fb_plan && (r->in_plan || fb_auto) && q->in_order));
-    if (want && !q->ext) {
+    int seq = FB_NO_REPEAT;
+    int held = want && may_replay(q, nw, &seq) && replay(q, seq, r, k, dim, off, gws, lws, ev);
+    if (want && !held && !q->ext) {
         /* Plan mode: does it continue (or start) a sequence? */
         if (q->nheld && !plan_filter(q, r->name)) {
             if (log_enabled(LOG_INFO)) {
@@ -730,8 +807,7 @@ cl_int fusion_enqueue_kernel(cl_command_queue queue, cl_kernel k, cl_uint dim, c
         }
         if (!q->nheld && !plan_start(q, r->name)) want = 0;
     }
-    int held = 0;
-    if (want) {
+    if (want && !held) {
         pthread_mutex_lock(&r->lock);
         if (can_hold(q, r, dim, gws, lws, nw, wl, &why) && hold(q, r, k, dim, off, gws, lws, nw, wl, ev) == 0) {
             held = 1;
@@ -797,7 +873,10 @@ cl_int fusion_set_arg_svm(cl_kernel k, cl_uint index, const void *value)
     if (!r) return fb_real->clSetKernelArgSVMPointer(k, index, value);
     pthread_mutex_lock(&r->lock);
     cl_int rc = fb_real->clSetKernelArgSVMPointer(k, index, value);
-    if (rc == CL_SUCCESS) r->svm = 1;
+    if (rc == CL_SUCCESS && !r->svm) {
+        r->svm = 1;
+        fk_args_changed(r); /* never held again: no replay either */
+    }
     pthread_mutex_unlock(&r->lock);
     return rc;
 }

@@ -36,6 +36,7 @@ extern int fb_held_total;             /* kernels held on all queues (atomic) */
 extern int fb_tracked_events;         /* live struct fev records (atomic) */
 extern int fb_mem_gen;                /* bumped by every buffer release while armed (atomic) */
 extern uint64_t fb_stat_fused, fb_stat_replaced, fb_stat_unfused, fb_stat_refused;
+extern uint64_t fb_stat_replays; /* fused launches whose kernels were each held as a replay */
 extern int fb_auto;                   /* CLSHIM_FUSION=auto: sequences are learned (fauto.c) */
 extern uint32_t fb_plan_cap;          /* sequences fb_plan has room for (fb_backoff, fq.cand) */
 
@@ -95,7 +96,10 @@ struct fk_kernel {
     cl_uint nargs;
     struct fk_arg *args;  /* the arguments as the application last set them */
     uint64_t args_gen;    /* bumped whenever a value in args changes: two snapshots of one record
-                             with the same args_gen hold the same bytes (repeat_match) */
+                             with the same args_gen hold the same bytes (repeat_match); also when
+                             track, svm or all_set change, so an unchanged count means the record
+                             may still be held. Written under lock by fk_args_changed, read
+                             without it by replays (fk_args_gen) */
     int all_set;          /* fk_complete found every argument set; cleared with any of them */
     cl_uint nheap;        /* arguments whose value is on the heap (size > 16) */
     cl_device_id wg_dev;  /* CL_KERNEL_WORK_GROUP_SIZE cached for this device */
@@ -103,6 +107,13 @@ struct fk_kernel {
 };
 
 extern int fb_arm_gen;
+
+/* Bumps r->args_gen (caller holds r->lock); reads it without the lock. */
+static inline void fk_args_changed(struct fk_kernel *r)
+{
+    __atomic_store_n(&r->args_gen, r->args_gen + 1, __ATOMIC_RELEASE);
+}
+static inline uint64_t fk_args_gen(const struct fk_kernel *r) { return __atomic_load_n(&r->args_gen, __ATOMIC_ACQUIRE); }
 
 /* The record of `k`, created on first sight; NULL when `k` is not a kernel
  * the driver knows or memory runs out. */
@@ -216,6 +227,11 @@ struct fq {
     uint32_t ncand;
     struct fb_memo *last; /* the fused program used last here */
     struct fb_repeat *repeat; /* the last fused launch's held kernels (flaunch.c) */
+    uint32_t replayed;    /* the first `replayed` held kernels were each found equal to the same
+                             kernel of that launch as they came (fb_repeat_next): repeat_match
+                             needs no comparison when all were; reset when nothing is held */
+    uint32_t alone_seq, alone_nseqs; /* plan sequence alone_seq is the only one starting with its
+                                        first kernel, as of a plan of alone_nseqs sequences */
     cl_mem *checked;      /* the buffers of the last fusion, found not to alias ... */
     uint32_t nchecked;
     int checked_gen;      /* ... while fb_mem_gen had this value */
@@ -309,5 +325,19 @@ enum {
  * or NULL (every candidate). */
 int fb_fuse_held(struct fq *q, int flags, const char *internal_args, int seq, struct fb_pending *p,
                  cl_event *out_event, uint32_t *nparams, int *lasting, char *why, size_t why_len);
+
+/* Replays. A loop enqueueing the chain it had fused before holds each
+ * kernel without the plan matching and checks of a first occurrence:
+ * fb_repeat_seq is the plan sequence of q's last fused launch (-1: the
+ * extension API), or FB_NO_REPEAT when there is none or a buffer was
+ * released since; fb_repeat_next whether kernel `rec` with this ND-range is
+ * the launch's next kernel (q->nheld): the same record with the same
+ * argument count (args_gen) and the same ND-range — so every check that
+ * let it be held then holds now (`args_gen` is the record's count, read
+ * once by the caller). Caller holds q->lock. */
+#define FB_NO_REPEAT (-2)
+int fb_repeat_seq(const struct fq *q);
+int fb_repeat_next(const struct fq *q, const struct fk_kernel *rec, uint64_t args_gen, cl_uint dim,
+                   const size_t *off, const size_t *gws, const size_t *lws);
 
 #endif

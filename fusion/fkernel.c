@@ -35,18 +35,21 @@ int fb_arm_gen;
  * used only while no record has been freed since it was found: fk_forget
  * bumps records_freed before it frees one, so a stale entry (its kernel
  * released, or its handle reused by a new kernel) is never returned. */
-#define RECENT_WAYS 16
+#define RECENT_SETS 8 /* of two ways each: a chain's kernels rarely meet three in one set */
 static int records_freed;
 static __thread struct recent_record {
     cl_kernel k;
     struct fk_kernel *r;
     int freed; /* records_freed when it was found */
-} recent[RECENT_WAYS];
+} recent[RECENT_SETS][2];
 
-static struct recent_record *recent_slot(cl_kernel k)
+/* The set of k. Handles of kernels made one after another lie at a fixed
+ * stride: a multiplicative hash spreads them (a shift-and-xor of the
+ * address sent two of a 4-kernel chain to one slot, half the lookups). */
+static struct recent_record *recent_set(cl_kernel k)
 {
-    uintptr_t h = (uintptr_t)k;
-    return &recent[(h >> 4 ^ h >> 10) % RECENT_WAYS];
+    uint64_t h = (uint64_t)(uintptr_t)k * 0x9E3779B97F4A7C15ull;
+    return recent[h >> 61]; /* the top 3 bits: RECENT_SETS sets */
 }
 
 static void kernels_init(void) { kernels = objmap_new(); }
@@ -99,7 +102,7 @@ static void decide_tracking(struct fk_kernel *r)
         for (cl_uint i = 0; i < r->nargs; i++) fk_arg_clear(&r->args[i]); /* unknown until set again */
         r->all_set = 0;
         r->nheap = 0;
-        r->args_gen++;
+        fk_args_changed(r);
         r->track = 1;
     }
 }
@@ -219,21 +222,32 @@ static struct fk_kernel *fk_lookup(cl_kernel k)
     return r;
 }
 
-struct fk_kernel *fk_get(cl_kernel k)
+/* fk_get past the thread's recent records (kept apart: the hit path then
+ * saves no registers). */
+static __attribute__((noinline)) struct fk_kernel *fk_get_slow(cl_kernel k, struct recent_record *set, int freed,
+                                                               struct fk_kernel *r)
 {
-    struct recent_record *slot = recent_slot(k);
-    int freed = __atomic_load_n(&records_freed, __ATOMIC_ACQUIRE);
-    struct fk_kernel *r = slot->k == k && k && slot->freed == freed ? slot->r : NULL;
-    if (r && r->arm_gen == __atomic_load_n(&fb_arm_gen, __ATOMIC_ACQUIRE)) return r;
     if (!r) r = fk_lookup(k);
     if (!r) return NULL;
-    *slot = (struct recent_record){k, r, freed};
+    if (set[0].k != k) set[1] = set[0]; /* the set's newest first; the older one goes */
+    set[0] = (struct recent_record){k, r, freed};
     if (r->arm_gen != __atomic_load_n(&fb_arm_gen, __ATOMIC_ACQUIRE)) {
         pthread_mutex_lock(&r->lock);
         decide_tracking(r);
         pthread_mutex_unlock(&r->lock);
     }
     return r;
+}
+
+struct fk_kernel *fk_get(cl_kernel k)
+{
+    struct recent_record *set = recent_set(k);
+    int freed = __atomic_load_n(&records_freed, __ATOMIC_ACQUIRE);
+    struct fk_kernel *r = NULL;
+    if (set[0].k == k && set[0].freed == freed) r = set[0].r;
+    else if (set[1].k == k && set[1].freed == freed) r = set[1].r;
+    if (r && k && r->arm_gen == __atomic_load_n(&fb_arm_gen, __ATOMIC_ACQUIRE)) return r;
+    return fk_get_slow(k, set, freed, r);
 }
 
 void fk_forget(cl_kernel k)
@@ -292,7 +306,7 @@ cl_int fk_set_arg(struct fk_kernel *r, cl_uint index, size_t size, const void *v
             pthread_mutex_unlock(&r->lock);
             return rc;
         }
-        r->args_gen++;
+        fk_args_changed(r);
         r->nheap -= a->kind == FK_VALUE && a->size > 16;
         if (size > UINT32_MAX || record(a, size, value, value ? FK_VALUE : FK_LOCAL) != 0) {
             fk_arg_clear(a); /* unknown: the kernel is not held until it is set again */

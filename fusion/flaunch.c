@@ -967,6 +967,7 @@ struct fb_repeat_kernel {
 
 struct fb_repeat {
     int valid, flags, gen;
+    int seq;              /* the plan sequence launched, or -1 (the extension API) */
     uint64_t serial;      /* bumped by every repeat_save (args_known); records are never freed */
     char *internal_args;  /* a copy of the launch's internal= list, or NULL */
     struct fb_memo *memo;
@@ -1015,6 +1016,7 @@ static struct fb_memo *repeat_match(const struct fq *q, int flags, const char *i
     if (!r || !r->valid || r->flags != flags || r->gen != gen || r->n != q->nheld ||
         !same_args_list(r->internal_args, internal_args))
         return NULL;
+    if (q->replayed == q->nheld) return r->memo; /* each held kernel was found equal to r's as it came */
     const struct fk_arg *a = r->args;
     for (uint32_t i = 0; i < q->nheld; i++) {
         const struct held *h = &q->held[i];
@@ -1031,7 +1033,7 @@ static struct fb_memo *repeat_match(const struct fq *q, int flags, const char *i
 
 /* Remembers the held kernels of a launch of e (best effort: on OOM the next
  * launch takes the full path). */
-static void repeat_save(struct fq *q, int flags, const char *internal_args, int gen, struct fb_memo *e)
+static void repeat_save(struct fq *q, int flags, const char *internal_args, int gen, int seq, struct fb_memo *e)
 {
     struct fb_repeat *r = q->repeat;
     if (!r && !(r = q->repeat = calloc(1, sizeof *r))) return;
@@ -1069,8 +1071,35 @@ static void repeat_save(struct fq *q, int flags, const char *internal_args, int 
     r->n = q->nheld;
     r->flags = flags;
     r->gen = gen;
+    r->seq = seq;
     r->memo = e;
     r->valid = 1;
+}
+
+int fb_repeat_seq(const struct fq *q)
+{
+    const struct fb_repeat *r = q->repeat;
+    return r && r->valid && r->gen == __atomic_load_n(&fb_mem_gen, __ATOMIC_ACQUIRE) ? r->seq : FB_NO_REPEAT;
+}
+
+int fb_repeat_next(const struct fq *q, const struct fk_kernel *rec, uint64_t args_gen, cl_uint dim,
+                   const size_t *off, const size_t *gws, const size_t *lws)
+{
+    const struct fb_repeat *r = q->repeat;
+    uint32_t i = q->nheld;
+    if (!r || !r->valid || i >= r->n) return 0;
+    const struct fb_repeat_kernel *k = &r->kernels[i];
+    if (k->id != rec->id || k->args_gen != args_gen || k->dim != dim || /* one id: one record, one nargs */
+        k->has_lws != (lws != NULL) || k->has_off != (off != NULL))
+        return 0;
+    /* Past dim both hold hold()'s fill values (the same dim): not compared. */
+    for (cl_uint d = 0; d < dim; d++)
+        if (k->gws[d] != gws[d]) return 0;
+    for (cl_uint d = 0; lws && d < dim; d++)
+        if (k->lws[d] != lws[d]) return 0;
+    for (cl_uint d = 0; off && d < dim; d++)
+        if (k->off[d] != off[d]) return 0;
+    return 1;
 }
 
 /* The fused program for q's held kernels: a repeat of the last launch, else
@@ -1135,7 +1164,6 @@ int fb_fuse_held(struct fq *q, int flags, const char *internal_args, int seq, st
                  cl_event *out_event, uint32_t *nparams, int *lasting, char *why, size_t why_len)
 {
     *lasting = 0;
-    (void)seq;
     flags |= fr_route(q, flags);
     if ((flags & (FB_SOURCE | FB_CONST)) == (FB_SOURCE | FB_CONST)) {
         fb_log_kind("const: not applied: generated OpenCL C (route (b)) passes every scalar as an argument");
@@ -1161,7 +1189,7 @@ int fb_fuse_held(struct fq *q, int flags, const char *internal_args, int seq, st
         snprintf(why, why_len, "enqueueing the fused kernel failed (error %d)", err);
         return -1;
     }
-    if (!repeat) repeat_save(q, asked, internal_args, gen, e);
+    if (!repeat) repeat_save(q, asked, internal_args, gen, seq, e);
     /* Launched: every held command's work is in rev. */
     uint32_t n = q->nheld;
     for (uint32_t i = 0; i < n; i++) {

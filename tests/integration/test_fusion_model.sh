@@ -49,6 +49,22 @@ regress queue_reuse "k0+k1" --queue-reuse 10
 [ "$(occurrences "fused k0+k1 into one launch" "$TMP/queue_reuse.err")" = 10 ] ||
     fail "queue_reuse: expected 10 fused launches (in-order queues only)"
 
+# 1c. Replays (fusion/batch.c): a loop relaunching the chain it fused last
+#     is held kernel by kernel without plan matching, only while that gives
+#     what matching gives. Two sequences starting with one kernel, in turn:
+#     k0 must stay open to both, every occurrence fuses. One chain again
+#     and again: every launch after the first is a replay. (Arguments set
+#     to other values between relaunches: test_fusion.sh's vary and
+#     relaunch.)
+regress shared_first "k0+k1;k0+k2" --sequence k0,k1,k0,k2 --iterations 10
+[ "$(occurrences "fused k0+k2 into one launch" "$TMP/shared_first.err")" = 10 ] ||
+    fail "shared_first: k0+k2 after a fused k0+k1 was not fused each time"
+grep -q "0 held kernels submitted unfused; 0 fusions refused; 0 replays$" "$TMP/shared_first.err" ||
+    fail "shared_first: $(grep 'fusion summary' "$TMP/shared_first.err")"
+regress replay "k0+k1+k2" --sequence k0,k1,k2 --iterations 30
+grep -q "fusion summary: 30 fused launches replaced 90 kernel launches; 0 held kernels submitted unfused; 0 fusions refused; 29 replays$" \
+    "$TMP/replay.err" || fail "replay: $(grep 'fusion summary' "$TMP/replay.err")"
+
 # 2. The model. Failures found by it stay as fixed seeds (PLAN:FIRST:COUNT):
 #    1:0:1   a held prefix broken by a kernel starting no sequence (the abort above);
 #    6:0:32  case 31 (under load, about 1 run in 30): a buffer differed: a new kernel
