@@ -234,6 +234,9 @@ class Report:
             ("auto", "fused", "Automatic (`CLSHIM_FUSION=auto`, no plan: the chain learned from its first runs, "
              "then fused; every intermediate stored), %s, ms per chain:",
              ["auto", "fused (extension API)", "speed-up", "fused's speed-up", "auto / fused"]),
+            ("plan", "hand", "An unmodified program with a plan (`CLSHIM_FUSE` names the chain; every "
+             "intermediate stored), %s, ms per chain:",
+             ["plan", "hand-written", "speed-up", "hand's speed-up", "plan / hand"]),
         ]
         for mode in ("latency", "pipelined"):
             for way, other, title, columns in tables:
