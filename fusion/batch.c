@@ -714,7 +714,7 @@ static int may_replay(struct fq *q, cl_uint nw, int *seq)
 }
 
 /* Holds the enqueue when kernel r with this ND-range is the launch's next
- * kernel (fb_repeat_next) and its queue slot already holds the snapshot of
+ * kernel (fb_repeat_same) and its queue slot already holds the snapshot of
  * r's arguments at their present count. Then every check can_hold made of
  * it then holds now (the count changes with anything that would fail one),
  * and nothing of r is read but its count: no kernel lock. 1 when held, 0
@@ -723,11 +723,11 @@ static int replay(struct fq *q, int seq, struct fk_kernel *r, cl_kernel k, cl_ui
                   const size_t *gws, const size_t *lws, cl_event *ev)
 {
     uint64_t gen = fk_args_gen(r);
-    if (q->nheld == q->cap || !fb_repeat_next(q, r, gen, dim, off, gws, lws)) return 0;
+    if (q->nheld == q->cap) return 0;
     struct held *h = &q->held[q->nheld];
     if (h->snap_id != r->id || h->snap_gen != gen) return 0;
-    if (ev && !(h->ev = fev_new(q, CL_COMMAND_NDRANGE_KERNEL))) return 0;
-    h->k = k;
+    /* Written first, compared after (in place, no copies): a slot past
+     * nheld is free, and on a mismatch it is marked empty again. */
     h->rec = r;
     h->nargs = r->nargs;
     h->args_gen = gen;
@@ -737,17 +737,23 @@ static int replay(struct fq *q, int seq, struct fk_kernel *r, cl_kernel k, cl_ui
     copy_range(h->off, off, dim, 0);
     h->has_lws = lws != NULL;
     h->has_off = off != NULL;
+    if (!fb_repeat_same(q, h) || (ev && !(h->ev = fev_new(q, CL_COMMAND_NDRANGE_KERNEL)))) {
+        h->rec = NULL;
+        h->nargs = 0;
+        return 0;
+    }
+    h->k = k;
     if (ev) *ev = h->ev->ue;
-    __atomic_store_n(&q->nheld, q->nheld + 1, __ATOMIC_RELEASE);
-    __atomic_add_fetch(&fb_held_total, 1, __ATOMIC_RELEASE);
-    q->replayed++;
     if (!q->ext) {
-        if (q->nheld == 1) {
+        if (!q->nheld) {
             q->cand[0] = (uint32_t)seq;
             q->ncand = 1;
         }
-        q->held[q->nheld - 1].plan_name = fb_plan->seqs[seq].names[q->nheld - 1];
+        h->plan_name = fb_plan->seqs[seq].names[q->nheld];
     }
+    __atomic_store_n(&q->nheld, q->nheld + 1, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&fb_held_total, 1, __ATOMIC_RELEASE);
+    q->replayed++;
     return 1;
 }
 

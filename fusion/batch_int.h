@@ -228,7 +228,7 @@ struct fq {
     struct fb_memo *last; /* the fused program used last here */
     struct fb_repeat *repeat; /* the last fused launch's held kernels (flaunch.c) */
     uint32_t replayed;    /* the first `replayed` held kernels were each found equal to the same
-                             kernel of that launch as they came (fb_repeat_next): repeat_match
+                             kernel of that launch as they came (fb_repeat_same): repeat_match
                              needs no comparison when all were; reset when nothing is held */
     uint32_t alone_seq, alone_nseqs; /* plan sequence alone_seq is the only one starting with its
                                         first kernel, as of a plan of alone_nseqs sequences */
@@ -330,14 +330,12 @@ int fb_fuse_held(struct fq *q, int flags, const char *internal_args, int seq, st
  * kernel without the plan matching and checks of a first occurrence:
  * fb_repeat_seq is the plan sequence of q's last fused launch (-1: the
  * extension API), or FB_NO_REPEAT when there is none or a buffer was
- * released since; fb_repeat_next whether kernel `rec` with this ND-range is
- * the launch's next kernel (q->nheld): the same record with the same
- * argument count (args_gen) and the same ND-range — so every check that
- * let it be held then holds now (`args_gen` is the record's count, read
- * once by the caller). Caller holds q->lock. */
+ * released since; fb_repeat_same whether the entry h, written in slot
+ * q->nheld but not yet counted, is that launch's next kernel: the same
+ * record with the same argument count (args_gen) and the same ND-range —
+ * so every check that let it be held then holds now. Caller holds q->lock. */
 #define FB_NO_REPEAT (-2)
 int fb_repeat_seq(const struct fq *q);
-int fb_repeat_next(const struct fq *q, const struct fk_kernel *rec, uint64_t args_gen, cl_uint dim,
-                   const size_t *off, const size_t *gws, const size_t *lws);
+int fb_repeat_same(const struct fq *q, const struct held *h);
 
 #endif

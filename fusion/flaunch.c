@@ -1082,24 +1082,11 @@ int fb_repeat_seq(const struct fq *q)
     return r && r->valid && r->gen == __atomic_load_n(&fb_mem_gen, __ATOMIC_ACQUIRE) ? r->seq : FB_NO_REPEAT;
 }
 
-int fb_repeat_next(const struct fq *q, const struct fk_kernel *rec, uint64_t args_gen, cl_uint dim,
-                   const size_t *off, const size_t *gws, const size_t *lws)
+int fb_repeat_same(const struct fq *q, const struct held *h)
 {
     const struct fb_repeat *r = q->repeat;
     uint32_t i = q->nheld;
-    if (!r || !r->valid || i >= r->n) return 0;
-    const struct fb_repeat_kernel *k = &r->kernels[i];
-    if (k->id != rec->id || k->args_gen != args_gen || k->dim != dim || /* one id: one record, one nargs */
-        k->has_lws != (lws != NULL) || k->has_off != (off != NULL))
-        return 0;
-    /* Past dim both hold hold()'s fill values (the same dim): not compared. */
-    for (cl_uint d = 0; d < dim; d++)
-        if (k->gws[d] != gws[d]) return 0;
-    for (cl_uint d = 0; lws && d < dim; d++)
-        if (k->lws[d] != lws[d]) return 0;
-    for (cl_uint d = 0; off && d < dim; d++)
-        if (k->off[d] != off[d]) return 0;
-    return 1;
+    return r && r->valid && i < r->n && r->kernels[i].args_gen == h->args_gen && repeat_kernel_same(h, &r->kernels[i]);
 }
 
 /* The fused program for q's held kernels: a repeat of the last launch, else
