@@ -85,8 +85,11 @@ ok "hold: B done in $waited_ms ms while A held its program"
 
 # 8. fork(): children that never use OpenCL print nothing and count nothing.
 rm -rf "$CLSHIM_CACHE_DIR"; mkdir -p "$CLSHIM_CACHE_DIR"
-fresh_pocl; run_plain fork-plain "$P" fork 5
-fresh_pocl; CLSHIM_STATS=1 run_shim fork-shim "$P" fork 5
+# Under ASan the children leave by _exit (progsem.c says why): their
+# inherited atexit handlers are then checked by make check only.
+CHILD_EXIT=; [ "${CLSHIM_SANITIZED:-}" = address ] && CHILD_EXIT=_exit
+fresh_pocl; PROGSEM_CHILD_EXIT=$CHILD_EXIT run_plain fork-plain "$P" fork 5
+fresh_pocl; PROGSEM_CHILD_EXIT=$CHILD_EXIT CLSHIM_STATS=1 run_shim fork-shim "$P" fork 5
 same_output fork-plain fork-shim "fork: same output"
 [ "$(count 'summary:' "$TMP/fork-shim.err")" = 1 ] ||
     fail "fork: $(count 'summary:' "$TMP/fork-shim.err") summaries for one process that used OpenCL"
