@@ -2,7 +2,7 @@
  *
  * Chains of K = 2, 4, 8 elementwise kernels (step_k: out = in * a + b, each
  * reading the previous kernel's output buffer and storing its own, so every
- * intermediate is stored) over N floats, three ways:
+ * intermediate is stored) over N floats, these ways:
  *   unfused  the K kernels enqueued back to back (what the app does);
  *   fused    the same K enqueues between clStartFusionCLSHIM and
  *            clCompleteFusionCLSHIM: clshim's real path (holding, argument
@@ -22,6 +22,11 @@
  *            prefix of the K = 4 one; the unfused way's kernels come from a
  *            program created from the binary of the same source, which
  *            clshim never holds, so that automatic fusion leaves them alone.
+ *   plan     the unfused loop on kernels (planK_k) named in the plan PLAN,
+ *            which the program sets in CLSHIM_FUSE unless the environment
+ *            says otherwise: an unmodified program run with a plan (fused
+ *            from the first chain; the issue's K = 4 targets are printed
+ *            for it and for fused).
  * Two modes, each way timed as a loop running that way would see it (every
  * timed run follows an untimed run of the same way, so caches and worker
  * threads are in the state that way leaves them):
@@ -32,7 +37,7 @@
  * Each figure is the median of at least 5 rounds (min and max beside it in
  * BENCH_CSV), the six ways interleaved round by round so that a change in
  * the machine's load hits all alike. The results of the first three ways,
- * auto and plan (--host-cost's) are compared bit for bit, every buffer; those of internal and
+ * auto and plan are compared bit for bit, every buffer; those of internal and
  * hand-internal with the others' last buffer (the intermediates excluded).
  * At the end the issues' targets for K = 4 are checked in each mode, beside
  * what the hand-written kernels themselves reach (the ceiling of any fusion
