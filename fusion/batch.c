@@ -704,9 +704,9 @@ static int seq_alone(struct fq *q, uint32_t s)
  * launch's sequence as the only candidate — alone in starting with its
  * first kernel, not backing off — so the outcome is the same without it.
  * Caller holds q->lock. */
-static int may_replay(struct fq *q, cl_uint nw, int *seq)
+static int may_replay(struct fq *q, cl_uint nw, const cl_event *wl, int *seq)
 {
-    if (nw || q->replayed != q->nheld || q->dead) return 0;
+    if (nw || wl || q->replayed != q->nheld || q->dead) return 0; /* a list without a count: the driver's to refuse */
     int s = *seq = fb_repeat_seq(q);
     if (q->ext) return s == -1;
     if (s < 0 || !q->cand || __atomic_load_n(&fb_backoff[s].skip, __ATOMIC_RELAXED)) return 0;
@@ -723,7 +723,7 @@ static int replay(struct fq *q, int seq, struct fk_kernel *r, cl_kernel k, cl_ui
                   const size_t *gws, const size_t *lws, cl_event *ev)
 {
     uint64_t gen = fk_args_gen(r);
-    if (q->nheld == q->cap) return 0;
+    if (dim - 1u > 2u || !gws || q->nheld == q->cap) return 0; /* what can_hold refuses, the driver answers */
     struct held *h = &q->held[q->nheld];
     if (h->snap_id != r->id || h->snap_gen != gen) return 0;
     /* Written first, compared after (in place, no copies): a slot past
@@ -798,7 +798,7 @@ cl_int fusion_enqueue_kernel(cl_command_queue queue, cl_kernel k, cl_uint dim, c
     if (fb_auto && !q->ext) fa_before_kernel(q, r);
     int want = !task && r && !q->off && (q->ext || (fb_plan && (r->in_plan || fb_auto) && q->in_order));
     int seq = FB_NO_REPEAT;
-    int held = want && may_replay(q, nw, &seq) && replay(q, seq, r, k, dim, off, gws, lws, ev);
+    int held = want && may_replay(q, nw, wl, &seq) && replay(q, seq, r, k, dim, off, gws, lws, ev);
     if (want && !held && !q->ext) {
         /* Plan mode: does it continue (or start) a sequence? */
         if (q->nheld && !plan_filter(q, r->name)) {

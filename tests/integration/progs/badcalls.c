@@ -51,6 +51,25 @@ int main(void)
     cl_command_queue q = clCreateCommandQueueWithProperties(ctx, dev, NULL, &err);
     SHOW(clEnqueueNDRangeKernel(q, k, 1, NULL, &g, NULL, 0, NULL, NULL)); /* arg not set */
     SHOW(clEnqueueNDRangeKernel(NULL, k, 1, NULL, &g, NULL, 0, NULL, NULL));
+    /* Under a plan "k+k" (test_fusion_every) the second pair is a replay of
+     * the first's fused launch, and the fifth k starts a third: what follows
+     * must be answered by the driver as it is plainly. */
+    cl_mem m = clCreateBuffer(ctx, CL_MEM_READ_WRITE, g * sizeof(cl_int), NULL, &err);
+    CHECK(err);
+    SHOW(clSetKernelArg(k, 0, sizeof m, &m));
+    cl_event marker = NULL;
+    SHOW(clEnqueueMarkerWithWaitList(q, 0, NULL, &marker));
+    for (int i = 0; i < 5; i++) SHOW(clEnqueueNDRangeKernel(q, k, 1, NULL, &g, NULL, 0, NULL, NULL));
+    SHOW(clEnqueueNDRangeKernel(q, k, 1, NULL, &g, NULL, 0, &marker, NULL)); /* a list with no count */
+    /* (A count with no list crashes PoCL 3.1 itself: not asked.) */
+    SHOW(clEnqueueNDRangeKernel(q, k, 0, NULL, &g, NULL, 0, NULL, NULL));    /* no dimension */
+    SHOW(clEnqueueNDRangeKernel(q, k, 4, NULL, &g, NULL, 0, NULL, NULL));
+    size_t bad_local = 3;
+    SHOW(clEnqueueNDRangeKernel(q, k, 1, NULL, &g, &bad_local, 0, NULL, NULL)); /* 16 % 3 */
+    SHOW(clEnqueueNDRangeKernel(q, k, 1, NULL, &g, NULL, 0, NULL, NULL));
+    SHOW(clFinish(q));
+    SHOW(clReleaseEvent(marker));
+    SHOW(clReleaseMemObject(m));
     SHOW(clFinish(NULL));
     SHOW(clFlush(NULL));
     SHOW(clWaitForEvents(0, NULL));
