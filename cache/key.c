@@ -499,3 +499,128 @@ int key_add_headers(struct key_buf *k, const char *source, size_t len, const cha
     struct key_source in = {.source = source, .len = len, .options = options};
     return key_scan_headers(k, &in, why, why_len);
 }
+
+/* ---- the files a key names (key.h) --------------------------------------- */
+
+struct key_input_file {
+    char *path;
+    char hex[33];  /* "" for a file the key names as absent */
+    int seen;      /* identity recorded by a first check */
+    struct stat st;
+};
+
+struct key_inputs {
+    struct key_input_file *file;
+    size_t n;
+    int checked;
+};
+
+/* Fields whose value is "<n> bytes" followed by n raw bytes (key_add_blob). */
+static int is_blob_field(const char *name, size_t len)
+{
+    static const char *const blobs[] = {"input", "manifest-of", "derived", "derived-any-device"};
+    for (size_t i = 0; i < sizeof blobs / sizeof *blobs; i++)
+        if (len == strlen(blobs[i]) && !memcmp(name, blobs[i], len)) return 1;
+    return len > 16 && !memcmp(name, "embedded-header ", 16);
+}
+
+static int add_input(struct key_inputs *in, const char *path, size_t len, const char *hex, size_t hex_len)
+{
+    if (hex_len != 0 && hex_len != 32) return -1;
+    struct key_input_file *f = realloc(in->file, (in->n + 1) * sizeof *f);
+    if (!f) return -1;
+    in->file = f;
+    f += in->n;
+    memset(f, 0, sizeof *f);
+    if (!(f->path = strndup(path, len))) return -1;
+    memcpy(f->hex, hex, hex_len);
+    in->n++;
+    return 0;
+}
+
+int key_inputs_parse(const void *key, size_t len, struct key_inputs **out)
+{
+    const char *p = key, *end = p + len;
+    struct key_inputs *in = calloc(1, sizeof *in);
+    if (!in) return -1;
+    const char *eol = memchr(p, '\n', len);
+    if (!eol || strncmp(p, "clshim-key ", 11) != 0) goto bad;
+    for (p = eol + 1; p < end; p = eol + 1) {
+        if (!(eol = memchr(p, '\n', (size_t)(end - p)))) goto bad;
+        const char *eq = memrchr(p, '=', (size_t)(eol - p));
+        if (!eq) goto bad;
+        const char *value = eq + 1;
+        size_t vlen = (size_t)(eol - value);
+        char *after;
+        unsigned long long blob = strtoull(value, &after, 10);
+        if (is_blob_field(p, (size_t)(eq - p)) && after > value && after == eol - 6 && !memcmp(after, " bytes", 6)) {
+            if (blob >= (unsigned long long)(end - eol - 1) || eol[1 + blob] != '\n') goto bad;
+            eol += 1 + blob; /* the blob's closing newline */
+            continue;
+        }
+        if (eq - p > 7 && !memcmp(p, "header ", 7)) {
+            if (add_input(in, p + 7, (size_t)(eq - p - 7), value, vlen) != 0) goto bad;
+        } else if (eq - p > 14 && !memcmp(p, "header-absent ", 14)) {
+            if (vlen != 0 || add_input(in, p + 14, (size_t)(eq - p - 14), "", 0) != 0) goto bad;
+        }
+    }
+    *out = in;
+    return 0;
+bad:
+    key_inputs_free(in);
+    return -1;
+}
+
+static int same_identity(const struct stat *a, const struct stat *b)
+{
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
+           a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec &&
+           a->st_ctim.tv_sec == b->st_ctim.tv_sec && a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
+}
+
+int key_inputs_check(struct key_inputs *in, char *why, size_t why_len)
+{
+    int first = !in->checked;
+    in->checked = 1;
+    for (size_t i = 0; i < in->n; i++) {
+        struct key_input_file *f = &in->file[i];
+        struct stat st;
+        int exists = stat(f->path, &st) == 0;
+        if (!f->hex[0]) {
+            if (exists) {
+                snprintf(why, why_len, "%.3000s exists now", f->path);
+                return -1;
+            }
+            continue;
+        }
+        char got[33];
+        struct stat after;
+        /* The content is read between two stats: a write in between shows. */
+        if (!exists || key_hash_file(f->path, got) != 0 || stat(f->path, &after) != 0 ||
+            !same_identity(&st, &after)) {
+            snprintf(why, why_len, "%.3000s changed or is unreadable", f->path);
+            return -1;
+        }
+        if (strcmp(got, f->hex) != 0) {
+            snprintf(why, why_len, "%.3000s has other content", f->path);
+            return -1;
+        }
+        if (!first && f->seen && !same_identity(&f->st, &st)) {
+            snprintf(why, why_len, "%.3000s was rewritten", f->path);
+            return -1;
+        }
+        f->st = st;
+        f->seen = 1;
+    }
+    return 0;
+}
+
+size_t key_inputs_count(const struct key_inputs *in) { return in ? in->n : 0; }
+
+void key_inputs_free(struct key_inputs *in)
+{
+    if (!in) return;
+    for (size_t i = 0; i < in->n; i++) free(in->file[i].path);
+    free(in->file);
+    free(in);
+}

@@ -110,4 +110,22 @@ int key_scan_headers(struct key_buf *k, const struct key_source *in, char *why, 
 int key_add_headers(struct key_buf *k, const char *source, size_t len, const char *options,
                     char *why, size_t why_len);
 
+/* ---- the files a key names, checked against the file system ----------------
+ * A late store (the capture helper's, or one made in the application after
+ * its build) must store a binary built from exactly the files its key names.
+ * key_inputs_parse() lists the key's "header <path>=<hex>" and
+ * "header-absent <path>=" fields (relative paths are the application's
+ * working directory's). key_inputs_check() reads each file again: 0 when
+ * every named file has the named content and every absent one is still
+ * absent; the first call also records each file's identity (device, inode,
+ * size, modification and change times), and a later call fails when any of
+ * them changed since, even back to the same content (a file rewritten during
+ * a build and restored). -1 with `why` naming the first file that differs.
+ */
+struct key_inputs;
+int key_inputs_parse(const void *key, size_t len, struct key_inputs **out);
+int key_inputs_check(struct key_inputs *in, char *why, size_t why_len);
+size_t key_inputs_count(const struct key_inputs *in);
+void key_inputs_free(struct key_inputs *in);
+
 #endif

@@ -684,6 +684,26 @@ static const char *late_plan(void)
     return "to be stored at its first use, its release or exit";
 }
 
+/* Whether the files fl's key names still hold what the key says, now that
+ * the driver read them: a header rewritten between the key and the build
+ * gave a binary of other inputs, which is never stored under this key. */
+static int inputs_held(struct pipeline_flight *fl)
+{
+    if (fl->kind != KEY_SOURCE && fl->kind != KEY_COMPILE) return 1;
+    struct key_inputs *in;
+    if (key_inputs_parse(fl->key, fl->key_len, &in) != 0) return 0;
+    char why[3100] = "";
+    int held = key_inputs_check(in, why, sizeof why) == 0;
+    key_inputs_free(in);
+    if (!held) {
+        char prefix[17];
+        key_prefix(fl->hash, prefix);
+        log_msg(LOG_WARN, "not storing %s: %s since its key was made (the build read other inputs)", prefix, why);
+        STAT_ADD(proc_stats.capture_lost[CAPTURE_LOST_INPUTS], 1);
+    }
+    return held;
+}
+
 void pipeline_built(struct pipeline_flight *f, size_t n, const struct pipeline_output *out)
 {
     if (out->error) {
@@ -695,6 +715,15 @@ void pipeline_built(struct pipeline_flight *f, size_t n, const struct pipeline_o
         struct pipeline_flight *fl = &f[i];
         if (!fl->filling) continue;
         STAT_ADD(proc_stats.misses, 1);
+        if (!inputs_held(fl)) {
+            memtier_abandon(fl->entry);
+            fl->entry = NULL;
+            fl->filling = 0;
+            free(fl->key);
+            fl->key = NULL;
+            fl->key_len = 0;
+            continue;
+        }
         const char *log = out->logs && out->logs[i] ? out->logs[i] : "";
         fl->compile_ns = out->clock->cpu_ns / n;
         double ms = out->clock->wall_ns / n / 1e6;
@@ -765,11 +794,13 @@ int pipeline_store_late(struct pipeline_flight *f, const void *binary, size_t si
     int rc = tier_put(st, f->hash, f->key, f->key_len, &sr);
     if (rc == CLSHIM_OK) {
         STAT_ADD(proc_stats.stores, f->stored_size == 0);
+        STAT_ADD(proc_stats.captures_stored, 1);
         log_msg(LOG_INFO, "stored %s%s: %zu bytes%s", kind_noun(f->kind), prefix, size,
                 f->stored_size ? " (replaces the one stored at build)" : "");
         f->stored_size = size;
         return 1;
     }
+    STAT_ADD(proc_stats.capture_lost[CAPTURE_LOST_STORE], 1);
     if (rc != CLSHIM_EREADONLY && rc != CLSHIM_ETOOBIG)
         LOG_ONCE(LOG_WARN, "cannot store a built program (%s); the app goes on uncached", clshim_strerror(rc));
     else
@@ -818,6 +849,22 @@ void pipeline_flight_free(struct pipeline_flight *f)
 
 void pipeline_count_translation(void) { STAT_ADD(stat_translations, 1); }
 void pipeline_count_uncacheable(void) { STAT_ADD(proc_stats.uncacheable, 1); }
+void pipeline_count_handed(void) { STAT_ADD(proc_stats.captures_handed, 1); }
+void pipeline_count_capture_lost(enum capture_lost why, uint64_t n)
+{
+    if ((unsigned)why < CAPTURE_LOST_COUNT) STAT_ADD(proc_stats.capture_lost[why], n);
+}
+
+/* The counters so far added to the store and zeroed: a long-lived process
+ * (the capture helper) makes its work visible before it ends. */
+void pipeline_flush_stats(void)
+{
+    store *st = pipeline_store();
+    if (!st || store_is_readonly(st)) return;
+    struct store_stats delta = proc_stats;
+    memset(&proc_stats, 0, sizeof proc_stats);
+    if (store_stats_add(st, &delta) != CLSHIM_OK) log_msg(LOG_DEBUG, "cannot add counters to the store");
+}
 
 void pipeline_stats(struct pipeline_stats *out)
 {
@@ -832,12 +879,25 @@ void pipeline_print_summary(void)
 {
     struct pipeline_stats s;
     pipeline_stats(&s);
+    /* What this process did not store itself: handed over (stored after
+     * it, `clshim cache wait`) or not made, by reason. */
+    char handed[512] = "";
+    size_t at = 0;
+    if (s.store.captures_handed)
+        at += (size_t)snprintf(handed, sizeof handed, ", %llu handed to the capture helper",
+                               (unsigned long long)s.store.captures_handed);
+    for (int i = 0, first = 1; i < CAPTURE_LOST_COUNT && at < sizeof handed; i++)
+        if (s.store.capture_lost[i]) {
+            at += (size_t)snprintf(handed + at, sizeof handed - at, "%s%llu %s", first ? ", captures not made: " : " ",
+                                   (unsigned long long)s.store.capture_lost[i], capture_lost_name((enum capture_lost)i));
+            first = 0;
+        }
     log_msg(LOG_WARN,
-            "summary: %llu hits (%llu from memory), %llu misses, %llu failed (%llu shared), %llu stored%s, "
+            "summary: %llu hits (%llu from memory), %llu misses, %llu failed (%llu shared), %llu stored%s%s, "
             "%llu rejected, %llu uncacheable, %llu IL translations; compile CPU time saved %.1f ms",
             (unsigned long long)s.store.hits, (unsigned long long)s.memory_hits, (unsigned long long)s.store.misses,
             (unsigned long long)s.failed, (unsigned long long)s.failed_shared, (unsigned long long)s.store.stores,
-            config_get()->cache_readonly ? " (read-only: counters not written)" : "",
+            handed, config_get()->cache_readonly ? " (read-only: counters not written)" : "",
             (unsigned long long)s.store.rejected, (unsigned long long)s.store.uncacheable,
             (unsigned long long)s.translations, s.store.compile_ns_saved / 1e6);
 }

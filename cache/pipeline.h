@@ -222,6 +222,13 @@ struct pipeline_stats {
 void pipeline_stats(struct pipeline_stats *out);
 void pipeline_count_translation(void);
 void pipeline_count_uncacheable(void);
+/* A late capture handed to the capture helper; one not made, and why. */
+void pipeline_count_handed(void);
+void pipeline_count_capture_lost(enum capture_lost why, uint64_t n);
+/* Adds this process's counters so far to the store and zeroes them (the
+ * capture helper, after each capture: `clshim cache stats` right after
+ * `clshim cache wait` sees its work). Only while no other thread counts. */
+void pipeline_flush_stats(void);
 /* The one summary line. */
 void pipeline_print_summary(void);
 

@@ -659,6 +659,16 @@ int store_clear(store *s)
 
 /* ---- statistics ---- */
 
+const char *capture_lost_name(enum capture_lost why)
+{
+    static const char *const names[CAPTURE_LOST_COUNT] = {
+        [CAPTURE_LOST_INPUTS] = "inputs_changed", [CAPTURE_LOST_BUILD] = "build_failed",
+        [CAPTURE_LOST_READ] = "binary_unreadable", [CAPTURE_LOST_DEVICE] = "no_device",
+        [CAPTURE_LOST_BUDGET] = "helper_budget", [CAPTURE_LOST_EXIT] = "exit_budget",
+        [CAPTURE_LOST_STORE] = "store_failed", [CAPTURE_LOST_REQUEST] = "bad_request"};
+    return (unsigned)why < CAPTURE_LOST_COUNT ? names[why] : "?";
+}
+
 static int stats_add_fn(store *s, MDB_txn *txn, void *arg)
 {
     const struct store_stats *d = arg;
@@ -667,8 +677,10 @@ static int stats_add_fn(store *s, MDB_txn *txn, void *arg)
     const uint64_t add[ST_COUNT] = {d->hits, d->misses, d->stores, d->evictions_size, d->evictions_age,
                                     d->rejected, d->collisions, d->corrupt, d->compile_ns_saved,
                                     d->uncacheable, d->remote_hits, d->remote_misses, d->remote_errors,
-                                    d->remote_corrupt, d->remote_pushes};
-    for (int i = 0; i < ST_COUNT; i++) a.stat[i] += add[i];
+                                    d->remote_corrupt, d->remote_pushes, d->captures_handed,
+                                    d->captures_stored};
+    for (int i = 0; i < ST_CAPTURE_LOST; i++) a.stat[i] += add[i];
+    for (int i = 0; i < CAPTURE_LOST_COUNT; i++) a.stat[ST_CAPTURE_LOST + i] += d->capture_lost[i];
     return rc ? rc : store_acct_save(s, txn, &a);
 }
 
@@ -729,7 +741,10 @@ int store_stats_get(store *s, struct store_stats *out)
                                 .remote_corrupt = a.stat[ST_REMOTE_CORRUPT],
                                 .remote_pushes = a.stat[ST_REMOTE_PUSHES], .entries = a.count,
                                 .stored_bytes = a.bytes, .uncompressed_bytes = a.ubytes,
-                                .max_size = s->opt.max_size};
+                                .max_size = s->opt.max_size,
+                                .captures_handed = a.stat[ST_CAPTURES_HANDED],
+                                .captures_stored = a.stat[ST_CAPTURES_STORED]};
+    for (int i = 0; i < CAPTURE_LOST_COUNT; i++) out->capture_lost[i] = a.stat[ST_CAPTURE_LOST + i];
     return CLSHIM_OK;
 }
 

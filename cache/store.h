@@ -175,6 +175,22 @@ int store_release_build(store *s, struct cache_hash hash);
 
 /* Statistics, kept in "meta". Callers accumulate a delta per process and
  * add it with store_stats_add() (one write transaction). */
+/* Why a late capture (a binary stored after its build: PoCL's, by the
+ * capture helper or in the application) was not made. Append only. */
+enum capture_lost {
+    CAPTURE_LOST_INPUTS,  /* a file the key names changed before or during the capture's build */
+    CAPTURE_LOST_BUILD,   /* the helper's build failed */
+    CAPTURE_LOST_READ,    /* the binary could not be read */
+    CAPTURE_LOST_DEVICE,  /* the helper found no device of that identity */
+    CAPTURE_LOST_BUDGET,  /* CLSHIM_CAPTURE_HELPER_BUDGET spent after the application exited */
+    CAPTURE_LOST_EXIT,    /* CLSHIM_CAPTURE_EXIT_BUDGET spent (captures in the application) */
+    CAPTURE_LOST_STORE,   /* the store refused it (full disk, too big, read-only) */
+    CAPTURE_LOST_REQUEST, /* a request the helper could not read */
+    CAPTURE_LOST_COUNT
+};
+/* A short name of each ("inputs_changed", ...), for stats and JSON. */
+const char *capture_lost_name(enum capture_lost why);
+
 struct store_stats {
     uint64_t hits, misses, stores, evictions_size, evictions_age;
     uint64_t rejected;        /* binaries the driver refused */
@@ -185,6 +201,10 @@ struct store_stats {
      * answered, lookups it did not, failed or timed-out commands, values
      * that failed verification (ignored), values pushed */
     uint64_t remote_hits, remote_misses, remote_errors, remote_corrupt, remote_pushes;
+    /* late captures: handed to the capture helper, stored late (by the
+     * helper or in the application), and not made, by reason */
+    uint64_t captures_handed, captures_stored;
+    uint64_t capture_lost[CAPTURE_LOST_COUNT];
     /* read-only figures filled by store_stats_get(): */
     uint64_t entries, stored_bytes, uncompressed_bytes, max_size;
 };

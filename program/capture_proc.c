@@ -12,10 +12,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/childenv.h"
@@ -25,11 +27,11 @@
 extern char **environ;
 
 /* ---- the request as bytes --------------------------------------------------
- * "CLSHCAP1", kind (u32), compile_ns (u64), then identity, device, options,
- * source, key, log: each a u64 length and the bytes, then a NUL. */
+ * "CLSHCAP2", kind (u32), compile_ns (u64), then identity, device, options,
+ * source, key, log, cwd: each a u64 length and the bytes, then a NUL. */
 
-static const char magic[8] = {'C', 'L', 'S', 'H', 'C', 'A', 'P', '1'};
-#define NFIELDS 6
+static const char magic[8] = {'C', 'L', 'S', 'H', 'C', 'A', 'P', '2'};
+#define NFIELDS 7
 
 static void fields_of(const struct capture_request *rq, const void *p[NFIELDS], uint64_t n[NFIELDS])
 {
@@ -39,6 +41,7 @@ static void fields_of(const struct capture_request *rq, const void *p[NFIELDS], 
     p[3] = rq->source, n[3] = rq->source_len;
     p[4] = rq->key, n[4] = rq->key_len;
     p[5] = rq->log ? rq->log : "", n[5] = strlen(p[5]);
+    p[6] = rq->cwd, n[6] = strlen(rq->cwd);
 }
 
 /* Writes the request into a new memfd; -1 on failure. */
@@ -95,6 +98,7 @@ int capture_proc_decode(const void *buf, size_t len, struct capture_request *out
     out->source = f[3], out->source_len = n[3];
     out->key = f[4], out->key_len = n[4];
     out->log = f[5];
+    out->cwd = f[6];
     return b == end ? 0 : -1;
 }
 
@@ -178,6 +182,29 @@ static int start_helper(void)
     return 0;
 }
 
+/* A new open file description of the cache directory's capture.lock with a
+ * shared lock on it, for one request: the request holds it until the helper
+ * is done with it (`clshim cache wait` takes the lock exclusively). -1 when
+ * it cannot be had: the caller then captures in this process. A wait that
+ * holds the lock exclusively has it for a moment only; past a few
+ * milliseconds something else holds it, and the application must not wait. */
+static int request_lock(void)
+{
+    char dir[4096], path[4200];
+    if (config_cache_dir(config_get(), dir, sizeof dir) != 0) return -1;
+    snprintf(path, sizeof path, "%s/%s", dir, CAPTURE_PROC_LOCK);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) return -1;
+    for (int tries = 0; tries < 20; tries++) {
+        if (flock(fd, LOCK_SH | LOCK_NB) == 0) return fd;
+        if (errno != EWOULDBLOCK && errno != EINTR) break;
+        struct timespec pause = {0, 500000};
+        nanosleep(&pause, NULL);
+    }
+    close(fd);
+    return -1;
+}
+
 int capture_proc_send(const struct capture_request *rq)
 {
     int rc = -1;
@@ -188,11 +215,18 @@ int capture_proc_send(const struct capture_request *rq)
         return -1;
     }
     int fd = encode(rq);
+    int lockfd = fd >= 0 ? request_lock() : -1;
+    if (lockfd < 0 && fd >= 0) {
+        LOG_ONCE(LOG_INFO, "cannot lock %s in the cache directory: binaries are captured in this process",
+                 CAPTURE_PROC_LOCK);
+        close(fd);
+        fd = -1;
+    }
     if (fd >= 0) {
         char byte = 0;
         union {
             struct cmsghdr h;
-            char space[CMSG_SPACE(sizeof(int))];
+            char space[CMSG_SPACE(2 * sizeof(int))];
         } ctl;
         memset(&ctl, 0, sizeof ctl);
         struct iovec iov = {&byte, 1};
@@ -201,8 +235,9 @@ int capture_proc_send(const struct capture_request *rq)
         struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
         c->cmsg_level = SOL_SOCKET;
         c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(c), &fd, sizeof fd);
+        c->cmsg_len = CMSG_LEN(2 * sizeof(int));
+        int fds[2] = {fd, lockfd};
+        memcpy(CMSG_DATA(c), fds, sizeof fds);
         ssize_t w;
         while ((w = sendmsg(sock, &msg, MSG_DONTWAIT | MSG_NOSIGNAL)) < 0 && errno == EINTR) {
         }
@@ -217,6 +252,7 @@ int capture_proc_send(const struct capture_request *rq)
             gave_up = 1;
         }
         close(fd);
+        close(lockfd); /* the copy in flight keeps the lock */
     }
     pthread_mutex_unlock(&lock);
     return rc;

@@ -51,13 +51,15 @@ struct capture_request {
     const char *identity;   /* device_info()->identity of the device */
     const char *device;     /* its name, for log lines and the record */
     unsigned kind;          /* enum key_kind (KEY_SOURCE) */
-    const char *options;    /* the build options the driver was given */
+    const char *options;    /* the build options the driver was given (the key's: with
+                             * what clshim added, e.g. -cl-kernel-arg-info) */
     const char *source;     /* the program's source, as the driver got it */
     size_t source_len;
     const void *key;        /* the finished key material (the helper hashes it) */
     size_t key_len;
     uint64_t compile_ns;    /* the build's CPU time in the application */
     const char *log;        /* the application's build log */
+    const char *cwd;        /* the application's working directory at the build */
 };
 
 /* 0: the helper has the request; -1: capture in this process. */

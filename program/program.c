@@ -78,6 +78,8 @@ struct pc_program {
     int answers_options;    /* a link served from the cache: options are ours to answer */
     int failed;             /* the last build's failure was shared: status is CL_BUILD_ERROR */
     char *options;
+    char *driver_options;   /* what the driver was given (the key's), for a capture's build */
+    char *cwd;              /* the working directory at the build (relative header paths) */
     struct pc_dev *devs;
     struct pipeline_flight *flights; /* one per device, parallel to devs */
     size_t ndevs;
@@ -357,6 +359,8 @@ static void free_record(struct pc_program *rec)
     free(rec->scan);
     free(rec->specs);
     free(rec->options);
+    free(rec->driver_options);
+    free(rec->cwd);
     pthread_mutex_destroy(&rec->lock);
     free(rec);
 }
@@ -923,7 +927,11 @@ static cl_int build_program(cl_program prog, cl_uint num_devices, const cl_devic
     pthread_mutex_lock(&rec->lock);
     free(rec->options);
     rec->options = strdup(options ? options : "");
-    if (new_devs(rec, ndev, devs, rec->kind) != 0 || !rec->options) {
+    free(rec->driver_options);
+    rec->driver_options = strdup(options ? options : "");
+    free(rec->cwd);
+    rec->cwd = getcwd(NULL, 0);
+    if (new_devs(rec, ndev, devs, rec->kind) != 0 || !rec->options || !rec->driver_options) {
         pthread_mutex_unlock(&rec->lock);
         free(owned);
         return rec->translated ? CL_OUT_OF_HOST_MEMORY
@@ -1016,6 +1024,7 @@ static int hand_to_helper(struct pc_program *rec)
     const struct clshim_config *cfg = config_get();
     if (!cfg->capture_process || !rec->source_build || cfg->cache_readonly || !pipeline_store()) return -1;
     int owed = 0;
+    if (!rec->driver_options || !rec->cwd) return -1;
     for (size_t i = 0; i < rec->ndevs; i++) {
         if (!rec->devs[i].needs_capture || !rec->flights[i].key) continue;
         const struct device_info *info = device_info(real, rec->devs[i].dev);
@@ -1030,12 +1039,14 @@ static int hand_to_helper(struct pc_program *rec)
         if (!d->needs_capture || !f->key) continue;
         char *log = read_build_log(built, d->dev);
         struct capture_request rq = {.identity = device_info(real, d->dev)->identity, .device = f->device,
-                                     .kind = rec->kind, .options = rec->options ? rec->options : "",
+                                     .kind = rec->kind, .options = rec->driver_options,
                                      .source = rec->input, .source_len = rec->input_len, .key = f->key,
-                                     .key_len = f->key_len, .compile_ns = f->compile_ns, .log = log};
+                                     .key_len = f->key_len, .compile_ns = f->compile_ns, .log = log,
+                                     .cwd = rec->cwd};
         int rc = capture_proc_send(&rq);
         free(log);
         if (rc != 0) return -1;
+        pipeline_count_handed();
         d->needs_capture = 0;
         pipeline_let_go(f); /* waiting processes build: a hit in the driver's cache */
         if (log_enabled(LOG_INFO)) {
@@ -1988,6 +1999,7 @@ static void capture_owed_at_exit(unsigned budget_ms)
     }
     if (!budget_ms) {
         pthread_mutex_unlock(&pending_lock);
+        pipeline_count_capture_lost(CAPTURE_LOST_EXIT, owed);
         log_msg(LOG_INFO, "%zu program%s built here not used or released before exit: not stored "
                           "(CLSHIM_CAPTURE_EXIT_BUDGET=0)", owed, owed == 1 ? "" : "s");
         return;
@@ -2012,6 +2024,7 @@ static void capture_owed_at_exit(unsigned budget_ms)
     uint64_t left_ms = (now_ns() - t0) / 1000000u;
     size_t dropped = capture_exit(left_ms < budget_ms ? budget_ms - (unsigned)left_ms : 0);
     size_t given_up = skipped + (dropped < queued ? dropped : queued);
+    pipeline_count_capture_lost(CAPTURE_LOST_EXIT, given_up);
     if (given_up)
         log_msg(LOG_INFO, "%zu of %zu program%s not used or released before exit: not stored, the exit budget "
                           "(CLSHIM_CAPTURE_EXIT_BUDGET=%u ms) spent", given_up, owed, owed == 1 ? "" : "s",
@@ -2026,7 +2039,12 @@ static void at_exit(void)
     if (atomic_load_explicit(&idle_child, memory_order_relaxed)) return; /* a forked child that built nothing: the parent reports */
     capture_owed_at_exit(config_get()->capture_exit_budget); /* nothing left when owed_at_exit ran */
     /* Captures still queued for the worker: within the exit budget. */
-    capture_exit(config_get()->capture_exit_budget);
+    size_t dropped = capture_exit(config_get()->capture_exit_budget);
+    if (dropped) {
+        pipeline_count_capture_lost(CAPTURE_LOST_EXIT, dropped);
+        log_msg(LOG_INFO, "%zu queued capture%s not stored: the exit budget (CLSHIM_CAPTURE_EXIT_BUDGET=%u ms) spent",
+                dropped, dropped == 1 ? "" : "s", (unsigned)config_get()->capture_exit_budget);
+    }
     pipeline_exit();
     const struct clshim_config *cfg = config_get();
     if (cfg->stats || log_enabled(LOG_INFO)) {

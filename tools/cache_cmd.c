@@ -164,7 +164,7 @@ static int cmd_stats(struct cmd_ctx *c, int argc, char **argv)
                "\"corrupt\": %llu, \"entries\": %llu, \"stored_bytes\": %llu, \"uncompressed_bytes\": %llu, "
                "\"compression_ratio\": %.3f, \"max_size\": %llu, \"compile_ns_saved\": %llu, \"uncacheable\": %llu, "
                "\"remote_hits\": %llu, \"remote_misses\": %llu, \"remote_errors\": %llu, \"remote_corrupt\": %llu, "
-               "\"remote_pushes\": %llu}\n",
+               "\"remote_pushes\": %llu, ",
                c->s ? "true" : "false", (unsigned long long)st.hits, (unsigned long long)st.misses,
                rate / 100, (unsigned long long)st.stores, (unsigned long long)st.evictions_size,
                (unsigned long long)st.evictions_age, (unsigned long long)st.rejected,
@@ -174,6 +174,16 @@ static int cmd_stats(struct cmd_ctx *c, int argc, char **argv)
                (unsigned long long)st.uncacheable, (unsigned long long)st.remote_hits,
                (unsigned long long)st.remote_misses, (unsigned long long)st.remote_errors,
                (unsigned long long)st.remote_corrupt, (unsigned long long)st.remote_pushes);
+        uint64_t lost = 0;
+        for (int i = 0; i < CAPTURE_LOST_COUNT; i++) lost += st.capture_lost[i];
+        printf("\"captures_handed\": %llu, \"captures_stored\": %llu, \"captures_lost\": %llu, "
+               "\"captures_lost_by_reason\": {",
+               (unsigned long long)st.captures_handed, (unsigned long long)st.captures_stored,
+               (unsigned long long)lost);
+        for (int i = 0; i < CAPTURE_LOST_COUNT; i++)
+            printf("%s\"%s\": %llu", i ? ", " : "", capture_lost_name((enum capture_lost)i),
+                   (unsigned long long)st.capture_lost[i]);
+        printf("}}\n");
         return 0;
     }
     char a[32], b[32], lim[32];
@@ -206,6 +216,15 @@ static int cmd_stats(struct cmd_ctx *c, int argc, char **argv)
     printf("Remote errors            %llu\n", (unsigned long long)st.remote_errors);
     printf("Remote values ignored    %llu (failed verification)\n", (unsigned long long)st.remote_corrupt);
     printf("Remote pushes            %llu\n", (unsigned long long)st.remote_pushes);
+    /* Late captures (PoCL): every one not made is counted by its reason. */
+    uint64_t lost = 0;
+    for (int i = 0; i < CAPTURE_LOST_COUNT; i++) lost += st.capture_lost[i];
+    printf("Captures handed over     %llu (to the capture helper)\n", (unsigned long long)st.captures_handed);
+    printf("Captures stored          %llu\n", (unsigned long long)st.captures_stored);
+    printf("Captures not made        %llu\n", (unsigned long long)lost);
+    for (int i = 0; i < CAPTURE_LOST_COUNT; i++)
+        if (st.capture_lost[i])
+            printf("  %-22s %llu\n", capture_lost_name((enum capture_lost)i), (unsigned long long)st.capture_lost[i]);
     return 0;
 }
 

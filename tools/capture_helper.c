@@ -1,11 +1,12 @@
 /* capture_helper.c — `clshim-tool capture-helper`: the process that captures
  * binaries for an application (program/capture_proc.h says why and how).
  *
- * Started by the application with the request socket as stdin. It holds a
- * shared flock on <cache dir>/capture.lock (`clshim cache wait` takes it
- * exclusively), forks the helper proper into a session of its own at nice
- * 19 and exits, so the application reaps it at once and never has the
- * helper as a child. The helper: a reader thread takes every request off
+ * Started by the application with the request socket as stdin. It forks the
+ * helper proper into a session of its own at nice 19 and exits, so the
+ * application reaps it at once and never has the helper as a child. Each
+ * request carries a shared flock on <cache dir>/capture.lock, closed once
+ * the request is stored or dropped (`clshim cache wait` takes it
+ * exclusively). The helper: a reader thread takes every request off
  * the socket as it comes (the application's sends never find it full while
  * the helper builds), and the main thread builds, reads and stores them in
  * order, one at a time. At end of file (the application has exited) the
@@ -44,8 +45,20 @@ struct request {
     struct request *next;
     char *bytes;
     size_t len;
+    int lock;       /* the request's shared lock on capture.lock; -1: none */
     double came_at; /* now_s() when it was read off the socket */
 };
+
+/* Done with a request: its counters reach the store, then its lock goes
+ * (`clshim cache wait` returns once every request's lock went). */
+static void request_free(struct request *rq)
+{
+    if (!rq) return;
+    pipeline_flush_stats();
+    if (rq->lock >= 0) close(rq->lock);
+    free(rq->bytes);
+    free(rq);
+}
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t arrived = PTHREAD_COND_INITIALIZER;
@@ -67,7 +80,7 @@ static int receive(int fd, struct request **out)
     char byte;
     union {
         struct cmsghdr h;
-        char space[CMSG_SPACE(sizeof(int))];
+        char space[CMSG_SPACE(2 * sizeof(int))];
     } ctl;
     struct iovec iov = {&byte, 1};
     struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.space,
@@ -77,9 +90,11 @@ static int receive(int fd, struct request **out)
     }
     if (r <= 0) return 0;
     struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-    if (!c || c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) return -1;
-    int mfd;
-    memcpy(&mfd, CMSG_DATA(c), sizeof mfd);
+    if (!c || c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS || c->cmsg_len < CMSG_LEN(sizeof(int)))
+        return -1;
+    int fds[2] = {-1, -1};
+    memcpy(fds, CMSG_DATA(c), c->cmsg_len >= CMSG_LEN(2 * sizeof(int)) ? 2 * sizeof(int) : sizeof(int));
+    int mfd = fds[0];
     struct stat st;
     struct request *rq = NULL;
     if (fstat(mfd, &st) == 0 && st.st_size > 0 && (rq = calloc(1, sizeof *rq)) &&
@@ -90,8 +105,10 @@ static int receive(int fd, struct request **out)
     close(mfd);
     if (!rq || !rq->bytes) {
         free(rq);
+        if (fds[1] >= 0) close(fds[1]);
         return -1;
     }
+    rq->lock = fds[1];
     *out = rq;
     return 1;
 }
@@ -104,6 +121,7 @@ static void *reader(void *arg)
         int r = receive(0, &rq);
         if (r < 0) {
             log_msg(LOG_WARN, "capture helper: a malformed request was dropped");
+            pipeline_count_capture_lost(CAPTURE_LOST_REQUEST, 1);
             continue;
         }
         pthread_mutex_lock(&lock);
@@ -179,9 +197,10 @@ static uint64_t thread_cpu_ns(void)
 }
 
 /* Whether the key the application sent is the one its inputs give here and
- * now: the key of a source build (program.c's derive_key: options, device,
- * then the headers and the source) is made again, so a header changed
- * since the application's build never stores this build under the old key. */
+ * now: the key of a source build (program.c's derive_key: the options the
+ * driver got, device, then the headers and the source) is made again, so a
+ * header changed, or a new one that would be found first, since the
+ * application's build never stores this build under the old key. */
 static int same_key(const struct capture_request *rq)
 {
     struct key_buf k;
@@ -195,8 +214,26 @@ static int same_key(const struct capture_request *rq)
     return same;
 }
 
+static void build_and_store(const struct capture_request *rq, struct known_device *k, struct key_inputs *in,
+                            struct cache_hash hash, const char *prefix);
+
+/* The files the key names hold what it says (key_inputs_check: the first
+ * call records their identities, a later one also sees a rewrite), and the
+ * key is still the one these inputs give. */
+static int inputs_hold(const struct capture_request *rq, struct key_inputs *in, const char *prefix, const char *when)
+{
+    char why[3100] = "";
+    if (key_inputs_check(in, why, sizeof why) == 0 && same_key(rq)) return 1;
+    log_msg(LOG_WARN, "capture helper: the inputs of %s changed %s (%s): not stored", prefix, when,
+            why[0] ? why : "a header would now be found elsewhere, or the key's inputs differ");
+    pipeline_count_capture_lost(CAPTURE_LOST_INPUTS, 1);
+    return 0;
+}
+
 /* Builds the program again (a hit in the driver's own cache), reads its
- * binary and stores it under the application's key. */
+ * binary and stores it under the application's key: only when the files the
+ * key names are the same before the build and after the read, so the binary
+ * was built from exactly those inputs. */
 static void capture_one(const struct capture_request *rq)
 {
     struct cache_hash hash = key_hash(rq->key, rq->key_len);
@@ -206,19 +243,35 @@ static void capture_one(const struct capture_request *rq)
     struct known_device *k = find_device(rq->identity);
     if (!k) {
         log_msg(LOG_WARN, "capture helper: no device '%s' here: %s not stored", rq->device, prefix);
+        pipeline_count_capture_lost(CAPTURE_LOST_DEVICE, 1);
         return;
     }
-    if (!same_key(rq)) {
-        log_msg(LOG_WARN, "capture helper: the inputs of %s changed since the application built it (a header?): "
-                          "not stored", prefix);
+    /* Relative header paths and -I directories are the application's. */
+    if (chdir(rq->cwd) != 0) {
+        log_msg(LOG_WARN, "capture helper: cannot enter %s (%s): %s not stored", rq->cwd, strerror(errno), prefix);
+        pipeline_count_capture_lost(CAPTURE_LOST_INPUTS, 1);
         return;
     }
+    struct key_inputs *in;
+    if (key_inputs_parse(rq->key, rq->key_len, &in) != 0) {
+        log_msg(LOG_WARN, "capture helper: the key of %s cannot be read: not stored", prefix);
+        pipeline_count_capture_lost(CAPTURE_LOST_REQUEST, 1);
+        return;
+    }
+    if (inputs_hold(rq, in, prefix, "since the application built it")) build_and_store(rq, k, in, hash, prefix);
+    key_inputs_free(in);
+}
+
+static void build_and_store(const struct capture_request *rq, struct known_device *k, struct key_inputs *in,
+                            struct cache_hash hash, const char *prefix)
+{
     cl_int err;
     const char *src = rq->source;
     size_t len = rq->source_len;
     cl_program prog = api.clCreateProgramWithSource(k->ctx, 1, &src, &len, &err);
     if (!prog || (err = api.clBuildProgram(prog, 1, &k->dev, rq->options, NULL, NULL)) != CL_SUCCESS) {
         log_msg(LOG_WARN, "capture helper: the build of %s failed here (%d): not stored", prefix, err);
+        pipeline_count_capture_lost(CAPTURE_LOST_BUILD, 1);
         if (prog) api.clReleaseProgram(prog);
         return;
     }
@@ -228,13 +281,23 @@ static void capture_one(const struct capture_request *rq)
     if (api.clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) == CL_SUCCESS && size &&
         (bin = malloc(size)) &&
         api.clGetProgramInfo(prog, CL_PROGRAM_BINARIES, sizeof bin, &bin, NULL) == CL_SUCCESS) {
+        if (!inputs_hold(rq, in, prefix, "during the capture's build")) {
+            free(bin);
+            api.clReleaseProgram(prog);
+            return;
+        }
         struct pipeline_flight f = {.device = rq->device, .kind = (enum key_kind)rq->kind,
                                     .key = (char *)rq->key, .key_len = rq->key_len, .hash = hash,
                                     .compile_ns = rq->compile_ns};
-        if (!pipeline_store()) log_msg(LOG_WARN, "capture helper: no cache to store %s into", prefix);
-        else pipeline_store_late(&f, bin, size, rq->log, thread_cpu_ns() - cpu0);
+        if (!pipeline_store()) {
+            log_msg(LOG_WARN, "capture helper: no cache to store %s into", prefix);
+            pipeline_count_capture_lost(CAPTURE_LOST_STORE, 1);
+        } else {
+            pipeline_store_late(&f, bin, size, rq->log, thread_cpu_ns() - cpu0);
+        }
     } else {
         log_msg(LOG_WARN, "capture helper: cannot read the binary of %s: not stored", prefix);
+        pipeline_count_capture_lost(CAPTURE_LOST_READ, 1);
     }
     free(bin);
     api.clReleaseProgram(prog);
@@ -444,26 +507,35 @@ static void serve(void)
             if (!first) last = NULL;
         }
         int over = ended && past_budget(budget, cpu_at_exit);
+        struct request *dropped = NULL;
         if (over && rq) {
             left = 1;
             for (struct request *r = first; r; r = r->next) left++;
+            rq->next = first; /* every request left, dropped below */
+            dropped = rq;
+            first = last = NULL;
         }
         pthread_mutex_unlock(&lock);
         if (!rq || over) {
-            free(rq ? rq->bytes : NULL);
-            free(rq);
+            pipeline_count_capture_lost(CAPTURE_LOST_BUDGET, left);
+            while (dropped) {
+                struct request *next = dropped->next;
+                request_free(dropped);
+                dropped = next;
+            }
             break;
         }
         double t0 = now_s();
         struct capture_request cr;
-        if (capture_proc_decode(rq->bytes, rq->len, &cr) == 0 && cr.kind == KEY_SOURCE)
+        if (capture_proc_decode(rq->bytes, rq->len, &cr) == 0 && cr.kind == KEY_SOURCE) {
             capture_one(&cr);
-        else
+        } else {
             log_msg(LOG_WARN, "capture helper: a malformed request was dropped");
+            pipeline_count_capture_lost(CAPTURE_LOST_REQUEST, 1);
+        }
         if (turn == TURN_BESIDE) beside_after = now_s() + (BESIDE_SHARE - 1) * (now_s() - t0);
         done[turn]++;
-        free(rq->bytes);
-        free(rq);
+        request_free(rq);
     }
     if (left)
         log_msg(LOG_WARN, "capture helper: %zu binar%s not stored: CLSHIM_CAPTURE_HELPER_BUDGET=%u s (CPU) spent after "
@@ -500,16 +572,8 @@ int capture_helper_main(int argc, char **argv)
         fprintf(stderr, "usage: clshim-tool capture-helper (started by the shim, requests on stdin)\n");
         return 2;
     }
-    /* Held from before the application goes on until the helper exits
-     * (the forked helper shares this open file and its lock). */
-    char dir[4096], path[4200];
-    if (config_cache_dir(config_get(), dir, sizeof dir) != 0) return 1;
-    snprintf(path, sizeof path, "%s/%s", dir, CAPTURE_PROC_LOCK);
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fd < 0 || flock(fd, LOCK_SH) != 0) {
-        log_msg(LOG_WARN, "capture helper: cannot lock %s (%s)", path, strerror(errno));
-        return 1;
-    }
+    /* No lock of its own: each request brings one (capture_proc.h), so
+     * `clshim cache wait` waits for captures, never for the application. */
     pid_t pid = fork(); /* this process is single-threaded: safe */
     if (pid < 0) return 1;
     if (pid > 0) _exit(0);

@@ -34,8 +34,10 @@ LD_PRELOAD="$SHIM $FAULT" CLFAULT_SLOW_BINARIES_MS=3000 CLSHIM_STATS=1 CLSHIM_LO
 cold_ms=$(($(now_ms) - t0))
 same_output ref cold "cold run, captures by the helper: results of a plain run"
 [ "$(summary stored cold)" = 0 ] || { cat "$TMP/cold.err" >&2; fail "the app stored binaries itself"; }
-[ "$(count 'handed to the capture helper' "$TMP/cold.err")" = $N ] ||
+[ "$(count 'capture of .* handed to the capture helper' "$TMP/cold.err")" = $N ] ||
     { cat "$TMP/cold.err" >&2; fail "not $N captures handed to the helper"; }
+grep -q "summary: .* 0 stored, $N handed to the capture helper," "$TMP/cold.err" ||
+    { cat "$TMP/cold.err" >&2; fail "the summary does not say that $N captures were handed over"; }
 [ $cold_ms -lt $((plain_ms + 2500)) ] ||
     { cat "$TMP/cold.err" >&2; fail "the app waited for the captures ($cold_ms ms, plain $plain_ms ms, a read takes 3000 ms)"; }
 ok "the app does not wait for the helper's captures ($cold_ms ms, plain $plain_ms ms, $N reads of 3000 ms)"
