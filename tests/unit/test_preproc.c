@@ -70,7 +70,7 @@ static struct result key_of(const char *src, const char *opts, const struct key_
     struct key_buf k;
     key_begin(&k, KEY_SOURCE, opts);
     key_add_text(&k, "device", identity);
-    struct key_source in = {src, strlen(src), opts, emb, nemb};
+    struct key_source in = {src, strlen(src), opts, emb, nemb, NULL};
     r.rc = preproc_add_headers(&k, st, &in, identity, &r.route, r.why, sizeof r.why);
     key_add_blob(&k, "input", src, strlen(src));
     r.hash = key_hash(k.data, k.len);
@@ -225,7 +225,7 @@ static void file_list(void **state)
     cwd_to_dir();
     put("inc/l1.h", "#include \"l2.h\"\n");
     put("inc/l2.h", "#define L 2\n");
-    struct key_source in = {"#include \"inc/l1.h\"\n", 19, "", NULL, 0};
+    struct key_source in = {"#include \"inc/l1.h\"\n", 19, "", NULL, 0, NULL};
     char **files, why[512];
     size_t n;
     assert_int_equal(preproc_files(&in, identity, &files, &n, why, sizeof why), 0);
@@ -251,7 +251,7 @@ static struct result key_overlapped(const char *src, const char *opts, const cha
     key_add_text(&k, "device", identity);
     char *src_copy = strdup(src), *opts_copy = strdup(opts), *emb_copy = emb_src ? strdup(emb_src) : NULL;
     struct key_embedded emb = {"e.h", emb_copy, emb_copy ? strlen(emb_copy) : 0};
-    struct key_source in = {src_copy, strlen(src), opts_copy, emb_copy ? &emb : NULL, emb_copy ? 1 : 0};
+    struct key_source in = {src_copy, strlen(src), opts_copy, emb_copy ? &emb : NULL, emb_copy ? 1 : 0, NULL};
     struct preproc_job *job = NULL;
     r.rc = preproc_start(&k, st, &in, identity, may_overlap, &r.route, &job, r.why, sizeof r.why);
     size_t len_at_start = k.len;
@@ -354,7 +354,7 @@ static void overlap_failure_and_discard(void **state)
     struct key_buf k;
     key_begin(&k, KEY_COMPILE, "-DC=2");
     const char *src = "#define H \"inc/o.h\"\n#include H\n";
-    struct key_source in = {src, strlen(src), "-DC=2", NULL, 0};
+    struct key_source in = {src, strlen(src), "-DC=2", NULL, 0, NULL};
     struct preproc_job *job = NULL;
     enum preproc_route route;
     assert_int_equal(preproc_start(&k, st, &in, identity, 1, &route, &job, NULL, 0), 0);
@@ -370,7 +370,7 @@ static void no_overlap_without_a_writable_store(void **state)
     const char *src = "#define H \"inc/o.h\"\n#include H\n";
     struct key_buf k;
     key_begin(&k, KEY_COMPILE, "-DD=1");
-    struct key_source in = {src, strlen(src), "-DD=1", NULL, 0};
+    struct key_source in = {src, strlen(src), "-DD=1", NULL, 0, NULL};
     struct preproc_job *job = NULL;
     enum preproc_route route;
     assert_int_equal(preproc_start(&k, NULL, &in, identity, 1, &route, &job, NULL, 0), 0);
