@@ -130,11 +130,44 @@ static void computed_include_from_source(void **state)
 static void has_include_and_include_next(void **state)
 {
     cwd_to_dir();
-    hit_then_miss("#if __has_include(\"c.h\")\n#include \"c.h\"\n#endif\n", "-I inc", "inc/c.h", NULL, 0);
+    /* (a computed include puts the probe on the preprocessor's route) */
+    hit_then_miss("#define CH \"c.h\"\n#if __has_include(\"c.h\")\n#include CH\n#endif\n", "-I inc", "inc/c.h", NULL,
+                  0);
     /* two n.h in the search path: direct mode does not trust the manifest
      * (either could be found first), the preprocessor decides each time */
     put("inc/n.h", "#include_next <n.h>\n");
     check_keys("#include <n.h>\n", "-I inc -I other", "other/n.h", NULL, 0, 0);
+}
+
+/* A name __has_include probed while absent: the preprocessor's -M list
+ * lacks it, the manifest records its absence; once the file appears the
+ * manifest is not trusted and the key changes, then direct mode again. */
+static void absent_probe_in_manifest(void **state)
+{
+    cwd_to_dir();
+    put("inc/x.h", "#define X 1\n");
+    unlink("opt.h");
+    const char *src = "#define H \"inc/x.h\"\n#include H\n#if __has_include(\"opt.h\")\n#include \"opt.h\"\n#endif\n";
+    struct result cold = key_of(src, "", NULL, 0);
+    assert_int_equal(cold.rc, 0);
+    assert_int_equal(cold.route, PREPROC_PREPROCESSOR);
+    struct result warm = key_of(src, "", NULL, 0);
+    assert_int_equal(warm.route, PREPROC_DIRECT);
+    assert_true(same(cold.hash, warm.hash));
+    put("opt.h", "#define V 2\n");
+    struct result created = key_of(src, "", NULL, 0);
+    assert_int_equal(created.rc, 0);
+    assert_int_equal(created.route, PREPROC_PREPROCESSOR);
+    assert_false(same(cold.hash, created.hash));
+    struct result again = key_of(src, "", NULL, 0);
+    assert_int_equal(again.route, PREPROC_DIRECT);
+    assert_true(same(created.hash, again.hash));
+    unlink("opt.h");
+    /* a time macro in a header only the preprocessor finds: not cacheable */
+    put("inc/t.h", "#define WHEN __TIME__\n");
+    struct result t = key_of("#define T \"inc/t.h\"\n#include T\n", "", NULL, 0);
+    assert_int_equal(t.rc, KEY_TIME_MACROS);
+    assert_non_null(strstr(t.why, "__TIME__"));
 }
 
 /* options that name files: -include, separate or joined */
@@ -398,6 +431,7 @@ int main(void)
         cmocka_unit_test(computed_include_from_options),
         cmocka_unit_test(computed_include_from_source),
         cmocka_unit_test(has_include_and_include_next),
+        cmocka_unit_test(absent_probe_in_manifest),
         cmocka_unit_test(include_options),
         cmocka_unit_test(device_macros_select_headers),
         cmocka_unit_test(embedded_headers),
