@@ -183,7 +183,18 @@ void key_free_options(char **argv, int argc)
 #define MAX_DEPTH 32
 #define MAX_HEADER_BYTES (64u << 20)
 
+/* What a scan_source() pass looks for. */
+enum scan_mode {
+    SCAN_FULL,       /* the scanner: includes followed, probes, time macros, the driver directory */
+    SCAN_PROBES,     /* key_scan_probes(): probes and time macros; includes are listed by the preprocessor */
+    SCAN_DRIVER_DIR, /* key_scan_driver_dir(): the main source's quoted names in the driver directory */
+};
+
 struct include_ctx {
+    enum scan_mode mode;
+    const char *driver_dir;
+    void (*note)(void *arg, const char *path, const char *hex);
+    void *note_arg;
     const char *dirs[MAX_INCLUDE_DIRS];
     size_t ndirs;
     char *seen[MAX_HEADERS];
@@ -203,15 +214,26 @@ static int hand_off(struct include_ctx *c, const char *fmt, const char *detail)
 
 /* Takes the options' -I directories; any other option that changes where or
  * what the preprocessor reads (-include, -imacros, -isystem, -iquote,
- * -nostdinc, --...) hands the program to the preprocessor. */
+ * -nostdinc, --...) hands the program to the preprocessor. For probes
+ * (SCAN_PROBES), the -iquote, -isystem and -idirafter directories count
+ * too and other options are the preprocessor's. */
 static int parse_include_dirs(struct include_ctx *c, char **argv, int argc)
 {
+    static const char *const probe_dirs[] = {"-I", "-iquote", "-isystem", "-idirafter"};
     for (int i = 0; i < argc; i++) {
         const char *tok = argv[i];
-        if (!strncmp(tok, "-i", 2) || !strncmp(tok, "--", 2) || !strncmp(tok, "-nostd", 6))
-            return hand_off(c, "option %s changes what the preprocessor reads", tok);
-        if (strncmp(tok, "-I", 2) != 0) continue;
-        const char *dir = tok[2] ? tok + 2 : (i + 1 < argc ? argv[++i] : NULL);
+        size_t opt = 0;
+        if (c->mode == SCAN_PROBES) {
+            for (size_t d = 0; d < sizeof probe_dirs / sizeof *probe_dirs && !opt; d++)
+                if (!strncmp(tok, probe_dirs[d], strlen(probe_dirs[d]))) opt = strlen(probe_dirs[d]);
+            if (!opt) continue;
+        } else {
+            if (!strncmp(tok, "-i", 2) || !strncmp(tok, "--", 2) || !strncmp(tok, "-nostd", 6))
+                return hand_off(c, "option %s changes what the preprocessor reads", tok);
+            if (strncmp(tok, "-I", 2) != 0) continue;
+            opt = 2;
+        }
+        const char *dir = tok[opt] ? tok + opt : (i + 1 < argc ? argv[++i] : NULL);
         if (!dir) return hand_off(c, "option %s has no directory", tok);
         if (c->ndirs == MAX_INCLUDE_DIRS) return hand_off(c, "more than %s -I directories", "64");
         c->dirs[c->ndirs++] = dir;
@@ -251,6 +273,42 @@ int key_hash_file(const char *path, char hex[33])
 
 static int scan_source(struct include_ctx *c, const char *src, size_t len, const char *from_dir, int depth);
 
+/* The driver directory's field for a quoted name of the main source: by
+ * name, never the directory's path, so keys stay the same on machines
+ * whose drivers keep that directory elsewhere. */
+static void driver_dir_place(struct include_ctx *c, const char *name)
+{
+    if (!c->driver_dir || name[0] == '/') return;
+    char path[4200], field[1200], hex[33];
+    snprintf(path, sizeof path, "%s/%s", c->driver_dir, name);
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        snprintf(field, sizeof field, "driver-dir-absent %s", name);
+        key_add_text(c->k, field, "");
+        return;
+    }
+    snprintf(field, sizeof field, "driver-dir-header %s", name);
+    key_add_text(c->k, field, key_hash_file(path, hex) == 0 ? hex : "unreadable");
+}
+
+/* One place a probed name could be found: its hash, or its absence. */
+static int probe_place(struct include_ctx *c, const char *path)
+{
+    char field[4200], hex[33];
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        snprintf(field, sizeof field, "header-absent %s", path);
+        key_add_text(c->k, field, "");
+        if (c->note) c->note(c->note_arg, path, NULL);
+        return 0;
+    }
+    if (key_hash_file(path, hex) != 0) return hand_off(c, "cannot read %s, a name __has_include probes", path);
+    snprintf(field, sizeof field, "header %s", path);
+    key_add_text(c->k, field, hex);
+    if (c->note) c->note(c->note_arg, path, hex);
+    return 0;
+}
+
 static int add_header(struct include_ctx *c, const char *path, int depth)
 {
     for (size_t i = 0; i < c->nseen; i++)
@@ -275,6 +333,9 @@ static int add_header(struct include_ctx *c, const char *path, int depth)
     return rc;
 }
 
+static const char *const system_dirs[] = {"/usr/lib/llvm-*/lib/clang/*/include", "/usr/local/include",
+                                          "/usr/include/*-linux-gnu*", "/usr/include"};
+
 /* A name in no -I directory, nor the including file's, nor the working
  * directory: the compiler would search its system directories next. When
  * the name exists in one (clang's resource directories, /usr/local/include,
@@ -284,8 +345,6 @@ static int add_header(struct include_ctx *c, const char *path, int depth)
  * and a scan after the file appears anywhere takes another path. */
 static int not_found(struct include_ctx *c, const char *name)
 {
-    static const char *const system_dirs[] = {"/usr/lib/llvm-*/lib/clang/*/include", "/usr/local/include",
-                                              "/usr/include/*-linux-gnu*", "/usr/include"};
     for (size_t i = 0; i < sizeof system_dirs / sizeof *system_dirs; i++) {
         char pattern[1200];
         snprintf(pattern, sizeof pattern, "%s/%s", system_dirs[i], name);
@@ -309,6 +368,7 @@ static int not_found(struct include_ctx *c, const char *name)
  * later can make a key stale. A name found nowhere: not_found(). */
 static int resolve_include(struct include_ctx *c, const char *name, int quoted, const char *from_dir, int depth)
 {
+    if (quoted && depth == 0) driver_dir_place(c, name);
     for (size_t i = 0; i < c->nembedded; i++)
         if (!strcmp(c->embedded[i].name, name)) {
             /* An embedded header shadows files of the same name (the
@@ -327,7 +387,8 @@ static int resolve_include(struct include_ctx *c, const char *name, int quoted, 
         else snprintf(path, sizeof path, "%s/%s", dir, name);
         if (stat(path, &st) == 0) {
             found = 1;
-            if (add_header(c, path, depth) != 0) return -1;
+            int rc = add_header(c, path, depth);
+            if (rc != 0) return rc;
         } else {
             char field[4200];
             snprintf(field, sizeof field, "header-absent %s", path);
@@ -393,6 +454,64 @@ static const char *skip_blanks(const char *p, const char *end, int *newline)
     }
 }
 
+/* A __has_include / __has_include_next operand: every place the name could
+ * be found, in any search order (which makes __has_include_next the same
+ * superset), present (hashed, not followed: a probe reads nothing) or
+ * absent, the compiler's system directories included. */
+static int resolve_probe(struct include_ctx *c, const char *name, int quoted, const char *from_dir, int depth)
+{
+    if (quoted && depth == 0 && c->mode != SCAN_PROBES) driver_dir_place(c, name);
+    if (c->mode == SCAN_DRIVER_DIR) return 0;
+    for (size_t i = 0; i < c->nembedded; i++)
+        if (!strcmp(c->embedded[i].name, name)) return 0; /* found there first; its content is keyed */
+    if (name[0] == '/') return probe_place(c, name);
+    char path[4096];
+    for (size_t i = 0; i <= c->ndirs + 1; i++) {
+        const char *dir = i == 0 ? (quoted ? from_dir : NULL) : i <= c->ndirs ? c->dirs[i - 1] : ".";
+        if (!dir) continue;
+        if (!strcmp(dir, ".")) snprintf(path, sizeof path, "%s", name);
+        else snprintf(path, sizeof path, "%s/%s", dir, name);
+        if (probe_place(c, path) != 0) return -1;
+    }
+    for (size_t i = 0; i < sizeof system_dirs / sizeof *system_dirs; i++) {
+        char pattern[1200];
+        snprintf(pattern, sizeof pattern, "%s/%s", system_dirs[i], name);
+        glob_t g;
+        int rc = glob(pattern, GLOB_NOESCAPE, NULL, &g);
+        for (size_t m = 0; rc == 0 && m < g.gl_pathc; m++)
+            if (probe_place(c, g.gl_pathv[m]) != 0) rc = -1;
+        globfree(&g);
+        if (rc == -1) return -1;
+    }
+    return 0;
+}
+
+/* After the identifier __has_include(_next): "(" operand ")". Not followed
+ * by "(" it is no probe (#ifdef __has_include, defined(__has_include)). An
+ * operand other than one "..." or <...> literal is KEY_UNCACHEABLE. */
+static int scan_probe(struct include_ctx *c, const char **pp, const char *end, const char *from_dir, int depth)
+{
+    const char *p = skip_blanks(*pp, end, NULL);
+    if (p >= end || *p != '(') return 0;
+    p = skip_blanks(p + 1, end, NULL);
+    char close = p < end && *p == '"' ? '"' : p < end && *p == '<' ? '>' : 0;
+    const char *eol = memchr(p, '\n', (size_t)(end - p));
+    if (!eol) eol = end;
+    const char *q = close && p < eol ? memchr(p + 1, close, (size_t)(eol - p - 1)) : NULL;
+    const char *r = q ? skip_blanks(q + 1, end, NULL) : NULL;
+    char name[1024];
+    size_t n = q ? (size_t)(q - p - 1) : 0;
+    if (!r || r >= end || *r != ')' || n == 0 || n >= sizeof name || memchr(p + 1, 0, n)) {
+        snprintf(c->why, c->why_len, "a __has_include whose operand is not a plain \"...\" or <...>: %.*s",
+                 (int)(eol - p > 200 ? 200 : eol - p), p);
+        return KEY_UNCACHEABLE;
+    }
+    memcpy(name, p + 1, n);
+    name[n] = 0;
+    *pp = r + 1;
+    return resolve_probe(c, name, close == '"', from_dir, depth);
+}
+
 static int scan_directive(struct include_ctx *c, const char **pp, const char *end, const char *from_dir,
                           int depth)
 {
@@ -402,13 +521,16 @@ static int scan_directive(struct include_ctx *c, const char **pp, const char *en
     size_t n = (size_t)(p - id);
     *pp = p;
     int include = (n == 7 && !memcmp(id, "include", 7)) || (n == 6 && !memcmp(id, "import", 6));
-    if (n == 12 && !memcmp(id, "include_next", 12)) return hand_off(c, "an %s", "#include_next");
+    if (c->mode == SCAN_PROBES || (c->mode == SCAN_DRIVER_DIR && depth > 0)) return 0;
+    if (n == 12 && !memcmp(id, "include_next", 12) && c->mode == SCAN_FULL)
+        return hand_off(c, "an %s", "#include_next");
     if (!include) return 0;
     p = skip_blanks(p, end, NULL);
     char close = p < end && *p == '"' ? '"' : p < end && *p == '<' ? '>' : 0;
     const char *eol = memchr(p, '\n', (size_t)(end - p));
     if (!eol) eol = end;
     const char *q = close && p < eol ? memchr(p + 1, close, (size_t)(eol - p - 1)) : NULL;
+    if (!q && c->mode == SCAN_DRIVER_DIR) return 0;
     if (!q) {
         snprintf(c->why, c->why_len, "a computed #%s %.*s", n == 6 ? "import" : "include",
                  (int)(eol - p > 200 ? 200 : eol - p), p);
@@ -420,13 +542,17 @@ static int scan_directive(struct include_ctx *c, const char **pp, const char *en
     memcpy(name, p + 1, n);
     name[n] = 0;
     *pp = q + 1;
+    if (c->mode == SCAN_DRIVER_DIR) {
+        if (close == '"') driver_dir_place(c, name);
+        return 0;
+    }
     return resolve_include(c, name, close == '"', from_dir, depth);
 }
 
 static int scan_source(struct include_ctx *c, const char *raw, size_t raw_len, const char *from_dir, int depth)
 {
     if (depth > MAX_DEPTH) return hand_off(c, "includes nested deeper than %s", "32");
-    if (memmem(raw, raw_len, "??", 2)) return hand_off(c, "a possible %s", "trigraph");
+    if (c->mode == SCAN_FULL && memmem(raw, raw_len, "??", 2)) return hand_off(c, "a possible %s", "trigraph");
     size_t len;
     char *src = remove_splices(raw, raw_len, &len);
     if (!src) return hand_off(c, "%s", "out of memory");
@@ -454,8 +580,15 @@ static int scan_source(struct include_ctx *c, const char *raw, size_t raw_len, c
             line_start = 0;
             const char *id = p;
             while (p < end && is_ident(*p)) p++;
-            if ((size_t)(p - id) >= 13 && !memcmp(id, "__has_include", 13))
-                rc = hand_off(c, "a %s", "__has_include");
+            size_t n = (size_t)(p - id);
+            if ((n == 13 && !memcmp(id, "__has_include", 13)) || (n == 18 && !memcmp(id, "__has_include_next", 18))) {
+                rc = scan_probe(c, &p, end, from_dir, depth);
+            } else if (c->mode != SCAN_DRIVER_DIR && ((n == 8 && (!memcmp(id, "__DATE__", 8) || !memcmp(id, "__TIME__", 8))) ||
+                                                      (n == 13 && !memcmp(id, "__TIMESTAMP__", 13)))) {
+                snprintf(c->why, c->why_len, "%s uses %.*s: its build differs by when it ran",
+                         depth == 0 ? "the program source" : "a header it reads", (int)n, id);
+                rc = KEY_TIME_MACROS;
+            }
         } else {
             line_start = 0;
             p++;
@@ -471,7 +604,7 @@ int key_scan_headers(struct key_buf *k, const struct key_source *in, char *why, 
     if (!why) { why = none; why_len = sizeof none; }
     why[0] = 0;
     struct include_ctx c = {.k = k, .why = why, .why_len = why_len, .embedded = in->embedded,
-                            .nembedded = in->nembedded};
+                            .nembedded = in->nembedded, .driver_dir = in->driver_dir};
     char **argv;
     int argc;
     int rc = key_split_options(in->options, &argv, &argc);
@@ -484,13 +617,61 @@ int key_scan_headers(struct key_buf *k, const struct key_source *in, char *why, 
      * "import" and without a backslash (a line splice), no directive can
      * open a file: the scan is skipped. */
     int may_include = memmem(in->source, in->len, "include", 7) || memmem(in->source, in->len, "import", 6) ||
-                      memchr(in->source, '\\', in->len) || memmem(in->source, in->len, "??", 2);
+                      memchr(in->source, '\\', in->len) || memmem(in->source, in->len, "??", 2) ||
+                      memmem(in->source, in->len, "__DATE__", 8) || memmem(in->source, in->len, "__TIME", 6);
     if (rc == 0 && may_include) rc = scan_source(&c, in->source, in->len, NULL, 0);
     for (size_t i = 0; rc == 0 && i < in->nembedded; i++)
         rc = scan_source(&c, in->embedded[i].source, in->embedded[i].len, NULL, 1);
     for (size_t i = 0; i < c.nseen; i++) free(c.seen[i]);
     key_free_options(argv, argc);
     return rc;
+}
+
+int key_scan_probes(struct key_buf *k, const struct key_source *in, char *const *files, size_t nfiles,
+                    void (*note)(void *arg, const char *path, const char *hex), void *arg, char *why,
+                    size_t why_len)
+{
+    char none[8];
+    if (!why) { why = none; why_len = sizeof none; }
+    why[0] = 0;
+    struct include_ctx c = {.mode = SCAN_PROBES, .k = k, .why = why, .why_len = why_len, .note = note,
+                            .note_arg = arg, .embedded = in->embedded, .nembedded = in->nembedded};
+    char **argv;
+    int argc;
+    if (key_split_options(in->options, &argv, &argc) != 0) {
+        snprintf(why, why_len, "%s", "an unclosed quote in the options");
+        return KEY_UNCACHEABLE;
+    }
+    int rc = parse_include_dirs(&c, argv, argc);
+    if (rc == 0) rc = scan_source(&c, in->source, in->len, NULL, 0);
+    for (size_t i = 0; rc == 0 && i < in->nembedded; i++)
+        rc = scan_source(&c, in->embedded[i].source, in->embedded[i].len, NULL, 1);
+    for (size_t i = 0; rc == 0 && i < nfiles; i++) {
+        size_t len;
+        char *text = read_file(files[i], &len);
+        if (!text) {
+            rc = hand_off(&c, "cannot read %s", files[i]);
+            break;
+        }
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s", files[i]);
+        char *slash = strrchr(dir, '/');
+        if (slash) *slash = 0;
+        else snprintf(dir, sizeof dir, ".");
+        rc = scan_source(&c, text, len, dir, 1);
+        free(text);
+    }
+    key_free_options(argv, argc);
+    return rc == KEY_HANDOFF ? KEY_UNCACHEABLE : rc; /* no other route is left */
+}
+
+void key_scan_driver_dir(struct key_buf *k, const struct key_source *in)
+{
+    if (!in->driver_dir) return;
+    char why[256];
+    struct include_ctx c = {.mode = SCAN_DRIVER_DIR, .driver_dir = in->driver_dir, .k = k, .why = why,
+                            .why_len = sizeof why};
+    scan_source(&c, in->source, in->len, NULL, 0);
 }
 
 int key_add_headers(struct key_buf *k, const char *source, size_t len, const char *options, char *why,

@@ -9,8 +9,13 @@
  *    version, driver version, vendor id, OpenCL C version, extensions,
  *    address bits, device type>
  *   spec.<id>=<value hex>            (specialisation constants, sorted)
- *   header <path>=<xxh128 hex>        (every header the source can include,
- *   header-absent <path>=             and every place one could appear)
+ *   header <path>=<xxh128 hex>        (every header the source can include
+ *   header-absent <path>=             or probe with __has_include, and every
+ *                                     place one could appear)
+ *   driver-dir-header <name>=<hex>    (a driver that compiles from a
+ *   driver-dir-absent <name>=         directory of its own: the main
+ *                                     source's quoted names there, by name
+ *                                     only so keys stay portable)
  *   input=<n bytes>\n<the input bytes: source, IL or binaries>
  * The hash is XXH3-128 of the whole material, which is stored beside the
  * value and compared on every hit, so a collision is detected, never served.
@@ -86,17 +91,36 @@ struct key_source {
     const char *options;          /* the application's build options */
     const struct key_embedded *embedded;
     size_t nembedded;
+    /* The directory the driver writes the source to and compiles it from
+     * (QUIRK_POCL_SOURCE_DIR, cache/quirks.h), searched first for the main
+     * source's quoted names; NULL when the driver has none. */
+    const char *driver_dir;
 };
+
+/* Results of the scans below besides 0: */
+#define KEY_HANDOFF (-1)     /* the scanner cannot be certain: ask the preprocessor */
+#define KEY_UNCACHEABLE (-2) /* no route can key it: a __has_include whose operand is not a literal */
+#define KEY_TIME_MACROS (-3) /* __DATE__, __TIME__ or __TIMESTAMP__: a build differs by when it ran */
 
 /* The scanner: the fast path, exact or nothing. Adds a "header" field (path
  * and content hash) for every file the source and its headers can #include
  * or #import, whatever #if surrounds the line, so the set is a superset of
  * what the compiler opens; every other place a name could be found (the
  * including file's directory, each -I directory, the working directory) is
- * recorded as absent, so a file appearing there changes the key. It lexes
+ * recorded as absent, so a file appearing there changes the key. Names
+ * probed by __has_include / __has_include_next (a "..." or <...> literal)
+ * are keyed the same way at every place (present: its hash, not followed;
+ * absent: "header-absent"), system directories included. With a
+ * driver_dir, each quoted name of the main source adds "driver-dir-header
+ * <name>=<hash>" or "driver-dir-absent <name>" (a header found there is
+ * keyed by content; what it includes itself is not followed). It lexes
  * like the preprocessor: comments, line splices, string literals, the "%:"
- * digraph. Returns 0, or -1 when it cannot be certain: a computed include,
- * #include_next, __has_include, trigraphs, an option that changes what the
+ * digraph. Returns 0; KEY_TIME_MACROS when the source or a header uses
+ * __DATE__, __TIME__ or __TIMESTAMP__ (as a token: not in comments or
+ * literals); KEY_UNCACHEABLE for a __has_include( whose operand is not a
+ * literal (a macro: no route can list its places); or KEY_HANDOFF (-1)
+ * when it cannot be certain: a computed include,
+ * #include_next, trigraphs, an option that changes what the
  * preprocessor reads (-include, -isystem, ...), a name found in none of
  * those directories but present in a system directory of the compiler
  * (clang's resource directories, /usr/local/include, /usr/include and its
@@ -105,6 +129,26 @@ struct key_source {
  * asks the preprocessor (cache/preproc.h). Embedded headers resolve by name
  * first; their contents are the caller's to key. */
 int key_scan_headers(struct key_buf *k, const struct key_source *in, char *why, size_t why_len);
+
+/* The lexical pass for the routes that do not use the scanner
+ * (cache/preproc.h): the program source, its embedded headers and `files`
+ * (every header the preprocessor opened) scanned for the time macros and
+ * for __has_include probes, whose places are added to k as
+ * key_scan_headers() adds them (the driver directory aside), and told to
+ * `note` (may be NULL): path and content hash, or hex NULL when absent.
+ * The probe's places: the probing file's directory (quoted), the -I,
+ * -iquote, -isystem and -idirafter directories, the working directory,
+ * every match in the compiler's system directories. Returns 0,
+ * KEY_TIME_MACROS or KEY_UNCACHEABLE with `why`. */
+int key_scan_probes(struct key_buf *k, const struct key_source *in, char *const *files, size_t nfiles,
+                    void (*note)(void *arg, const char *path, const char *hex), void *arg, char *why,
+                    size_t why_len);
+
+/* The driver directory's fields alone (nothing when in->driver_dir is
+ * NULL): every quoted #include / #import name and quoted __has_include
+ * operand of the main source, present or absent there. Computed fresh on
+ * every key, whatever route listed the headers. */
+void key_scan_driver_dir(struct key_buf *k, const struct key_source *in);
 
 /* key_scan_headers() for a program without embedded headers. */
 int key_add_headers(struct key_buf *k, const char *source, size_t len, const char *options,

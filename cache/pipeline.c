@@ -325,9 +325,12 @@ static int take_key(struct pipeline_flight *f, struct key_buf *k, const void *in
     return 0;
 }
 
-static void not_cacheable(struct key_buf *k, const char *why, const void *handle)
+/* rc: what preproc_start() / preproc_finish() returned, the reason. */
+static void not_cacheable(struct key_buf *k, int rc, const char *why, const void *handle)
 {
     STAT_ADD(proc_stats.uncacheable, 1);
+    if (rc == KEY_TIME_MACROS) STAT_ADD(proc_stats.uncacheable_time_macros, 1);
+    else STAT_ADD(proc_stats.uncacheable_headers, 1);
     log_msg(LOG_INFO, "not caching program %p: %s", (void *)handle, why);
     key_free(k);
 }
@@ -342,9 +345,10 @@ static int derive_key(struct pipeline_flight *f, struct key_buf *k, const struct
         struct preproc_job *job = NULL;
         store *st = pipeline_store(); /* opened first: the time below is the key's alone */
         uint64_t t0 = now_ns();
-        if (preproc_start(k, st, src, identity, may_overlap && preprocessor_may_overlap(), &route, &job, why,
-                          sizeof why) != 0) {
-            not_cacheable(k, why, handle);
+        int rc = preproc_start(k, st, src, identity, may_overlap && preprocessor_may_overlap(), &route, &job, why,
+                               sizeof why);
+        if (rc != 0) {
+            not_cacheable(k, rc, why, handle);
             return -1;
         }
         if (job) { /* finished by pipeline_key_finish() */
@@ -392,8 +396,9 @@ static int finish_pending(struct pipeline_flight *f, int keep, const void *handl
     }
     char why[1024];
     uint64_t ran_ns = 0, t0 = now_ns();
-    if (preproc_finish(job, &k, &ran_ns, why, sizeof why) != 0) {
-        not_cacheable(&k, why, handle);
+    int rc = preproc_finish(job, &k, &ran_ns, why, sizeof why);
+    if (rc != 0) {
+        not_cacheable(&k, rc, why, handle);
         return -1;
     }
     log_msg(LOG_INFO, "program %p: headers from the preprocessor in %.2f ms, beside the compile (%.2f ms after it)",

@@ -16,7 +16,8 @@
 #include "common/clang.h"
 #include "common/error.h"
 
-#define MANIFEST_MAGIC "clshim-manifest 1\n"
+#define MANIFEST_MAGIC "clshim-manifest 2\n" /* 2: probed places, absent ones as ABSENT_MARK */
+#define ABSENT_MARK "--------------------------------" /* 32 characters, where a hash would be */
 #define MAX_ARGS 1024
 
 /* ---- the device's predefined macros ------------------------------------- */
@@ -334,6 +335,25 @@ static void add_header_field(struct key_buf *k, const char *path, const char *he
     key_add_text(k, name, hex);
 }
 
+static void add_absent_field(struct key_buf *k, const char *path)
+{
+    char name[4200];
+    snprintf(name, sizeof name, "header-absent %s", path);
+    key_add_text(k, name, "");
+}
+
+/* key_scan_probes()'s places, as manifest lines (re-verified by
+ * use_manifest(): a hash, or ABSENT_MARK for a place that must stay absent). */
+static void note_probe(void *arg, const char *path, const char *hex)
+{
+    struct key_buf *m = arg;
+    if (strchr(path, '\n') || strlen(path) >= 4096) m->oom = 1; /* no manifest then */
+    key_append(m, hex ? hex : ABSENT_MARK, 32);
+    key_append(m, " ", 1);
+    key_append(m, path, strlen(path));
+    key_append(m, "\n", 1);
+}
+
 /* Search roots for the shadowing check: "" (the working directory), each
  * -I directory, the directory of each listed file. */
 struct roots {
@@ -399,6 +419,10 @@ static int use_manifest(struct key_buf *k, const struct key_source *in, const ch
     for (const char *p = body; p < end;) {
         const char *eol = memchr(p, '\n', (size_t)(end - p));
         if (!eol) break;
+        if (*p == '-') { /* an absent place is no search root */
+            p = eol + 1;
+            continue;
+        }
         const char *slash = memrchr(p + 33, '/', (size_t)(eol - p - 33));
         if (slash) add_root(&r, p + 33, (size_t)(slash - p - 33));
         p = eol + 1;
@@ -415,7 +439,11 @@ static int use_manifest(struct key_buf *k, const struct key_source *in, const ch
         want[32] = 0;
         memcpy(path, p + 33, (size_t)(eol - p - 33));
         path[eol - p - 33] = 0;
-        if (key_hash_file(path, got) != 0 || strcmp(got, want) != 0 || maybe_shadowed(&r, path)) rc = -1;
+        struct stat st;
+        if (!strcmp(want, ABSENT_MARK)) { /* a place __has_include probed: still absent? */
+            if (stat(path, &st) == 0) rc = -1;
+            else add_absent_field(k, path);
+        } else if (key_hash_file(path, got) != 0 || strcmp(got, want) != 0 || maybe_shadowed(&r, path)) rc = -1;
         else add_header_field(k, path, want);
         p = eol + 1;
     }
@@ -488,6 +516,9 @@ static void run_preprocessor(const struct key_source *in, const char *identity, 
         key_append(&r->manifest, files[i], strlen(files[i]));
         key_append(&r->manifest, "\n", 1);
     }
+    /* What -M does not list: names __has_include probed (absent ones
+     * above all), and the time macros, in the source and every header. */
+    if (r->rc == 0) r->rc = key_scan_probes(&r->fields, in, files, n, note_probe, &r->manifest, r->why, sizeof r->why);
     if (r->rc == 0 && r->fields.oom) {
         snprintf(r->why, sizeof r->why, "out of memory");
         r->rc = -1;
@@ -517,7 +548,12 @@ static int take_result(struct key_buf *k, const struct key_source *in, const cha
 {
     if (r->rc == 0) {
         key_append(k, r->fields.data, r->fields.len);
+        key_scan_driver_dir(k, in);
         return 0;
+    }
+    if (r->rc != -1) { /* KEY_TIME_MACROS, KEY_UNCACHEABLE: not the preprocessor's failure */
+        snprintf(why, why_len, "%s", r->why);
+        return r->rc;
     }
     char kernels[256];
     preproc_kernel_names(in->source, in->len, kernels, sizeof kernels);
@@ -526,7 +562,9 @@ static int take_result(struct key_buf *k, const struct key_source *in, const cha
 }
 
 /* The routes that start no process: the scanner, then direct mode. 0 when
- * k has the header fields; 1 when the preprocessor must list them: m is
+ * k has the header fields; KEY_TIME_MACROS or KEY_UNCACHEABLE (with
+ * scan_why) when no route can key the program; 1 when the preprocessor
+ * must list them: m is
  * then the manifest's key (m->data NULL when it could not be made) and
  * *no_manifest says that the store has no manifest for it at all (as
  * opposed to one that no longer matches). */
@@ -538,7 +576,8 @@ static int headers_without_preprocessor(struct key_buf *k, store *st, const stru
     *route = PREPROC_SCANNER;
     memset(m, 0, sizeof *m);
     *no_manifest = 0;
-    if (key_scan_headers(k, in, scan_why, scan_why_len) == 0) return 0;
+    int scan = key_scan_headers(k, in, scan_why, scan_why_len);
+    if (scan == 0 || scan < KEY_HANDOFF) return scan;
     k->len = mark; /* the scanner's partial fields */
 
     if (manifest_key(k, in, m) != 0) {
@@ -554,6 +593,7 @@ static int headers_without_preprocessor(struct key_buf *k, store *st, const stru
         if (rc == CLSHIM_OK && use_manifest(k, in, rec.binary, rec.binary_size) == 0) {
             store_record_free(arena);
             key_free(m);
+            key_scan_driver_dir(k, in);
             *route = PREPROC_DIRECT;
             return 0;
         }
@@ -614,6 +654,7 @@ static void free_job(struct preproc_job *job)
     }
     free(job->embedded);
     free(job->identity);
+    free((char *)job->in.driver_dir);
     key_free(&job->mkey);
     free_result(&job->result);
     free(job);
@@ -644,7 +685,8 @@ static struct preproc_job *new_job(const struct key_source *in, const char *iden
     job->in.len = in->len;
     job->in.options = copy_bytes(options, strlen(options));
     job->identity = copy_bytes(identity ? identity : "", identity ? strlen(identity) : 0);
-    int ok = job->in.source && job->in.options && job->identity;
+    if (in->driver_dir) job->in.driver_dir = copy_bytes(in->driver_dir, strlen(in->driver_dir));
+    int ok = job->in.source && job->in.options && job->identity && (!in->driver_dir || job->in.driver_dir);
     if (ok && in->nembedded) {
         ok = (job->embedded = calloc(in->nembedded, sizeof *job->embedded)) != NULL;
         for (size_t i = 0; ok && i < in->nembedded; i++) {
@@ -691,8 +733,11 @@ int preproc_start(struct key_buf *k, store *st, const struct key_source *in, con
     struct cache_hash mhash;
     int no_manifest;
     char scan_why[512];
-    if (headers_without_preprocessor(k, st, in, &m, &mhash, &no_manifest, route, scan_why, sizeof scan_why) == 0)
-        return 0;
+    int h = headers_without_preprocessor(k, st, in, &m, &mhash, &no_manifest, route, scan_why, sizeof scan_why);
+    if (h <= 0) {
+        if (h) snprintf(why, why_len, "%s", scan_why);
+        return h;
+    }
 
     /* Never seen (no manifest at all): a compile is all but certain, so the
      * preprocessor may run beside it. A manifest that no longer matches

@@ -19,6 +19,10 @@
  *              [app options that reach the preprocessor] -
  *      with the source on its standard input. Its dependency list is every
  *      file it opened; each is hashed, and a new manifest is stored.
+ *      The list lacks names __has_include probed: key_scan_probes()
+ *      (cache/key.h) scans the source and every listed file for them and
+ *      for the time macros; each probed place is keyed and written to the
+ *      manifest (hash, or 32 '-' when absent), re-verified by direct mode.
  * The app options passed on (joined or separate, quotes respected): -D,
  * -U, -I, -include, -imacros, -isystem, -iquote, -idirafter; -nostdinc,
  * -cl-std=, -cl-ext= and the -cl-* math options (some define macros).
@@ -43,9 +47,14 @@
  * key holds the device identity, so only the header selection could
  * differ).
  *
- * Returns 0, or -1 when the preprocessor itself fails (the program is then
+ * Whatever the route, the driver directory's fields (key_scan_driver_dir)
+ * follow the header fields when in->driver_dir is set.
+ *
+ * Returns 0; -1 when the preprocessor itself fails (the program is then
  * not cacheable; `why` says the include line that needed it and clang's
- * first error line). Thread-safe.
+ * first error line); KEY_TIME_MACROS or KEY_UNCACHEABLE (cache/key.h)
+ * when the source or a header uses a time macro or probes a non-literal
+ * name (`why` says which). Thread-safe.
  */
 #ifndef CLSHIM_PREPROC_H
 #define CLSHIM_PREPROC_H
@@ -93,7 +102,7 @@ int preproc_add_headers(struct key_buf *k, store *st, const struct key_source *i
  *
  * preproc_finish() returns 0 with the fields added, or -1 (k unchanged)
  * when the preprocessor failed (`why` as preproc_add_headers() says it) or
- * k is NULL. *ran_ns (may be NULL) receives how long the preprocessor ran. */
+ * k is NULL, or KEY_TIME_MACROS / KEY_UNCACHEABLE as preproc_add_headers(). *ran_ns (may be NULL) receives how long the preprocessor ran. */
 struct preproc_job;
 int preproc_start(struct key_buf *k, store *st, const struct key_source *in, const char *identity,
                   int may_overlap, enum preproc_route *route, struct preproc_job **job, char *why,

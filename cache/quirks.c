@@ -1,6 +1,7 @@
 /* quirks.c — the driver quirks table (see quirks.h). */
 #include "cache/quirks.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +22,10 @@ static const struct quirk_entry table[] = {
      "PoCL with POCL_KERNEL_CACHE=0 aborts on concurrent programs made from binaries and shares program-scope "
      "variables between them: clshim does not cache on it",
      "driver_quirks uncached-binary-race, driver_quirks binary-globals"},
+    {"Portable Computing Language", NULL, NULL, QUIRK_POCL_SOURCE_DIR,
+     "PoCL compiles the source from its cache directory, where a quoted #include looks first: the key holds what "
+     "that directory has of the main source's quoted names",
+     "test_driver_quirks.sh source-dir (srcfile)"},
 };
 
 unsigned quirks_for(const char *platform_name, const char *driver_version)
@@ -37,6 +42,18 @@ unsigned quirks_for(const char *platform_name, const char *driver_version)
         bits |= q->quirk;
     }
     return bits;
+}
+
+int quirk_source_dir(unsigned quirks, char *out, size_t out_len)
+{
+    if (!(quirks & QUIRK_POCL_SOURCE_DIR)) return -1;
+    const char *pocl = getenv("POCL_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    int n;
+    if (pocl && *pocl) n = snprintf(out, out_len, "%s", pocl);
+    else if (xdg && *xdg) n = snprintf(out, out_len, "%s/pocl/kcache", xdg);
+    else if (home && *home) n = snprintf(out, out_len, "%s/.cache/pocl/kcache", home);
+    else return -1;
+    return n > 0 && (size_t)n < out_len ? 0 : -1;
 }
 
 const char *quirk_description(unsigned quirk)

@@ -11,6 +11,8 @@
 #ifndef CLSHIM_QUIRKS_H
 #define CLSHIM_QUIRKS_H
 
+#include <stddef.h>
+
 enum driver_quirk {
     /* PoCL 3.x: code generation of a kernel whose name has 255 or more
      * characters aborts the process. Reading CL_PROGRAM_BINARIES makes PoCL
@@ -23,6 +25,12 @@ enum driver_quirk {
      * file). An app building from source never meets either, so clshim
      * stands aside: nothing is cached on that device. */
     QUIRK_STAND_ASIDE_UNCACHED = 1u << 1,
+    /* PoCL 3.x compiles a program's source from a temporary file in its
+     * kernel cache directory (quirk_source_dir), so a quoted #include of
+     * the main source finds a header there first. The key holds, for each
+     * quoted name of the main source, whether that directory has it and
+     * its content (struct key_source's driver_dir, cache/key.h). */
+    QUIRK_POCL_SOURCE_DIR = 1u << 2,
 };
 
 /* The longest kernel name QUIRK_LONG_KERNEL_NAME_CODEGEN allows. */
@@ -31,6 +39,13 @@ enum driver_quirk {
 /* The quirk bits that apply to a device of this platform, in this process's
  * environment. */
 unsigned quirks_for(const char *platform_name, const char *driver_version);
+
+/* The directory the driver compiles the source from, when `quirks` has
+ * QUIRK_POCL_SOURCE_DIR: $POCL_CACHE_DIR when set and not empty, else
+ * $XDG_CACHE_HOME/pocl/kcache, else $HOME/.cache/pocl/kcache (as PoCL 3.1
+ * picks it; it need not exist yet). 0 with `out` filled, -1 when the quirk
+ * is off or no directory can be named. Read on every call: tests change it. */
+int quirk_source_dir(unsigned quirks, char *out, size_t out_len);
 
 /* A one-line description of a quirk bit, for log lines. */
 const char *quirk_description(unsigned quirk);

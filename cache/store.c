@@ -677,8 +677,8 @@ static int stats_add_fn(store *s, MDB_txn *txn, void *arg)
     const uint64_t add[ST_COUNT] = {d->hits, d->misses, d->stores, d->evictions_size, d->evictions_age,
                                     d->rejected, d->collisions, d->corrupt, d->compile_ns_saved,
                                     d->uncacheable, d->remote_hits, d->remote_misses, d->remote_errors,
-                                    d->remote_corrupt, d->remote_pushes, d->captures_handed,
-                                    d->captures_stored};
+                                    d->remote_corrupt, d->remote_pushes, d->uncacheable_headers,
+                                    d->uncacheable_time_macros, d->captures_handed, d->captures_stored};
     for (int i = 0; i < ST_CAPTURE_LOST; i++) a.stat[i] += add[i];
     for (int i = 0; i < CAPTURE_LOST_COUNT; i++) a.stat[ST_CAPTURE_LOST + i] += d->capture_lost[i];
     return rc ? rc : store_acct_save(s, txn, &a);
@@ -735,7 +735,9 @@ int store_stats_get(store *s, struct store_stats *out)
                                 .evictions_age = a.stat[ST_EVICT_AGE], .rejected = a.stat[ST_REJECTED],
                                 .collisions = a.stat[ST_COLLISIONS], .corrupt = a.stat[ST_CORRUPT],
                                 .compile_ns_saved = a.stat[ST_SAVED],
-                                .uncacheable = a.stat[ST_UNCACHEABLE], .remote_hits = a.stat[ST_REMOTE_HITS],
+                                .uncacheable = a.stat[ST_UNCACHEABLE],
+                                .uncacheable_headers = a.stat[ST_UNCACHEABLE_HEADERS],
+                                .uncacheable_time_macros = a.stat[ST_UNCACHEABLE_TIME], .remote_hits = a.stat[ST_REMOTE_HITS],
                                 .remote_misses = a.stat[ST_REMOTE_MISSES],
                                 .remote_errors = a.stat[ST_REMOTE_ERRORS],
                                 .remote_corrupt = a.stat[ST_REMOTE_CORRUPT],

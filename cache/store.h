@@ -196,7 +196,8 @@ struct store_stats {
     uint64_t rejected;        /* binaries the driver refused */
     uint64_t collisions, corrupt;
     uint64_t compile_ns_saved;
-    uint64_t uncacheable;     /* programs whose headers not even the preprocessor could list */
+    uint64_t uncacheable;     /* programs not cached (the total), of which: */
+    uint64_t uncacheable_headers, uncacheable_time_macros; /* headers no route could list; __DATE__ & co. */
     /* the remote tier (cache/remote.h), counted by its caller: lookups it
      * answered, lookups it did not, failed or timed-out commands, values
      * that failed verification (ignored), values pushed */

@@ -51,8 +51,9 @@ struct store {
  * and saved in it, so they move with the entries. */
 enum { ST_HITS, ST_MISSES, ST_STORES, ST_EVICT_SIZE, ST_EVICT_AGE, ST_REJECTED, ST_COLLISIONS,
        ST_CORRUPT, ST_SAVED, ST_UNCACHEABLE, ST_REMOTE_HITS, ST_REMOTE_MISSES, ST_REMOTE_ERRORS,
-       ST_REMOTE_CORRUPT, ST_REMOTE_PUSHES, ST_CAPTURES_HANDED, ST_CAPTURES_STORED,
-       ST_CAPTURE_LOST, ST_COUNT = ST_CAPTURE_LOST + CAPTURE_LOST_COUNT }; /* append only: older caches read 0 */
+       ST_REMOTE_CORRUPT, ST_REMOTE_PUSHES, ST_UNCACHEABLE_HEADERS, ST_UNCACHEABLE_TIME, ST_CAPTURES_HANDED,
+       ST_CAPTURES_STORED, ST_CAPTURE_LOST,
+       ST_COUNT = ST_CAPTURE_LOST + CAPTURE_LOST_COUNT }; /* append only: older caches read 0 */
 struct store_acct {
     uint64_t count, bytes, ubytes;
     uint64_t stat[ST_COUNT];

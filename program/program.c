@@ -566,7 +566,9 @@ static void derive_key(struct pc_program *rec, const char *options, size_t i)
         snprintf(value, sizeof value, "%zu:%016llx", rec->specs[s].size, (unsigned long long)v);
         key_add_text(&k, name, value);
     }
-    struct key_source in = {.source = rec->input, .len = rec->input_len, .options = options};
+    char ddir[4096];
+    struct key_source in = {.source = rec->input, .len = rec->input_len, .options = options,
+                            .driver_dir = quirk_source_dir(info->quirks, ddir, sizeof ddir) == 0 ? ddir : NULL};
     pipeline_key(&rec->flights[i], &k, rec->kind == KEY_SOURCE ? &in : NULL, info->identity, rec->input,
                  rec->input_len, rec->handle);
 }
@@ -1164,7 +1166,9 @@ static cl_int compile_program(cl_program prog, cl_uint num_devices, const cl_dev
             key_add_blob(&k, name, hrecs[h]->input, hrecs[h]->input_len);
             embedded[h] = (struct key_embedded){header_names[h], hrecs[h]->input, hrecs[h]->input_len};
         }
-        struct key_source in = {rec->input, rec->input_len, options, embedded, embedded ? num_headers : 0};
+        char ddir[4096];
+        struct key_source in = {rec->input, rec->input_len, options, embedded, embedded ? num_headers : 0,
+                                quirk_source_dir(info->quirks, ddir, sizeof ddir) == 0 ? ddir : NULL};
         /* The preprocessor may run beside the compile (a late key). */
         pipeline_key_start(&fl[i], &k, &in, info->identity, rec->input, rec->input_len, prog);
     }

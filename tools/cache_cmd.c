@@ -163,15 +163,16 @@ static int cmd_stats(struct cmd_ctx *c, int argc, char **argv)
                "\"evictions_size\": %llu, \"evictions_age\": %llu, \"rejected\": %llu, \"collisions\": %llu, "
                "\"corrupt\": %llu, \"entries\": %llu, \"stored_bytes\": %llu, \"uncompressed_bytes\": %llu, "
                "\"compression_ratio\": %.3f, \"max_size\": %llu, \"compile_ns_saved\": %llu, \"uncacheable\": %llu, "
-               "\"remote_hits\": %llu, \"remote_misses\": %llu, \"remote_errors\": %llu, \"remote_corrupt\": %llu, "
-               "\"remote_pushes\": %llu, ",
+               "\"uncacheable_headers\": %llu, \"uncacheable_time_macros\": %llu, \"remote_hits\": %llu, "
+               "\"remote_misses\": %llu, \"remote_errors\": %llu, \"remote_corrupt\": %llu, \"remote_pushes\": %llu, ",
                c->s ? "true" : "false", (unsigned long long)st.hits, (unsigned long long)st.misses,
                rate / 100, (unsigned long long)st.stores, (unsigned long long)st.evictions_size,
                (unsigned long long)st.evictions_age, (unsigned long long)st.rejected,
                (unsigned long long)st.collisions, (unsigned long long)st.corrupt, (unsigned long long)st.entries,
                (unsigned long long)st.stored_bytes, (unsigned long long)st.uncompressed_bytes, ratio,
                (unsigned long long)st.max_size, (unsigned long long)st.compile_ns_saved,
-               (unsigned long long)st.uncacheable, (unsigned long long)st.remote_hits,
+               (unsigned long long)st.uncacheable, (unsigned long long)st.uncacheable_headers,
+               (unsigned long long)st.uncacheable_time_macros, (unsigned long long)st.remote_hits,
                (unsigned long long)st.remote_misses, (unsigned long long)st.remote_errors,
                (unsigned long long)st.remote_corrupt, (unsigned long long)st.remote_pushes);
         uint64_t lost = 0;
@@ -200,6 +201,8 @@ static int cmd_stats(struct cmd_ctx *c, int argc, char **argv)
     printf("Collisions               %llu\n", (unsigned long long)st.collisions);
     printf("Corrupt entries          %llu\n", (unsigned long long)st.corrupt);
     printf("Uncacheable programs     %llu\n", (unsigned long long)st.uncacheable);
+    printf("  headers not listable   %llu\n", (unsigned long long)st.uncacheable_headers);
+    printf("  time macros            %llu\n", (unsigned long long)st.uncacheable_time_macros);
     printf("Entries                  %llu\n", (unsigned long long)st.entries);
     printf("Stored size              %s", a);
     if (st.stored_bytes) printf(" (%s uncompressed, ratio %.2f)", b, ratio);

@@ -33,6 +33,7 @@
 #include "cache/device.h"
 #include "cache/key.h"
 #include "cache/pipeline.h"
+#include "cache/quirks.h"
 #include "common/clapi.h"
 #include "common/config.h"
 #include "common/log.h"
@@ -206,7 +207,14 @@ static int same_key(const struct capture_request *rq)
     struct key_buf k;
     key_begin(&k, KEY_SOURCE, rq->options);
     key_add_text(&k, "device", rq->identity);
-    struct key_source in = {.source = rq->source, .len = rq->source_len, .options = rq->options};
+    /* the driver's source directory, as program.c names it (the helper
+     * runs in the application's environment) */
+    char platform[512] = "", ddir[4096];
+    const char *pn = strstr(rq->identity, "platform.name=");
+    if (pn) snprintf(platform, sizeof platform, "%.*s", (int)strcspn(pn + 14, "\n"), pn + 14);
+    struct key_source in = {.source = rq->source, .len = rq->source_len, .options = rq->options,
+                            .driver_dir = quirk_source_dir(quirks_for(platform, NULL), ddir, sizeof ddir) == 0 ? ddir
+                                                                                                           : NULL};
     struct pipeline_flight f = {.device = rq->device, .kind = KEY_SOURCE};
     int same = pipeline_key(&f, &k, &in, rq->identity, rq->source, rq->source_len, NULL) == 0 &&
                f.key_len == rq->key_len && !memcmp(f.key, rq->key, rq->key_len);

@@ -45,7 +45,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     put("inc/c.h", "#include <a.h>\n#include \"../b.h\"\n");
     put("loop.h", "#include \"loop.h\"\n");
     put("guarded.h", "#ifndef G\n#define G\n#include \"b.h\"\n#endif\n");
-    struct key_source empty = {"", 0, "", NULL, 0};
+    struct key_source empty = {"", 0, "", NULL, 0, NULL};
     char why[512];
     if (preproc_files(&empty, identity, &builtin, &nbuiltin, why, sizeof why) != 0) abort();
     for (size_t i = 0; i < nbuiltin; i++) {
@@ -87,7 +87,7 @@ static int scanner_has(const struct key_buf *k, const char *file)
 /* When the scanner says it is exact, clang must open nothing it missed. */
 static void check_against_clang(const struct key_buf *k, const char *src, size_t len, const char *opts)
 {
-    struct key_source in = {src, len, opts, NULL, 0};
+    struct key_source in = {src, len, opts, NULL, 0, NULL};
     char **files, why[512];
     size_t n;
     if (preproc_files(&in, identity, &files, &n, why, sizeof why) != 0) return; /* #error, bad syntax */

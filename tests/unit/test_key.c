@@ -120,8 +120,6 @@ static void unknowable_includes_handed_off(void **state)
     assert_int_equal(rc, -1);
     key_of("__kernel void k(){}", "-isystem /usr/include", &rc);
     assert_int_equal(rc, -1);
-    key_of("#if __has_include(\"x.h\")\n#endif\n", "", &rc);
-    assert_int_equal(rc, -1);
     key_of("#include_next <x.h>\n", "", &rc);
     assert_int_equal(rc, -1);
     key_of("?\?=include \"x.h\"\n", "", &rc);
@@ -221,6 +219,131 @@ static void new_header_elsewhere_changes_the_key(void **state)
     rmdir(b);
 }
 
+/* key material as text, for the fields' presence */
+static char *material_of(const struct key_source *in, int *rc)
+{
+    struct key_buf k;
+    memset(&k, 0, sizeof k);
+    char why[256];
+    *rc = key_scan_headers(&k, in, why, sizeof why);
+    key_append(&k, "", 1);
+    return k.data;
+}
+
+/* __has_include: every place of the probed name is in the key, present or
+ * absent; creating the file changes the key; an operand that is not a
+ * literal is uncacheable; "defined(__has_include)" is no probe */
+static void probes_are_keyed(void **state)
+{
+    char dir[] = "/tmp/clshim-probe.XXXXXX", opts[64], path[128], src[256];
+    assert_non_null(mkdtemp(dir));
+    snprintf(opts, sizeof opts, "-I %s", dir);
+    snprintf(path, sizeof path, "%s/opt.h", dir);
+    snprintf(src, sizeof src, "#if defined(__has_include) && __has_include(\"opt.h\")\n#include \"opt.h\"\n#endif\n");
+    int rc;
+    struct cache_hash absent = key_of(src, opts, &rc);
+    assert_int_equal(rc, 0);
+    struct key_source in = {src, strlen(src), opts, NULL, 0, NULL};
+    char *m = material_of(&in, &rc);
+    char want[160];
+    snprintf(want, sizeof want, "header-absent %s/opt.h=\n", dir);
+    assert_non_null(strstr(m, want));
+    assert_non_null(strstr(m, "header-absent opt.h=\n")); /* the working directory */
+    free(m);
+    FILE *f = fopen(path, "w");
+    fputs("#define V 2\n", f);
+    fclose(f);
+    assert_false(same(absent, key_of(src, opts, &rc)));
+    assert_int_equal(rc, 0);
+    /* __has_include_next and <...> count the same */
+    key_of("#if __has_include_next(<opt.h>)\n#endif\n", opts, &rc);
+    assert_int_equal(rc, 0);
+    key_of("#define N \"opt.h\"\n#if __has_include(N)\n#endif\n", opts, &rc);
+    assert_int_equal(rc, KEY_UNCACHEABLE);
+    key_of("#ifdef __has_include\n#endif\n", opts, &rc);
+    assert_int_equal(rc, 0);
+    /* a probe inside a comment or a string literal is no probe */
+    struct key_source quiet = {"// __has_include(X)\nconstant char *s = \"__has_include(Y)\";\n", 60, "", NULL, 0,
+                               NULL};
+    quiet.len = strlen(quiet.source);
+    m = material_of(&quiet, &rc);
+    assert_int_equal(rc, 0);
+    assert_null(strstr(m, "header"));
+    free(m);
+    unlink(path);
+    rmdir(dir);
+}
+
+/* __DATE__, __TIME__, __TIMESTAMP__ as tokens (source or header) make a
+ * program uncacheable; in comments, literals or longer identifiers not */
+static void time_macros_found(void **state)
+{
+    static const char *const uses[] = {"float d = __DATE__[0];", "#define T __TIME__\n", "x = __TIMESTAMP__;",
+                                       "a\\\n = __DATE__;"};
+    static const char *const not_uses[] = {"/* __DATE__ */", "// __TIME__\n", "constant char *s = \"__TIME__\";",
+                                           "int __DATE__X;", "int X__TIME__;", "char c = '__DATE__';",
+                                           "#if 0 /* __TIMESTAMP__\n */\n#endif\n"};
+    int rc;
+    for (size_t i = 0; i < sizeof uses / sizeof *uses; i++) {
+        key_of(uses[i], "", &rc);
+        assert_int_equal(rc, KEY_TIME_MACROS);
+    }
+    for (size_t i = 0; i < sizeof not_uses / sizeof *not_uses; i++) {
+        key_of(not_uses[i], "", &rc);
+        assert_int_equal(rc, 0);
+    }
+    /* in a header the source includes */
+    char dir[] = "/tmp/clshim-time.XXXXXX", opts[64], path[128];
+    assert_non_null(mkdtemp(dir));
+    snprintf(opts, sizeof opts, "-I %s", dir);
+    snprintf(path, sizeof path, "%s/t.h", dir);
+    FILE *f = fopen(path, "w");
+    fputs("#define WHEN __TIME__\n", f);
+    fclose(f);
+    key_of("#include \"t.h\"\n", opts, &rc);
+    assert_int_equal(rc, KEY_TIME_MACROS);
+    /* and the preprocessor route's pass over the headers it listed */
+    struct key_buf k;
+    memset(&k, 0, sizeof k);
+    struct key_source in = {"kernel void k(){}", 17, "", NULL, 0, NULL};
+    char *files[] = {path};
+    assert_int_equal(key_scan_probes(&k, &in, files, 1, NULL, NULL, NULL, 0), KEY_TIME_MACROS);
+    key_free(&k);
+    unlink(path);
+    rmdir(dir);
+}
+
+/* the driver's own source directory: the main source's quoted names there
+ * are keyed by name (never the directory's path) and content */
+static void driver_dir_keyed_by_name(void **state)
+{
+    char dir[] = "/tmp/clshim-ddir.XXXXXX", path[128];
+    assert_non_null(mkdtemp(dir));
+    const char *src = "#include \"dd.h\"\n#include <sys.h>\n#if __has_include(\"pp.h\")\n#endif\n";
+    struct key_source in = {src, strlen(src), "", NULL, 0, dir};
+    int rc;
+    char *m = material_of(&in, &rc);
+    assert_non_null(strstr(m, "driver-dir-absent dd.h=\n"));
+    assert_non_null(strstr(m, "driver-dir-absent pp.h=\n"));
+    assert_null(strstr(m, "driver-dir-absent sys.h"));
+    assert_null(strstr(m, dir));
+    free(m);
+    snprintf(path, sizeof path, "%s/dd.h", dir);
+    FILE *f = fopen(path, "w");
+    fputs("#define V 9\n", f);
+    fclose(f);
+    struct key_buf k;
+    memset(&k, 0, sizeof k);
+    key_scan_driver_dir(&k, &in); /* the other routes' pass: the same fields */
+    key_append(&k, "", 1);
+    assert_non_null(strstr(k.data, "driver-dir-header dd.h="));
+    assert_non_null(strstr(k.data, "driver-dir-absent pp.h=\n"));
+    assert_null(strstr(k.data, dir));
+    key_free(&k);
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -231,6 +354,9 @@ int main(void)
         cmocka_unit_test(every_spelling_is_seen),
         cmocka_unit_test(quoted_option_values_kept),
         cmocka_unit_test(new_header_elsewhere_changes_the_key),
+        cmocka_unit_test(probes_are_keyed),
+        cmocka_unit_test(time_macros_found),
+        cmocka_unit_test(driver_dir_keyed_by_name),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -194,7 +194,7 @@ static struct pipeline_flight compile_flight(const char *text, int late)
     struct key_buf k;
     key_begin(&k, KEY_COMPILE, "-DLATE=1");
     key_add_text(&k, "device", identity);
-    struct key_source in = {text, strlen(text), "-DLATE=1", NULL, 0};
+    struct key_source in = {text, strlen(text), "-DLATE=1", NULL, 0, NULL};
     int rc = late ? pipeline_key_start(&f, &k, &in, identity, text, strlen(text), NULL)
                   : pipeline_key(&f, &k, &in, identity, text, strlen(text), NULL);
     assert_int_equal(rc, 0);

@@ -70,7 +70,7 @@ static struct result key_of(const char *src, const char *opts, const struct key_
     struct key_buf k;
     key_begin(&k, KEY_SOURCE, opts);
     key_add_text(&k, "device", identity);
-    struct key_source in = {src, strlen(src), opts, emb, nemb};
+    struct key_source in = {src, strlen(src), opts, emb, nemb, NULL};
     r.rc = preproc_add_headers(&k, st, &in, identity, &r.route, r.why, sizeof r.why);
     key_add_blob(&k, "input", src, strlen(src));
     r.hash = key_hash(k.data, k.len);
@@ -130,11 +130,44 @@ static void computed_include_from_source(void **state)
 static void has_include_and_include_next(void **state)
 {
     cwd_to_dir();
-    hit_then_miss("#if __has_include(\"c.h\")\n#include \"c.h\"\n#endif\n", "-I inc", "inc/c.h", NULL, 0);
+    /* (a computed include puts the probe on the preprocessor's route) */
+    hit_then_miss("#define CH \"c.h\"\n#if __has_include(\"c.h\")\n#include CH\n#endif\n", "-I inc", "inc/c.h", NULL,
+                  0);
     /* two n.h in the search path: direct mode does not trust the manifest
      * (either could be found first), the preprocessor decides each time */
     put("inc/n.h", "#include_next <n.h>\n");
     check_keys("#include <n.h>\n", "-I inc -I other", "other/n.h", NULL, 0, 0);
+}
+
+/* A name __has_include probed while absent: the preprocessor's -M list
+ * lacks it, the manifest records its absence; once the file appears the
+ * manifest is not trusted and the key changes, then direct mode again. */
+static void absent_probe_in_manifest(void **state)
+{
+    cwd_to_dir();
+    put("inc/x.h", "#define X 1\n");
+    unlink("opt.h");
+    const char *src = "#define H \"inc/x.h\"\n#include H\n#if __has_include(\"opt.h\")\n#include \"opt.h\"\n#endif\n";
+    struct result cold = key_of(src, "", NULL, 0);
+    assert_int_equal(cold.rc, 0);
+    assert_int_equal(cold.route, PREPROC_PREPROCESSOR);
+    struct result warm = key_of(src, "", NULL, 0);
+    assert_int_equal(warm.route, PREPROC_DIRECT);
+    assert_true(same(cold.hash, warm.hash));
+    put("opt.h", "#define V 2\n");
+    struct result created = key_of(src, "", NULL, 0);
+    assert_int_equal(created.rc, 0);
+    assert_int_equal(created.route, PREPROC_PREPROCESSOR);
+    assert_false(same(cold.hash, created.hash));
+    struct result again = key_of(src, "", NULL, 0);
+    assert_int_equal(again.route, PREPROC_DIRECT);
+    assert_true(same(created.hash, again.hash));
+    unlink("opt.h");
+    /* a time macro in a header only the preprocessor finds: not cacheable */
+    put("inc/t.h", "#define WHEN __TIME__\n");
+    struct result t = key_of("#define T \"inc/t.h\"\n#include T\n", "", NULL, 0);
+    assert_int_equal(t.rc, KEY_TIME_MACROS);
+    assert_non_null(strstr(t.why, "__TIME__"));
 }
 
 /* options that name files: -include, separate or joined */
@@ -225,7 +258,7 @@ static void file_list(void **state)
     cwd_to_dir();
     put("inc/l1.h", "#include \"l2.h\"\n");
     put("inc/l2.h", "#define L 2\n");
-    struct key_source in = {"#include \"inc/l1.h\"\n", 19, "", NULL, 0};
+    struct key_source in = {"#include \"inc/l1.h\"\n", 19, "", NULL, 0, NULL};
     char **files, why[512];
     size_t n;
     assert_int_equal(preproc_files(&in, identity, &files, &n, why, sizeof why), 0);
@@ -251,7 +284,7 @@ static struct result key_overlapped(const char *src, const char *opts, const cha
     key_add_text(&k, "device", identity);
     char *src_copy = strdup(src), *opts_copy = strdup(opts), *emb_copy = emb_src ? strdup(emb_src) : NULL;
     struct key_embedded emb = {"e.h", emb_copy, emb_copy ? strlen(emb_copy) : 0};
-    struct key_source in = {src_copy, strlen(src), opts_copy, emb_copy ? &emb : NULL, emb_copy ? 1 : 0};
+    struct key_source in = {src_copy, strlen(src), opts_copy, emb_copy ? &emb : NULL, emb_copy ? 1 : 0, NULL};
     struct preproc_job *job = NULL;
     r.rc = preproc_start(&k, st, &in, identity, may_overlap, &r.route, &job, r.why, sizeof r.why);
     size_t len_at_start = k.len;
@@ -354,7 +387,7 @@ static void overlap_failure_and_discard(void **state)
     struct key_buf k;
     key_begin(&k, KEY_COMPILE, "-DC=2");
     const char *src = "#define H \"inc/o.h\"\n#include H\n";
-    struct key_source in = {src, strlen(src), "-DC=2", NULL, 0};
+    struct key_source in = {src, strlen(src), "-DC=2", NULL, 0, NULL};
     struct preproc_job *job = NULL;
     enum preproc_route route;
     assert_int_equal(preproc_start(&k, st, &in, identity, 1, &route, &job, NULL, 0), 0);
@@ -370,7 +403,7 @@ static void no_overlap_without_a_writable_store(void **state)
     const char *src = "#define H \"inc/o.h\"\n#include H\n";
     struct key_buf k;
     key_begin(&k, KEY_COMPILE, "-DD=1");
-    struct key_source in = {src, strlen(src), "-DD=1", NULL, 0};
+    struct key_source in = {src, strlen(src), "-DD=1", NULL, 0, NULL};
     struct preproc_job *job = NULL;
     enum preproc_route route;
     assert_int_equal(preproc_start(&k, NULL, &in, identity, 1, &route, &job, NULL, 0), 0);
@@ -398,6 +431,7 @@ int main(void)
         cmocka_unit_test(computed_include_from_options),
         cmocka_unit_test(computed_include_from_source),
         cmocka_unit_test(has_include_and_include_next),
+        cmocka_unit_test(absent_probe_in_manifest),
         cmocka_unit_test(include_options),
         cmocka_unit_test(device_macros_select_headers),
         cmocka_unit_test(embedded_headers),
