@@ -18,7 +18,7 @@ cleanup() {
     [ -z "${SHARED:-}" ] || rm -rf "$SHARED"
 }
 trap cleanup EXIT
-nice_of() { ps -o ni= -p "$1" | tr -d ' '; }
+nice_of() { sed 's/.*) //' "/proc/$1/stat" | cut -d' ' -f17; } # no ps: procps may be absent
 group_nice_of() { sed 's/.* nice //' "/proc/$1/autogroup"; }
 # A stand-in helper: holds a shared lock on its own open of lock file $1 as
 # `clshim-tool capture-helper ...` (what cache wait looks for), at nice 19 in
@@ -29,10 +29,13 @@ fake_helper() {
     mkdir -p "$TMP/fh" && touch "$TMP/fh/capture-helper" && chmod 755 "$TMP" "$TMP/fh"
     (cd "$TMP/fh" && exec "$@" flock -s "$lock" nice -n 19 setsid -f bash -c \
         'echo 19 >/proc/self/autogroup; exec -a clshim-tool tail capture-helper -f' >/dev/null 2>&1) &
-    helper=""
+    local d last=${helper:-} && helper=""
     for _ in $(seq 100); do
-        helper=$(pgrep -f '^clshim-tool capture-helper -f' -n || true)
-        [ -n "$helper" ] && grep -q "nice 19" "/proc/$helper/autogroup" && [ "$(nice_of "$helper")" = 19 ] && break
+        for d in /proc/[0-9]*; do
+            [ "${d#/proc/}" != "$last" ] && [ "$(tr '\0' ' ' <"$d/cmdline" 2>/dev/null)" = "clshim-tool capture-helper -f " ] &&
+                grep -q "nice 19" "$d/autogroup" && [ "$(nice_of "${d#/proc/}")" = 19 ] && helper=${d#/proc/} && break
+        done
+        [ -n "$helper" ] && break
         sleep 0.05
     done
     [ -n "$helper" ] || fail "the stand-in helper did not start"
