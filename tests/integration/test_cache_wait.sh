@@ -68,6 +68,15 @@ set +e; "$TOOL" cache wait --timeout 1 2>"$TMP/late.err"; rc=$?; set -e
 ok "a capture still outstanding after --timeout: exit 1, one line"
 wait; pids=()
 
+flock -s "$LOCK" sleep 2 & pids+=($!)
+sleep 0.3
+t0=$(now_ms)
+set +e; "$CLSHIM_BUILD/clshim" run --wait -- sh -c 'exit 3' 2>"$TMP/run.err"; rc=$?; set -e
+waited=$(($(now_ms) - t0))
+[ $rc = 3 ] && [ $waited -ge 1500 ] || { cat "$TMP/run.err" >&2; fail "clshim run --wait: exit $rc after $waited ms"; }
+ok "clshim run --wait waits for the capture outstanding ($waited ms) and keeps the command's exit status"
+wait; pids=()
+
 # 2. A helper at nice 19 in a group at nice 19: cache wait names it and
 #    raises both to 0.
 fake_helper "$LOCK"

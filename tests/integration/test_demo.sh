@@ -33,7 +33,7 @@ show() { echo "--- section $1:" >&2; cat "$TMP/sec.$1" >&2; }
 misses() { grep -c '^clshim: miss ' "$TMP/sec.$1" || true; }
 hits() { grep -c '^clshim: hit ' "$TMP/sec.$1" || true; }
 key_of_miss() { sed -n 's/^clshim: miss \([0-9a-f]\{16\}\) on .*/\1/p' "$TMP/sec.$1"; }
-HIT='(disk\|memory)'
+HIT='\((disk|memory)' # where it came from
 
 # Cold: one miss, key K, stored; no hit.
 K=$(key_of_miss cold)
@@ -43,7 +43,7 @@ section cold | grep -q "^clshim: stored $K: " || { show cold; fail "cold section
 ok "cold: a miss for $K, stored, no hit"
 
 # Warm: a hit for K, no miss of any kind.
-section warm | grep -q "^clshim: hit $K on .* $HIT" || { show warm; fail "warm section: no hit for $K"; }
+section warm | grep -Eq "^clshim: hit $K on .* $HIT" || { show warm; fail "warm section: no hit for $K"; }
 [ "$(misses warm)" = 0 ] || { show warm; fail "warm section: $(misses warm) misses"; }
 ok "warm: a hit for $K, no miss"
 
@@ -60,8 +60,8 @@ section fused1 | grep -q "^clshim: stored $K2: " || { show fused1; fail "fused s
 ok "fused, first: misses for the program ($K2) and the derived program ($D), both stored"
 
 # Second fused run: hits for both, no miss.
-section fused2 | grep -q "^clshim: hit $K2 on .* $HIT" || { show fused2; fail "fused section 2: no hit for the program $K2"; }
-section fused2 | grep -q "^clshim: hit derived program $D on .* $HIT" ||
+section fused2 | grep -Eq "^clshim: hit $K2 on .* $HIT" || { show fused2; fail "fused section 2: no hit for the program $K2"; }
+section fused2 | grep -Eq "^clshim: hit derived program $D on .* $HIT" ||
     { show fused2; fail "fused section 2: no hit for the derived program $D"; }
 [ "$(misses fused2)" = 0 ] || { show fused2; fail "fused section 2: $(misses fused2) misses"; }
 [ "$(occurrences 'fused standardize+gain+clamp01 into one launch' "$TMP/sec.fused2")" -ge 3 ] ||
