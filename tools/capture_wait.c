@@ -112,11 +112,13 @@ static int find_helpers(const struct stat *st, int *pids, int max)
 
 /* Nice 0 for each thread of helper `pid` above it, and for its session's
  * scheduler group: 0 when done (or gone), else the errno of the first
- * refusal. Nothing below nice 0 is touched. */
-static int raise_helper(int pid)
+ * refusal; *group: 1 when its group is at nice 0 or below now. Nothing
+ * below nice 0 is touched. */
+static int raise_helper(int pid, int *group)
 {
     char path[64], text[128];
     int err = 0;
+    *group = 0;
     snprintf(path, sizeof path, "/proc/%d/task", pid);
     DIR *d = opendir(path);
     if (!d) return 0;
@@ -131,8 +133,9 @@ static int raise_helper(int pid)
     }
     closedir(d);
     /* "/autogroup-123 nice 19"; no file: no autogroups (nice is enough).
-     * EAGAIN: the kernel takes one change of a group's nice per 100 ms
-     * from users without CAP_SYS_ADMIN; the next scan tries again. */
+     * Any user may bring a group's nice down to 0 (below needs
+     * CAP_SYS_NICE), but without CAP_SYS_ADMIN the kernel takes one change
+     * per 100 ms (EAGAIN): the next scan tries again. */
     snprintf(path, sizeof path, "/proc/%d/autogroup", pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return err;
@@ -140,11 +143,28 @@ static int raise_helper(int pid)
     close(fd);
     text[n > 0 ? n : 0] = '\0';
     const char *at = strstr(text, " nice ");
-    if (!at || atoi(at + 6) <= 0) return err;
-    if ((fd = open(path, O_WRONLY | O_CLOEXEC)) < 0 || write(fd, "0", 1) != 1)
-        if (errno != EAGAIN && errno != ENOENT && errno != ESRCH && !err) err = errno;
+    if (!at) return err;
+    if (atoi(at + 6) <= 0) {
+        *group = 1;
+        return err;
+    }
+    if ((fd = open(path, O_WRONLY | O_CLOEXEC)) >= 0 && write(fd, "0", 1) == 1) *group = 1;
+    else if (errno != EAGAIN && errno != ENOENT && errno != ESRCH && !err) err = errno;
     if (fd >= 0) close(fd);
     return err;
+}
+
+/* The one line on a helper it may not raise, and what that means. */
+static void say_refused(const char *who, int pid, int err, int group)
+{
+    if (group)
+        fprintf(stderr, "clshim: %s: cannot raise the threads of capture helper pid %d from nice 19 (%s; that "
+                        "needs CAP_SYS_NICE or root); its session's scheduler group is raised to 0, and that is "
+                        "what weighs against other sessions' work\n", who, pid, strerror(err));
+    else
+        fprintf(stderr, "clshim: %s: cannot raise capture helper pid %d to normal priority (%s; that needs "
+                        "CAP_SYS_NICE or root): it stays at nice 19 and gets only the time the machine's other "
+                        "work leaves, so this wait may take long\n", who, pid, strerror(err));
 }
 
 int capture_wait(const char *dir, unsigned long timeout_s, const char *who, const char *waiting)
@@ -169,12 +189,8 @@ int capture_wait(const char *dir, unsigned long timeout_s, const char *who, cons
             int pids[MAX_HELPERS];
             int n = find_helpers(&st, pids, MAX_HELPERS);
             for (int i = 0; i < n; i++) {
-                int err = raise_helper(pids[i]);
-                if (!err || said_refused++) continue;
-                fprintf(stderr, "clshim: %s: cannot raise capture helper pid %d to normal priority (%s; it needs "
-                                "its user with CAP_SYS_NICE, or root): it stays at nice 19 and stores only in time "
-                                "the machine's other work leaves, so this wait may take long\n",
-                        who, pids[i], strerror(err));
+                int group, err = raise_helper(pids[i], &group);
+                if (err && !said_refused++) say_refused(who, pids[i], err, group);
             }
             if (!waiting && t >= next_report) {
                 int captures = count_captures(&st);

@@ -14,8 +14,10 @@
  * priority: nice 0 on each of its threads and its session's scheduler
  * group (/proc/PID/autogroup). A helper runs at nice 19 so that it takes
  * only time the applications leave; once someone waits for it, its time is
- * that someone's wall time. Where that is not permitted (another user's
- * helper, or no CAP_SYS_NICE), one line says so and the wait goes on.
+ * that someone's wall time. Any user may bring a group's nice down to 0;
+ * a thread's nice takes CAP_SYS_NICE (or root): where that is refused, one
+ * line says so and what it means, and the wait goes on. (Another user's
+ * helpers are not found: their /proc/PID/fd cannot be read.)
  */
 #ifndef CLSHIM_CAPTURE_WAIT_H
 #define CLSHIM_CAPTURE_WAIT_H
