@@ -128,6 +128,8 @@ t0=$(now_ms)
 "$TOOL" cache wait --timeout 300 2>"$TMP/real.err" || { cat "$TMP/real.err" "$TMP/helper.log" >&2; fail "cache wait: exit $?"; }
 waited=$(($(now_ms) - t0))
 kill "${pids[@]}" 2>/dev/null || true; pids=()
+# The helper's last line may come after its last capture is let go.
+for _ in $(seq 300); do grep -q 'capture helper: .*CPU .* s after' "$TMP/helper.log" && break; sleep 0.1; done
 cpu_ms=$(sed -n 's/.*capture helper: .*CPU \([0-9.]*\) s while it ran, \([0-9.]*\) s after.*/\1 \2/p' "$TMP/helper.log" |
          awk '{ printf "%d\n", ($1 + $2) * 1000 }')
 [ -n "$cpu_ms" ] || { cat "$TMP/helper.log" >&2; fail "no CPU line from the helper"; }
