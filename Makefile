@@ -140,9 +140,10 @@ $(BUILD)/tests/unit/%: tests/unit/%.c $(CORE_A)
 	$(CC) $(CFLAGS_C) -Wno-unused-parameter -o $@ $< $(CORE_A) $(LDFLAGS_C) -lcmocka -lOpenCL $(CORE_LIBS)
 
 # test_cache_cmd includes tools/cache_cmd.c, so it links what that file uses.
-$(BUILD)/tests/unit/test_cache_cmd: tests/unit/test_cache_cmd.c $(CORE_A) $(BUILD)/obj/tools/archive_sign.o
+$(BUILD)/tests/unit/test_cache_cmd: tests/unit/test_cache_cmd.c $(CORE_A) $(BUILD)/obj/tools/archive_sign.o \
+  $(BUILD)/obj/tools/capture_wait.o
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_C) -Wno-unused-parameter -o $@ $< $(BUILD)/obj/tools/archive_sign.o $(CORE_A) $(LDFLAGS_C) \
+	$(CC) $(CFLAGS_C) -Wno-unused-parameter -o $@ $< $(BUILD)/obj/tools/archive_sign.o $(BUILD)/obj/tools/capture_wait.o $(CORE_A) $(LDFLAGS_C) \
 	  -lcmocka -lOpenCL $(CORE_LIBS) $(TOOL_LIBS)
 
 $(BUILD)/tests/progs/%: tests/integration/progs/%.c tests/integration/progs/common.h

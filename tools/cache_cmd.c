@@ -25,6 +25,7 @@
 #include "common/error.h"
 #include "program/capture_proc.h"
 #include "tools/archive_sign.h"
+#include "tools/capture_wait.h"
 #include "tools/commands.h"
 
 #define CMD_USAGE                                                                                  \
@@ -50,8 +51,10 @@
     "                          an export signed by PUBKEY's key, unchanged;\n"                    \
     "                          --with-driver-caches also unpacks FILE.drivers.tar.gz\n"          \
     "  keygen FILE             a signing key pair: FILE (secret, 0600) and FILE.pub\n"            \
-    "  wait [--timeout S]      wait until no capture helper stores into the cache (exit 1:\n"    \
-    "                          still storing after S seconds; default 600)\n"                      \
+    "  wait [--timeout S]      wait until every capture handed to a capture helper is stored\n" \
+    "                          or dropped, raising the helpers to normal priority; a line\n"    \
+    "                          every 5 s says what it waits for (exit 1: captures still\n"      \
+    "                          outstanding after S seconds; default 600)\n"                      \
     "  help                    this text\n"                                                        \
     "The cache directory is CLSHIM_CACHE_DIR (else $XDG_CACHE_HOME/clshim, else\n"                \
     "~/.cache/clshim); --dir overrides it. Limits come from CLSHIM_CACHE_* knobs.\n"
@@ -647,34 +650,6 @@ static long parse_seconds(const char *v)
     return errno || end == v || *end || s > 1000000000ul ? -1 : (long)s;
 }
 
-/* Waits until no capture helper holds the lock of `dir` (program/
- * capture_proc.h): 0 when none does (or none ever ran there), 1 when one
- * still does after timeout_s. `waiting`: a line printed when it has to
- * wait (NULL: none). */
-static int wait_for_helpers(const char *dir, unsigned long timeout_s, const char *waiting)
-{
-    char path[4200];
-    snprintf(path, sizeof path, "%s/%s", dir, CAPTURE_PROC_LOCK);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0; /* no helper ever ran here */
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    int rc = 1;
-    for (int said = 0;; said = 1) {
-        if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
-            flock(fd, LOCK_UN);
-            rc = 0;
-            break;
-        }
-        if (!said && waiting) fprintf(stderr, "%s\n", waiting);
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        if ((unsigned long)(t.tv_sec - t0.tv_sec) >= timeout_s) break;
-        nanosleep(&(struct timespec){0, 50 * 1000000L}, NULL);
-    }
-    close(fd);
-    return rc;
-}
-
 /* ---- the drivers' caches (cache/driver_caches.h) beside an export ---- */
 
 /* Runs tar with `args` (a fixed argv, no shell); 0 when it exits 0. */
@@ -752,7 +727,7 @@ static int cmd_export(struct cmd_ctx *c, int argc, char **argv)
     char waiting[4400];
     snprintf(waiting, sizeof waiting, "clshim cache: waiting for the capture helpers of %s (at most %ld s, --wait S)",
              c->dir, wait_s);
-    if (wait_s && wait_for_helpers(c->dir, (unsigned long)wait_s, waiting))
+    if (wait_s && capture_wait(c->dir, (unsigned long)wait_s, "cache export", waiting))
         fprintf(stderr, "clshim cache: a capture helper still stores into %s after %ld s: exporting what is stored\n",
                 c->dir, wait_s);
     int rc = open_cache(c, 0);
@@ -959,8 +934,8 @@ static int cmd_remote(int argc, char **argv)
 
 /* ---- wait ---- */
 
-/* Capture helpers (program/capture_proc.h) hold a shared flock on the lock
- * file while they may store; an exclusive one is free once none is left. */
+/* Until every capture handed to a helper is stored or dropped
+ * (tools/capture_wait.h): not until the applications exit. */
 static int cmd_wait(struct cmd_ctx *c, int argc, char **argv)
 {
     long timeout_s = 600;
@@ -971,8 +946,8 @@ static int cmd_wait(struct cmd_ctx *c, int argc, char **argv)
         else return usage_error("wait: unknown option '%s'", argv[i]);
         if ((timeout_s = parse_seconds(v)) < 0) return usage_error("wait: '%s' is not a number of seconds", v);
     }
-    int rc = wait_for_helpers(c->dir, (unsigned long)timeout_s, NULL);
-    if (rc) fprintf(stderr, "clshim cache: a capture helper still stores into %s after %ld s\n", c->dir, timeout_s);
+    int rc = capture_wait(c->dir, (unsigned long)timeout_s, "cache wait", NULL);
+    if (rc) fprintf(stderr, "clshim cache: captures still outstanding in %s after %ld s\n", c->dir, timeout_s);
     return rc;
 }
 
