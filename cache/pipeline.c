@@ -25,7 +25,7 @@
 #include "common/log.h"
 
 static struct store_stats proc_stats;
-static uint64_t stat_memory_hits, stat_translations, stat_failed, stat_failed_shared;
+static uint64_t stat_memory_hits, stat_translations, stat_failed, stat_failed_shared, stat_slow_loads;
 #define STAT_ADD(field, n) __atomic_add_fetch(&(field), (n), __ATOMIC_RELAXED)
 
 static uint64_t clock_ns(clockid_t id)
@@ -466,8 +466,29 @@ static int wait_for_other_builder(store *st, struct pipeline_flight *f, struct s
 }
 
 /* The persistent tiers for a flight that fills: found (filled), or claimed. */
+/* Whether f's key loads slower than it compiles (store_note_slow_load(), at
+ * its first hit): then the driver compiles it, and nothing is stored. */
+static int loads_slower(store *st, struct pipeline_flight *f)
+{
+    uint64_t load_ns, compile_ns;
+    if (store_slow_load(st, f->hash, &load_ns, &compile_ns) != CLSHIM_OK) return 0;
+    char prefix[17];
+    key_prefix(f->hash, prefix);
+    log_msg(LOG_INFO, "compiling %s: loading it cost %.1f ms of CPU time at its first hit, more than its compile "
+                      "(%.1f ms)", prefix, load_ns / 1e6, compile_ns / 1e6);
+    STAT_ADD(stat_slow_loads, 1);
+    memtier_abandon(f->entry);
+    f->entry = NULL;
+    f->filling = 0;
+    free(f->key);
+    f->key = NULL;
+    f->key_len = 0;
+    return 1;
+}
+
 static void lookup_persistent(store *st, struct pipeline_flight *f, unsigned flags)
 {
+    if (loads_slower(st, f)) return;
     struct store_record sr;
     void *arena = NULL;
     int from_remote = 0;
@@ -594,6 +615,14 @@ void pipeline_hit(struct pipeline_flight *f, size_t n)
         STAT_ADD(proc_stats.hits, 1);
         if (f[i].from == PIPELINE_FROM_MEMORY) STAT_ADD(stat_memory_hits, 1);
         STAT_ADD(proc_stats.compile_ns_saved, saved > used ? saved - used : 0);
+        /* A hit must never cost more than the compile it replaces: one that
+         * loaded from disk or the remote tier slower than its compile is
+         * compiled from now on (loads_slower()). */
+        store *st = pipeline_store();
+        if (f[i].from != PIPELINE_FROM_MEMORY && saved && used / n > saved && st && !store_is_readonly(st) &&
+            store_note_slow_load(st, f[i].hash, used / n, saved) == CLSHIM_OK)
+            log_msg(LOG_INFO, "%s%s loaded in %.1f ms of CPU time, more than its compile (%.1f ms): the driver "
+                              "compiles it from now on", kind_noun(f[i].kind), prefix, used / n / 1e6, saved / 1e6);
         log_msg(LOG_INFO, "hit %s%s on '%s' (%s%s): %.1f ms instead of %.1f ms of compile CPU time",
                 kind_noun(f[i].kind), prefix, f[i].device ? f[i].device : "?", source_name(f[i].from),
                 kind_hit(f[i].kind), ms, saved / 1e6);
@@ -875,6 +904,7 @@ void pipeline_stats(struct pipeline_stats *out)
 {
     out->store = proc_stats;
     out->memory_hits = stat_memory_hits;
+    out->slow_loads = stat_slow_loads;
     out->translations = stat_translations;
     out->failed = stat_failed;
     out->failed_shared = stat_failed_shared;
@@ -891,6 +921,9 @@ void pipeline_print_summary(void)
     if (s.store.captures_handed)
         at += (size_t)snprintf(handed, sizeof handed, ", %llu handed to the capture helper",
                                (unsigned long long)s.store.captures_handed);
+    if (s.slow_loads && at < sizeof handed)
+        at += (size_t)snprintf(handed + at, sizeof handed - at, ", %llu compiled as loading is slower",
+                               (unsigned long long)s.slow_loads);
     for (int i = 0, first = 1; i < CAPTURE_LOST_COUNT && at < sizeof handed; i++)
         if (s.store.capture_lost[i]) {
             at += (size_t)snprintf(handed + at, sizeof handed - at, "%s%llu %s", first ? ", captures not made: " : " ",
@@ -932,7 +965,7 @@ void pipeline_after_fork_in_child(void)
     the_store = NULL;
     store_once = (pthread_once_t)PTHREAD_ONCE_INIT;
     memset(&proc_stats, 0, sizeof proc_stats);
-    stat_memory_hits = stat_translations = stat_failed = stat_failed_shared = 0;
+    stat_memory_hits = stat_translations = stat_failed = stat_failed_shared = stat_slow_loads = 0;
     claims_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
     nclaims = 0; /* the parent's; its thread is not in this process */
     reaper_running = 0;

@@ -218,6 +218,7 @@ void pipeline_record_put(const struct key_buf *k, const void *value, size_t size
 struct pipeline_stats {
     struct store_stats store;
     uint64_t memory_hits, translations, failed, failed_shared;
+    uint64_t slow_loads; /* lookups skipped: the key loads slower than it compiles */
 };
 void pipeline_stats(struct pipeline_stats *out);
 void pipeline_count_translation(void);

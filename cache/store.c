@@ -657,6 +657,55 @@ int store_clear(store *s)
     return store_write(s, clear_fn, NULL);
 }
 
+/* ---- entries that load slower than they compile ---- */
+
+static void slow_load_name(struct cache_hash hash, char name[48])
+{
+    snprintf(name, 48, "slow-load %016llx%016llx", (unsigned long long)hash.hi, (unsigned long long)hash.lo);
+}
+
+struct slow_load { char name[48]; uint64_t v[2]; };
+
+static int slow_load_put_fn(store *s, MDB_txn *txn, void *arg)
+{
+    struct slow_load *sl = arg;
+    return store_meta_put(s, txn, sl->name, sl->v, 2);
+}
+
+int store_note_slow_load(store *s, struct cache_hash hash, uint64_t load_ns, uint64_t compile_ns)
+{
+    if (!s) return CLSHIM_EINVAL;
+    if (s->readonly) return CLSHIM_EREADONLY;
+    struct slow_load sl = {.v = {load_ns, compile_ns}};
+    slow_load_name(hash, sl.name);
+    return store_write(s, slow_load_put_fn, &sl);
+}
+
+int store_slow_load(store *s, struct cache_hash hash, uint64_t *load_ns, uint64_t *compile_ns)
+{
+    if (!s) return CLSHIM_EINVAL;
+    if (!s->have_dbs) return CLSHIM_ENOTFOUND;
+    char name[48];
+    slow_load_name(hash, name);
+    MDB_txn *txn;
+    int rc = store_read_begin(s, &txn);
+    if (rc) return rc;
+    uint64_t v[2];
+    struct store_guard g; /* the map may be cut short under us (store_guard.c) */
+    store_guard_arm(&g);
+    if (sigsetjmp(g.jb, 0)) {
+        abort_after_fault(s, txn);
+        return CLSHIM_EIO;
+    }
+    rc = meta_get(s, txn, name, v, sizeof v);
+    store_guard_disarm(&g);
+    store_read_end(s, txn);
+    if (rc) return store_map_err(rc);
+    *load_ns = store_get64((const char *)v);
+    *compile_ns = store_get64((const char *)v + 8);
+    return *load_ns ? CLSHIM_OK : CLSHIM_ENOTFOUND;
+}
+
 /* ---- statistics ---- */
 
 const char *capture_lost_name(enum capture_lost why)

@@ -173,6 +173,15 @@ int store_delete(store *s, struct cache_hash hash);
 int store_claim_build(store *s, struct cache_hash hash, uint64_t stale_ms);
 int store_release_build(store *s, struct cache_hash hash);
 
+/* Entries that load slower than they compile (a hit must never cost more
+ * than the compile it replaces): store_note_slow_load() records, for a key,
+ * the CPU time its first hit took and the compile's; store_slow_load()
+ * returns CLSHIM_OK with both when recorded (the caller then lets the
+ * driver compile), CLSHIM_ENOTFOUND when not. Kept in "meta" under the key,
+ * so a record outlives its entry (the same key loads as slowly again). */
+int store_note_slow_load(store *s, struct cache_hash hash, uint64_t load_ns, uint64_t compile_ns);
+int store_slow_load(store *s, struct cache_hash hash, uint64_t *load_ns, uint64_t *compile_ns);
+
 /* Statistics, kept in "meta". Callers accumulate a delta per process and
  * add it with store_stats_add() (one write transaction). */
 /* Why a late capture (a binary stored after its build: PoCL's, by the

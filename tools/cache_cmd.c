@@ -482,6 +482,10 @@ static int cmd_show(struct cmd_ctx *c, int argc, char **argv)
     rc = store_get(c->s, e->hash, e->key, e->key_len, &r, &arena);
     printf("Check              %s\n", rc == CLSHIM_OK ? "ok" : clshim_strerror(rc));
     if (rc == CLSHIM_OK) printf("Compile time       %.3f s\n", (double)r.compile_ns / 1e9);
+    uint64_t load_ns, compile_ns;
+    if (store_slow_load(c->s, e->hash, &load_ns, &compile_ns) == CLSHIM_OK)
+        printf("Load cost          %.1f ms of CPU time at its first hit, more than its compile (%.1f ms): "
+               "not loaded, the driver compiles it\n", load_ns / 1e6, compile_ns / 1e6);
     printf("Key material       %zu bytes:\n", e->key_len);
     struct cache_hash h = entry_xxh3_128(e->key, e->key_len);
     print_material(e->key, e->key_len);

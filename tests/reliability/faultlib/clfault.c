@@ -9,7 +9,10 @@
  *   CLFAULT_BUILD=1          clBuildProgram fails: CL_OUT_OF_RESOURCES
  *   CLFAULT_SLOW_BINARIES_MS=N  clGetProgramInfo(CL_PROGRAM_BINARIES) takes
  *                            N ms more (a large program's code generation,
- *                            made deterministic) */
+ *                            made deterministic)
+ *   CLFAULT_SLOW_LOAD_MS=N   clCreateProgramWithBinary burns N ms of CPU
+ *                            time first (a binary that loads slower than
+ *                            it compiles) */
 #define _GNU_SOURCE
 #define CL_TARGET_OPENCL_VERSION 300
 #include <CL/cl.h>
@@ -34,6 +37,13 @@ CL_API_ENTRY cl_program CL_API_CALL clCreateProgramWithBinary(cl_context ctx, cl
             for (cl_uint i = 0; i < n; i++) status[i] = CL_INVALID_BINARY;
         if (err) *err = CL_INVALID_BINARY;
         return NULL;
+    }
+    const char *slow = getenv("CLFAULT_SLOW_LOAD_MS");
+    if (slow) {
+        struct timespec t0, t;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+        do clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+        while ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 < atol(slow));
     }
     return NEXT(clCreateProgramWithBinary)(ctx, n, devs, lengths, bins, status, err);
 }
