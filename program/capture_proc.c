@@ -15,11 +15,13 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "cache/key.h"
 #include "common/childenv.h"
 #include "common/config.h"
 #include "common/log.h"
@@ -102,11 +104,150 @@ int capture_proc_decode(const void *buf, size_t len, struct capture_request *out
     return b == end ? 0 : -1;
 }
 
+/* ---- answers -----------------------------------------------------------------
+ * "CLSHREP1", hash lo and hi (u64 each), compile_ns (u64), the log (u64
+ * length, bytes, NUL), the binary (u64 length, bytes), in a memfd passed
+ * over the socket as a request is. */
+
+static const char reply_magic[8] = {'C', 'L', 'S', 'H', 'R', 'E', 'P', '1'};
+
+ssize_t capture_proc_recv(int sock, int flags, int fds[2])
+{
+    char byte;
+    union {
+        struct cmsghdr h;
+        char space[CMSG_SPACE(2 * sizeof(int))];
+    } ctl;
+    struct iovec iov = {&byte, 1};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.space,
+                         .msg_controllen = sizeof ctl.space};
+    fds[0] = fds[1] = -1;
+    ssize_t r;
+    while ((r = recvmsg(sock, &msg, flags | MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR) {
+    }
+    struct cmsghdr *c = r > 0 ? CMSG_FIRSTHDR(&msg) : NULL;
+    if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len >= CMSG_LEN(sizeof(int)))
+        memcpy(fds, CMSG_DATA(c), c->cmsg_len >= CMSG_LEN(2 * sizeof(int)) ? 2 * sizeof(int) : sizeof(int));
+    return r;
+}
+
+/* Sends the memfd `fd` (and `lock`, when >= 0) over `sock` without waiting;
+ * the number of bytes sendmsg() sent, or -1 with errno. */
+static ssize_t send_fds(int sock, int fd, int lock)
+{
+    char byte = 0;
+    union {
+        struct cmsghdr h;
+        char space[CMSG_SPACE(2 * sizeof(int))];
+    } ctl;
+    memset(&ctl, 0, sizeof ctl);
+    int n = lock >= 0 ? 2 : 1, fds[2] = {fd, lock};
+    struct iovec iov = {&byte, 1};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.space,
+                         .msg_controllen = CMSG_SPACE(n * sizeof(int))};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(n * sizeof(int));
+    memcpy(CMSG_DATA(c), fds, n * sizeof(int));
+    ssize_t w;
+    while ((w = sendmsg(sock, &msg, MSG_DONTWAIT | MSG_NOSIGNAL)) < 0 && errno == EINTR) {
+    }
+    return w;
+}
+
+void capture_proc_reply(int fd, const struct capture_reply *r)
+{
+    uint64_t head[3] = {r->hash.lo, r->hash.hi, r->compile_ns};
+    const char *log = r->log ? r->log : "";
+    uint64_t log_len = strlen(log), size = r->binary ? r->size : 0;
+    static const char nul = 0;
+    struct iovec iov[] = {{(void *)reply_magic, sizeof reply_magic}, {head, sizeof head}, {&log_len, sizeof log_len},
+                          {(void *)log, log_len}, {(void *)&nul, 1}, {&size, sizeof size},
+                          {(void *)r->binary, size}};
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof iov / sizeof *iov; i++) total += iov[i].iov_len;
+    int m = memfd_create("clshim-capture-reply", MFD_CLOEXEC);
+    if (m < 0) return;
+    if (writev(m, iov, (int)(sizeof iov / sizeof *iov)) == (ssize_t)total) (void)send_fds(fd, m, -1);
+    close(m);
+}
+
+/* A reply's fields from its bytes (pointers into buf); -1 when malformed. */
+static int decode_reply(const char *b, size_t len, struct capture_reply *r)
+{
+    const char *end = b + len;
+    uint64_t head[3], log_len, size;
+    if (len < sizeof reply_magic + sizeof head + 8 || memcmp(b, reply_magic, sizeof reply_magic)) return -1;
+    b += sizeof reply_magic;
+    memcpy(head, b, sizeof head), b += sizeof head;
+    memcpy(&log_len, b, 8), b += 8;
+    if ((uint64_t)(end - b) < log_len + 1 + 8 || b[log_len] != '\0') return -1;
+    r->log = b, b += log_len + 1;
+    memcpy(&size, b, 8), b += 8;
+    if ((uint64_t)(end - b) != size) return -1;
+    r->hash = (struct cache_hash){head[0], head[1]};
+    r->compile_ns = head[2];
+    r->binary = size ? b : NULL;
+    r->size = size;
+    return 0;
+}
+
 /* ---- the application's side ------------------------------------------------ */
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int sock = -1; /* to the helper */
 static int gave_up;   /* no helper: capture here from now on */
+
+/* Keys handed over and not answered yet (lock held): an open-addressing
+ * set, so a program released and built again while the helper still has
+ * its request is not handed (and captured) twice. Full: no deduplication. */
+#define HANDED_MAX 4096
+static struct cache_hash handed[HANDED_MAX];
+static size_t nhanded;
+
+static size_t handed_slot(struct cache_hash h) { return (size_t)(h.lo ^ (h.hi >> 7)) % HANDED_MAX; }
+static int is_empty(struct cache_hash h) { return !h.lo && !h.hi; }
+static int same_hash(struct cache_hash a, struct cache_hash b) { return a.lo == b.lo && a.hi == b.hi; }
+
+static int handed_find(struct cache_hash h)
+{
+    for (size_t i = handed_slot(h), n = 0; n < HANDED_MAX && !is_empty(handed[i]); i = (i + 1) % HANDED_MAX, n++)
+        if (same_hash(handed[i], h)) return (int)i;
+    return -1;
+}
+
+static void handed_add(struct cache_hash h)
+{
+    if (is_empty(h) || nhanded >= HANDED_MAX / 2 || handed_find(h) >= 0) return;
+    size_t i = handed_slot(h);
+    while (!is_empty(handed[i])) i = (i + 1) % HANDED_MAX;
+    handed[i] = h;
+    nhanded++;
+}
+
+/* Removal with backward shift, so later probes still find their keys. */
+static void handed_remove(struct cache_hash h)
+{
+    int at = handed_find(h);
+    if (at < 0) return;
+    size_t i = (size_t)at, j = i;
+    for (;;) {
+        handed[i] = (struct cache_hash){0, 0};
+        for (;;) {
+            j = (j + 1) % HANDED_MAX;
+            if (is_empty(handed[j])) {
+                nhanded--;
+                return;
+            }
+            size_t home = handed_slot(handed[j]);
+            /* handed[j] may move to i when its home is not within (i, j]. */
+            if (i <= j ? (home <= i || home > j) : (home <= i && home > j)) break;
+        }
+        handed[i] = handed[j];
+        i = j;
+    }
+}
 
 /* The clshim-tool to run: the knob, or the one next to this library
  * (build/ and lib/clshim/), or one level up (loader mode's loader/). */
@@ -214,6 +355,11 @@ int capture_proc_send(const struct capture_request *rq)
         pthread_mutex_unlock(&lock);
         return -1;
     }
+    struct cache_hash hash = key_hash(rq->key, rq->key_len);
+    if (handed_find(hash) >= 0) {
+        pthread_mutex_unlock(&lock);
+        return 1; /* the helper has it already */
+    }
     int fd = encode(rq);
     int lockfd = fd >= 0 ? request_lock() : -1;
     if (lockfd < 0 && fd >= 0) {
@@ -223,26 +369,10 @@ int capture_proc_send(const struct capture_request *rq)
         fd = -1;
     }
     if (fd >= 0) {
-        char byte = 0;
-        union {
-            struct cmsghdr h;
-            char space[CMSG_SPACE(2 * sizeof(int))];
-        } ctl;
-        memset(&ctl, 0, sizeof ctl);
-        struct iovec iov = {&byte, 1};
-        struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.space,
-                             .msg_controllen = sizeof ctl.space};
-        struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-        c->cmsg_level = SOL_SOCKET;
-        c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(2 * sizeof(int));
-        int fds[2] = {fd, lockfd};
-        memcpy(CMSG_DATA(c), fds, sizeof fds);
-        ssize_t w;
-        while ((w = sendmsg(sock, &msg, MSG_DONTWAIT | MSG_NOSIGNAL)) < 0 && errno == EINTR) {
-        }
+        ssize_t w = send_fds(sock, fd, lockfd);
         if (w == 1) {
             rc = 0;
+            handed_add(hash);
         } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOBUFS && errno != ETOOMANYREFS) {
             /* Gone (it died, or ran past its budget): not started again. */
             log_msg(LOG_WARN, "the capture helper is gone (%s): binaries are captured in this process",
@@ -258,6 +388,30 @@ int capture_proc_send(const struct capture_request *rq)
     return rc;
 }
 
+void capture_proc_poll(void (*fn)(const struct capture_reply *r))
+{
+    if (__atomic_load_n(&sock, __ATOMIC_RELAXED) < 0) return;
+    for (;;) {
+        pthread_mutex_lock(&lock);
+        int fds[2];
+        ssize_t r = sock < 0 ? -1 : capture_proc_recv(sock, MSG_DONTWAIT, fds);
+        int m = r > 0 ? fds[0] : -1;
+        if (r > 0 && fds[1] >= 0) close(fds[1]); /* never sent with a reply */
+        struct stat st;
+        char *buf = NULL;
+        struct capture_reply rep;
+        int got = m >= 0 && fstat(m, &st) == 0 && st.st_size > 0 && (buf = malloc((size_t)st.st_size)) &&
+                  pread(m, buf, (size_t)st.st_size, 0) == st.st_size &&
+                  decode_reply(buf, (size_t)st.st_size, &rep) == 0;
+        if (m >= 0) close(m);
+        if (got) handed_remove(rep.hash);
+        pthread_mutex_unlock(&lock);
+        if (got && rep.size) fn(&rep);
+        free(buf);
+        if (r <= 0) return; /* nothing more now (or the helper is gone) */
+    }
+}
+
 void capture_proc_after_fork_in_child(void)
 {
     /* Single-threaded here. The parent's helper is the parent's: closing
@@ -266,4 +420,6 @@ void capture_proc_after_fork_in_child(void)
     if (sock >= 0) close(sock);
     sock = -1;
     gave_up = 0;
+    memset(handed, 0, sizeof handed);
+    nhanded = 0;
 }

@@ -9,25 +9,33 @@
  * program built from source to a helper process instead:
  *
  *  - capture_proc_send() is the application's side: one request, the
- *    program's inputs (source, options, the device's key identity) and the
- *    key the application computed, written into a memfd that one
- *    non-blocking sendmsg() passes over a SOCK_SEQPACKET socket (each
- *    request arrives whole or not at all). A full socket, or no helper,
- *    returns -1: the caller captures in this process as before.
+ *    program's inputs (source, the options the driver got, the device's
+ *    key identity, the working directory) and the key the application
+ *    computed, written into a memfd that one non-blocking sendmsg() passes
+ *    over a SOCK_SEQPACKET socket (each request arrives whole or not at
+ *    all), with a new open of <cache dir>/capture.lock holding a shared
+ *    flock: the request holds the lock until the helper stored or dropped
+ *    it, so `clshim cache wait` (the lock taken exclusively) waits for
+ *    captures, never for the application. A full socket, no helper, or no
+ *    lock returns -1: the caller captures in this process as before.
  *  - The helper is started at the first request: posix_spawn (no fork: no
  *    atfork handler of the application runs) of `clshim-tool
  *    capture-helper` (CLSHIM_CAPTURE_HELPER, or the one next to this
  *    library), with the application's environment without clshim
- *    (common/childenv.h). That process takes a shared flock on
- *    <cache dir>/capture.lock, forks the helper into a session of its own
- *    and exits; the caller reaps it at once (waitpid on its pid only), so
- *    the application has no child left and the lock is held before the
- *    request goes. `clshim cache wait` waits for that lock.
+ *    (common/childenv.h). That process forks the helper into a session of
+ *    its own and exits; the caller reaps it at once (waitpid on its pid
+ *    only), so the application has no child left.
  *  - The helper (capture_helper_main(), tools/) builds each program again
  *    at nice 19 in its own process: a hit in the driver's cache, which
  *    holds the code the application generated at first enqueue, so the
  *    binary it reads holds the same work-group functions; it stores it
- *    under the application's key (pipeline_store_late()). Not while the
+ *    under the application's key (pipeline_store_late()) only when the
+ *    files the key names are unchanged before its build and after its
+ *    read (cache/key.h key_inputs_check(): content and identity) and the
+ *    key made again from its inputs is the application's. It answers each
+ *    request on the same socket (capture_proc_reply(): the bytes when
+ *    stored), which the application reads at its next build
+ *    (capture_proc_poll()) into its in-process tier. Not while the
  *    application is busy (its threads' CPU demand, from /proc; its pid is
  *    the socket's peer): when it is idle, has exited, or after a request
  *    waited CLSHIM_CAPTURE_DEFER_MAX seconds (then at most a fifth of the
@@ -46,6 +54,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
+
+#include "cache/store.h"
 
 struct capture_request {
     const char *identity;   /* device_info()->identity of the device */
@@ -62,8 +73,32 @@ struct capture_request {
     const char *cwd;        /* the application's working directory at the build */
 };
 
-/* 0: the helper has the request; -1: capture in this process. */
+/* 0: the helper has the request; 1: it has one for this key already, not
+ * yet answered (a program released and built again is not captured
+ * twice); -1: capture in this process. */
 int capture_proc_send(const struct capture_request *rq);
+
+/* The helper's answer to a request, on the same socket: the key's hash and,
+ * when it stored the binary, its bytes (size 0: not stored), so the
+ * application's in-process tier gets them without generating code. */
+struct capture_reply {
+    struct cache_hash hash;
+    uint64_t compile_ns;
+    const char *log;
+    const void *binary;
+    size_t size;
+};
+/* The helper's side: one answer, never blocking (dropped when the socket is
+ * full or the application is gone). */
+void capture_proc_reply(int fd, const struct capture_reply *r);
+/* The application's side: hands every answer that arrived to `fn` (on the
+ * calling thread), without waiting for more. Cheap when there is none. */
+void capture_proc_poll(void (*fn)(const struct capture_reply *r));
+
+/* One message off the socket (recvmsg() with `flags`, EINTR retried): its
+ * descriptors in fds, -1 where none (the caller closes them). Returns what
+ * recvmsg() returned: 0 at end of file, -1 with errno. */
+ssize_t capture_proc_recv(int sock, int flags, int fds[2]);
 
 void capture_proc_after_fork_in_child(void);
 

@@ -906,6 +906,8 @@ static int new_devs(struct pc_program *rec, cl_uint ndev, const cl_device_id *de
     return 0;
 }
 
+static void keep_reply_in_memory(const struct capture_reply *r);
+
 static cl_int build_program(cl_program prog, cl_uint num_devices, const cl_device_id *device_list,
                             const char *options, void(CL_CALLBACK *notify)(cl_program, void *), void *user_data)
 {
@@ -940,6 +942,7 @@ static cl_int build_program(cl_program prog, cl_uint num_devices, const cl_devic
                                : real->clBuildProgram(prog, num_devices, device_list, options, notify, user_data);
     }
     need_exit_handler(); /* the driver is loaded by now */
+    capture_proc_poll(keep_reply_in_memory);
     for (cl_uint i = 0; i < ndev; i++)
         if (config_get()->cache) derive_key(rec, options, i);
 
@@ -1006,6 +1009,26 @@ static void keep_bytes_in_memory(struct cache_hash hash, const void *bin, size_t
     memtier_release(e);
 }
 
+/* The capture helper stored a binary it was handed: the in-process tier
+ * keeps its bytes (a program released and built again is a memory hit). */
+static void keep_reply_in_memory(const struct capture_reply *r)
+{
+    memtier_entry *e;
+    switch (memtier_acquire(r->hash, 0, &e)) {
+    case MEMTIER_FILL:
+        if (memtier_fill(e, r->binary, r->size, r->log, r->compile_ns) == 0) memtier_release(e);
+        break;
+    case MEMTIER_HIT: {
+        size_t have;
+        if (!memtier_failure(e) && !memtier_binary(e, &have)) memtier_refill(e, r->binary, r->size);
+        memtier_release(e);
+        break;
+    }
+    default:
+        break; /* being filled by a build right now: that build decides */
+    }
+}
+
 /* Whether capture() has anything to do (rec->lock held). */
 static int capture_wanted(const struct pc_program *rec)
 {
@@ -1047,14 +1070,15 @@ static int hand_to_helper(struct pc_program *rec)
                                      .cwd = rec->cwd};
         int rc = capture_proc_send(&rq);
         free(log);
-        if (rc != 0) return -1;
-        pipeline_count_handed();
+        if (rc < 0) return -1;
+        if (rc == 0) pipeline_count_handed();
         d->needs_capture = 0;
         pipeline_let_go(f); /* waiting processes build: a hit in the driver's cache */
         if (log_enabled(LOG_INFO)) {
             char hex[33];
             key_hash_hex(f->hash, hex);
-            log_msg(LOG_INFO, "capture of %.16s handed to the capture helper", hex);
+            log_msg(LOG_INFO, rc == 0 ? "capture of %.16s handed to the capture helper"
+                                      : "capture of %.16s: the capture helper has it already", hex);
         }
     }
     rec->handed_off = 1;

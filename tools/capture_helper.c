@@ -78,23 +78,12 @@ static double now_s(void)
  * carries. 1 when read, 0 at end of file, -1 on a malformed message. */
 static int receive(int fd, struct request **out)
 {
-    char byte;
-    union {
-        struct cmsghdr h;
-        char space[CMSG_SPACE(2 * sizeof(int))];
-    } ctl;
-    struct iovec iov = {&byte, 1};
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.space,
-                         .msg_controllen = sizeof ctl.space};
-    ssize_t r;
-    while ((r = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR) {
-    }
-    if (r <= 0) return 0;
-    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-    if (!c || c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS || c->cmsg_len < CMSG_LEN(sizeof(int)))
+    int fds[2];
+    if (capture_proc_recv(fd, 0, fds) <= 0) return 0;
+    if (fds[0] < 0) {
+        if (fds[1] >= 0) close(fds[1]);
         return -1;
-    int fds[2] = {-1, -1};
-    memcpy(fds, CMSG_DATA(c), c->cmsg_len >= CMSG_LEN(2 * sizeof(int)) ? 2 * sizeof(int) : sizeof(int));
+    }
     int mfd = fds[0];
     struct stat st;
     struct request *rq = NULL;
@@ -222,8 +211,8 @@ static int same_key(const struct capture_request *rq)
     return same;
 }
 
-static void build_and_store(const struct capture_request *rq, struct known_device *k, struct key_inputs *in,
-                            struct cache_hash hash, const char *prefix);
+static int build_and_store(const struct capture_request *rq, struct known_device *k, struct key_inputs *in,
+                           struct cache_hash hash, const char *prefix);
 
 /* The files the key names hold what it says (key_inputs_check: the first
  * call records their identities, a later one also sees a rewrite), and the
@@ -266,13 +255,16 @@ static void capture_one(const struct capture_request *rq)
         pipeline_count_capture_lost(CAPTURE_LOST_REQUEST, 1);
         return;
     }
-    if (inputs_hold(rq, in, prefix, "since the application built it")) build_and_store(rq, k, in, hash, prefix);
+    int stored = inputs_hold(rq, in, prefix, "since the application built it") && build_and_store(rq, k, in, hash, prefix);
     key_inputs_free(in);
+    if (!stored) capture_proc_reply(0, &(struct capture_reply){.hash = hash}); /* not stored: the app may hand it again */
 }
 
-static void build_and_store(const struct capture_request *rq, struct known_device *k, struct key_inputs *in,
-                            struct cache_hash hash, const char *prefix)
+/* 1 when stored (and the application told, with the bytes). */
+static int build_and_store(const struct capture_request *rq, struct known_device *k, struct key_inputs *in,
+                           struct cache_hash hash, const char *prefix)
 {
+    int stored = 0;
     cl_int err;
     const char *src = rq->source;
     size_t len = rq->source_len;
@@ -281,7 +273,7 @@ static void build_and_store(const struct capture_request *rq, struct known_devic
         log_msg(LOG_WARN, "capture helper: the build of %s failed here (%d): not stored", prefix, err);
         pipeline_count_capture_lost(CAPTURE_LOST_BUILD, 1);
         if (prog) api.clReleaseProgram(prog);
-        return;
+        return 0;
     }
     size_t size = 0;
     unsigned char *bin = NULL;
@@ -292,7 +284,7 @@ static void build_and_store(const struct capture_request *rq, struct known_devic
         if (!inputs_hold(rq, in, prefix, "during the capture's build")) {
             free(bin);
             api.clReleaseProgram(prog);
-            return;
+            return 0;
         }
         struct pipeline_flight f = {.device = rq->device, .kind = (enum key_kind)rq->kind,
                                     .key = (char *)rq->key, .key_len = rq->key_len, .hash = hash,
@@ -301,7 +293,13 @@ static void build_and_store(const struct capture_request *rq, struct known_devic
             log_msg(LOG_WARN, "capture helper: no cache to store %s into", prefix);
             pipeline_count_capture_lost(CAPTURE_LOST_STORE, 1);
         } else {
-            pipeline_store_late(&f, bin, size, rq->log, thread_cpu_ns() - cpu0);
+            uint64_t read_ns = thread_cpu_ns() - cpu0;
+            stored = pipeline_store_late(&f, bin, size, rq->log, read_ns);
+            /* The application's in-process tier gets the bytes too: a
+             * program it releases and builds again is then a memory hit. */
+            if (stored)
+                capture_proc_reply(0, &(struct capture_reply){.hash = hash, .compile_ns = rq->compile_ns + read_ns,
+                                                               .log = rq->log, .binary = bin, .size = size});
         }
     } else {
         log_msg(LOG_WARN, "capture helper: cannot read the binary of %s: not stored", prefix);
@@ -309,6 +307,7 @@ static void build_and_store(const struct capture_request *rq, struct known_devic
     }
     free(bin);
     api.clReleaseProgram(prog);
+    return stored;
 }
 
 /* ---- when to capture ---------------------------------------------------------

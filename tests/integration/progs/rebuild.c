@@ -1,0 +1,46 @@
+/* rebuild — builds one source program, runs its kernel, releases it, and
+ * does it again N times in the same process, as a library that creates its
+ * programs on demand does (issue 30: "a released program built again in
+ * the same process is a memory hit").
+ *   rebuild N [IDLE_MS]
+ * IDLE_MS: how long the process sleeps after each release (an application
+ * idle between uses). Prints one checksum per round. */
+#include "common.h"
+
+#include <time.h>
+
+static const char *src =
+    "__kernel void k(__global float *y) { size_t i = get_global_id(0); y[i] = 0.5f * (float)(i % 11) + 1.0f; }\n";
+
+int main(int argc, char **argv)
+{
+    int rounds = argc > 1 ? atoi(argv[1]) : 3;
+    long idle_ms = argc > 2 ? atol(argv[2]) : 0;
+    cl_int err;
+    cl_device_id dev = first_device(NULL);
+    cl_context ctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
+    CHECK(err);
+    for (int r = 0; r < rounds; r++) {
+        size_t len = strlen(src);
+        cl_program prog = clCreateProgramWithSource(ctx, 1, &src, &len, &err);
+        CHECK(err);
+        CHECK(clBuildProgram(prog, 1, &dev, "-cl-fast-relaxed-math", NULL, NULL));
+        cl_kernel k = clCreateKernel(prog, "k", &err);
+        CHECK(err);
+        float y[128] = {0};
+        run_on_floats(ctx, dev, k, y, 128);
+        double sum = 0;
+        for (int i = 0; i < 128; i++) sum += y[i] * (i + 1);
+        printf("round %d checksum %.3f\n", r, sum);
+        fflush(stdout);
+        clReleaseKernel(k);
+        clReleaseProgram(prog);
+        if (idle_ms) {
+            struct timespec ts = {idle_ms / 1000, (idle_ms % 1000) * 1000000L};
+            while (nanosleep(&ts, &ts) != 0) {
+            }
+        }
+    }
+    clReleaseContext(ctx);
+    return 0;
+}
