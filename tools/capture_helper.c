@@ -36,6 +36,7 @@
 #include "cache/quirks.h"
 #include "common/clapi.h"
 #include "common/config.h"
+#include "common/error.h"
 #include "common/log.h"
 #include "program/capture_proc.h"
 #include "tools/commands.h"
@@ -237,6 +238,18 @@ static void capture_one(const struct capture_request *rq)
     char prefix[33];
     key_hash_hex(hash, prefix);
     prefix[16] = '\0';
+    /* Stored meanwhile (by another process, or by the application itself
+     * for a program it built again): nothing to build; the bytes go back. */
+    struct store_record sr;
+    void *arena = NULL;
+    store *st = pipeline_store();
+    if (st && store_get(st, hash, rq->key, rq->key_len, &sr, &arena) == CLSHIM_OK) {
+        log_msg(LOG_INFO, "capture helper: %s is stored already", prefix);
+        capture_proc_reply(0, &(struct capture_reply){.hash = hash, .compile_ns = sr.compile_ns, .log = sr.build_log,
+                                                       .binary = sr.binary, .size = sr.binary_size});
+        store_record_free(arena);
+        return;
+    }
     struct known_device *k = find_device(rq->identity);
     if (!k) {
         log_msg(LOG_WARN, "capture helper: no device '%s' here: %s not stored", rq->device, prefix);
