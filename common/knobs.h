@@ -115,7 +115,9 @@
       "application is busy (its threads run or wait to run more than a "      \
       "quarter of one core): the helper captures when the application is "     \
       "idle or has exited. Past this, it captures beside the busy "            \
-      "application, working at most a fifth of the time. 0: no waiting.")      \
+      "application, working at most a fifth of the time. The capture in "      \
+      "the application (CLSHIM_CAPTURE_PROCESS=0) waits the same way "         \
+      "before each capture. 0: no waiting.")                                   \
     X(MEM_CACHE_MAX, SIZE, mem_cache_max, "256M", "0.1",                       \
       "Bytes of binaries the in-process tier keeps; 0 means unbounded. "       \
       "Entries in use are never dropped.")                                     \

@@ -20,6 +20,10 @@
  *    dropped at exit get neither (the process is ending).
  *  - The queue is bounded (CAPTURE_QUEUE_MAX): a submit that does not fit
  *    returns -1 and the caller captures inline as before.
+ *  - An item waits while the application is busy (its other threads and
+ *    children), as the capture helper's requests do, at most
+ *    capture_set_defer_max() seconds: the capture takes PoCL's process-wide
+ *    code generation lock and would stall the application's work.
  *  - Only one item runs at a time, so the worker never reads a binary
  *    concurrently with another read by the worker (the program layer's
  *    one-reader lock orders it against reads on other threads: PoCL's quirk).
@@ -66,6 +70,11 @@ int capture_cancel_or_wait(void *item);
 /* At exit: finishes within budget_ms, then stops the worker; returns the
  * number of items dropped. Later calls return 0. */
 size_t capture_exit(unsigned budget_ms);
+
+/* The worker waits while the application is busy (common/busy.h), at most
+ * this long after an item was queued (CLSHIM_CAPTURE_DEFER_MAX; 0: never
+ * waits); exit does not wait. */
+void capture_set_defer_max(unsigned seconds);
 
 /* The budget the atexit quiesce handler uses (default 2000 ms). */
 void capture_set_exit_budget(unsigned ms);

@@ -182,6 +182,7 @@ void pc_init(const struct cl_api *real_api)
     pthread_atfork(NULL, NULL, after_fork_in_child);
     capture_init(&(struct capture_ops){run_capture, capture_done});
     capture_set_exit_budget(config_get()->capture_exit_budget);
+    capture_set_defer_max(config_get()->capture_defer_max);
 }
 
 /* ---- records ------------------------------------------------------------- */
@@ -2082,12 +2083,8 @@ static void at_exit(void)
     if (atomic_load_explicit(&idle_child, memory_order_relaxed)) return; /* a forked child that built nothing: the parent reports */
     capture_owed_at_exit(config_get()->capture_exit_budget); /* nothing left when owed_at_exit ran */
     /* Captures still queued for the worker: within the exit budget. */
-    size_t dropped = capture_exit(config_get()->capture_exit_budget);
-    if (dropped) {
-        pipeline_count_capture_lost(CAPTURE_LOST_EXIT, dropped);
-        log_msg(LOG_INFO, "%zu queued capture%s not stored: the exit budget (CLSHIM_CAPTURE_EXIT_BUDGET=%u ms) spent",
-                dropped, dropped == 1 ? "" : "s", (unsigned)config_get()->capture_exit_budget);
-    }
+    size_t dropped = capture_exit(config_get()->capture_exit_budget); /* says so itself */
+    pipeline_count_capture_lost(CAPTURE_LOST_EXIT, dropped);
     pipeline_exit();
     const struct clshim_config *cfg = config_get();
     if (cfg->stats || log_enabled(LOG_INFO)) {

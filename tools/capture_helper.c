@@ -14,7 +14,6 @@
  * would wait for the helper) and stores what is left within
  * CLSHIM_CAPTURE_HELPER_BUDGET seconds.
  */
-#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -34,6 +33,7 @@
 #include "cache/key.h"
 #include "cache/pipeline.h"
 #include "cache/quirks.h"
+#include "common/busy.h"
 #include "common/clapi.h"
 #include "common/config.h"
 #include "common/error.h"
@@ -324,127 +324,30 @@ static int build_and_store(const struct capture_request *rq, struct known_device
 }
 
 /* ---- when to capture ---------------------------------------------------------
- * A capture is a second code generation, and even on another core at nice
- * 19 it slows the application it runs beside (2 vCPUs of a VM share caches
- * and memory bandwidth, perhaps a physical core: nice does not reach across
- * CPUs). So a request waits while the application is busy. Its demand is
- * the time its threads ran or waited to run (/proc/PID/task/TID/schedstat:
- * an application starved by other load is still busy), with its children's
- * (PoCL links each kernel with a child `ld`; live children by their
- * schedstat, reaped ones by the CPU time in /proc/PID/stat). Busy: a
- * demand over BUSY_CORES of one core in a window of WATCH_PERIOD_S at
- * least; idle: no busy window for IDLE_SPAN_S (a build also blocks now and
- * then for a moment, in PoCL's fdatasync of its cache files). The helper
- * captures when the application is idle, once it has exited (end of file),
- * and, so that a long busy application still gets its binaries, beside it
- * once the oldest request waited CLSHIM_CAPTURE_DEFER_MAX seconds: then at
- * most one BESIDE_SHARE-th of the time (after a capture of d seconds it
- * waits (BESIDE_SHARE - 1) * d). The application's pid is the peer of the
- * socket (SO_PEERCRED: the process that made the socket pair). */
+ * A request waits while the application is busy (common/busy.h). The
+ * helper captures when the application is idle, once it has exited (end of
+ * file), and, so that a long busy application still gets its binaries,
+ * beside it once the oldest request waited CLSHIM_CAPTURE_DEFER_MAX
+ * seconds: then at most one BESIDE_SHARE-th of the time (after a capture of
+ * d seconds it waits (BESIDE_SHARE - 1) * d). The application's pid is the
+ * peer of the socket (SO_PEERCRED: the process that made the socket pair). */
 
-#define WATCH_PERIOD_S 0.25
-#define IDLE_SPAN_S 1.0
-#define BUSY_CORES 0.25
 #define BESIDE_SHARE 5
-#define CHILD_DEPTH 2 /* children and grandchildren (a compiler driver's) */
 
-struct app_watch {
-    pid_t pid;         /* 0: unknown, never waited for */
-    double at;         /* when demand_ns was read */
-    uint64_t demand_ns;
-    double idle_since; /* start of the idle windows since the last busy one; 0: busy */
-};
-
-static ssize_t read_small(const char *path, char *buf, size_t size)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    ssize_t n = read(fd, buf, size - 1);
-    close(fd);
-    if (n >= 0) buf[n] = '\0';
-    return n;
-}
-
-/* Adds the demand of process `pid`'s threads and of its live children (to
- * `depth` levels) to *sum; the number of threads read. */
-static int add_demand(pid_t pid, int depth, uint64_t *sum)
-{
-    char path[96], text[512];
-    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
-    DIR *d = opendir(path);
-    if (!d) return 0;
-    int threads = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;
-        unsigned long long ran, waited;
-        snprintf(path, sizeof path, "/proc/%d/task/%.32s/schedstat", (int)pid, e->d_name);
-        if (read_small(path, text, sizeof text) > 0 && sscanf(text, "%llu %llu", &ran, &waited) == 2)
-            *sum += ran + waited, threads++;
-        if (depth >= CHILD_DEPTH) continue;
-        snprintf(path, sizeof path, "/proc/%d/task/%.32s/children", (int)pid, e->d_name);
-        if (read_small(path, text, sizeof text) <= 0) continue;
-        char *p = text, *end;
-        for (long child; (child = strtol(p, &end, 10)) > 0 && end != p; p = end) add_demand((pid_t)child, depth + 1, sum);
-    }
-    closedir(d);
-    return threads;
-}
-
-/* The application's demand so far, in ns; -1 when it is gone. */
-static int app_demand(pid_t pid, uint64_t *out)
-{
-    uint64_t sum = 0;
-    if (!add_demand(pid, 0, &sum)) return -1;
-    /* Children it reaped: their CPU time, cutime and cstime, the 14th and
-     * 15th fields after the command's closing parenthesis. */
-    char path[64], text[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    const char *p = read_small(path, text, sizeof text) > 0 ? strrchr(text, ')') : NULL;
-    unsigned long long cutime, cstime;
-    if (p && sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %llu %llu", &cutime,
-                    &cstime) == 2)
-        sum += (cutime + cstime) * (1000000000u / (uint64_t)sysconf(_SC_CLK_TCK));
-    *out = sum;
-    return 0;
-}
-
-static void watch_start(struct app_watch *w)
+static void watch_start(struct busy_watch *w)
 {
     struct ucred peer;
     socklen_t len = sizeof peer;
     w->pid = 0;
     if (getsockopt(0, SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0 || peer.pid <= 0) return;
-    w->pid = peer.pid;
-    w->at = now_s();
-    w->idle_since = 0; /* it just built a program: busy until measured otherwise */
-    if (app_demand(w->pid, &w->demand_ns) != 0) w->pid = 0;
-}
-
-/* Whether the application is busy, measured again once the last window is
- * WATCH_PERIOD_S old. Gone (its end of file is on the way): not busy. */
-static int app_busy(struct app_watch *w)
-{
-    double now = now_s();
-    if (now - w->at >= WATCH_PERIOD_S) {
-        uint64_t demand;
-        if (app_demand(w->pid, &demand) != 0) return 0;
-        /* Less than before: a child ended between its schedstat and its
-         * parent's reaping; busy is the safe guess. */
-        int busy = demand < w->demand_ns || (double)(demand - w->demand_ns) / 1e9 > BUSY_CORES * (now - w->at);
-        if (busy) w->idle_since = 0;
-        else if (!w->idle_since) w->idle_since = w->at;
-        w->at = now;
-        w->demand_ns = demand;
-    }
-    return !w->idle_since || now - w->idle_since < IDLE_SPAN_S;
+    (void)busy_watch_start(w, peer.pid, 0);
 }
 
 enum turn { TURN_NOW, TURN_IDLE, TURN_BESIDE, TURN_EXITED };
 
 /* Waits until a request may be captured (or the application exited and
  * nothing is left) and says why. */
-static enum turn wait_turn(struct app_watch *w, unsigned defer_max, double beside_after)
+static enum turn wait_turn(struct busy_watch *w, unsigned defer_max, double beside_after)
 {
     int waited = 0;
     for (;;) {
@@ -455,7 +358,7 @@ static enum turn wait_turn(struct app_watch *w, unsigned defer_max, double besid
         pthread_mutex_unlock(&lock);
         if (gone) return TURN_EXITED;
         if (!w->pid || !defer_max) return TURN_NOW;
-        if (!app_busy(w)) return TURN_IDLE;
+        if (!busy_watch_busy(w)) return TURN_IDLE;
         double now = now_s();
         if (now - oldest >= defer_max && now >= beside_after) return TURN_BESIDE;
         if (!waited++)
@@ -464,7 +367,7 @@ static enum turn wait_turn(struct app_watch *w, unsigned defer_max, double besid
         /* A nap that its end of file (or a request) cuts short. */
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_nsec += (long)(WATCH_PERIOD_S * 1e9);
+        until.tv_nsec += (long)(BUSY_PERIOD_S * 1e9);
         if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
         pthread_mutex_lock(&lock);
         if (!ended) pthread_cond_timedwait(&arrived, &lock, &until);
@@ -507,7 +410,7 @@ static void serve(void)
     }
     unsigned budget = config_get()->capture_helper_budget;
     unsigned defer_max = config_get()->capture_defer_max;
-    struct app_watch w;
+    struct busy_watch w;
     watch_start(&w);
     double beside_after = 0, cpu_at_exit = -1;
     unsigned done[TURN_EXITED + 1] = {0};
