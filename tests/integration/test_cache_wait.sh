@@ -1,4 +1,5 @@
 #!/bin/bash
+# run-all: alone (times cache wait with two busy loops of its own)
 # `clshim cache wait` (tools/capture_wait.h, issue 30 item 6): it waits for
 # the captures outstanding in the cache directory — each one a shared flock
 # on <cache dir>/capture.lock — not for the processes that have the file

@@ -1,4 +1,5 @@
 #!/bin/bash
+# run-all: alone (times clFinish against a plain run)
 # The background capture (program/capture.h, issue 16): binaries are read
 # and stored on a worker thread, not at the application's synchronisation.
 # A slow binary read (faultlib/clfault.c: CLFAULT_SLOW_BINARIES_MS, standing

@@ -1,4 +1,5 @@
 #!/bin/bash
+# run-all: alone (the capture waits for the app's own busy loop)
 # A capture in the application (CLSHIM_CAPTURE_PROCESS=0, the fallback when
 # no helper can run) never runs beside the application's own work (issue
 # 30): it takes PoCL's code generation lock, and a kernel latency loop

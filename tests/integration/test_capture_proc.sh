@@ -1,4 +1,5 @@
 #!/bin/bash
+# run-all: alone (times the app's exit against a plain run)
 # Captures done by the capture helper process (program/capture_proc.h,
 # issue 16): on PoCL with its kernel cache on, the binary of a program built
 # from source is read and stored by `clshim-tool capture-helper`, a detached

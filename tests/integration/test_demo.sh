@@ -1,4 +1,5 @@
 #!/bin/bash
+# run-all: alone (runs two busy loops of its own)
 # make demo (examples/demo.sh) shows what its headings say, section by
 # section, with the default capture (the capture helper on PoCL, as `make
 # demo` runs it): cold, a miss for the main program's key K, stored; warm, a

@@ -1,4 +1,5 @@
 #!/bin/bash
+# run-all: alone (weighs a load's time against a compile's)
 # A hit never costs more than the compile it replaces (issue 30): a binary
 # whose first hit takes more CPU time than its compile did is recorded as
 # such, `clshim cache show` says so, and later runs let the driver compile

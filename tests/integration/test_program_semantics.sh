@@ -1,4 +1,5 @@
 #!/bin/bash
+# run-all: alone (times one process waiting on another's build)
 # A program under clshim is indistinguishable from the plain one (issue 13):
 # program-scope state, rebuilds next to live kernels, reference counts, build
 # options, the binary of a compiled object, a second compile, a failure

@@ -1,4 +1,5 @@
 #!/bin/bash
+# run-all: alone (times builds against a hung server)
 # The remote tier (CLSHIM_REMOTE) against a real redis-server on a unix
 # socket in the test's temp dir (and once on 127.0.0.1): a runner with an
 # empty cache hits what another pushed, with identical results and no

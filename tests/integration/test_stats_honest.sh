@@ -1,4 +1,5 @@
 #!/bin/bash
+# run-all: alone (runs four busy loops of its own)
 # Honest statistics (issue 13): "compile time saved" is CPU time saved, not
 # the wall time of a compile slowed by a busy machine; a read-only run
 # writes no counters (`clshim cache stats` stays at 0 hits) and its summary

@@ -1,4 +1,5 @@
 #!/bin/bash
+# run-all: alone (loads the machine on purpose)
 # Fusion under load: several processes, each with threads fusing on their own
 # queues (--mode threads) or cancelling fusions by synchronising mid-sequence
 # (--mode sync) or using held events (--mode events), all at once on one

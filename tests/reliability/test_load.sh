@@ -1,4 +1,5 @@
 #!/bin/bash
+# run-all: alone (loads the machine on purpose)
 # Load: 8 processes x 8 threads for a bounded time (12 s, and at least two
 # runs each; 180 s with CLSHIM_LONG=1) on one cache whose size limit (300K: about 7 entries of the
 # ~40 KB binaries, 12 distinct programs) forces constant eviction, each

@@ -1,4 +1,5 @@
 #!/bin/bash
+# run-all: alone (races an attacker for a fixed time)
 # The directory swap race (issue 17): a cache directory inside a parent that
 # another user can write (0777, not sticky). While the victim opens its cache
 # over and over, the attacker, a second user, exchanges the victim's directory
