@@ -1,6 +1,7 @@
 /* capture_proc.c — late captures done by another process (capture_proc.h). */
 #include "program/capture_proc.h"
 
+#include <assert.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -29,11 +30,13 @@
 extern char **environ;
 
 /* ---- the request as bytes --------------------------------------------------
- * "CLSHCAP2", kind (u32), compile_ns (u64), then identity, device, options,
- * source, key, log, cwd: each a u64 length and the bytes, then a NUL. */
+ * "CLSHCAP2", kind (u32; REQUEST_AGAIN set: capture_request.again),
+ * compile_ns (u64), then identity, device, options, source, key, log, cwd:
+ * each a u64 length and the bytes, then a NUL. */
 
 static const char magic[8] = {'C', 'L', 'S', 'H', 'C', 'A', 'P', '2'};
 #define NFIELDS 7
+#define REQUEST_AGAIN 0x80000000u
 
 static void fields_of(const struct capture_request *rq, const void *p[NFIELDS], uint64_t n[NFIELDS])
 {
@@ -52,7 +55,8 @@ static int encode(const struct capture_request *rq)
     const void *p[NFIELDS];
     uint64_t n[NFIELDS];
     fields_of(rq, p, n);
-    uint32_t kind = rq->kind;
+    assert(!(rq->kind & REQUEST_AGAIN));
+    uint32_t kind = rq->kind | (rq->again ? REQUEST_AGAIN : 0);
     uint64_t compile_ns = rq->compile_ns;
     static const char nul = 0;
     struct iovec iov[3 + 3 * NFIELDS];
@@ -84,7 +88,8 @@ int capture_proc_decode(const void *buf, size_t len, struct capture_request *out
     uint32_t kind;
     memcpy(&kind, b, sizeof kind), b += sizeof kind;
     memcpy(&out->compile_ns, b, sizeof out->compile_ns), b += sizeof out->compile_ns;
-    out->kind = kind;
+    out->kind = kind & ~REQUEST_AGAIN;
+    out->again = !!(kind & REQUEST_AGAIN);
     const char *f[NFIELDS];
     uint64_t n[NFIELDS];
     for (int i = 0; i < NFIELDS; i++) {
@@ -204,6 +209,7 @@ static int gave_up;   /* no helper: capture here from now on */
  * its request is not handed (and captured) twice. Full: no deduplication. */
 #define HANDED_MAX 4096
 static struct cache_hash handed[HANDED_MAX];
+static unsigned char hurried[HANDED_MAX]; /* handed[i] was sent again, marked `again` */
 static size_t nhanded;
 
 static size_t handed_slot(struct cache_hash h) { return (size_t)(h.lo ^ (h.hi >> 7)) % HANDED_MAX; }
@@ -223,6 +229,7 @@ static void handed_add(struct cache_hash h)
     size_t i = handed_slot(h);
     while (!is_empty(handed[i])) i = (i + 1) % HANDED_MAX;
     handed[i] = h;
+    hurried[i] = 0;
     nhanded++;
 }
 
@@ -234,6 +241,7 @@ static void handed_remove(struct cache_hash h)
     size_t i = (size_t)at, j = i;
     for (;;) {
         handed[i] = (struct cache_hash){0, 0};
+        hurried[i] = 0;
         for (;;) {
             j = (j + 1) % HANDED_MAX;
             if (is_empty(handed[j])) {
@@ -245,6 +253,7 @@ static void handed_remove(struct cache_hash h)
             if (i <= j ? (home <= i || home > j) : (home <= i && home > j)) break;
         }
         handed[i] = handed[j];
+        hurried[i] = hurried[j];
         i = j;
     }
 }
@@ -356,11 +365,17 @@ int capture_proc_send(const struct capture_request *rq)
         return -1;
     }
     struct cache_hash hash = key_hash(rq->key, rq->key_len);
-    if (handed_find(hash) >= 0) {
+    int at = handed_find(hash);
+    if (at >= 0 && hurried[at]) {
         pthread_mutex_unlock(&lock);
-        return 1; /* the helper has it already */
+        return 1; /* the helper has it already, and captures it now */
     }
-    int fd = encode(rq);
+    /* Handed already: the helper has it whether or not this hurry gets
+     * through (a full socket); only a gone helper leaves it to the caller. */
+    if (at >= 0) rc = 1;
+    struct capture_request copy = *rq;
+    copy.again = at >= 0;
+    int fd = encode(&copy);
     int lockfd = fd >= 0 ? request_lock() : -1;
     if (lockfd < 0 && fd >= 0) {
         LOG_ONCE(LOG_INFO, "cannot lock %s in the cache directory: binaries are captured in this process",
@@ -370,7 +385,9 @@ int capture_proc_send(const struct capture_request *rq)
     }
     if (fd >= 0) {
         ssize_t w = send_fds(sock, fd, lockfd);
-        if (w == 1) {
+        if (w == 1 && at >= 0) {
+            hurried[at] = 1;
+        } else if (w == 1) {
             rc = 0;
             handed_add(hash);
         } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOBUFS && errno != ETOOMANYREFS) {
@@ -380,6 +397,7 @@ int capture_proc_send(const struct capture_request *rq)
             close(sock);
             sock = -1;
             gave_up = 1;
+            rc = -1;
         }
         close(fd);
         close(lockfd); /* the copy in flight keeps the lock */
@@ -421,5 +439,6 @@ void capture_proc_after_fork_in_child(void)
     sock = -1;
     gave_up = 0;
     memset(handed, 0, sizeof handed);
+    memset(hurried, 0, sizeof hurried);
     nhanded = 0;
 }

@@ -71,11 +71,17 @@ struct capture_request {
     uint64_t compile_ns;    /* the build's CPU time in the application */
     const char *log;        /* the application's build log */
     const char *cwd;        /* the application's working directory at the build */
+    int again;              /* set by capture_proc_send: the application built the key
+                             * again before the answer, so the helper captures it now */
 };
 
 /* 0: the helper has the request; 1: it has one for this key already, not
- * yet answered (a program released and built again is not captured
- * twice); -1: capture in this process. */
+ * yet answered: the program is built repeatedly, so the helper is asked
+ * (once) to capture it at once rather than wait for the application to be
+ * idle; its answer makes the next builds memory hits. Never captured in
+ * this process: reading a binary is the code generation of every kernel of
+ * the program, up to seconds of the application's CPU (PyOpenCL's scan
+ * programs). -1: capture in this process. */
 int capture_proc_send(const struct capture_request *rq);
 
 /* The helper's answer to a request, on the same socket: the key's hash and,

@@ -61,7 +61,6 @@ struct pc_program {
     int orphaned;           /* released by the app while queued: the worker frees it (pending_lock) */
     int source_build;       /* built from source by clBuildProgram here (rec->lock) */
     int handed_off;         /* its captures went to the capture helper (rec->lock) */
-    int capture_here;       /* built again before the helper stored it: captured here (rec->lock) */
     cl_program handle;
     cl_context context;
     enum key_kind kind;     /* KEY_SOURCE or KEY_IL */
@@ -987,7 +986,6 @@ static cl_int build_program(cl_program prog, cl_uint num_devices, const cl_devic
     rec->ran = 0;
     rec->source_build = r == PIPELINE_BUILD && rec->kind == KEY_SOURCE && !rec->translated;
     rec->handed_off = 0;
-    rec->capture_here = 0;
     pthread_mutex_unlock(&rec->lock);
     if (late) {
         add_pending(rec);
@@ -1050,7 +1048,7 @@ static int capture_wanted(const struct pc_program *rec)
 static int hand_to_helper(struct pc_program *rec)
 {
     const struct clshim_config *cfg = config_get();
-    if (!cfg->capture_process || !rec->source_build || rec->capture_here || cfg->cache_readonly || !pipeline_store())
+    if (!cfg->capture_process || !rec->source_build || cfg->cache_readonly || !pipeline_store())
         return -1;
     int owed = 0;
     if (!rec->driver_options || !rec->cwd) return -1;
@@ -1074,27 +1072,20 @@ static int hand_to_helper(struct pc_program *rec)
                                      .cwd = rec->cwd};
         int rc = capture_proc_send(&rq);
         free(log);
-        if (rc == 1) {
-            /* Built again before the helper answered: this process builds
-             * it repeatedly, so it keeps the bytes itself (captured here),
-             * and its next builds are memory hits. */
-            if (log_enabled(LOG_INFO)) {
-                char hex[33];
-                key_hash_hex(f->hash, hex);
-                log_msg(LOG_INFO, "capture of %.16s: built again before the capture helper stored it: "
-                                  "captured in this process", hex);
-            }
-            rec->capture_here = 1;
-            return -1;
-        }
         if (rc < 0) return -1;
-        pipeline_count_handed();
+        /* 1: built again before the helper answered; the helper, asked to
+         * hurry, answers with the bytes (capture_proc.h says why they are
+         * not read here). */
+        if (rc == 0) pipeline_count_handed();
         d->needs_capture = 0;
         pipeline_let_go(f); /* waiting processes build: a hit in the driver's cache */
         if (log_enabled(LOG_INFO)) {
             char hex[33];
             key_hash_hex(f->hash, hex);
-            log_msg(LOG_INFO, "capture of %.16s handed to the capture helper", hex);
+            log_msg(LOG_INFO, rc == 0 ? "capture of %.16s handed to the capture helper"
+                                      : "capture of %.16s: built again before the capture helper stored it: "
+                                        "the helper captures it now",
+                    hex);
         }
     }
     rec->handed_off = 1;

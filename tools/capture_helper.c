@@ -49,6 +49,8 @@ struct request {
     size_t len;
     int lock;       /* the request's shared lock on capture.lock; -1: none */
     double came_at; /* now_s() when it was read off the socket */
+    struct cache_hash hash; /* of its key; zero when it does not decode */
+    int again;      /* the application built it again: captured without waiting */
 };
 
 /* Done with a request: its counters reach the store, then its lock goes
@@ -73,6 +75,31 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* The application built a key again before it was answered (lock held):
+ * its queued request moves to the front and is captured without waiting
+ * for the application to be idle, whose next builds of it are then memory
+ * hits. The repeat itself is only that signal: not queued. Not found: being
+ * captured now, or answered already. */
+static void hurry(struct request *again)
+{
+    struct request **at = &first, *prev = NULL;
+    while (*at && memcmp(&(*at)->hash, &again->hash, sizeof again->hash)) {
+        prev = *at;
+        at = &(*at)->next;
+    }
+    struct request *found = *at;
+    if (found && found != first) {
+        *at = found->next;
+        if (last == found) last = prev;
+        found->next = first;
+        first = found;
+    }
+    if (found) found->again = 1;
+    if (again->lock >= 0) close(again->lock);
+    free(again->bytes);
+    free(again);
 }
 
 /* One request off the socket: its bytes (malloc'd) from the memfd it
@@ -115,10 +142,19 @@ static void *reader(void *arg)
             pipeline_count_capture_lost(CAPTURE_LOST_REQUEST, 1);
             continue;
         }
+        if (r > 0) {
+            struct capture_request cr;
+            if (capture_proc_decode(rq->bytes, rq->len, &cr) == 0) {
+                rq->hash = key_hash(cr.key, cr.key_len);
+                rq->again = cr.again;
+            }
+        }
         pthread_mutex_lock(&lock);
         if (r == 0) {
             ended = 1;
             ended_at = time(NULL);
+        } else if (rq->again) {
+            hurry(rq);
         } else {
             rq->came_at = now_s();
             if (last) last->next = rq;
@@ -355,9 +391,10 @@ static enum turn wait_turn(struct busy_watch *w, unsigned defer_max, double besi
         while (!first && !ended) pthread_cond_wait(&arrived, &lock);
         int gone = ended;
         double oldest = first ? first->came_at : 0;
+        int again = first && first->again;
         pthread_mutex_unlock(&lock);
         if (gone) return TURN_EXITED;
-        if (!w->pid || !defer_max) return TURN_NOW;
+        if (!w->pid || !defer_max || again) return TURN_NOW;
         if (!busy_watch_busy(w)) return TURN_IDLE;
         double now = now_s();
         if (now - oldest >= defer_max && now >= beside_after) return TURN_BESIDE;

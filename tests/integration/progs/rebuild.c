@@ -2,9 +2,10 @@
  * does it again N times in the same process, as a library that creates its
  * programs on demand does (issue 30: "a released program built again in
  * the same process is a memory hit").
- *   rebuild N [IDLE_MS]
- * IDLE_MS: how long the process sleeps after each release (an application
- * idle between uses). Prints one checksum per round. */
+ *   rebuild N [PAUSE_MS [busy]]
+ * PAUSE_MS: how long the process sleeps after each release (an application
+ * idle between uses), or with `busy` computes on one core (an application
+ * busy between uses). Prints one checksum per round. */
 #include "common.h"
 
 #include <time.h>
@@ -16,6 +17,7 @@ int main(int argc, char **argv)
 {
     int rounds = argc > 1 ? atoi(argv[1]) : 3;
     long idle_ms = argc > 2 ? atol(argv[2]) : 0;
+    int busy = argc > 3 && !strcmp(argv[3], "busy");
     cl_int err;
     cl_device_id dev = first_device(NULL);
     cl_context ctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
@@ -35,7 +37,15 @@ int main(int argc, char **argv)
         fflush(stdout);
         clReleaseKernel(k);
         clReleaseProgram(prog);
-        if (idle_ms) {
+        if (idle_ms && busy) {
+            struct timespec t0, t;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            volatile unsigned long spin = 0;
+            do {
+                for (int i = 0; i < 100000; i++) spin += (unsigned long)i;
+                clock_gettime(CLOCK_MONOTONIC, &t);
+            } while ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 < idle_ms);
+        } else if (idle_ms) {
             struct timespec ts = {idle_ms / 1000, (idle_ms % 1000) * 1000000L};
             while (nanosleep(&ts, &ts) != 0) {
             }
