@@ -20,6 +20,7 @@
 
 #include "cache/entry.h"
 #include "cache/remote.h"
+#include "cache/sign.h"
 #include "cache/store.h"
 #include "common/config.h"
 #include "common/error.h"
@@ -840,12 +841,26 @@ static int cmd_import(struct cmd_ctx *c, int argc, char **argv)
     return rc || rejected ? 1 : 0;
 }
 
+#define KEYGEN_USAGE                                                                         \
+    "usage: clshim cache keygen FILE\n"                                                       \
+    "  writes a new ed25519 key pair: the secret key to FILE (0600) and the public key to\n" \
+    "  FILE.pub. Never overwrites a file. The secret key signs exports (export --sign FILE)\n"\
+    "  and remote values (CLSHIM_REMOTE_SIGN_KEY=FILE); readers trust FILE.pub (import\n"   \
+    "  --trust, CLSHIM_REMOTE_TRUST).\n"
+
 static int cmd_keygen(struct cmd_ctx *c, int argc, char **argv)
 {
     (void)c;
+    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        fputs(KEYGEN_USAGE, stdout);
+        return 0;
+    }
+    /* An option is never taken for a file name (keys named "--help"). */
+    if (argc == 2 && argv[1][0] == '-' && argv[1][1])
+        return usage_error("keygen: unknown option '%s' (give a FILE; ./-name for one starting with '-')", argv[1]);
     if (argc != 2) return usage_error("keygen: %s", "give one FILE (the secret key; FILE.pub gets the public one)");
     char err[512];
-    if (archive_keygen(argv[1], err, sizeof err) != 0) {
+    if (sign_keygen(argv[1], err, sizeof err) != 0) {
         fprintf(stderr, "clshim cache: keygen: %s\n", err);
         return 1;
     }
