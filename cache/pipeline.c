@@ -294,7 +294,7 @@ void pipeline_record_put(const struct key_buf *k, const void *value, size_t size
 {
     store *st = pipeline_store();
     if (!st || k->oom) return;
-    struct store_record sr = {value, size, "", make_ns, (uint32_t)kind, device};
+    struct store_record sr = {value, size, "", make_ns, (uint32_t)kind, device, NULL};
     if (tier_put(st, key_hash(k->data, k->len), k->data, k->len, &sr) == CLSHIM_OK) STAT_ADD(proc_stats.stores, 1);
 }
 
@@ -792,7 +792,7 @@ void pipeline_built(struct pipeline_flight *f, size_t n, const struct pipeline_o
                     fl->compile_ns / 1e6);
             continue;
         }
-        struct store_record sr = {out->binaries[i], out->sizes[i], log, fl->compile_ns, (uint32_t)fl->kind, dev};
+        struct store_record sr = {out->binaries[i], out->sizes[i], log, fl->compile_ns, (uint32_t)fl->kind, dev, NULL};
         int rc = tier_put(st, fl->hash, fl->key, fl->key_len, &sr);
         if (rc == CLSHIM_OK) {
             STAT_ADD(proc_stats.stores, 1);
@@ -824,7 +824,7 @@ int pipeline_store_late(struct pipeline_flight *f, const void *binary, size_t si
     char prefix[17];
     key_prefix(f->hash, prefix);
     struct store_record sr = {binary, size, log ? log : "", f->compile_ns + read_cpu_ns, (uint32_t)f->kind,
-                              f->device ? f->device : ""};
+                              f->device ? f->device : "", NULL};
     int rc = tier_put(st, f->hash, f->key, f->key_len, &sr);
     if (rc == CLSHIM_OK) {
         STAT_ADD(proc_stats.stores, f->stored_size == 0);

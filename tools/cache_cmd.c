@@ -6,6 +6,7 @@
  * 1 failed (or bad entries remain), 2 usage. */
 #include <ctype.h>
 #include <errno.h>
+#include <sodium.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,9 +36,11 @@
     "  zero                    reset the statistics (entries stay)\n"                             \
     "  list [--sort=size|age|hits|last-use] [--json]\n"                                            \
     "                          one line per entry\n"                                               \
-    "  show KEYPREFIX          one entry in full: its key material, build log, checks\n"          \
-    "  evict [--older-than DAYS] [--to-size SIZE]\n"                                               \
-    "                          evict unused or least recently used entries\n"                     \
+    "  show KEYPREFIX          one entry in full: its key material, build log, checks, source\n"  \
+    "  rm KEYPREFIX...         remove these entries from the local cache\n"                       \
+    "  evict [--older-than DAYS] [--to-size SIZE] [--origin=remote]\n"                              \
+    "                          evict unused or least recently used entries; --origin=remote:\n"  \
+    "                          every local copy of a remote value\n"                              \
     "  clear                   remove every entry\n"                                              \
     "  verify [--fix]          check every entry; --fix removes bad ones (exit 1: bad remain)\n"   \
     "  compact                 rewrite the database file without free space\n"                    \
@@ -257,7 +260,24 @@ struct item {
     uint64_t stored, binary, created, last_access, hits;
     uint32_t origin;
     char device[96];
+    int from_remote, is_signed;
+    char signer[2 * SIGN_PUBLIC_BYTES + 1]; /* hex, when signed */
 };
+
+/* Where an entry came from, as list and show say it: "here", or
+ * "remote/SIGNERID" (16 hex digits), or "remote/unsigned". */
+static void source_short(const struct item *it, char *buf, size_t len)
+{
+    if (!it->from_remote) snprintf(buf, len, "here");
+    else snprintf(buf, len, "remote/%.16s", it->is_signed ? it->signer : "unsigned");
+}
+
+static void item_source(struct item *it, const struct store_source *src)
+{
+    it->from_remote = src && src->kind == STORE_SOURCE_REMOTE;
+    it->is_signed = it->from_remote && (src->flags & STORE_SOURCE_SIGNED);
+    if (it->is_signed) sodium_bin2hex(it->signer, sizeof it->signer, src->signer, SIGN_PUBLIC_BYTES);
+}
 
 struct item_list {
     struct item *v;
@@ -276,8 +296,9 @@ static int collect_fn(const struct store_entry_info *e, void *ctx)
     }
     struct item *it = &l->v[l->n++];
     *it = (struct item){e->hash, e->stored_size, e->binary_size, e->created, e->last_access, e->hits,
-                        e->origin, ""};
+                        e->origin, "", 0, 0, ""};
     snprintf(it->device, sizeof it->device, "%s", e->device_name ? e->device_name : "");
+    item_source(it, e->source);
     return 0;
 }
 
@@ -326,25 +347,30 @@ static int cmd_list(struct cmd_ctx *c, int argc, char **argv)
             printf("%s\n  {\"key\": \"%s\", \"device\": ", i ? "," : "", hex);
             json_string(stdout, it->device);
             printf(", \"stored_size\": %llu, \"binary_size\": %llu, \"created\": %llu, \"last_access\": %llu, "
-                   "\"hits\": %llu, \"origin\": \"%s\"}",
+                   "\"hits\": %llu, \"origin\": \"%s\", \"source\": \"%s\", \"signer\": ",
                    (unsigned long long)it->stored, (unsigned long long)it->binary, (unsigned long long)it->created,
-                   (unsigned long long)it->last_access, (unsigned long long)it->hits, entry_origin_name(it->origin));
+                   (unsigned long long)it->last_access, (unsigned long long)it->hits, entry_origin_name(it->origin),
+                   it->from_remote ? "remote" : "here");
+            if (it->is_signed) json_string(stdout, it->signer);
+            else printf("null");
+            printf("}");
         }
         printf("%s]\n", l.n ? "\n" : "");
     } else {
-        printf("%-16s  %-28s  %10s  %10s  %5s  %8s  %6s  %s\n", "KEY", "DEVICE", "STORED", "BINARY", "AGE",
-               "LAST USE", "HITS", "ORIGIN");
+        printf("%-16s  %-28s  %10s  %10s  %5s  %8s  %6s  %-8s  %s\n", "KEY", "DEVICE", "STORED", "BINARY", "AGE",
+               "LAST USE", "HITS", "ORIGIN", "FROM");
         for (size_t i = 0; i < l.n; i++) {
             struct item *it = &l.v[i];
-            char st[32], bin[32], age[16], use[16];
+            char st[32], bin[32], age[16], use[16], from[40];
             hash_hex(it->hash, hex);
             hex[16] = 0;
             human_size(it->stored, st, sizeof st);
             human_size(it->binary, bin, sizeof bin);
             human_age(age_of(now, it->created), age, sizeof age);
             human_age(age_of(now, it->last_access), use, sizeof use);
-            printf("%-16s  %-28.28s  %10s  %10s  %5s  %8s  %6llu  %s\n", hex, it->device, st, bin, age, use,
-                   (unsigned long long)it->hits, entry_origin_name(it->origin));
+            source_short(it, from, sizeof from);
+            printf("%-16s  %-28.28s  %10s  %10s  %5s  %8s  %6llu  %-8s  %s\n", hex, it->device, st, bin, age, use,
+                   (unsigned long long)it->hits, entry_origin_name(it->origin), from);
         }
         printf("%zu entr%s\n", l.n, l.n == 1 ? "y" : "ies");
     }
@@ -358,6 +384,8 @@ struct find_ctx {
     struct store_entry_info info;
     void *key; /* a copy of the first match's key material */
     char device[256];
+    struct store_source source;
+    int quiet; /* say nothing of further matches */
 };
 
 static int find_fn(const struct store_entry_info *e, void *ctx)
@@ -371,8 +399,9 @@ static int find_fn(const struct store_entry_info *e, void *ctx)
         f->key = malloc(e->key_len ? e->key_len : 1);
         if (f->key) memcpy(f->key, e->key, e->key_len);
         snprintf(f->device, sizeof f->device, "%s", e->device_name ? e->device_name : "");
-        f->info.key = f->key, f->info.device_name = f->device;
-    } else {
+        if (e->source) f->source = *e->source;
+        f->info.key = f->key, f->info.device_name = f->device, f->info.source = e->source ? &f->source : NULL;
+    } else if (!f->quiet) {
         fprintf(stderr, "  %s %s\n", hex, e->device_name);
     }
     return 0;
@@ -425,40 +454,47 @@ static void print_material(const unsigned char *p, size_t n)
     }
 }
 
+/* A key prefix as typed (1-32 hex digits) in lower case; -1 when it is not one. */
+static int parse_prefix(const char *arg, char prefix[33])
+{
+    size_t n = strlen(arg);
+    if (n == 0 || n > 32) return -1;
+    for (size_t i = 0; i <= n; i++) {
+        if (i < n && !isxdigit((unsigned char)arg[i])) return -1;
+        prefix[i] = (char)tolower((unsigned char)arg[i]);
+    }
+    return 0;
+}
+
+/* The one entry whose key starts with prefix into *f (free f->key); -1
+ * (said why) when none or several match. */
+static int find_one(struct cmd_ctx *c, const char *prefix, struct find_ctx *f, int quiet)
+{
+    *f = (struct find_ctx){.prefix = prefix, .quiet = quiet};
+    int rc = store_foreach(c->s, find_fn, f);
+    if (rc) fprintf(stderr, "clshim cache: cannot read the entries: %s\n", clshim_strerror(rc));
+    else if (f->matches == 0) fprintf(stderr, "clshim cache: no entry has a key starting with %s\n", prefix);
+    else if (f->matches > 1) fprintf(stderr, "clshim cache: %zu entries match %s; give more digits\n", f->matches, prefix);
+    else if (!f->key) fprintf(stderr, "clshim cache: out of memory\n");
+    if (!rc && f->matches == 1 && f->key) return 0;
+    free(f->key);
+    f->key = NULL;
+    return -1;
+}
+
 static int cmd_show(struct cmd_ctx *c, int argc, char **argv)
 {
     if (argc != 2) return usage_error("show: %s", argc < 2 ? "which entry? give a key prefix" : "one key prefix only");
     char prefix[33];
-    size_t n = strlen(argv[1]);
-    if (n == 0 || n > 32) return usage_error("show: '%s' is not a key prefix (1-32 hex digits)", argv[1]);
-    for (size_t i = 0; i <= n; i++) {
-        if (i < n && !isxdigit((unsigned char)argv[1][i]))
-            return usage_error("show: '%s' is not a key prefix (1-32 hex digits)", argv[1]);
-        prefix[i] = (char)tolower((unsigned char)argv[1][i]);
-    }
+    if (parse_prefix(argv[1], prefix)) return usage_error("show: '%s' is not a key prefix (1-32 hex digits)", argv[1]);
     int rc = open_cache(c, 0);
     if (rc == CLSHIM_ENOTFOUND) {
         fprintf(stderr, "clshim cache: no cache in %s\n", c->dir);
         return 1;
     }
     if (rc) return 1;
-    struct find_ctx f = {.prefix = prefix};
-    rc = store_foreach(c->s, find_fn, &f);
-    if (rc) {
-        fprintf(stderr, "clshim cache: cannot read the entries: %s\n", clshim_strerror(rc));
-        free(f.key);
-        return 1;
-    }
-    if (f.matches != 1) {
-        if (f.matches == 0) fprintf(stderr, "clshim cache: no entry has a key starting with %s\n", prefix);
-        else fprintf(stderr, "clshim cache: %zu entries match %s; give more digits\n", f.matches, prefix);
-        free(f.key);
-        return 1;
-    }
-    if (!f.key) {
-        fprintf(stderr, "clshim cache: out of memory\n");
-        return 1;
-    }
+    struct find_ctx f;
+    if (find_one(c, prefix, &f, 0)) return 1;
     struct store_entry_info *e = &f.info;
     char hex[33], sz[32], bsz[32], when[64];
     uint64_t now = (uint64_t)time(NULL);
@@ -478,6 +514,15 @@ static int cmd_show(struct cmd_ctx *c, int argc, char **argv)
     human_age(age_of(now, e->last_access), sz, sizeof sz);
     printf("Last use           %s (%s ago)\n", when, sz);
     printf("Hits               %llu\n", (unsigned long long)e->hits);
+    if (!e->source) {
+        printf("Source             built here\n");
+    } else {
+        char signer[2 * SIGN_PUBLIC_BYTES + 1] = "";
+        if (e->source->flags & STORE_SOURCE_SIGNED)
+            sodium_bin2hex(signer, sizeof signer, e->source->signer, SIGN_PUBLIC_BYTES);
+        printf("Source             remote: %s\n", e->source->where);
+        printf("Signed by          %s\n", *signer ? signer : "nobody (unsigned)");
+    }
     struct store_record r;
     void *arena = NULL;
     rc = store_get(c->s, e->hash, e->key, e->key_len, &r, &arena);
@@ -500,14 +545,69 @@ static int cmd_show(struct cmd_ctx *c, int argc, char **argv)
     return rc == CLSHIM_OK ? 0 : 1;
 }
 
+/* `rm KEYPREFIX...`: each must name one entry; the others are still removed. */
+static int cmd_rm(struct cmd_ctx *c, int argc, char **argv)
+{
+    if (argc < 2) return usage_error("rm: %s", "which entries? give key prefixes (clshim cache list shows them)");
+    char prefix[33];
+    for (int i = 1; i < argc; i++)
+        if (parse_prefix(argv[i], prefix)) return usage_error("rm: '%s' is not a key prefix (1-32 hex digits)", argv[i]);
+    int rc = open_cache(c, 1);
+    if (rc == CLSHIM_ENOTFOUND) fprintf(stderr, "clshim cache: no cache in %s\n", c->dir);
+    if (rc) return 1;
+    int failed = 0;
+    for (int i = 1; i < argc; i++) {
+        struct find_ctx f;
+        parse_prefix(argv[i], prefix);
+        if (find_one(c, prefix, &f, 1)) {
+            failed = 1;
+            continue;
+        }
+        char hex[33];
+        hash_hex(f.info.hash, hex);
+        free(f.key);
+        if ((rc = store_delete(c->s, f.info.hash)) != CLSHIM_OK) {
+            fprintf(stderr, "clshim cache: cannot remove %s: %s\n", hex, clshim_strerror(rc));
+            failed = 1;
+        } else {
+            printf("Removed %s.\n", hex);
+        }
+    }
+    return failed;
+}
+
 /* ---- evict, clear, verify, compact ---- */
+
+/* Deletes every local copy of a remote value; *n receives how many. */
+static int evict_remote_copies(store *s, uint64_t *n)
+{
+    struct item_list l = {0};
+    int rc = store_foreach(s, collect_fn, &l);
+    if (rc == CLSHIM_OK && l.oom) rc = CLSHIM_ENOMEM;
+    *n = 0;
+    for (size_t i = 0; rc == CLSHIM_OK && i < l.n; i++) {
+        if (!l.v[i].from_remote) continue;
+        int d = store_delete(s, l.v[i].hash);
+        if (d == CLSHIM_OK) ++*n;
+        else if (d != CLSHIM_ENOTFOUND) rc = d; /* deleted meanwhile: fine */
+    }
+    free(l.v);
+    return rc;
+}
 
 static int cmd_evict(struct cmd_ctx *c, int argc, char **argv)
 {
     uint64_t days = 0, to_size = UINT64_MAX;
-    int any = 0;
+    int any = 0, remote_copies = 0;
     for (int i = 1; i < argc; i++) {
         const char *val = NULL;
+        if (!strcmp(argv[i], "--origin=remote") ||
+            (!strcmp(argv[i], "--origin") && i + 1 < argc && !strcmp(argv[i + 1], "remote") && ++i)) {
+            remote_copies = any = 1;
+            continue;
+        }
+        if (!strncmp(argv[i], "--origin", 8))
+            return usage_error("evict: %s", "--origin takes one value: remote (every local copy of a remote value)");
         int is_days = !strncmp(argv[i], "--older-than", 12), is_size = !strncmp(argv[i], "--to-size", 9);
         if (!is_days && !is_size) return usage_error("evict: unknown option '%s'", argv[i]);
         const char *eq = strchr(argv[i], '=');
@@ -526,12 +626,20 @@ static int cmd_evict(struct cmd_ctx *c, int argc, char **argv)
         }
         any = 1;
     }
-    if (!any) return usage_error("evict: say what to evict: %s", "--older-than DAYS and/or --to-size SIZE");
+    if (!any)
+        return usage_error("evict: say what to evict: %s",
+                           "--older-than DAYS, --to-size SIZE and/or --origin=remote");
     int rc = open_cache(c, 1);
     if (rc == CLSHIM_ENOTFOUND) rc = CLSHIM_OK;
     if (rc) return 1;
-    uint64_t n = 0;
-    if ((rc = store_evict(c->s, days, to_size, &n)) != CLSHIM_OK) {
+    uint64_t n = 0, copies = 0;
+    if (remote_copies && (rc = evict_remote_copies(c->s, &copies)) != CLSHIM_OK) {
+        fprintf(stderr, "clshim cache: eviction of remote copies failed: %s\n", clshim_strerror(rc));
+        return 1;
+    }
+    if (remote_copies) printf("Removed %llu local cop%s of remote values.\n", (unsigned long long)copies,
+                              copies == 1 ? "y" : "ies");
+    if ((days || to_size != UINT64_MAX) && (rc = store_evict(c->s, days, to_size, &n)) != CLSHIM_OK) {
         fprintf(stderr, "clshim cache: eviction failed: %s\n", clshim_strerror(rc));
         return 1;
     }
@@ -539,8 +647,8 @@ static int cmd_evict(struct cmd_ctx *c, int argc, char **argv)
     store_stats_get(c->s, &st);
     char sz[32];
     human_size(st.stored_bytes, sz, sizeof sz);
-    printf("Evicted %llu entr%s; %llu left (%s).\n", (unsigned long long)n, n == 1 ? "y" : "ies",
-           (unsigned long long)st.entries, sz);
+    printf("Evicted %llu entr%s; %llu left (%s).\n", (unsigned long long)(n + copies),
+           n + copies == 1 ? "y" : "ies", (unsigned long long)st.entries, sz);
     return 0;
 }
 
@@ -1009,6 +1117,7 @@ int cache_cmd_main(int argc, char **argv)
         else if (!strcmp(cmd, "import")) rc = cmd_import(&c, n, args);
         else if (!strcmp(cmd, "keygen")) rc = cmd_keygen(&c, n, args);
         else if (!strcmp(cmd, "remote")) rc = cmd_remote(n, args);
+        else if (!strcmp(cmd, "rm")) rc = cmd_rm(&c, n, args);
         else if (!strcmp(cmd, "wait")) rc = cmd_wait(&c, n, args);
         else if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
             fputs(CMD_USAGE, n ? stdout : stderr);

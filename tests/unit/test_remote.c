@@ -98,7 +98,7 @@ static void no_server_fails_fast(void **state)
     assert_int_equal(remote_get(r, h, "k", 1, &out, &arena), CLSHIM_EIO);
     assert_null(arena);
     for (int i = 0; i < 100; i++) assert_int_equal(remote_fetch(r, h, "k", 1, 1000, &out, &arena), CLSHIM_EIO);
-    struct store_record rec = {"binary", 6, "", 1, ENTRY_ORIGIN_SOURCE, "dev"};
+    struct store_record rec = {"binary", 6, "", 1, ENTRY_ORIGIN_SOURCE, "dev", NULL};
     assert_int_equal(remote_push(r, h, "k", 1, &rec), CLSHIM_EIO);
     assert_true(now_ms() - t0 < 1000);
     struct remote_counters c;
@@ -114,7 +114,7 @@ static void readonly_refuses_push(void **state)
     remote *r;
     assert_int_equal(remote_open(&o, &r), CLSHIM_OK);
     struct cache_hash h = {1, 2};
-    struct store_record rec = {"binary", 6, "", 1, ENTRY_ORIGIN_SOURCE, "dev"};
+    struct store_record rec = {"binary", 6, "", 1, ENTRY_ORIGIN_SOURCE, "dev", NULL};
     assert_int_equal(remote_push(r, h, "k", 1, &rec), CLSHIM_EREADONLY);
     remote_close(r, NULL);
 }
@@ -126,7 +126,7 @@ static void push_bounded(void **state)
     remote *r;
     assert_int_equal(remote_open(&o, &r), CLSHIM_OK);
     static char big[4096];
-    struct store_record rec = {big, sizeof big, "", 1, ENTRY_ORIGIN_SOURCE, "dev"};
+    struct store_record rec = {big, sizeof big, "", 1, ENTRY_ORIGIN_SOURCE, "dev", NULL};
     assert_int_equal(remote_push(r, (struct cache_hash){1, 2}, "k", 1, &rec), CLSHIM_ETOOBIG);
     remote_close(r, NULL);
 }
