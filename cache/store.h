@@ -229,6 +229,11 @@ struct store_stats {
      * helper or in the application), and not made, by reason */
     uint64_t captures_handed, captures_stored;
     uint64_t capture_lost[CAPTURE_LOST_COUNT];
+    /* remote failures by kind (remote_errors is their sum; cache/remote.h
+     * says what each is), values ignored as untrusted, and local copies of
+     * remote values dropped because their signer is no longer trusted */
+    uint64_t remote_timeouts, remote_lost, remote_garbage, remote_oversize, remote_refused;
+    uint64_t remote_untrusted, remote_distrusted;
     /* read-only figures filled by store_stats_get(): */
     uint64_t entries, stored_bytes, uncompressed_bytes, max_size;
 };

@@ -54,7 +54,11 @@
     "                          add the verified entries of an export; with --trust, only\n"      \
     "                          an export signed by PUBKEY's key, unchanged;\n"                    \
     "                          --with-driver-caches also unpacks FILE.drivers.tar.gz\n"          \
-    "  keygen FILE             a signing key pair: FILE (secret, 0600) and FILE.pub\n"            \
+    "  keygen FILE             a signing key pair: FILE (secret, 0600) and FILE.pub, for\n"       \
+    "                          export --sign and CLSHIM_REMOTE_SIGN_KEY; never overwrites\n"     \
+    "  remote ping|stats [--json]|rm KEYPREFIX...\n"                                                \
+    "                          the remote tier (CLSHIM_REMOTE): round trip, server and this\n"   \
+    "                          cache's counters, delete entries on the server\n"                 \
     "  wait [--timeout S]      wait until every capture handed to a capture helper is stored\n" \
     "                          or dropped, raising the helpers to normal priority; a line\n"    \
     "                          every 5 s says what it waits for (exit 1: captures still\n"      \
@@ -141,6 +145,27 @@ static int open_cache(struct cmd_ctx *c, int writable)
 
 /* ---- stats, zero ---- */
 
+/* The remote tier's counters of this cache (`stats`, `remote stats`). */
+static void print_remote_counters(const struct store_stats *st)
+{
+    const struct { const char *label; uint64_t n; const char *note; } rows[] = {
+        {"Remote hits", st->remote_hits, ""},
+        {"Remote misses", st->remote_misses, ""},
+        {"Remote errors", st->remote_errors, ""},
+        {"  timeouts", st->remote_timeouts, " (a lookup's deadline passed)"},
+        {"  connections lost", st->remote_lost, ""},
+        {"  garbage replies", st->remote_garbage, ""},
+        {"  oversize replies", st->remote_oversize, ""},
+        {"  refused commands", st->remote_refused, ""},
+        {"Remote values ignored", st->remote_corrupt, " (failed verification)"},
+        {"Remote values untrusted", st->remote_untrusted, " (ignored: untrusted)"},
+        {"Remote copies deleted", st->remote_distrusted, " (signer no longer trusted)"},
+        {"Remote pushes", st->remote_pushes, ""},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
+        printf("%-25s%llu%s\n", rows[i].label, (unsigned long long)rows[i].n, rows[i].note);
+}
+
 static int cmd_stats(struct cmd_ctx *c, int argc, char **argv)
 {
     int json = 0;
@@ -171,7 +196,9 @@ static int cmd_stats(struct cmd_ctx *c, int argc, char **argv)
                "\"corrupt\": %llu, \"entries\": %llu, \"stored_bytes\": %llu, \"uncompressed_bytes\": %llu, "
                "\"compression_ratio\": %.3f, \"max_size\": %llu, \"compile_ns_saved\": %llu, \"uncacheable\": %llu, "
                "\"uncacheable_headers\": %llu, \"uncacheable_time_macros\": %llu, \"remote_hits\": %llu, "
-               "\"remote_misses\": %llu, \"remote_errors\": %llu, \"remote_corrupt\": %llu, \"remote_pushes\": %llu, ",
+               "\"remote_misses\": %llu, \"remote_errors\": %llu, \"remote_corrupt\": %llu, \"remote_pushes\": %llu, "
+               "\"remote_timeouts\": %llu, \"remote_lost\": %llu, \"remote_garbage\": %llu, \"remote_oversize\": %llu, "
+               "\"remote_refused\": %llu, \"remote_untrusted\": %llu, \"remote_distrusted\": %llu, ",
                c->s ? "true" : "false", (unsigned long long)st.hits, (unsigned long long)st.misses,
                rate / 100, (unsigned long long)st.stores, (unsigned long long)st.evictions_size,
                (unsigned long long)st.evictions_age, (unsigned long long)st.rejected,
@@ -181,7 +208,11 @@ static int cmd_stats(struct cmd_ctx *c, int argc, char **argv)
                (unsigned long long)st.uncacheable, (unsigned long long)st.uncacheable_headers,
                (unsigned long long)st.uncacheable_time_macros, (unsigned long long)st.remote_hits,
                (unsigned long long)st.remote_misses, (unsigned long long)st.remote_errors,
-               (unsigned long long)st.remote_corrupt, (unsigned long long)st.remote_pushes);
+               (unsigned long long)st.remote_corrupt, (unsigned long long)st.remote_pushes,
+               (unsigned long long)st.remote_timeouts, (unsigned long long)st.remote_lost,
+               (unsigned long long)st.remote_garbage, (unsigned long long)st.remote_oversize,
+               (unsigned long long)st.remote_refused, (unsigned long long)st.remote_untrusted,
+               (unsigned long long)st.remote_distrusted);
         uint64_t lost = 0;
         for (int i = 0; i < CAPTURE_LOST_COUNT; i++) lost += st.capture_lost[i];
         printf("\"captures_handed\": %llu, \"captures_stored\": %llu, \"captures_lost\": %llu, "
@@ -221,11 +252,7 @@ static int cmd_stats(struct cmd_ctx *c, int argc, char **argv)
         printf("\nSize limit               none\n");
     }
     printf("Compile time saved       %.2f s\n", (double)st.compile_ns_saved / 1e9);
-    printf("Remote hits              %llu\n", (unsigned long long)st.remote_hits);
-    printf("Remote misses            %llu\n", (unsigned long long)st.remote_misses);
-    printf("Remote errors            %llu\n", (unsigned long long)st.remote_errors);
-    printf("Remote values ignored    %llu (failed verification)\n", (unsigned long long)st.remote_corrupt);
-    printf("Remote pushes            %llu\n", (unsigned long long)st.remote_pushes);
+    print_remote_counters(&st);
     /* Late captures (PoCL): every one not made is counted by its reason. */
     uint64_t lost = 0;
     for (int i = 0; i < CAPTURE_LOST_COUNT; i++) lost += st.capture_lost[i];
@@ -999,17 +1026,69 @@ static int open_remote(remote **r)
     return 0;
 }
 
-static int cmd_remote(int argc, char **argv)
+/* `remote rm KEYPREFIX...` on the server. */
+static int remote_rm(remote *r, int argc, char **argv)
+{
+    int failed = 0;
+    for (int i = 2; i < argc; i++) {
+        char prefix[33], hex[33], why[256] = "";
+        parse_prefix(argv[i], prefix);
+        int rc = remote_delete(r, prefix, hex, why, sizeof why);
+        if (rc == CLSHIM_OK) printf("Removed %s from %s.\n", hex, remote_name(r));
+        else if (rc == CLSHIM_ENOTFOUND) fprintf(stderr, "clshim cache: remote rm: no entry on %s has a key starting with %s\n", remote_name(r), prefix);
+        else if (rc == CLSHIM_EBUSY) fprintf(stderr, "clshim cache: remote rm: several entries match %s; give more digits\n", prefix);
+        else fprintf(stderr, "clshim cache: remote rm: %s: %s\n", remote_name(r), why);
+        failed |= rc != CLSHIM_OK;
+    }
+    return failed;
+}
+
+/* This cache's remote counters (they count what the server did to this
+ * machine's lookups even when the server cannot be asked). */
+static void print_local_remote_counters(struct cmd_ctx *c, int json)
+{
+    struct store_stats st = {0};
+    if (open_cache(c, 0) == CLSHIM_OK) store_stats_get(c->s, &st);
+    if (json) {
+        printf(", \"local\": {\"hits\": %llu, \"misses\": %llu, \"errors\": %llu, \"timeouts\": %llu, "
+               "\"lost\": %llu, \"garbage\": %llu, \"oversize\": %llu, \"refused\": %llu, \"corrupt\": %llu, "
+               "\"untrusted\": %llu, \"distrusted\": %llu, \"pushes\": %llu}",
+               (unsigned long long)st.remote_hits, (unsigned long long)st.remote_misses,
+               (unsigned long long)st.remote_errors, (unsigned long long)st.remote_timeouts,
+               (unsigned long long)st.remote_lost, (unsigned long long)st.remote_garbage,
+               (unsigned long long)st.remote_oversize, (unsigned long long)st.remote_refused,
+               (unsigned long long)st.remote_corrupt, (unsigned long long)st.remote_untrusted,
+               (unsigned long long)st.remote_distrusted, (unsigned long long)st.remote_pushes);
+        return;
+    }
+    printf("This cache (%s):\n", c->dir);
+    print_remote_counters(&st);
+}
+
+static int cmd_remote(struct cmd_ctx *c, int argc, char **argv)
 {
     const char *sub = argc > 1 ? argv[1] : "";
     int json = argc > 2 && !strcmp(argv[2], "--json");
-    if (strcmp(sub, "ping") && strcmp(sub, "stats")) return usage_error("remote: say %s", "ping or stats");
-    if (argc > 2 + json || (!strcmp(sub, "ping") && argc > 2))
+    if (strcmp(sub, "ping") && strcmp(sub, "stats") && strcmp(sub, "rm"))
+        return usage_error("remote: say %s", "ping, stats or rm");
+    char prefix[33];
+    if (!strcmp(sub, "rm")) {
+        if (argc < 3) return usage_error("remote rm: %s", "which entries? give key prefixes");
+        for (int i = 2; i < argc; i++)
+            if (parse_prefix(argv[i], prefix))
+                return usage_error("remote rm: '%s' is not a key prefix (1-32 hex digits)", argv[i]);
+    } else if (argc > 2 + json || (!strcmp(sub, "ping") && argc > 2)) {
         return usage_error("remote: unexpected argument '%s'", argv[argc - 1]);
+    }
     remote *r;
     if (open_remote(&r)) return 1;
     char why[256] = "";
     int rc;
+    if (!strcmp(sub, "rm")) {
+        rc = remote_rm(r, argc, argv);
+        remote_close(r, NULL);
+        return rc;
+    }
     if (!strcmp(sub, "ping")) {
         double ms;
         rc = remote_ping(r, &ms, why, sizeof why);
@@ -1028,11 +1107,15 @@ static int cmd_remote(int argc, char **argv)
             printf(", \"maxmemory_policy\": ");
             json_string(stdout, st.policy);
             printf(", \"used_memory\": %llu, \"maxmemory\": %llu, \"entries\": %llu, \"entry_bytes\": %llu, "
-                   "\"claims\": %llu, \"hits\": %llu, \"misses\": %llu, \"pushes\": %llu}\n",
+                   "\"claims\": %llu, \"hits\": %llu, \"misses\": %llu, \"pushes\": %llu, \"errors\": %llu, "
+                   "\"corrupt\": %llu, \"untrusted\": %llu",
                    (unsigned long long)st.used_memory, (unsigned long long)st.maxmemory,
                    (unsigned long long)st.entries, (unsigned long long)st.entry_bytes,
                    (unsigned long long)st.claims, (unsigned long long)st.hits, (unsigned long long)st.misses,
-                   (unsigned long long)st.pushes);
+                   (unsigned long long)st.pushes, (unsigned long long)st.errors, (unsigned long long)st.corrupt,
+                   (unsigned long long)st.untrusted);
+            print_local_remote_counters(c, 1);
+            printf("}\n");
         } else if (rc == CLSHIM_OK) {
             char used[32], max[32], bytes[32];
             human_size(st.used_memory, used, sizeof used);
@@ -1045,14 +1128,19 @@ static int cmd_remote(int argc, char **argv)
             printf("Fleet hits               %llu\n", (unsigned long long)st.hits);
             printf("Fleet misses             %llu\n", (unsigned long long)st.misses);
             printf("Fleet pushes             %llu\n", (unsigned long long)st.pushes);
+            printf("Fleet errors             %llu (failed commands)\n", (unsigned long long)st.errors);
+            printf("Fleet values ignored     %llu corrupt, %llu untrusted\n", (unsigned long long)st.corrupt,
+                   (unsigned long long)st.untrusted);
             printf("Server memory            %s used, limit %s, policy %s\n", used,
                    st.maxmemory ? max : "none", st.policy);
             if (!st.maxmemory || strncmp(st.policy, "allkeys-", 8))
                 printf("Note: without maxmemory and an allkeys-* policy the server never evicts "
                        "(docs/cache.md)\n");
+            print_local_remote_counters(c, 0);
         }
     }
     if (rc) fprintf(stderr, "clshim cache: remote %s: %s: %s\n", sub, remote_name(r), why);
+    if (rc && !strcmp(sub, "stats") && !json) print_local_remote_counters(c, 0);
     remote_close(r, NULL);
     return rc ? 1 : 0;
 }
@@ -1116,7 +1204,7 @@ int cache_cmd_main(int argc, char **argv)
         else if (!strcmp(cmd, "export")) rc = cmd_export(&c, n, args);
         else if (!strcmp(cmd, "import")) rc = cmd_import(&c, n, args);
         else if (!strcmp(cmd, "keygen")) rc = cmd_keygen(&c, n, args);
-        else if (!strcmp(cmd, "remote")) rc = cmd_remote(n, args);
+        else if (!strcmp(cmd, "remote")) rc = cmd_remote(&c, n, args);
         else if (!strcmp(cmd, "rm")) rc = cmd_rm(&c, n, args);
         else if (!strcmp(cmd, "wait")) rc = cmd_wait(&c, n, args);
         else if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
