@@ -24,8 +24,7 @@ CFLAGS_C  += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=und
 LDFLAGS_C += -fsanitize=$(SAN)
 endif
 
-CORE_LIBS := -llmdb -lzstd -lhiredis -lpthread -ldl
-TOOL_LIBS := -lsodium
+CORE_LIBS := -llmdb -lzstd -lhiredis -lsodium -lpthread -ldl
 
 CORE_SRC   := $(sort $(wildcard common/*.c cache/*.c program/*.c fusion/*.c))
 SHIM_SRC   := $(sort $(wildcard interpose/*.c))
@@ -129,7 +128,7 @@ $(LLVMLIB): $(LLVM_OBJ) fusion/llvm/exports.map
 	  -L$$($(LLVM_CONFIG) --libdir) -lLLVMSPIRVLib -lLLVM-15 -lpthread
 
 $(TOOL): $(TOOL_OBJ) $(CORE_A)
-	$(CC) -o $@ $(TOOL_OBJ) $(CORE_A) $(LDFLAGS_C) -lOpenCL $(CORE_LIBS) $(TOOL_LIBS)
+	$(CC) -o $@ $(TOOL_OBJ) $(CORE_A) $(LDFLAGS_C) -lOpenCL $(CORE_LIBS)
 
 $(WRAPPER): scripts/clshim
 	@mkdir -p $(dir $@)
@@ -144,7 +143,7 @@ $(BUILD)/tests/unit/test_cache_cmd: tests/unit/test_cache_cmd.c $(CORE_A) $(BUIL
   $(BUILD)/obj/tools/capture_wait.o
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_C) -Wno-unused-parameter -o $@ $< $(BUILD)/obj/tools/archive_sign.o $(BUILD)/obj/tools/capture_wait.o $(CORE_A) $(LDFLAGS_C) \
-	  -lcmocka -lOpenCL $(CORE_LIBS) $(TOOL_LIBS)
+	  -lcmocka -lOpenCL $(CORE_LIBS)
 
 $(BUILD)/tests/progs/%: tests/integration/progs/%.c tests/integration/progs/common.h
 	@mkdir -p $(dir $@)

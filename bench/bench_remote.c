@@ -12,7 +12,12 @@
  *   clshim-local  LD_PRELOAD, warm local cache, no remote tier: a local hit;
  *   clshim-remote LD_PRELOAD, an EMPTY local cache dir every run, the remote
  *                 tier filled by an earlier runner: what a fresh CI runner
- *                 sees (the hit is fetched, verified, stored locally, loaded).
+ *                 sees (the hit is fetched, verified, stored locally, loaded);
+ *   clshim-signed the same, the earlier runner signing its pushes
+ *                 (CLSHIM_REMOTE_SIGN_KEY) and this one taking only values
+ *                 signed by it (CLSHIM_REMOTE_TRUST): what the signature's
+ *                 check adds to a hit (issue 31). The check alone, on buffers
+ *                 of a few sizes, is measured too (best of 20).
  * PoCL's own cache is empty in every mode. Target: clshim-remote at least 5x
  * faster than cold (medians). Every run's checksum must match; clshim-local
  * runs must hit from disk and clshim-remote runs from the remote tier, with
@@ -24,19 +29,21 @@
 #include <signal.h>
 
 #include "cache/remote.h"
+#include "cache/sign.h"
 #include "common/error.h"
 
-enum { M_COLD, M_LOCAL, M_REMOTE, M_COUNT };
-static const char *const mode_names[M_COUNT] = {"cold", "clshim-local", "clshim-remote"};
+enum { M_COLD, M_LOCAL, M_REMOTE, M_SIGNED, M_COUNT };
+static const char *const mode_names[M_COUNT] = {"cold", "clshim-local", "clshim-remote", "clshim-signed"};
 static const char *const mode_desc[M_COUNT] = {
     "no shim, empty PoCL cache (full compile)",
     "LD_PRELOAD, local clshim cache warm",
-    "LD_PRELOAD, empty local cache, remote tier (Redis, unix socket) warm"};
-static const char *const mode_marks[M_COUNT] = {NULL, "(disk)", "(remote)"};
+    "LD_PRELOAD, empty local cache, remote tier (Redis, unix socket) warm",
+    "the same, values signed by the writer, the reader trusting only its key"};
+static const char *const mode_marks[M_COUNT] = {NULL, "(disk)", "(remote)", "(remote)"};
 
 struct ctx {
     const char *root, *shim;
-    char child[4200], remote_url[4300];
+    char child[4200], remote_url[4300], key[4200], pub[4300];
     uint64_t checksum;
     int failures;
 };
@@ -58,7 +65,10 @@ static int run_mode(struct ctx *c, int mode, int prime, double f[F_COUNT])
         } else {
             bu_fresh_dir(c->root, "clshim-empty", cache, sizeof cache);
             bu_env_set(&e, "CLSHIM_REMOTE", c->remote_url);
-            bu_env_set(&e, "CLSHIM_REMOTE_NAMESPACE", "bench");
+            bu_env_set(&e, "CLSHIM_REMOTE_NAMESPACE", mode == M_SIGNED ? "bench-signed" : "bench");
+            /* The priming run is the signing writer, the timed ones readers. */
+            if (mode == M_SIGNED) bu_env_set(&e, prime ? "CLSHIM_REMOTE_SIGN_KEY" : "CLSHIM_REMOTE_TRUST",
+                                             prime ? c->key : c->pub);
         }
         bu_env_set(&e, "CLSHIM_CACHE_DIR", cache);
     }
@@ -115,6 +125,27 @@ static pid_t start_redis(struct ctx *c)
     return pid;
 }
 
+/* What checking a value's signature costs, alone: sign_open_value() on a
+ * signed buffer of `size` bytes, best of 20, in microseconds. */
+static double verify_us(const unsigned char *sk, size_t size)
+{
+    unsigned char *v = malloc(SIGN_ENVELOPE_SIZE + size), signer[SIGN_PUBLIC_BYTES];
+    if (!v) return 0;
+    for (size_t i = 0; i < size; i++) v[SIGN_ENVELOPE_SIZE + i] = (unsigned char)(i * 131 + (i >> 9));
+    sign_value(v + SIGN_ENVELOPE_SIZE, size, sk, v);
+    double best = 1e18;
+    for (int i = 0; i < 20; i++) {
+        const void *rec;
+        size_t len;
+        double t0 = bu_now_ns();
+        int ok = sign_open_value(v, SIGN_ENVELOPE_SIZE + size, &rec, &len, signer) == SIGN_SIGNED;
+        double t = bu_now_ns() - t0;
+        if (ok && t < best) best = t;
+    }
+    free(v);
+    return best / 1e3;
+}
+
 int main(int argc, char **argv)
 {
     struct bu_opts o;
@@ -122,11 +153,20 @@ int main(int argc, char **argv)
     if (rc) return rc;
     if (bu_find_shim("bench_remote", &o.shim)) return 1;
     char root[4096], dir[4096];
-    struct ctx c = {bu_temp_root("bench_remote", root, sizeof root), o.shim, {0}, {0}, 0, 0};
+    struct ctx c = {bu_temp_root("bench_remote", root, sizeof root), o.shim, {0}, {0}, {0}, {0}, 0, 0};
     snprintf(dir, sizeof dir, "%s", bu_self());
     snprintf(c.child, sizeof c.child, "%s/bench_ttfr", dirname(dir));
     if (access(c.child, X_OK) != 0) {
         fprintf(stderr, "bench_remote: no %s (make builds it)\n", c.child);
+        return 1;
+    }
+    char err[512];
+    unsigned char sk[SIGN_SECRET_BYTES];
+    snprintf(c.key, sizeof c.key, "%s/writer.key", root);
+    snprintf(c.pub, sizeof c.pub, "%s.pub", c.key);
+    if (sign_keygen(c.key, err, sizeof err) != 0 || sign_read_secret(c.key, sk, err, sizeof err) != 0) {
+        fprintf(stderr, "bench_remote: %s\n", err);
+        bu_rm_rf(root);
         return 1;
     }
     pid_t redis = start_redis(&c);
@@ -141,6 +181,7 @@ int main(int argc, char **argv)
     run_mode(&c, M_LOCAL, 1, f);
     run_mode(&c, M_REMOTE, 1, f);
     double prime_cold = f[F_TTFR];
+    run_mode(&c, M_SIGNED, 1, f);
 
     static double v[M_COUNT][F_COUNT][100];
     int n[M_COUNT] = {0};
@@ -174,6 +215,13 @@ int main(int argc, char **argv)
     if (n[M_LOCAL] && n[M_REMOTE])
         printf("  clshim-remote / clshim-local  = %6.2fx  (what the fetch, check and local store add)\n",
                med[M_REMOTE] / med[M_LOCAL]);
+    if (n[M_REMOTE] && n[M_SIGNED])
+        printf("  clshim-signed - clshim-remote = %+6.1f ms (what the signature adds to a hit; noise included)\n",
+               (med[M_SIGNED] - med[M_REMOTE]) / 1e3);
+    static const size_t sizes[] = {40u << 10, 1u << 20, 16u << 20};
+    printf("  signature check alone (sign_open_value, best of 20):");
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
+        printf(" %zu KiB %.0f us%s", sizes[i] >> 10, verify_us(sk, sizes[i]), i + 1 < sizeof sizes / sizeof *sizes ? "," : "\n");
     printf("  results: %s (checksum %016llx)\n", c.failures ? "FAILED" : "identical in every run",
            (unsigned long long)c.checksum);
     kill(redis, SIGTERM);

@@ -80,7 +80,7 @@ static int put_id(store *s, uint64_t id)
     char key[160];
     unsigned char bin[4096];
     size_t kl = make_key(id, key), bl = make_binary(id, bin);
-    struct store_record r = {bin, bl, "", 250000000, ENTRY_ORIGIN_SOURCE, "pthread-bench"};
+    struct store_record r = {bin, bl, "", 250000000, ENTRY_ORIGIN_SOURCE, "pthread-bench", NULL};
     return store_put(s, entry_xxh3_128(key, kl), key, kl, &r);
 }
 

@@ -18,8 +18,11 @@ enum {
     OFF_VERSION = 8, OFF_FLAGS = 10, OFF_ORIGIN = 12, OFF_HASH_LO = 16, OFF_HASH_HI = 24,
     OFF_BINSIZE = 32, OFF_PAYSIZE = 40, OFF_BIND_LO = 48, OFF_BIND_HI = 56, OFF_RECSUM = 64,
     OFF_CREATED = 72, OFF_ATIME = 80, OFF_HITS = 88, OFF_COMPILE = 96, OFF_KEYLEN = 104,
-    OFF_DEVLEN = 108, OFF_LOGLEN = 112, OFF_RESERVED = 116,
+    OFF_DEVLEN = 108, OFF_LOGLEN = 112, OFF_SRCLEN = 116,
 };
+
+/* Bytes of a source before its `where` (entry.h). */
+#define SOURCE_FIXED 40u
 
 /* The binding's key ("clshimB2"): a new format version takes a new one, so
  * a binding never verifies across versions. */
@@ -104,7 +107,7 @@ int entry_parse(const void *buf, size_t len, struct entry_view *v)
 
     memset(v, 0, sizeof *v);
     v->flags = get16(p + OFF_FLAGS);
-    if ((v->flags & ~ENTRY_F_ZSTD) || get32(p + OFF_RESERVED) != 0) return CLSHIM_ECORRUPT;
+    if (v->flags & ~ENTRY_F_ZSTD) return CLSHIM_ECORRUPT;
     v->origin = get32(p + OFF_ORIGIN);
     v->hash.lo = get64(p + OFF_HASH_LO);
     v->hash.hi = get64(p + OFF_HASH_HI);
@@ -117,12 +120,14 @@ int entry_parse(const void *buf, size_t len, struct entry_view *v)
     v->hits = get64(p + OFF_HITS);
     v->compile_ns = get64(p + OFF_COMPILE);
     uint64_t key_len = get32(p + OFF_KEYLEN), dev_len = get32(p + OFF_DEVLEN);
-    uint64_t log_len = get32(p + OFF_LOGLEN);
+    uint64_t log_len = get32(p + OFF_LOGLEN), src_len = get32(p + OFF_SRCLEN);
+    if (src_len && (src_len <= SOURCE_FIXED || src_len > SOURCE_FIXED + STORE_SOURCE_WHERE_MAX))
+        return CLSHIM_ECORRUPT;
 
     /* Every part is at most 4 GiB, so the sum cannot overflow 64 bits
      * unless payload_size is absurd; bound it by the record first. */
     if (v->payload_size > len) return CLSHIM_ECORRUPT;
-    if (ENTRY_HEADER_SIZE + key_len + dev_len + log_len + v->payload_size != len) return CLSHIM_ECORRUPT;
+    if (ENTRY_HEADER_SIZE + key_len + dev_len + log_len + src_len + v->payload_size != len) return CLSHIM_ECORRUPT;
     if (v->binary_size > ENTRY_MAX_BINARY) return CLSHIM_ECORRUPT;
     if (v->flags & ENTRY_F_ZSTD) {
         /* A zstd block of 3 header bytes and 1 RLE byte expands to at most
@@ -137,8 +142,28 @@ int entry_parse(const void *buf, size_t len, struct entry_view *v)
     v->key = q, v->key_len = (size_t)key_len, q += key_len;
     v->device = (const char *)q, v->device_len = (size_t)dev_len, q += dev_len;
     v->log = (const char *)q, v->log_len = (size_t)log_len, q += log_len;
+    v->source = src_len ? q : NULL, v->source_len = (size_t)src_len, q += src_len;
+    if (v->source && (get32(v->source) != STORE_SOURCE_REMOTE || (get32(v->source + 4) & ~STORE_SOURCE_SIGNED)))
+        return CLSHIM_ECORRUPT;
     v->payload = q;
     return CLSHIM_OK;
+}
+
+int entry_source(const struct entry_view *v, struct store_source *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!v->source) return 0;
+    out->kind = get32(v->source);
+    out->flags = get32(v->source + 4);
+    memcpy(out->signer, v->source + 8, sizeof out->signer);
+    memcpy(out->where, v->source + SOURCE_FIXED, v->source_len - SOURCE_FIXED);
+    return 1;
+}
+
+/* The source part as written: fixed fields, then `where` cut to its limit. */
+static size_t source_size(const struct store_source *src)
+{
+    return src ? SOURCE_FIXED + strnlen(src->where, STORE_SOURCE_WHERE_MAX) : 0;
 }
 
 /* One decompression context per thread, freed when the thread exits. */
@@ -177,7 +202,8 @@ size_t entry_encoded_size(const struct entry_fields *f)
     if (f->key_len > UINT32_MAX || f->device_len > UINT32_MAX || f->log_len > UINT32_MAX ||
         f->binary_size > ENTRY_MAX_BINARY || f->payload_size > ENTRY_MAX_BINARY)
         return 0;
-    uint64_t n = ENTRY_HEADER_SIZE + (uint64_t)f->key_len + f->device_len + f->log_len + f->payload_size;
+    uint64_t n = ENTRY_HEADER_SIZE + (uint64_t)f->key_len + f->device_len + f->log_len + source_size(f->source) +
+                 f->payload_size;
     return n > ENTRY_MAX_RECORD || n > SIZE_MAX ? 0 : (size_t)n;
 }
 
@@ -203,6 +229,7 @@ void entry_write(void *dst, const struct entry_fields *f)
     put32(p + OFF_KEYLEN, (uint32_t)f->key_len);
     put32(p + OFF_DEVLEN, (uint32_t)f->device_len);
     put32(p + OFF_LOGLEN, (uint32_t)f->log_len);
+    put32(p + OFF_SRCLEN, (uint32_t)source_size(f->source));
     unsigned char *q = p + ENTRY_HEADER_SIZE;
     if (f->key_len) memcpy(q, f->key, f->key_len);
     q += f->key_len;
@@ -210,6 +237,14 @@ void entry_write(void *dst, const struct entry_fields *f)
     q += f->device_len;
     if (f->log_len) memcpy(q, f->log, f->log_len);
     q += f->log_len;
+    if (f->source) {
+        size_t where = source_size(f->source) - SOURCE_FIXED;
+        put32(q, f->source->kind);
+        put32(q + 4, f->source->flags);
+        memcpy(q + 8, f->source->signer, sizeof f->source->signer);
+        memcpy(q + SOURCE_FIXED, f->source->where, where);
+        q += SOURCE_FIXED + where;
+    }
     if (f->payload_size) memcpy(q, f->payload, f->payload_size);
     put64(p + OFF_RECSUM, record_sum(p, len));
 }
@@ -267,7 +302,7 @@ int entry_encode_record(struct cache_hash hash, const void *key, size_t key_len,
         .hash = hash, .flags = flags, .origin = rec->origin, .binary_size = rec->binary_size,
         .binding = entry_binding(key, key_len, rec->binary, rec->binary_size), .created = now,
         .last_access = now, .hits = 0, .compile_ns = rec->compile_ns, .key = key, .key_len = key_len,
-        .device = dev, .device_len = strlen(dev), .log = log, .log_len = strlen(log),
+        .device = dev, .device_len = strlen(dev), .log = log, .log_len = strlen(log), .source = rec->source,
         .payload = z ? z : rec->binary, .payload_size = z ? zsize : rec->binary_size,
     };
     size_t len = entry_encoded_size(&f);
@@ -290,11 +325,16 @@ int entry_open_record(const void *buf, size_t len, struct cache_hash hash, const
     if (rc) return rc;
     if (e.hash.lo != hash.lo || e.hash.hi != hash.hi) return CLSHIM_ECORRUPT;
     if (e.key_len != key_len || (key_len && memcmp(e.key, key, key_len) != 0)) return CLSHIM_ECOLLISION;
-    unsigned char *mem = malloc((size_t)e.binary_size + e.log_len + e.device_len + 2);
+    /* One block: the source first (aligned), then binary, log, device name. */
+    size_t src_room = e.source ? sizeof(struct store_source) : 0;
+    unsigned char *mem = malloc(src_room + (size_t)e.binary_size + e.log_len + e.device_len + 2);
     if (!mem) return CLSHIM_ENOMEM;
     *arena = mem; /* from here on the caller can free it, e.g. after a fault reading buf */
-    char *log = (char *)mem + e.binary_size, *dev = log + e.log_len + 1;
-    rc = entry_unpack_binary(&e, mem); /* checks the binding: a binary moved under another key fails */
+    struct store_source *src = e.source ? (struct store_source *)mem : NULL;
+    if (src) entry_source(&e, src);
+    unsigned char *bin = mem + src_room;
+    char *log = (char *)bin + e.binary_size, *dev = log + e.log_len + 1;
+    rc = entry_unpack_binary(&e, bin); /* checks the binding: a binary moved under another key fails */
     if (rc) {
         *arena = NULL;
         free(mem);
@@ -304,6 +344,6 @@ int entry_open_record(const void *buf, size_t len, struct cache_hash hash, const
     log[e.log_len] = 0;
     memcpy(dev, e.device, e.device_len);
     dev[e.device_len] = 0;
-    *out = (struct store_record){mem, (size_t)e.binary_size, log, e.compile_ns, e.origin, dev};
+    *out = (struct store_record){bin, (size_t)e.binary_size, log, e.compile_ns, e.origin, dev, src};
     return CLSHIM_OK;
 }

@@ -20,8 +20,17 @@
  *      104    4  key material length
  *      108    4  device name length (no NUL)
  *      112    4  build log length (no NUL)
- *      116    4  reserved, zero
- *      120       key material, device name, build log, payload
+ *      116    4  source length: 0 when built on this machine
+ *      120       key material, device name, build log, source, payload
+ *
+ * The source (provenance) of an entry copied from the remote tier:
+ *        0    4  kind (STORE_SOURCE_REMOTE)
+ *        4    4  flags (STORE_SOURCE_SIGNED: the signer field holds who signed it)
+ *        8   32  the signer's ed25519 public key (zero when unsigned)
+ *       40       where: the server and namespace (1-255 bytes, no NUL)
+ * Until issue 31 the source length was a reserved zero field, so entries
+ * built here are byte for byte what they were; an older clshim refuses a
+ * record with a source (as damaged) and builds the program again.
  *
  * The record checksum covers every byte, so one flipped bit anywhere is
  * caught before anything is trusted. The binding ties the binary to its key:
@@ -84,6 +93,8 @@ struct entry_view {
     size_t device_len;
     const char *log;
     size_t log_len;
+    const unsigned char *source; /* the source part (NULL when built here) */
+    size_t source_len;
     const void *payload;
 };
 
@@ -94,6 +105,10 @@ struct entry_view {
  * absent, so the next build replaces them without a warning). Does not
  * decompress. */
 int entry_parse(const void *buf, size_t len, struct entry_view *v);
+
+/* The source of a parsed record, decoded into *out: 1 when it has one, 0
+ * when built here (entry_parse() checked its form). */
+int entry_source(const struct entry_view *v, struct store_source *out);
 
 /* Writes the binary of a parsed record into dst (v->binary_size bytes),
  * decompressing as needed, and checks its binding to the record's key
@@ -114,6 +129,7 @@ struct entry_fields {
     size_t device_len;
     const char *log;
     size_t log_len;
+    const struct store_source *source; /* NULL: built here */
     const void *payload;
     size_t payload_size;
 };
@@ -143,14 +159,14 @@ struct cache_hash entry_binding(const void *key, size_t key_len, const void *bin
 
 /* A whole record for one build, as store_put() stores it and the remote tier
  * sends it: compresses rec's binary at zstd `level` (0: raw), stamps created
- * and last access with `now`, zero hits. *out is malloc'd (*out_len bytes).
+ * and last access with `now`, zero hits, and writes rec->source (if any). *out is malloc'd (*out_len bytes).
  * CLSHIM_ETOOBIG when a part is too large for the format; CLSHIM_ENOMEM. */
 int entry_encode_record(struct cache_hash hash, const void *key, size_t key_len, const struct store_record *rec,
                         int level, uint64_t now, void **out, size_t *out_len);
 
 /* Verifies a record for `hash` whose key material must be key[0..key_len)
  * and unpacks it: CLSHIM_OK with *out pointing into *arena (one malloc'd
- * block: free() or store_record_free()). CLSHIM_ECORRUPT when it fails any
+ * block: free() or store_record_free()), out->source included. CLSHIM_ECORRUPT when it fails any
  * check (a newer format, or a binary whose binding is not to this key),
  * CLSHIM_ECOLLISION when it is another key's, CLSHIM_ENOTFOUND when it is an
  * older format (never trusted), CLSHIM_ENOMEM; nothing to free then. *arena

@@ -11,6 +11,7 @@
 #include "cache/pipeline.h"
 
 #include <pthread.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@
 
 #include "cache/preproc.h"
 #include "cache/remote.h"
+#include "cache/sign.h"
 #include "common/clapi.h"
 #include "common/config.h"
 #include "common/error.h"
@@ -209,10 +211,62 @@ static void drop_all_claims(void)
 static remote *the_remote;
 static pthread_once_t remote_once = PTHREAD_ONCE_INIT;
 
+/* The keys remote values must be signed by (CLSHIM_REMOTE_TRUST), loaded
+ * once, also without CLSHIM_REMOTE (local copies of remote values are
+ * checked against it). A file that cannot be read narrows trust, never
+ * widens it (sign.h); trust_broken: not even that could be loaded (out of
+ * memory), so nothing remote is used. */
+static sign_trust *the_trust;
+static int trust_broken;
+static pthread_once_t trust_once = PTHREAD_ONCE_INIT;
+
+static void load_trust(void)
+{
+    const char *files = config_get()->remote_trust;
+    if (!*files) return;
+    char err[1024];
+    if (sign_trust_load(files, &the_trust, err, sizeof err) != 0) {
+        size_t n = sign_trust_count(the_trust);
+        log_msg(LOG_WARN, "CLSHIM_REMOTE_TRUST: %s; %zu other key%s trusted (fix or remove that file)", err, n,
+                n == 1 ? " is" : "s are");
+    }
+    trust_broken = !the_trust;
+}
+
+/* The trusted keys; NULL when CLSHIM_REMOTE_TRUST is empty (any value that
+ * verifies is taken). *broken: set, but unusable. */
+static const sign_trust *get_trust(int *broken)
+{
+    pthread_once(&trust_once, load_trust);
+    *broken = trust_broken;
+    return the_trust;
+}
+
+/* CLSHIM_REMOTE_SIGN_KEY into sk: 1 when read, 0 when unset; -1 (logged)
+ * when it cannot be read: the caller then pushes nothing. */
+static int load_sign_key(unsigned char sk[SIGN_SECRET_BYTES])
+{
+    const char *file = config_get()->remote_sign_key;
+    if (!*file) return 0;
+    char err[1024];
+    if (sign_read_secret(file, sk, err, sizeof err) == 0) return 1;
+    log_msg(LOG_WARN, "CLSHIM_REMOTE_SIGN_KEY: %s; nothing is pushed (fix the file, or unset the knob to push "
+                      "unsigned values)", err);
+    return -1;
+}
+
 static void open_remote(void)
 {
     const struct clshim_config *cfg = config_get();
     if (!cfg->cache || !*cfg->remote) return;
+    int broken;
+    const sign_trust *trust = get_trust(&broken);
+    if (broken) {
+        log_msg(LOG_WARN, "CLSHIM_REMOTE_TRUST cannot be loaded (out of memory); remote tier off");
+        return;
+    }
+    unsigned char sk[SIGN_SECRET_BYTES];
+    int signing = cfg->remote_readonly ? 0 : load_sign_key(sk);
     struct remote_options opt = {
         .url = cfg->remote,
         .password_file = cfg->remote_password_file,
@@ -220,10 +274,14 @@ static void open_remote(void)
         .timeout_ms = cfg->remote_timeout_ms,
         .max_value = cfg->remote_max_value,
         .expire_s = cfg->remote_expire_days * 86400,
-        .readonly = cfg->remote_readonly,
+        .readonly = cfg->remote_readonly || signing < 0,
         .compress_level = (int)cfg->cache_compress_level,
+        .sign_key = signing > 0 ? sk : NULL,
+        .trust = trust,
     };
-    if (remote_open(&opt, &the_remote) != CLSHIM_OK) {
+    int rc = remote_open(&opt, &the_remote);
+    sodium_memzero(sk, sizeof sk);
+    if (rc != CLSHIM_OK) {
         char name[512];
         config_redact_url(cfg->remote, name, sizeof name);
         log_msg(LOG_WARN, "CLSHIM_REMOTE=%s: not a redis:// or unix:// URL, or its password file cannot be "
@@ -238,21 +296,63 @@ static remote *get_remote(void)
     return the_remote;
 }
 
+/* A local entry copied from the remote tier is used only while its signer is
+ * trusted (with CLSHIM_REMOTE_TRUST): one that is not is deleted, counted and
+ * logged, and the lookup goes on as a miss. 1: usable. */
+static int still_trusted(store *st, struct cache_hash hash, const struct store_record *sr)
+{
+    if (!sr->source || !*config_get()->remote_trust) return 1;
+    int broken;
+    const sign_trust *t = get_trust(&broken);
+    if (!broken && (sr->source->flags & STORE_SOURCE_SIGNED) && sign_trust_has(t, sr->source->signer)) return 1;
+    int rc = store_delete(st, hash);
+    STAT_ADD(proc_stats.remote_distrusted, 1);
+    char prefix[17], id[17] = "nobody (unsigned)";
+    key_prefix(hash, prefix);
+    if (sr->source->flags & STORE_SOURCE_SIGNED) sign_key_id(sr->source->signer, id);
+    log_msg(LOG_INFO, "cache entry %s came from %s, signed by %s, not trusted now: %s", prefix, sr->source->where,
+            id, rc == CLSHIM_OK ? "deleted" : "not used");
+    return 0;
+}
+
+/* store_get() of an entry this process may use (still_trusted()). */
+static int local_get(store *st, struct cache_hash hash, const void *key, size_t key_len, struct store_record *sr,
+                     void **arena)
+{
+    int rc = store_get(st, hash, key, key_len, sr, arena);
+    if (rc == CLSHIM_OK && !still_trusted(st, hash, sr)) {
+        store_record_free(*arena);
+        *arena = NULL;
+        rc = CLSHIM_ENOTFOUND;
+    }
+    return rc;
+}
+
+int pipeline_local_get(store *st, struct cache_hash hash, const void *key, size_t key_len, struct store_record *sr,
+                       void **arena)
+{
+    return local_get(st, hash, key, key_len, sr, arena);
+}
+
 /* The store, then (on a local miss) the remote tier; a remote hit is stored
- * locally. fleet_wait: wait for, or claim, another runner's build of the
- * key (remote_fetch()); the claim then goes with tier_put() or
- * remote_release(). *from_remote says which tier answered. */
+ * locally with its source (where from, who signed it). fleet_wait: wait for,
+ * or claim, another runner's build of the key (remote_fetch()); the claim
+ * then goes with tier_put() or remote_release(). *from_remote says which
+ * tier answered. */
 static int tier_get(store *st, struct cache_hash hash, const void *key, size_t key_len, int fleet_wait,
                     struct store_record *sr, void **arena, int *from_remote)
 {
     *from_remote = 0;
-    int rc = store_get(st, hash, key, key_len, sr, arena);
+    int rc = local_get(st, hash, key, key_len, sr, arena);
     remote *rm = rc == CLSHIM_ENOTFOUND ? get_remote() : NULL;
     if (!rm) return rc;
-    int got = fleet_wait ? remote_fetch(rm, hash, key, key_len, config_get()->build_wait_ms, sr, arena)
-                         : remote_get(rm, hash, key, key_len, sr, arena);
+    struct store_source src;
+    int got = fleet_wait ? remote_fetch(rm, hash, key, key_len, config_get()->build_wait_ms, sr, arena, &src)
+                         : remote_get(rm, hash, key, key_len, sr, arena, &src);
     if (got != CLSHIM_OK) return CLSHIM_ENOTFOUND;
+    sr->source = &src;
     if (store_put(st, hash, key, key_len, sr) == CLSHIM_OK) STAT_ADD(proc_stats.stores, 1);
+    sr->source = NULL; /* src goes with this frame */
     *from_remote = 1;
     return CLSHIM_OK;
 }
@@ -294,7 +394,7 @@ void pipeline_record_put(const struct key_buf *k, const void *value, size_t size
 {
     store *st = pipeline_store();
     if (!st || k->oom) return;
-    struct store_record sr = {value, size, "", make_ns, (uint32_t)kind, device};
+    struct store_record sr = {value, size, "", make_ns, (uint32_t)kind, device, NULL};
     if (tier_put(st, key_hash(k->data, k->len), k->data, k->len, &sr) == CLSHIM_OK) STAT_ADD(proc_stats.stores, 1);
 }
 
@@ -450,7 +550,7 @@ static int wait_for_other_builder(store *st, struct pipeline_flight *f, struct s
         if (rc == CLSHIM_OK) {
             f->claimed = 1;
             /* The other builder may have stored and released just now. */
-            if (store_get(st, f->hash, f->key, f->key_len, rec, arena) == CLSHIM_OK) return 0;
+            if (local_get(st, f->hash, f->key, f->key_len, rec, arena) == CLSHIM_OK) return 0;
             return -1;
         }
         if (rc != CLSHIM_EBUSY) return -1;
@@ -461,7 +561,7 @@ static int wait_for_other_builder(store *st, struct pipeline_flight *f, struct s
         }
         usleep(sleep_us);
         if (sleep_us < 50000) sleep_us *= 2;
-        if (store_get(st, f->hash, f->key, f->key_len, rec, arena) == CLSHIM_OK) return 0;
+        if (local_get(st, f->hash, f->key, f->key_len, rec, arena) == CLSHIM_OK) return 0;
     }
 }
 
@@ -792,7 +892,7 @@ void pipeline_built(struct pipeline_flight *f, size_t n, const struct pipeline_o
                     fl->compile_ns / 1e6);
             continue;
         }
-        struct store_record sr = {out->binaries[i], out->sizes[i], log, fl->compile_ns, (uint32_t)fl->kind, dev};
+        struct store_record sr = {out->binaries[i], out->sizes[i], log, fl->compile_ns, (uint32_t)fl->kind, dev, NULL};
         int rc = tier_put(st, fl->hash, fl->key, fl->key_len, &sr);
         if (rc == CLSHIM_OK) {
             STAT_ADD(proc_stats.stores, 1);
@@ -824,7 +924,7 @@ int pipeline_store_late(struct pipeline_flight *f, const void *binary, size_t si
     char prefix[17];
     key_prefix(f->hash, prefix);
     struct store_record sr = {binary, size, log ? log : "", f->compile_ns + read_cpu_ns, (uint32_t)f->kind,
-                              f->device ? f->device : ""};
+                              f->device ? f->device : "", NULL};
     int rc = tier_put(st, f->hash, f->key, f->key_len, &sr);
     if (rc == CLSHIM_OK) {
         STAT_ADD(proc_stats.stores, f->stored_size == 0);
@@ -950,7 +1050,10 @@ void pipeline_exit(void)
         the_remote = NULL;
         proc_stats.remote_hits = rc.hits, proc_stats.remote_misses = rc.misses;
         proc_stats.remote_errors = rc.errors, proc_stats.remote_corrupt = rc.corrupt;
-        proc_stats.remote_pushes = rc.pushes;
+        proc_stats.remote_pushes = rc.pushes, proc_stats.remote_timeouts = rc.timeouts;
+        proc_stats.remote_lost = rc.lost, proc_stats.remote_garbage = rc.garbage;
+        proc_stats.remote_oversize = rc.oversize, proc_stats.remote_refused = rc.refused;
+        proc_stats.remote_untrusted = rc.untrusted;
     }
     if (st) {
         /* A read-only run writes nothing, its counters included. */

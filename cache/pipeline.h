@@ -204,6 +204,12 @@ void pipeline_flight_free(struct pipeline_flight *f);
 /* The store (opened on first need; NULL without a persistent cache). */
 store *pipeline_store(void);
 
+/* store_get() of an entry this process may use: a local copy of a remote
+ * value whose signer CLSHIM_REMOTE_TRUST no longer lists is deleted
+ * (counted, one info line) and reported CLSHIM_ENOTFOUND. */
+int pipeline_local_get(store *st, struct cache_hash hash, const void *key, size_t key_len, struct store_record *sr,
+                       void **arena);
+
 /* Records that are not a build's binaries (a fused kernel's generated
  * text, kept apart from any device: program/origin.h): the same tiers
  * (store, then remote), no single flight, no claim. `k` is the finished

@@ -538,7 +538,7 @@ static void store_manifest(store *st, const struct key_buf *m, struct cache_hash
     if (!st || !m->data || r->rc != 0 || r->manifest.oom || store_is_readonly(st)) return;
     char dev[256];
     struct store_record rec = {r->manifest.data, r->manifest.len, "", 0, KEY_MANIFEST,
-                               device_name_of(identity, dev, sizeof dev)};
+                               device_name_of(identity, dev, sizeof dev), NULL};
     store_put(st, mhash, m->data, m->len, &rec);
 }
 

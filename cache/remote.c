@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <hiredis/hiredis.h>
 #include <pthread.h>
+#include <sodium.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "cache/entry.h"
+#include "cache/remote_io.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -27,7 +29,7 @@ struct op {
     enum op_kind kind;
     struct cache_hash hash;
     int release_claim; /* OP_PUSH: give up our claim once the value is there */
-    void *value;       /* OP_PUSH: the encoded record */
+    void *value;       /* OP_PUSH: the encoded record (the writer signs it) */
     size_t len;
     struct remote_counters delta; /* OP_STATS */
 };
@@ -37,9 +39,16 @@ struct remote {
     char *host, *unix_path, *user, *password, *ns;
     int port, db;
     char name[512];
+    struct rio_target target;
     uint64_t timeout_ms, max_value, expire_s;
     int readonly, level;
     char token[128]; /* this process's claim value */
+    char where[STORE_SOURCE_WHERE_MAX + 1]; /* what a local copy records as its source */
+
+    /* who signs what we push, whom we take values from */
+    int signing;
+    unsigned char sign_key[SIGN_SECRET_BYTES];
+    const sign_trust *trust;
 
     /* the lookup connection */
     pthread_mutex_t lock;
@@ -67,12 +76,10 @@ struct remote {
     struct remote_counters counters;
 };
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
+static uint64_t now_ns(void) { return rio_now_ns(); }
+
+/* The deadline of something that starts now and may take ms. */
+static uint64_t deadline_in(uint64_t ms) { return now_ns() + ms * 1000000u; }
 
 static void entry_key(const remote *r, struct cache_hash h, char kind, char *buf, size_t len)
 {
@@ -167,7 +174,8 @@ static int read_password_file(remote *r, const char *path)
 
 static void free_remote(remote *r)
 {
-    if (r->password) memset(r->password, 0, strlen(r->password));
+    sodium_memzero(r->sign_key, sizeof r->sign_key);
+    if (r->password) sodium_memzero(r->password, strlen(r->password));
     free(r->host), free(r->unix_path), free(r->user), free(r->password), free(r->ns);
     free(r->claims);
     if (r->ctx) redisFree(r->ctx);
@@ -195,13 +203,19 @@ int remote_open(const struct remote_options *opt, remote **out)
     r->timeout_ms = opt->timeout_ms ? opt->timeout_ms : 50;
     r->max_value = opt->max_value ? opt->max_value : (uint64_t)64 << 20;
     r->expire_s = opt->expire_s;
-    r->readonly = opt->readonly;
     r->level = opt->compress_level;
+    r->trust = opt->trust;
+    if (opt->sign_key) memcpy(r->sign_key, opt->sign_key, sizeof r->sign_key), r->signing = 1;
+    /* Trusting others but signing nothing: our values would be ignored by
+     * our peers, and our claims would make them wait for nothing. */
+    r->readonly = opt->readonly || (opt->trust && !r->signing);
     if (!r->ns || parse_url(r, opt->url) != 0 ||
         (opt->password_file && *opt->password_file && read_password_file(r, opt->password_file) != 0)) {
         free_remote(r);
         return CLSHIM_EINVAL;
     }
+    r->target = (struct rio_target){r->host, r->unix_path, r->port, r->db, r->user, r->password};
+    snprintf(r->where, sizeof r->where, "%.200s namespace %.40s", r->name, r->ns);
     char host[256] = "?";
     gethostname(host, sizeof host - 1);
     struct timespec ts;
@@ -218,10 +232,18 @@ const char *remote_name(const remote *r) { return r ? r->name : ""; }
 
 static int breaker_open(remote *r) { return now_ns() < __atomic_load_n(&r->breaker_until, __ATOMIC_RELAXED); }
 
-/* A failure: counted, opens the breaker, logged once per opening. */
-static void trip(remote *r, const char *why)
+/* A failure of the server: counted by kind, opens the breaker, logged once
+ * per opening. */
+static void trip(remote *r, enum rio_fault kind, const char *why)
 {
     COUNT(r, errors, 1);
+    switch (kind) {
+    case RIO_TIMEOUT: COUNT(r, timeouts, 1); break;
+    case RIO_GARBAGE: COUNT(r, garbage, 1); break;
+    case RIO_OVERSIZE: COUNT(r, oversize, 1); break;
+    case RIO_REFUSED: COUNT(r, refused, 1); break;
+    case RIO_LOST: case RIO_OK: COUNT(r, lost, 1); break;
+    }
     uint64_t now = now_ns(), old = __atomic_load_n(&r->breaker_until, __ATOMIC_RELAXED);
     uint64_t until = now + (uint64_t)REMOTE_BREAKER_S * 1000000000u;
     if (old <= now && __atomic_compare_exchange_n(&r->breaker_until, &old, until, 0, __ATOMIC_RELAXED,
@@ -229,80 +251,41 @@ static void trip(remote *r, const char *why)
         log_msg(LOG_WARN, "remote cache %s: %s; remote tier off for %d s", r->name, why, REMOTE_BREAKER_S);
 }
 
-/* A new connection, authenticated and on the right database; NULL with the
- * reason in why (never a credential). */
-static redisContext *connect_server(remote *r, char *why, size_t why_len)
-{
-    struct timeval tv = {(time_t)(r->timeout_ms / 1000), (suseconds_t)(r->timeout_ms % 1000) * 1000};
-    redisContext *c = r->unix_path ? redisConnectUnixWithTimeout(r->unix_path, tv)
-                                   : redisConnectWithTimeout(r->host, r->port, tv);
-    if (!c || c->err) {
-        snprintf(why, why_len, "cannot connect (%s)", c ? c->errstr : "out of memory");
-        if (c) redisFree(c);
-        return NULL;
-    }
-    redisReply *rep = NULL;
-    if (redisSetTimeout(c, tv) != REDIS_OK) {
-        snprintf(why, why_len, "cannot set the timeout");
-        goto fail;
-    }
-    if (r->password) {
-        rep = r->user ? redisCommand(c, "AUTH %s %s", r->user, r->password) : redisCommand(c, "AUTH %s", r->password);
-        if (!rep || rep->type == REDIS_REPLY_ERROR) {
-            snprintf(why, why_len, "authentication refused");
-            goto fail;
-        }
-        freeReplyObject(rep);
-    }
-    if (r->db) {
-        rep = redisCommand(c, "SELECT %d", r->db);
-        if (!rep || rep->type == REDIS_REPLY_ERROR) {
-            snprintf(why, why_len, "cannot select database %d", r->db);
-            goto fail;
-        }
-        freeReplyObject(rep);
-    }
-    return c;
-fail:
-    if (rep) freeReplyObject(rep);
-    redisFree(c);
-    return NULL;
-}
+/* The largest reply a command may get: a value of max_value bytes and its
+ * bulk header. */
+static size_t reply_limit(const remote *r) { return (size_t)r->max_value + 64; }
 
-/* Runs one command on *ctx, connecting first. NULL when the breaker is
- * open, the server failed (breaker opened, connection dropped) or it
- * answered an error (counted, logged once). */
-static redisReply *command(remote *r, redisContext **ctx, pid_t *ctx_pid, const char *fmt, ...)
+/* Runs one command on *ctx before deadline, connecting first. NULL when the
+ * breaker is open, the server failed (counted, breaker opened, connection
+ * dropped: its state is unknown) or it answered an error (counted, logged
+ * once). */
+static redisReply *vcommand(remote *r, redisContext **ctx, pid_t *ctx_pid, uint64_t deadline, const char *fmt,
+                            va_list ap)
 {
     if (breaker_open(r)) return NULL;
     if (*ctx && *ctx_pid != getpid()) { /* inherited across fork: not ours to share */
         redisFree(*ctx);
         *ctx = NULL;
     }
+    char why[256];
+    enum rio_fault fault;
     if (!*ctx) {
-        char why[256];
-        if (!(*ctx = connect_server(r, why, sizeof why))) {
-            trip(r, why);
+        if (!(*ctx = rio_connect(&r->target, deadline, &fault, why, sizeof why))) {
+            trip(r, fault, why);
             return NULL;
         }
         *ctx_pid = getpid();
     }
-    va_list ap;
-    va_start(ap, fmt);
-    redisReply *rep = redisvCommand(*ctx, fmt, ap);
-    va_end(ap);
+    redisReply *rep = rio_vcommand(*ctx, deadline, reply_limit(r), &fault, why, sizeof why, fmt, ap);
     if (!rep) {
-        char why[256];
-        snprintf(why, sizeof why, "%s", (*ctx)->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK)
-                                            ? "timed out"
-                                            : (*ctx)->errstr);
-        trip(r, why);
+        trip(r, fault, why);
         redisFree(*ctx);
         *ctx = NULL;
         return NULL;
     }
     if (rep->type == REDIS_REPLY_ERROR) {
         COUNT(r, errors, 1);
+        COUNT(r, refused, 1);
         LOG_ONCE(LOG_WARN, "remote cache %s refused a command: %.200s", r->name, rep->str);
         freeReplyObject(rep);
         return NULL;
@@ -310,29 +293,109 @@ static redisReply *command(remote *r, redisContext **ctx, pid_t *ctx_pid, const 
     return rep;
 }
 
+static redisReply *command(remote *r, redisContext **ctx, pid_t *ctx_pid, uint64_t deadline, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *rep = vcommand(r, ctx, ctx_pid, deadline, fmt, ap);
+    va_end(ap);
+    return rep;
+}
+
+/* command() on the lookup connection, waiting for it (another thread's
+ * lookup) no later than deadline: a lookup is bounded even behind others. */
+static redisReply *lookup_command(remote *r, uint64_t deadline, const char *fmt, ...)
+{
+    /* pthread_mutex_timedlock takes CLOCK_REALTIME (sanitizers know it;
+     * clocklock they do not): the monotonic deadline, moved to that clock. */
+    uint64_t now = now_ns(), left = deadline > now ? deadline - now : 0;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    uint64_t ns = (uint64_t)until.tv_nsec + left % 1000000000u;
+    until.tv_sec += (time_t)(left / 1000000000u + ns / 1000000000u);
+    until.tv_nsec = (long)(ns % 1000000000u);
+    if (pthread_mutex_timedlock(&r->lock, &until) != 0) {
+        COUNT(r, errors, 1);
+        COUNT(r, timeouts, 1); /* not the server's fault: no breaker */
+        return NULL;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *rep = vcommand(r, &r->ctx, &r->ctx_pid, deadline, fmt, ap);
+    va_end(ap);
+    pthread_mutex_unlock(&r->lock);
+    return rep;
+}
+
+/* A reply of a type the command never gets: the server is not Redis, or
+ * not honest. Counted as garbage; the breaker opens. */
+static void wrong_type(remote *r, redisReply *rep)
+{
+    char why[64];
+    snprintf(why, sizeof why, "a reply of the wrong type (%d)", rep->type);
+    trip(r, RIO_GARBAGE, why);
+    pthread_mutex_lock(&r->lock);
+    if (r->ctx) redisFree(r->ctx), r->ctx = NULL;
+    pthread_mutex_unlock(&r->lock);
+}
+
 /* ---- lookups -------------------------------------------------------------------- */
 
-static int get_value(remote *r, struct cache_hash hash, const void *key, size_t key_len, struct store_record *out,
-                     void **arena)
+/* CLSHIM_OK with the record inside value, when it is signed as opt.trust
+ * asks; CLSHIM_EPERM (counted, logged) when not. */
+static int check_signer(remote *r, struct cache_hash hash, const redisReply *value, const void **rec,
+                        size_t *rec_len, struct store_source *src)
+{
+    enum sign_verdict v = sign_open_value(value->str, value->len, rec, rec_len, src->signer);
+    const char *why = v == SIGN_BAD ? "its signature does not verify (forged or changed)"
+                    : !r->trust ? NULL
+                    : v == SIGN_UNSIGNED ? "it is not signed"
+                    : !sign_trust_has(r->trust, src->signer) ? "its signer is not in CLSHIM_REMOTE_TRUST"
+                    : NULL;
+    if (!why) {
+        if (v == SIGN_SIGNED) src->flags |= STORE_SOURCE_SIGNED;
+        else memset(src->signer, 0, sizeof src->signer);
+        return CLSHIM_OK;
+    }
+    COUNT(r, untrusted, 1);
+    char id[17] = "";
+    if (v == SIGN_SIGNED) sign_key_id(src->signer, id);
+    log_msg(LOG_INFO, "remote cache: entry %016llx%s%s: %s; ignored: untrusted", (unsigned long long)hash.hi,
+            *id ? " signed by " : "", id, why);
+    return CLSHIM_EPERM;
+}
+
+/* One GETRANGE of the entry before deadline, checked: signature (as
+ * opt.trust asks), then the record as the store checks its own. */
+static int get_value(remote *r, uint64_t deadline, struct cache_hash hash, const void *key, size_t key_len,
+                     struct store_record *out, void **arena, struct store_source *src)
 {
     char k[320];
     entry_key(r, hash, 'e', k, sizeof k);
-    pthread_mutex_lock(&r->lock);
     /* At most max_value + 1 bytes: a larger value is refused unread. */
-    redisReply *rep = command(r, &r->ctx, &r->ctx_pid, "GETRANGE %s 0 %llu", k, (unsigned long long)r->max_value);
-    pthread_mutex_unlock(&r->lock);
+    redisReply *rep = lookup_command(r, deadline, "GETRANGE %s 0 %llu", k, (unsigned long long)r->max_value);
     if (!rep) return CLSHIM_EIO;
+    if (rep->type != REDIS_REPLY_STRING) {
+        wrong_type(r, rep);
+        freeReplyObject(rep);
+        return CLSHIM_EIO;
+    }
+    *src = (struct store_source){.kind = STORE_SOURCE_REMOTE};
+    snprintf(src->where, sizeof src->where, "%s", r->where);
+    const void *rec;
+    size_t rec_len;
     int rc;
-    if (rep->type != REDIS_REPLY_STRING) rc = CLSHIM_EIO, COUNT(r, errors, 1);
-    else if (rep->len == 0) rc = CLSHIM_ENOTFOUND;
+    if (rep->len == 0) rc = CLSHIM_ENOTFOUND;
     else if ((uint64_t)rep->len > r->max_value) rc = CLSHIM_ECORRUPT;
-    else rc = entry_open_record(rep->str, rep->len, hash, key, key_len, out, arena);
+    else if ((rc = check_signer(r, hash, rep, &rec, &rec_len, src)) == CLSHIM_OK)
+        rc = entry_open_record(rec, rec_len, hash, key, key_len, out, arena);
     freeReplyObject(rep);
     if (rc == CLSHIM_ECORRUPT || rc == CLSHIM_ECOLLISION) {
         COUNT(r, corrupt, 1);
         log_msg(LOG_INFO, "remote cache: entry %016llx: %s; ignored", (unsigned long long)hash.hi,
                 clshim_strerror(rc));
     }
+    if (rc == CLSHIM_OK) out->source = NULL; /* the caller's to set (remote.h) */
     return rc;
 }
 
@@ -353,11 +416,13 @@ static int count_outcome(remote *r, struct cache_hash hash, int rc)
 }
 
 int remote_get(remote *r, struct cache_hash hash, const void *key, size_t key_len, struct store_record *out,
-               void **arena)
+               void **arena, struct store_source *src)
 {
     if (arena) *arena = NULL;
     if (!r || !out || !arena) return CLSHIM_EINVAL;
-    return count_outcome(r, hash, get_value(r, hash, key, key_len, out, arena));
+    struct store_source unused;
+    return count_outcome(r, hash, get_value(r, deadline_in(r->timeout_ms), hash, key, key_len, out, arena,
+                                            src ? src : &unused));
 }
 
 static void note_claim(remote *r, struct cache_hash hash)
@@ -387,63 +452,89 @@ static int forget_claim(remote *r, struct cache_hash hash)
     return had;
 }
 
-/* CLSHIM_OK: claimed; CLSHIM_EBUSY: another runner holds it; CLSHIM_EIO. */
-static int try_claim(remote *r, struct cache_hash hash, uint64_t ttl_ms)
+/* CLSHIM_OK: claimed (or, read-only, nobody claims it); CLSHIM_EBUSY:
+ * another runner holds it; CLSHIM_EIO. */
+static int try_claim(remote *r, uint64_t deadline, struct cache_hash hash, uint64_t ttl_ms)
 {
     char k[320];
     entry_key(r, hash, 'c', k, sizeof k);
-    pthread_mutex_lock(&r->lock);
-    redisReply *rep = r->readonly ? command(r, &r->ctx, &r->ctx_pid, "EXISTS %s", k)
-                                  : command(r, &r->ctx, &r->ctx_pid, "SET %s %s NX PX %llu", k, r->token,
-                                            (unsigned long long)ttl_ms);
-    pthread_mutex_unlock(&r->lock);
+    redisReply *rep = r->readonly ? lookup_command(r, deadline, "EXISTS %s", k)
+                                  : lookup_command(r, deadline, "SET %s %s NX PX %llu", k, r->token,
+                                                   (unsigned long long)ttl_ms);
     if (!rep) return CLSHIM_EIO;
-    int rc;
-    if (r->readonly) rc = rep->type == REDIS_REPLY_INTEGER && rep->integer ? CLSHIM_EBUSY : CLSHIM_ENOTFOUND;
-    else rc = rep->type == REDIS_REPLY_STATUS ? CLSHIM_OK : CLSHIM_EBUSY;
+    int rc = CLSHIM_EIO;
+    if (r->readonly && rep->type == REDIS_REPLY_INTEGER) rc = rep->integer ? CLSHIM_EBUSY : CLSHIM_OK;
+    else if (!r->readonly && rep->type == REDIS_REPLY_STATUS) rc = CLSHIM_OK, note_claim(r, hash);
+    else if (!r->readonly && rep->type == REDIS_REPLY_NIL) rc = CLSHIM_EBUSY;
+    else wrong_type(r, rep);
     freeReplyObject(rep);
-    if (rc == CLSHIM_OK) note_claim(r, hash);
-    return rc == CLSHIM_ENOTFOUND ? CLSHIM_OK : rc; /* read-only, nobody building: compile */
+    return rc;
 }
 
 int remote_fetch(remote *r, struct cache_hash hash, const void *key, size_t key_len, uint64_t wait_ms,
-                 struct store_record *out, void **arena)
+                 struct store_record *out, void **arena, struct store_source *src)
 {
     if (arena) *arena = NULL;
     if (!r || !out || !arena) return CLSHIM_EINVAL;
-    int rc = get_value(r, hash, key, key_len, out, arena);
+    struct store_source unused;
+    if (!src) src = &unused;
+    /* One deadline for the lookup and the claim; each later round of
+     * waiting for another runner's build gets one of its own. */
+    uint64_t io_deadline = deadline_in(r->timeout_ms);
+    int rc = get_value(r, io_deadline, hash, key, key_len, out, arena, src);
     if (rc != CLSHIM_ENOTFOUND || wait_ms == 0) return count_outcome(r, hash, rc);
-    uint64_t deadline = now_ns() + wait_ms * 1000000u;
+    uint64_t wait_until = deadline_in(wait_ms);
     unsigned sleep_us = 10000;
     for (;;) {
-        rc = try_claim(r, hash, wait_ms);
+        rc = try_claim(r, io_deadline, hash, wait_ms);
         if (rc == CLSHIM_OK) {
             /* The last holder may have pushed and released just before. */
-            rc = get_value(r, hash, key, key_len, out, arena);
+            rc = get_value(r, io_deadline, hash, key, key_len, out, arena, src);
             if (rc == CLSHIM_OK) remote_release(r, hash);
             return count_outcome(r, hash, rc); /* ENOTFOUND: ours to compile */
         }
         if (rc != CLSHIM_EBUSY) return count_outcome(r, hash, rc);
-        if (now_ns() > deadline) {
+        if (now_ns() > wait_until) {
             log_msg(LOG_INFO, "waited %llu ms for another runner compiling the same program; compiling here",
                     (unsigned long long)wait_ms);
             return count_outcome(r, hash, CLSHIM_ENOTFOUND);
         }
         usleep(sleep_us);
         if (sleep_us < 50000) sleep_us *= 2;
-        rc = get_value(r, hash, key, key_len, out, arena);
+        io_deadline = deadline_in(r->timeout_ms);
+        rc = get_value(r, io_deadline, hash, key, key_len, out, arena, src);
         if (rc != CLSHIM_ENOTFOUND) return count_outcome(r, hash, rc);
     }
 }
 
 /* ---- the writer ------------------------------------------------------------------ */
 
-static redisReply *release_claim(remote *r, const char *claim_key, pid_t *pid)
+static redisReply *release_claim(remote *r, uint64_t deadline, const char *claim_key, pid_t *pid)
 {
     /* Only our own claim: it may have expired and been taken since. */
-    return command(r, &r->wctx, pid, "EVAL %s 1 %s %s",
+    return command(r, &r->wctx, pid, deadline, "EVAL %s 1 %s %s",
                    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0",
                    claim_key, r->token);
+}
+
+/* SET of the value, signed first when we sign (here, on the writer: the
+ * hash over the record is not the application's to wait for). */
+static redisReply *push_value(remote *r, uint64_t deadline, const char *k, pid_t *pid, struct op *op)
+{
+    const void *value = op->value;
+    size_t len = op->len;
+    unsigned char *signed_value = NULL;
+    if (r->signing) {
+        if (!(signed_value = malloc(SIGN_ENVELOPE_SIZE + len))) return NULL;
+        sign_value(op->value, len, r->sign_key, signed_value);
+        memcpy(signed_value + SIGN_ENVELOPE_SIZE, op->value, len);
+        value = signed_value, len += SIGN_ENVELOPE_SIZE;
+    }
+    redisReply *rep = r->expire_s ? command(r, &r->wctx, pid, deadline, "SET %s %b EX %llu", k, value, len,
+                                            (unsigned long long)r->expire_s)
+                                  : command(r, &r->wctx, pid, deadline, "SET %s %b", k, value, len);
+    free(signed_value);
+    return rep;
 }
 
 static void run_op(remote *r, struct op *op)
@@ -454,36 +545,40 @@ static void run_op(remote *r, struct op *op)
     snprintf(s, sizeof s, "%s:stats", r->ns);
     redisReply *rep = NULL;
     pid_t pid = getpid();
+    /* A push gets the time to send its value over a slow link on top. */
+    uint64_t deadline = deadline_in(r->timeout_ms + (uint64_t)op->len * 1000 / REMOTE_PUSH_MIN_RATE);
     switch (op->kind) {
     case OP_PUSH:
-        rep = r->expire_s ? command(r, &r->wctx, &pid, "SET %s %b EX %llu", k, op->value, op->len,
-                                    (unsigned long long)r->expire_s)
-                          : command(r, &r->wctx, &pid, "SET %s %b", k, op->value, op->len);
-        if (!rep) {
+        if (!(rep = push_value(r, deadline, k, &pid, op))) {
             COUNT(r, dropped, 1);
             break;
         }
         COUNT(r, pushes, 1);
         freeReplyObject(rep);
-        rep = command(r, &r->wctx, &pid, "HINCRBY %s pushes 1", s);
+        rep = command(r, &r->wctx, &pid, deadline, "HINCRBY %s pushes 1", s);
         if (op->release_claim) {
             if (rep) freeReplyObject(rep);
-            rep = release_claim(r, c, &pid); /* the value is there: others may take it */
+            rep = release_claim(r, deadline, c, &pid); /* the value is there: others may take it */
         }
         break;
     case OP_RELEASE:
-        rep = release_claim(r, c, &pid);
+        rep = release_claim(r, deadline, c, &pid);
         break;
     case OP_TOUCH:
-        rep = command(r, &r->wctx, &pid, "EXPIRE %s %llu", k, (unsigned long long)r->expire_s);
+        rep = command(r, &r->wctx, &pid, deadline, "EXPIRE %s %llu", k, (unsigned long long)r->expire_s);
         break;
-    case OP_STATS:
-        if (op->delta.hits) rep = command(r, &r->wctx, &pid, "HINCRBY %s hits %llu", s,
-                                          (unsigned long long)op->delta.hits);
-        if (rep) freeReplyObject(rep), rep = NULL;
-        if (op->delta.misses) rep = command(r, &r->wctx, &pid, "HINCRBY %s misses %llu", s,
-                                            (unsigned long long)op->delta.misses);
+    case OP_STATS: {
+        const struct { const char *name; uint64_t n; } add[] = {
+            {"hits", op->delta.hits}, {"misses", op->delta.misses}, {"errors", op->delta.errors},
+            {"corrupt", op->delta.corrupt}, {"untrusted", op->delta.untrusted}};
+        for (size_t i = 0; i < sizeof add / sizeof *add; i++) {
+            if (!add[i].n) continue;
+            if (rep) freeReplyObject(rep);
+            rep = command(r, &r->wctx, &pid, deadline, "HINCRBY %s %s %llu", s, add[i].name,
+                          (unsigned long long)add[i].n);
+        }
         break;
+    }
     }
     if (rep) freeReplyObject(rep);
 }
@@ -560,8 +655,11 @@ int remote_push(remote *r, struct cache_hash hash, const void *key, size_t key_l
     if (breaker_open(r)) return CLSHIM_EIO;
     struct op *op = calloc(1, sizeof *op);
     if (!op) return CLSHIM_ENOMEM;
-    int rc = entry_encode_record(hash, key, key_len, rec, r->level, (uint64_t)time(NULL), &op->value, &op->len);
-    if (rc == CLSHIM_OK && op->len > r->max_value) rc = CLSHIM_ETOOBIG;
+    struct store_record built_here = *rec;
+    built_here.source = NULL; /* a source is this machine's note, never sent */
+    int rc = entry_encode_record(hash, key, key_len, &built_here, r->level, (uint64_t)time(NULL), &op->value,
+                                 &op->len);
+    if (rc == CLSHIM_OK && op->len + (r->signing ? SIGN_ENVELOPE_SIZE : 0) > r->max_value) rc = CLSHIM_ETOOBIG;
     if (rc) {
         free(op->value);
         free(op);
@@ -585,12 +683,11 @@ void remote_counters_get(remote *r, struct remote_counters *out)
 {
     memset(out, 0, sizeof *out);
     if (!r) return;
-    out->hits = __atomic_load_n(&r->counters.hits, __ATOMIC_RELAXED);
-    out->misses = __atomic_load_n(&r->counters.misses, __ATOMIC_RELAXED);
-    out->errors = __atomic_load_n(&r->counters.errors, __ATOMIC_RELAXED);
-    out->corrupt = __atomic_load_n(&r->counters.corrupt, __ATOMIC_RELAXED);
-    out->pushes = __atomic_load_n(&r->counters.pushes, __ATOMIC_RELAXED);
-    out->dropped = __atomic_load_n(&r->counters.dropped, __ATOMIC_RELAXED);
+    /* Every field is a uint64_t counter (remote.h): read each atomically. */
+    _Static_assert(sizeof *out % sizeof(uint64_t) == 0, "remote_counters holds only uint64_t counters");
+    const uint64_t *from = (const uint64_t *)&r->counters;
+    uint64_t *to = (uint64_t *)out;
+    for (size_t i = 0; i < sizeof *out / sizeof *to; i++) to[i] = __atomic_load_n(&from[i], __ATOMIC_RELAXED);
 }
 
 void remote_close(remote *r, struct remote_counters *final)
@@ -601,7 +698,7 @@ void remote_close(remote *r, struct remote_counters *final)
     if (!r->readonly) {
         struct remote_counters c;
         remote_counters_get(r, &c);
-        struct op *op = (c.hits || c.misses) ? calloc(1, sizeof *op) : NULL;
+        struct op *op = (c.hits || c.misses || c.errors || c.corrupt || c.untrusted) ? calloc(1, sizeof *op) : NULL;
         if (op) {
             op->kind = OP_STATS;
             op->delta = c;
@@ -638,14 +735,33 @@ void remote_close(remote *r, struct remote_counters *final)
 
 /* ---- administration ---------------------------------------------------------------- */
 
+/* An administrator's command gets its own connection, and each of its
+ * commands the timeout (a SCAN of a large namespace takes many). */
+static redisContext *admin_connect(remote *r, char *why, size_t why_len)
+{
+    enum rio_fault fault;
+    return rio_connect(&r->target, deadline_in(r->timeout_ms), &fault, why, why_len);
+}
+
+static redisReply *admin(remote *r, redisContext *c, char *why, size_t why_len, const char *fmt, ...)
+{
+    enum rio_fault fault;
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *rep = rio_vcommand(c, deadline_in(r->timeout_ms), reply_limit(r), &fault, why, why_len, fmt, ap);
+    va_end(ap);
+    if (rep && rep->type == REDIS_REPLY_ERROR) snprintf(why, why_len, "%s", rep->str);
+    return rep;
+}
+
 int remote_ping(remote *r, double *ms, char *why, size_t why_len)
 {
     uint64_t t0 = now_ns();
-    redisContext *c = connect_server(r, why, why_len);
+    redisContext *c = admin_connect(r, why, why_len);
     if (!c) return CLSHIM_EIO;
-    redisReply *rep = redisCommand(c, "PING");
+    redisReply *rep = admin(r, c, why, why_len, "PING");
     int rc = rep && rep->type == REDIS_REPLY_STATUS ? CLSHIM_OK : CLSHIM_EIO;
-    if (rc) snprintf(why, why_len, "%s", rep ? (rep->str ? rep->str : "unexpected reply") : c->errstr);
+    if (rc && rep && rep->type != REDIS_REPLY_ERROR) snprintf(why, why_len, "unexpected reply");
     if (rep) freeReplyObject(rep);
     redisFree(c);
     *ms = (double)(now_ns() - t0) / 1e6;
@@ -668,11 +784,11 @@ static void info_field(const char *info, const char *name, char *buf, size_t len
 int remote_server_stats(remote *r, struct remote_server_stats *out, char *why, size_t why_len)
 {
     memset(out, 0, sizeof *out);
-    redisContext *c = connect_server(r, why, why_len);
+    redisContext *c = admin_connect(r, why, why_len);
     if (!c) return CLSHIM_EIO;
     int rc = CLSHIM_EIO;
     char buf[64], pattern[320], stats_key[320];
-    redisReply *rep = redisCommand(c, "INFO");
+    redisReply *rep = admin(r, c, why, why_len, "INFO");
     if (!rep || rep->type != REDIS_REPLY_STRING) goto out;
     info_field(rep->str, "redis_version", out->version, sizeof out->version);
     info_field(rep->str, "maxmemory_policy", out->policy, sizeof out->policy);
@@ -686,7 +802,7 @@ int remote_server_stats(remote *r, struct remote_server_stats *out, char *why, s
     size_t ns_len = strlen(r->ns);
     char cursor[32] = "0";
     do {
-        rep = redisCommand(c, "SCAN %s MATCH %s COUNT 1000", cursor, pattern);
+        rep = admin(r, c, why, why_len, "SCAN %s MATCH %s COUNT 1000", cursor, pattern);
         if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2) goto out;
         snprintf(cursor, sizeof cursor, "%s", rep->element[0]->str ? rep->element[0]->str : "0");
         redisReply *keys = rep->element[1];
@@ -695,7 +811,7 @@ int remote_server_stats(remote *r, struct remote_server_stats *out, char *why, s
             if (!k || strlen(k) < ns_len + 3) continue;
             if (!strncmp(k + ns_len, ":e:", 3)) {
                 out->entries++;
-                redisReply *len = redisCommand(c, "STRLEN %s", k);
+                redisReply *len = admin(r, c, why, why_len, "STRLEN %s", k);
                 if (len && len->type == REDIS_REPLY_INTEGER) out->entry_bytes += (uint64_t)len->integer;
                 if (len) freeReplyObject(len);
             } else if (!strncmp(k + ns_len, ":c:", 3)) {
@@ -706,7 +822,7 @@ int remote_server_stats(remote *r, struct remote_server_stats *out, char *why, s
         rep = NULL;
     } while (strcmp(cursor, "0"));
     snprintf(stats_key, sizeof stats_key, "%s:stats", r->ns);
-    rep = redisCommand(c, "HGETALL %s", stats_key);
+    rep = admin(r, c, why, why_len, "HGETALL %s", stats_key);
     if (!rep || rep->type != REDIS_REPLY_ARRAY) goto out;
     for (size_t i = 0; i + 1 < rep->elements; i += 2) {
         const char *name = rep->element[i]->str;
@@ -715,10 +831,49 @@ int remote_server_stats(remote *r, struct remote_server_stats *out, char *why, s
         if (!strcmp(name, "hits")) out->hits = v;
         else if (!strcmp(name, "misses")) out->misses = v;
         else if (!strcmp(name, "pushes")) out->pushes = v;
+        else if (!strcmp(name, "errors")) out->errors = v;
+        else if (!strcmp(name, "corrupt")) out->corrupt = v;
+        else if (!strcmp(name, "untrusted")) out->untrusted = v;
     }
     rc = CLSHIM_OK;
 out:
-    if (rc) snprintf(why, why_len, "%s", rep && rep->type == REDIS_REPLY_ERROR ? rep->str : c->errstr);
+    if (rc && rep && rep->type != REDIS_REPLY_ERROR) snprintf(why, why_len, "unexpected reply");
+    if (rep) freeReplyObject(rep);
+    redisFree(c);
+    return rc;
+}
+
+int remote_delete(remote *r, const char *prefix, char hex[33], char *why, size_t why_len)
+{
+    redisContext *c = admin_connect(r, why, why_len);
+    if (!c) return CLSHIM_EIO;
+    char pattern[400], cursor[32] = "0", found[320] = "";
+    size_t matches = 0, ns_len = strlen(r->ns);
+    snprintf(pattern, sizeof pattern, "%s:e:%s*", r->ns, prefix);
+    redisReply *rep = NULL;
+    int rc = CLSHIM_EIO;
+    do {
+        rep = admin(r, c, why, why_len, "SCAN %s MATCH %s COUNT 1000", cursor, pattern);
+        if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2) goto out;
+        snprintf(cursor, sizeof cursor, "%s", rep->element[0]->str ? rep->element[0]->str : "0");
+        for (size_t i = 0; i < rep->element[1]->elements; i++) {
+            const char *k = rep->element[1]->element[i]->str;
+            /* SCAN may return a key twice: count distinct ones */
+            if (k && strlen(k) == ns_len + 3 + 32 && strcmp(k, found) && matches++ == 0)
+                snprintf(found, sizeof found, "%s", k);
+        }
+        freeReplyObject(rep);
+        rep = NULL;
+    } while (strcmp(cursor, "0"));
+    rc = matches == 0 ? CLSHIM_ENOTFOUND : matches > 1 ? CLSHIM_EBUSY : CLSHIM_OK;
+    if (rc == CLSHIM_OK) {
+        snprintf(hex, 33, "%s", found + ns_len + 3);
+        rep = admin(r, c, why, why_len, "DEL %s", found);
+        if (!rep || rep->type != REDIS_REPLY_INTEGER) rc = CLSHIM_EIO;
+        else if (rep->integer == 0) rc = CLSHIM_ENOTFOUND; /* deleted meanwhile */
+    }
+out:
+    if (rc == CLSHIM_EIO && rep && rep->type != REDIS_REPLY_ERROR) snprintf(why, why_len, "unexpected reply");
     if (rep) freeReplyObject(rep);
     redisFree(c);
     return rc;

@@ -18,15 +18,35 @@
  *                    flight); it expires by itself if its holder dies
  *   <ns>:stats       a hash of fleet counters (hits, misses, pushes)
  *
- * Never slower, never failing. Every connect and every wait for the server
- * is bounded by opt.timeout_ms (socket timeouts). The first failure (refused,
- * timed out, connection lost, authentication refused) opens a circuit
- * breaker: for REMOTE_BREAKER_S seconds every call returns CLSHIM_EIO at
- * once, and one line is logged per opening, never one per call. Values are
- * bounded by opt.max_value both ways (a read asks for at most that many bytes
- * plus one). Pushes are encoded by the caller's thread (a copy) and sent by
- * one writer thread, so no push is on the application's critical path; the
- * queue is bounded (REMOTE_QUEUE_MAX_BYTES) and drops what does not fit.
+ * Never slower, never failing. A lookup (remote_get(), and remote_fetch()
+ * up to its claim) has one deadline, opt.timeout_ms after it starts, for
+ * everything it does: resolving the host, connecting, authenticating, every
+ * command and every byte of every reply (remote_io.h), and for waiting for
+ * the lookup connection another thread is using. So a server that is
+ * silent, trickles its reply, sends a huge value slowly, answers garbage or
+ * dies mid-reply costs a lookup at most opt.timeout_ms. Replies are bounded
+ * by opt.max_value (a read asks for at most that many bytes plus one, and a
+ * reply that grows past it ends the exchange). The first failure of the
+ * server opens a circuit breaker: for REMOTE_BREAKER_S seconds every call
+ * returns CLSHIM_EIO at once, and one line is logged per opening, never one
+ * per call. Each kind of failure is counted (struct remote_counters).
+ * Pushes are encoded by the caller's thread (a copy), signed and sent by one
+ * writer thread, so no push is on the application's critical path; each
+ * writer command has a deadline too (opt.timeout_ms, plus the time to send
+ * the value at REMOTE_PUSH_MIN_RATE), so a hostile server holds the writer
+ * for one push at most before the breaker drops the rest; the queue is
+ * bounded (REMOTE_QUEUE_MAX_BYTES) and drops what does not fit.
+ *
+ * Trusted writers (cache/sign.h). With opt.sign_key every pushed value is
+ * signed (an envelope before the record). With opt.trust a lookup takes only
+ * values signed by a key of the set: an unsigned value, one signed by
+ * another key, or one whose signature does not verify is ignored and counted
+ * (untrusted) and never returned, so it never reaches the local cache. A
+ * value whose envelope is present but does not verify is ignored even
+ * without opt.trust (nothing honest writes one). Without opt.trust unsigned
+ * values are taken as before. A process with opt.trust and no sign key
+ * never writes (as opt.readonly): what it pushed, its peers would ignore,
+ * and its claims would make them wait for values that never come.
  *
  * Credentials: a password from the URL or from opt.password_file; neither is
  * ever logged (log lines name the server by config_redact_url()). hiredis
@@ -42,6 +62,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cache/sign.h"
 #include "cache/store.h"
 
 typedef struct remote remote;
@@ -52,17 +73,23 @@ typedef struct remote remote;
 #define REMOTE_QUEUE_MAX_BYTES ((size_t)256 << 20)
 /* How long remote_close() waits for queued pushes (milliseconds). */
 #define REMOTE_DRAIN_MS 5000
+/* The slowest link a push is given time for: its deadline is the timeout
+ * plus its size at this rate (bytes per second). */
+#define REMOTE_PUSH_MIN_RATE ((uint64_t)8 << 20)
 
 struct remote_options {
     const char *url;           /* redis://[user:password@]host[:port][/db] or
                                   unix://[user:password@]/path[?db=N] */
     const char *password_file; /* first line is the password; NULL or "": none */
     const char *ns;            /* key namespace; NULL or "": "clshim" */
-    uint64_t timeout_ms;       /* connect and per-wait timeout; 0: 50 */
+    uint64_t timeout_ms;       /* the deadline of a whole lookup; 0: 50 */
     uint64_t max_value;        /* largest encoded value read or written; 0: 64 MiB */
     uint64_t expire_s;         /* entries expire this long after a push or hit; 0: never */
     int readonly;              /* never write: no pushes, claims or statistics */
     int compress_level;        /* zstd level of pushed records */
+    const unsigned char *sign_key; /* SIGN_SECRET_BYTES to sign pushes with (copied); NULL: unsigned */
+    const sign_trust *trust;   /* take only values signed by these keys (borrowed: must outlive
+                                  the handle); NULL: any value that verifies */
 };
 
 /* Parses the options; connects nothing yet (the first call does). Returns
@@ -71,9 +98,16 @@ struct remote_options {
 int remote_open(const struct remote_options *opt, remote **out);
 
 /* What this process did, since remote_open(): lookups answered, not
- * answered, failed commands, values ignored, values pushed, pushes dropped. */
+ * answered, failed commands (errors, the sum of the five kinds after it),
+ * values ignored as corrupt or untrusted, values pushed, pushes dropped. */
 struct remote_counters {
     uint64_t hits, misses, errors, corrupt, pushes, dropped;
+    uint64_t timeouts;  /* a deadline passed: silent, trickling or slow servers */
+    uint64_t lost;      /* cannot connect, or the connection closed or failed mid-reply */
+    uint64_t garbage;   /* replies that are not the Redis protocol, or of the wrong type */
+    uint64_t oversize;  /* replies larger than max_value */
+    uint64_t refused;   /* error replies: authentication, permissions */
+    uint64_t untrusted; /* values not signed by a trusted key (or forged): ignored */
 };
 
 /* Waits up to REMOTE_DRAIN_MS for queued pushes, releases the claims this
@@ -87,11 +121,15 @@ const char *remote_name(const remote *r);
 
 /* Looks `hash` up: CLSHIM_OK with *out pointing into *arena (free it with
  * store_record_free()) when the value verifies and its key material equals
- * key[0..key_len). CLSHIM_ENOTFOUND: absent. CLSHIM_ECORRUPT: present but
- * fails verification or exceeds max_value (ignored). CLSHIM_ECOLLISION:
- * another key's. CLSHIM_EIO: the server failed or the breaker is open. */
+ * key[0..key_len); *src (may be NULL) then says where it came from: this
+ * server and namespace, and the signer when signed (out->source is NULL:
+ * the caller sets it to src when it stores the record). CLSHIM_ENOTFOUND:
+ * absent. CLSHIM_ECORRUPT: present but fails verification or exceeds
+ * max_value (ignored). CLSHIM_ECOLLISION: another key's. CLSHIM_EPERM: not
+ * signed by a trusted key, or forged (ignored). CLSHIM_EIO: the server
+ * failed or the breaker is open. */
 int remote_get(remote *r, struct cache_hash hash, const void *key, size_t key_len, struct store_record *out,
-               void **arena);
+               void **arena, struct store_source *src);
 
 /* remote_get(), then fleet single flight on a miss: claims the key (SET NX
  * PX wait_ms) and returns CLSHIM_ENOTFOUND with the claim held (this
@@ -101,7 +139,7 @@ int remote_get(remote *r, struct cache_hash hash, const void *key, size_t key_le
  * (CLSHIM_ENOTFOUND: compile). Read-only: waits for a claim it sees but
  * takes none. Other errors as remote_get(). */
 int remote_fetch(remote *r, struct cache_hash hash, const void *key, size_t key_len, uint64_t wait_ms,
-                 struct store_record *out, void **arena);
+                 struct store_record *out, void **arena, struct store_source *src);
 
 /* Queues `rec` to be stored under `hash` (the record is encoded and copied
  * now; the caller's buffers may go). Then releases this process's claim on
@@ -126,7 +164,14 @@ struct remote_server_stats {
     uint64_t used_memory, maxmemory;
     uint64_t entries, entry_bytes, claims; /* keys of the namespace (a SCAN) */
     uint64_t hits, misses, pushes;         /* fleet counters (<ns>:stats) */
+    uint64_t errors, corrupt, untrusted;   /* fleet counters: failed commands, values ignored */
 };
 int remote_server_stats(remote *r, struct remote_server_stats *out, char *why, size_t why_len);
+
+/* `clshim cache remote rm`: deletes the entry whose key starts with the hex
+ * digits `prefix` (1-32, lower case) from the server. CLSHIM_OK with the
+ * full key in hex[33]; CLSHIM_ENOTFOUND: no entry matches; CLSHIM_EBUSY:
+ * more than one does (give more digits); CLSHIM_EIO with a reason in why. */
+int remote_delete(remote *r, const char *prefix, char hex[33], char *why, size_t why_len);
 
 #endif

@@ -730,6 +730,9 @@ static int stats_add_fn(store *s, MDB_txn *txn, void *arg)
                                     d->uncacheable_time_macros, d->captures_handed, d->captures_stored};
     for (int i = 0; i < ST_CAPTURE_LOST; i++) a.stat[i] += add[i];
     for (int i = 0; i < CAPTURE_LOST_COUNT; i++) a.stat[ST_CAPTURE_LOST + i] += d->capture_lost[i];
+    const uint64_t remote[] = {d->remote_timeouts, d->remote_lost, d->remote_garbage, d->remote_oversize,
+                               d->remote_refused, d->remote_untrusted, d->remote_distrusted};
+    for (size_t i = 0; i < sizeof remote / sizeof *remote; i++) a.stat[ST_REMOTE_TIMEOUTS + i] += remote[i];
     return rc ? rc : store_acct_save(s, txn, &a);
 }
 
@@ -796,6 +799,10 @@ int store_stats_get(store *s, struct store_stats *out)
                                 .captures_handed = a.stat[ST_CAPTURES_HANDED],
                                 .captures_stored = a.stat[ST_CAPTURES_STORED]};
     for (int i = 0; i < CAPTURE_LOST_COUNT; i++) out->capture_lost[i] = a.stat[ST_CAPTURE_LOST + i];
+    out->remote_timeouts = a.stat[ST_REMOTE_TIMEOUTS], out->remote_lost = a.stat[ST_REMOTE_LOST];
+    out->remote_garbage = a.stat[ST_REMOTE_GARBAGE], out->remote_oversize = a.stat[ST_REMOTE_OVERSIZE];
+    out->remote_refused = a.stat[ST_REMOTE_REFUSED], out->remote_untrusted = a.stat[ST_REMOTE_UNTRUSTED];
+    out->remote_distrusted = a.stat[ST_REMOTE_DISTRUSTED];
     return CLSHIM_OK;
 }
 

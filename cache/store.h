@@ -131,6 +131,19 @@ int store_is_readonly(const store *s);
 /* Flushes pending access times and statistics, then closes. NULL is a no-op. */
 void store_close(store *s);
 
+/* Where an entry came from when this machine did not build it (its
+ * provenance, entry.h): kept with the entry, shown by `clshim cache
+ * list/show`, and checked against CLSHIM_REMOTE_TRUST at every lookup. */
+#define STORE_SOURCE_REMOTE 1u      /* copied from the remote tier */
+#define STORE_SOURCE_SIGNED 0x1u    /* flags: signer holds the key that signed it */
+#define STORE_SOURCE_WHERE_MAX 255  /* bytes of `where`, without the NUL */
+struct store_source {
+    uint32_t kind;                  /* STORE_SOURCE_REMOTE */
+    uint32_t flags;                 /* STORE_SOURCE_SIGNED or 0 */
+    unsigned char signer[32];       /* the ed25519 public key (when signed) */
+    char where[STORE_SOURCE_WHERE_MAX + 1]; /* the server and namespace, as logs name them */
+};
+
 /* What a build produced, as stored and returned. */
 struct store_record {
     const void *binary;       /* the device binary (uncompressed) */
@@ -139,6 +152,7 @@ struct store_record {
     uint64_t compile_ns;      /* what the compile took: the time a hit saves */
     uint32_t origin;          /* caller-defined kind (source, IL, link, ...) */
     const char *device_name;  /* for `clshim cache list`; NUL-terminated */
+    const struct store_source *source; /* NULL: built here; else where it came from */
 };
 
 /* Looks up `hash`; returns CLSHIM_OK only when the stored key material equals
@@ -215,6 +229,11 @@ struct store_stats {
      * helper or in the application), and not made, by reason */
     uint64_t captures_handed, captures_stored;
     uint64_t capture_lost[CAPTURE_LOST_COUNT];
+    /* remote failures by kind (remote_errors is their sum; cache/remote.h
+     * says what each is), values ignored as untrusted, and local copies of
+     * remote values dropped because their signer is no longer trusted */
+    uint64_t remote_timeouts, remote_lost, remote_garbage, remote_oversize, remote_refused;
+    uint64_t remote_untrusted, remote_distrusted;
     /* read-only figures filled by store_stats_get(): */
     uint64_t entries, stored_bytes, uncompressed_bytes, max_size;
 };
@@ -234,6 +253,7 @@ struct store_entry_info {
     uint32_t origin;
     const char *device_name;
     const void *key; size_t key_len; /* the full key material */
+    const struct store_source *source; /* NULL: built here */
 };
 /* Calls fn for every entry (read transaction); stops when fn returns nonzero.
  * The info and what it points to are valid during the call only; fn must

@@ -61,8 +61,10 @@ int store_foreach(store *s, int (*fn)(const struct store_entry_info *, void *), 
         size_t n = e.device_len < sizeof dev - 1 ? e.device_len : sizeof dev - 1;
         memcpy(dev, e.device, n);
         dev[n] = 0;
+        struct store_source src;
+        int has_src = entry_source(&e, &src);
         struct store_entry_info info = {store_key_hash(k.mv_data), v.mv_size, e.binary_size, e.created,
-                                        acc[0], acc[1], e.origin, dev, e.key, e.key_len};
+                                        acc[0], acc[1], e.origin, dev, e.key, e.key_len, has_src ? &src : NULL};
         if (fn(&info, ctx)) break;
     }
     mdb_cursor_close(c);

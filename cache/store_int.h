@@ -53,7 +53,13 @@ enum { ST_HITS, ST_MISSES, ST_STORES, ST_EVICT_SIZE, ST_EVICT_AGE, ST_REJECTED, 
        ST_CORRUPT, ST_SAVED, ST_UNCACHEABLE, ST_REMOTE_HITS, ST_REMOTE_MISSES, ST_REMOTE_ERRORS,
        ST_REMOTE_CORRUPT, ST_REMOTE_PUSHES, ST_UNCACHEABLE_HEADERS, ST_UNCACHEABLE_TIME, ST_CAPTURES_HANDED,
        ST_CAPTURES_STORED, ST_CAPTURE_LOST,
-       ST_COUNT = ST_CAPTURE_LOST + CAPTURE_LOST_COUNT }; /* append only: older caches read 0 */
+       /* capture_lost reasons get a fixed range, so one appended there
+        * never moves the counters after it */
+       ST_CAPTURE_LOST_SLOTS = 16,
+       ST_REMOTE_TIMEOUTS = ST_CAPTURE_LOST + ST_CAPTURE_LOST_SLOTS, ST_REMOTE_LOST, ST_REMOTE_GARBAGE,
+       ST_REMOTE_OVERSIZE, ST_REMOTE_REFUSED, ST_REMOTE_UNTRUSTED, ST_REMOTE_DISTRUSTED,
+       ST_COUNT }; /* append only: older caches read 0 */
+_Static_assert((int)CAPTURE_LOST_COUNT <= (int)ST_CAPTURE_LOST_SLOTS, "capture_lost outgrew its counter range");
 struct store_acct {
     uint64_t count, bytes, ubytes;
     uint64_t stat[ST_COUNT];

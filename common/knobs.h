@@ -68,15 +68,35 @@
       "A file whose first line is the server password (instead of one in "     \
       "CLSHIM_REMOTE). Never logged.")                                         \
     X(REMOTE_TIMEOUT, UINT, remote_timeout_ms, "50", "0.1",                    \
-      "Milliseconds a connect, and each wait for the server within a "         \
-      "command, may take. A failure opens the circuit breaker: the remote "    \
-      "tier is skipped for 30 s, with one log line.")                          \
+      "Milliseconds a whole remote lookup may take: resolving the host, "     \
+      "connecting, authenticating, every command and every byte of every "    \
+      "reply, against one deadline (a server that trickles its reply or "     \
+      "sends a huge value slowly is cut off there). Pushes are sent in the "   \
+      "background, each with this deadline plus its size at 8 MiB/s. A "      \
+      "failure opens the circuit breaker: the remote tier is skipped for "    \
+      "30 s, with one log line.")                                              \
     X(REMOTE_MAX_VALUE, SIZE, remote_max_value, "64M", "0.1",                  \
       "Largest value read from or written to the remote tier (bytes of the "   \
       "encoded entry); larger ones are neither pushed nor accepted.")          \
     X(REMOTE_EXPIRE, UINT, remote_expire_days, "0", "0.1",                     \
       "Remote entries expire this many days after their last push or hit; "    \
       "0 leaves eviction to the server (maxmemory + allkeys-lru).")            \
+    X(REMOTE_SIGN_KEY, PATH, remote_sign_key, "", "0.1",                       \
+      "A secret key file (`clshim cache keygen FILE`): every value this "     \
+      "process pushes is signed with it (ed25519), so readers with "          \
+      "CLSHIM_REMOTE_TRUST take it. Give it to trusted builders only. When "  \
+      "it cannot be read, nothing is pushed (one log line). Empty: values "   \
+      "are pushed unsigned.")                                                  \
+    X(REMOTE_TRUST, STRING, remote_trust, "", "0.1",                           \
+      "Public key files (FILE.pub of `clshim cache keygen`), separated by "   \
+      "':'. Set, a remote value is taken only when signed by one of these "   \
+      "keys; unsigned, unknown-key and forged values are ignored and "        \
+      "counted (untrusted), never copied into the local cache, and a local "  \
+      "copy of a remote value whose signer is no longer listed is deleted "   \
+      "at its next lookup (also with CLSHIM_REMOTE unset). A file that "      \
+      "cannot be read trusts nothing (one log line). A process with TRUST "   \
+      "and no SIGN_KEY never writes the server. Empty: any value that "       \
+      "verifies is taken (docs/security.md says what that trusts).")          \
     X(CAPTURE, STRING, capture, "auto", "0.1",                                 \
       "When a built binary is stored: build (right after clBuildProgram), "    \
       "release (at the first synchronisation after a kernel of it ran, or "    \

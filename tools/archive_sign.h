@@ -15,10 +15,8 @@
  * only caches its own builder made. (Every record is also checked as any
  * import checks it: decoding, key hash, binding of binary to key.)
  *
- * Key files are one line of text: "clshim-ed25519-secret " and 128 hex
- * digits (libsodium's 64-byte secret key, which holds the public key; the
- * file is created 0600 and never overwritten), or "clshim-ed25519-public "
- * and 64 hex digits.
+ * Key files are cache/sign.h's (`clshim cache keygen`, sign_keygen()), the
+ * same ones that sign remote values.
  *
  * Every function returns 0, or -1 with one line (no newline) in err.
  */
@@ -29,10 +27,6 @@
 #include <stdio.h>
 
 #define ARCHIVE_TRAILER_SIZE (8 + 32 + 64)
-
-/* Writes a new key pair: the secret key to `path` (0600, O_EXCL) and the
- * public key to `path`.pub (0644, O_EXCL). */
-int archive_keygen(const char *path, char *err, size_t errlen);
 
 /* Copies `body` from its start to `out`, then appends the trailer signed
  * with the secret key in `keyfile`. */

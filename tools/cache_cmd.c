@@ -6,6 +6,7 @@
  * 1 failed (or bad entries remain), 2 usage. */
 #include <ctype.h>
 #include <errno.h>
+#include <sodium.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,7 @@
 
 #include "cache/entry.h"
 #include "cache/remote.h"
+#include "cache/sign.h"
 #include "cache/store.h"
 #include "common/config.h"
 #include "common/error.h"
@@ -34,9 +36,11 @@
     "  zero                    reset the statistics (entries stay)\n"                             \
     "  list [--sort=size|age|hits|last-use] [--json]\n"                                            \
     "                          one line per entry\n"                                               \
-    "  show KEYPREFIX          one entry in full: its key material, build log, checks\n"          \
-    "  evict [--older-than DAYS] [--to-size SIZE]\n"                                               \
-    "                          evict unused or least recently used entries\n"                     \
+    "  show KEYPREFIX          one entry in full: its key material, build log, checks, source\n"  \
+    "  rm KEYPREFIX...         remove these entries from the local cache\n"                       \
+    "  evict [--older-than DAYS] [--to-size SIZE] [--origin=remote]\n"                              \
+    "                          evict unused or least recently used entries; --origin=remote:\n"  \
+    "                          every local copy of a remote value\n"                              \
     "  clear                   remove every entry\n"                                              \
     "  verify [--fix]          check every entry; --fix removes bad ones (exit 1: bad remain)\n"   \
     "  compact                 rewrite the database file without free space\n"                    \
@@ -50,7 +54,11 @@
     "                          add the verified entries of an export; with --trust, only\n"      \
     "                          an export signed by PUBKEY's key, unchanged;\n"                    \
     "                          --with-driver-caches also unpacks FILE.drivers.tar.gz\n"          \
-    "  keygen FILE             a signing key pair: FILE (secret, 0600) and FILE.pub\n"            \
+    "  keygen FILE             a signing key pair: FILE (secret, 0600) and FILE.pub, for\n"       \
+    "                          export --sign and CLSHIM_REMOTE_SIGN_KEY; never overwrites\n"     \
+    "  remote ping|stats [--json]|rm KEYPREFIX...\n"                                                \
+    "                          the remote tier (CLSHIM_REMOTE): round trip, server and this\n"   \
+    "                          cache's counters, delete entries on the server\n"                 \
     "  wait [--timeout S]      wait until every capture handed to a capture helper is stored\n" \
     "                          or dropped, raising the helpers to normal priority; a line\n"    \
     "                          every 5 s says what it waits for (exit 1: captures still\n"      \
@@ -137,6 +145,27 @@ static int open_cache(struct cmd_ctx *c, int writable)
 
 /* ---- stats, zero ---- */
 
+/* The remote tier's counters of this cache (`stats`, `remote stats`). */
+static void print_remote_counters(const struct store_stats *st)
+{
+    const struct { const char *label; uint64_t n; const char *note; } rows[] = {
+        {"Remote hits", st->remote_hits, ""},
+        {"Remote misses", st->remote_misses, ""},
+        {"Remote errors", st->remote_errors, ""},
+        {"  timeouts", st->remote_timeouts, " (a lookup's deadline passed)"},
+        {"  connections lost", st->remote_lost, ""},
+        {"  garbage replies", st->remote_garbage, ""},
+        {"  oversize replies", st->remote_oversize, ""},
+        {"  refused commands", st->remote_refused, ""},
+        {"Remote values ignored", st->remote_corrupt, " (failed verification)"},
+        {"Remote values untrusted", st->remote_untrusted, " (ignored: untrusted)"},
+        {"Remote copies deleted", st->remote_distrusted, " (signer no longer trusted)"},
+        {"Remote pushes", st->remote_pushes, ""},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
+        printf("%-25s%llu%s\n", rows[i].label, (unsigned long long)rows[i].n, rows[i].note);
+}
+
 static int cmd_stats(struct cmd_ctx *c, int argc, char **argv)
 {
     int json = 0;
@@ -167,7 +196,9 @@ static int cmd_stats(struct cmd_ctx *c, int argc, char **argv)
                "\"corrupt\": %llu, \"entries\": %llu, \"stored_bytes\": %llu, \"uncompressed_bytes\": %llu, "
                "\"compression_ratio\": %.3f, \"max_size\": %llu, \"compile_ns_saved\": %llu, \"uncacheable\": %llu, "
                "\"uncacheable_headers\": %llu, \"uncacheable_time_macros\": %llu, \"remote_hits\": %llu, "
-               "\"remote_misses\": %llu, \"remote_errors\": %llu, \"remote_corrupt\": %llu, \"remote_pushes\": %llu, ",
+               "\"remote_misses\": %llu, \"remote_errors\": %llu, \"remote_corrupt\": %llu, \"remote_pushes\": %llu, "
+               "\"remote_timeouts\": %llu, \"remote_lost\": %llu, \"remote_garbage\": %llu, \"remote_oversize\": %llu, "
+               "\"remote_refused\": %llu, \"remote_untrusted\": %llu, \"remote_distrusted\": %llu, ",
                c->s ? "true" : "false", (unsigned long long)st.hits, (unsigned long long)st.misses,
                rate / 100, (unsigned long long)st.stores, (unsigned long long)st.evictions_size,
                (unsigned long long)st.evictions_age, (unsigned long long)st.rejected,
@@ -177,7 +208,11 @@ static int cmd_stats(struct cmd_ctx *c, int argc, char **argv)
                (unsigned long long)st.uncacheable, (unsigned long long)st.uncacheable_headers,
                (unsigned long long)st.uncacheable_time_macros, (unsigned long long)st.remote_hits,
                (unsigned long long)st.remote_misses, (unsigned long long)st.remote_errors,
-               (unsigned long long)st.remote_corrupt, (unsigned long long)st.remote_pushes);
+               (unsigned long long)st.remote_corrupt, (unsigned long long)st.remote_pushes,
+               (unsigned long long)st.remote_timeouts, (unsigned long long)st.remote_lost,
+               (unsigned long long)st.remote_garbage, (unsigned long long)st.remote_oversize,
+               (unsigned long long)st.remote_refused, (unsigned long long)st.remote_untrusted,
+               (unsigned long long)st.remote_distrusted);
         uint64_t lost = 0;
         for (int i = 0; i < CAPTURE_LOST_COUNT; i++) lost += st.capture_lost[i];
         printf("\"captures_handed\": %llu, \"captures_stored\": %llu, \"captures_lost\": %llu, "
@@ -217,11 +252,7 @@ static int cmd_stats(struct cmd_ctx *c, int argc, char **argv)
         printf("\nSize limit               none\n");
     }
     printf("Compile time saved       %.2f s\n", (double)st.compile_ns_saved / 1e9);
-    printf("Remote hits              %llu\n", (unsigned long long)st.remote_hits);
-    printf("Remote misses            %llu\n", (unsigned long long)st.remote_misses);
-    printf("Remote errors            %llu\n", (unsigned long long)st.remote_errors);
-    printf("Remote values ignored    %llu (failed verification)\n", (unsigned long long)st.remote_corrupt);
-    printf("Remote pushes            %llu\n", (unsigned long long)st.remote_pushes);
+    print_remote_counters(&st);
     /* Late captures (PoCL): every one not made is counted by its reason. */
     uint64_t lost = 0;
     for (int i = 0; i < CAPTURE_LOST_COUNT; i++) lost += st.capture_lost[i];
@@ -256,7 +287,24 @@ struct item {
     uint64_t stored, binary, created, last_access, hits;
     uint32_t origin;
     char device[96];
+    int from_remote, is_signed;
+    char signer[2 * SIGN_PUBLIC_BYTES + 1]; /* hex, when signed */
 };
+
+/* Where an entry came from, as list and show say it: "here", or
+ * "remote/SIGNERID" (16 hex digits), or "remote/unsigned". */
+static void source_short(const struct item *it, char *buf, size_t len)
+{
+    if (!it->from_remote) snprintf(buf, len, "here");
+    else snprintf(buf, len, "remote/%.16s", it->is_signed ? it->signer : "unsigned");
+}
+
+static void item_source(struct item *it, const struct store_source *src)
+{
+    it->from_remote = src && src->kind == STORE_SOURCE_REMOTE;
+    it->is_signed = it->from_remote && (src->flags & STORE_SOURCE_SIGNED);
+    if (it->is_signed) sodium_bin2hex(it->signer, sizeof it->signer, src->signer, SIGN_PUBLIC_BYTES);
+}
 
 struct item_list {
     struct item *v;
@@ -275,8 +323,9 @@ static int collect_fn(const struct store_entry_info *e, void *ctx)
     }
     struct item *it = &l->v[l->n++];
     *it = (struct item){e->hash, e->stored_size, e->binary_size, e->created, e->last_access, e->hits,
-                        e->origin, ""};
+                        e->origin, "", 0, 0, ""};
     snprintf(it->device, sizeof it->device, "%s", e->device_name ? e->device_name : "");
+    item_source(it, e->source);
     return 0;
 }
 
@@ -325,25 +374,30 @@ static int cmd_list(struct cmd_ctx *c, int argc, char **argv)
             printf("%s\n  {\"key\": \"%s\", \"device\": ", i ? "," : "", hex);
             json_string(stdout, it->device);
             printf(", \"stored_size\": %llu, \"binary_size\": %llu, \"created\": %llu, \"last_access\": %llu, "
-                   "\"hits\": %llu, \"origin\": \"%s\"}",
+                   "\"hits\": %llu, \"origin\": \"%s\", \"source\": \"%s\", \"signer\": ",
                    (unsigned long long)it->stored, (unsigned long long)it->binary, (unsigned long long)it->created,
-                   (unsigned long long)it->last_access, (unsigned long long)it->hits, entry_origin_name(it->origin));
+                   (unsigned long long)it->last_access, (unsigned long long)it->hits, entry_origin_name(it->origin),
+                   it->from_remote ? "remote" : "here");
+            if (it->is_signed) json_string(stdout, it->signer);
+            else printf("null");
+            printf("}");
         }
         printf("%s]\n", l.n ? "\n" : "");
     } else {
-        printf("%-16s  %-28s  %10s  %10s  %5s  %8s  %6s  %s\n", "KEY", "DEVICE", "STORED", "BINARY", "AGE",
-               "LAST USE", "HITS", "ORIGIN");
+        printf("%-16s  %-28s  %10s  %10s  %5s  %8s  %6s  %-8s  %s\n", "KEY", "DEVICE", "STORED", "BINARY", "AGE",
+               "LAST USE", "HITS", "ORIGIN", "FROM");
         for (size_t i = 0; i < l.n; i++) {
             struct item *it = &l.v[i];
-            char st[32], bin[32], age[16], use[16];
+            char st[32], bin[32], age[16], use[16], from[40];
             hash_hex(it->hash, hex);
             hex[16] = 0;
             human_size(it->stored, st, sizeof st);
             human_size(it->binary, bin, sizeof bin);
             human_age(age_of(now, it->created), age, sizeof age);
             human_age(age_of(now, it->last_access), use, sizeof use);
-            printf("%-16s  %-28.28s  %10s  %10s  %5s  %8s  %6llu  %s\n", hex, it->device, st, bin, age, use,
-                   (unsigned long long)it->hits, entry_origin_name(it->origin));
+            source_short(it, from, sizeof from);
+            printf("%-16s  %-28.28s  %10s  %10s  %5s  %8s  %6llu  %-8s  %s\n", hex, it->device, st, bin, age, use,
+                   (unsigned long long)it->hits, entry_origin_name(it->origin), from);
         }
         printf("%zu entr%s\n", l.n, l.n == 1 ? "y" : "ies");
     }
@@ -357,6 +411,8 @@ struct find_ctx {
     struct store_entry_info info;
     void *key; /* a copy of the first match's key material */
     char device[256];
+    struct store_source source;
+    int quiet; /* say nothing of further matches */
 };
 
 static int find_fn(const struct store_entry_info *e, void *ctx)
@@ -370,8 +426,9 @@ static int find_fn(const struct store_entry_info *e, void *ctx)
         f->key = malloc(e->key_len ? e->key_len : 1);
         if (f->key) memcpy(f->key, e->key, e->key_len);
         snprintf(f->device, sizeof f->device, "%s", e->device_name ? e->device_name : "");
-        f->info.key = f->key, f->info.device_name = f->device;
-    } else {
+        if (e->source) f->source = *e->source;
+        f->info.key = f->key, f->info.device_name = f->device, f->info.source = e->source ? &f->source : NULL;
+    } else if (!f->quiet) {
         fprintf(stderr, "  %s %s\n", hex, e->device_name);
     }
     return 0;
@@ -424,40 +481,47 @@ static void print_material(const unsigned char *p, size_t n)
     }
 }
 
+/* A key prefix as typed (1-32 hex digits) in lower case; -1 when it is not one. */
+static int parse_prefix(const char *arg, char prefix[33])
+{
+    size_t n = strlen(arg);
+    if (n == 0 || n > 32) return -1;
+    for (size_t i = 0; i <= n; i++) {
+        if (i < n && !isxdigit((unsigned char)arg[i])) return -1;
+        prefix[i] = (char)tolower((unsigned char)arg[i]);
+    }
+    return 0;
+}
+
+/* The one entry whose key starts with prefix into *f (free f->key); -1
+ * (said why) when none or several match. */
+static int find_one(struct cmd_ctx *c, const char *prefix, struct find_ctx *f, int quiet)
+{
+    *f = (struct find_ctx){.prefix = prefix, .quiet = quiet};
+    int rc = store_foreach(c->s, find_fn, f);
+    if (rc) fprintf(stderr, "clshim cache: cannot read the entries: %s\n", clshim_strerror(rc));
+    else if (f->matches == 0) fprintf(stderr, "clshim cache: no entry has a key starting with %s\n", prefix);
+    else if (f->matches > 1) fprintf(stderr, "clshim cache: %zu entries match %s; give more digits\n", f->matches, prefix);
+    else if (!f->key) fprintf(stderr, "clshim cache: out of memory\n");
+    if (!rc && f->matches == 1 && f->key) return 0;
+    free(f->key);
+    f->key = NULL;
+    return -1;
+}
+
 static int cmd_show(struct cmd_ctx *c, int argc, char **argv)
 {
     if (argc != 2) return usage_error("show: %s", argc < 2 ? "which entry? give a key prefix" : "one key prefix only");
     char prefix[33];
-    size_t n = strlen(argv[1]);
-    if (n == 0 || n > 32) return usage_error("show: '%s' is not a key prefix (1-32 hex digits)", argv[1]);
-    for (size_t i = 0; i <= n; i++) {
-        if (i < n && !isxdigit((unsigned char)argv[1][i]))
-            return usage_error("show: '%s' is not a key prefix (1-32 hex digits)", argv[1]);
-        prefix[i] = (char)tolower((unsigned char)argv[1][i]);
-    }
+    if (parse_prefix(argv[1], prefix)) return usage_error("show: '%s' is not a key prefix (1-32 hex digits)", argv[1]);
     int rc = open_cache(c, 0);
     if (rc == CLSHIM_ENOTFOUND) {
         fprintf(stderr, "clshim cache: no cache in %s\n", c->dir);
         return 1;
     }
     if (rc) return 1;
-    struct find_ctx f = {.prefix = prefix};
-    rc = store_foreach(c->s, find_fn, &f);
-    if (rc) {
-        fprintf(stderr, "clshim cache: cannot read the entries: %s\n", clshim_strerror(rc));
-        free(f.key);
-        return 1;
-    }
-    if (f.matches != 1) {
-        if (f.matches == 0) fprintf(stderr, "clshim cache: no entry has a key starting with %s\n", prefix);
-        else fprintf(stderr, "clshim cache: %zu entries match %s; give more digits\n", f.matches, prefix);
-        free(f.key);
-        return 1;
-    }
-    if (!f.key) {
-        fprintf(stderr, "clshim cache: out of memory\n");
-        return 1;
-    }
+    struct find_ctx f;
+    if (find_one(c, prefix, &f, 0)) return 1;
     struct store_entry_info *e = &f.info;
     char hex[33], sz[32], bsz[32], when[64];
     uint64_t now = (uint64_t)time(NULL);
@@ -477,6 +541,15 @@ static int cmd_show(struct cmd_ctx *c, int argc, char **argv)
     human_age(age_of(now, e->last_access), sz, sizeof sz);
     printf("Last use           %s (%s ago)\n", when, sz);
     printf("Hits               %llu\n", (unsigned long long)e->hits);
+    if (!e->source) {
+        printf("Source             built here\n");
+    } else {
+        char signer[2 * SIGN_PUBLIC_BYTES + 1] = "";
+        if (e->source->flags & STORE_SOURCE_SIGNED)
+            sodium_bin2hex(signer, sizeof signer, e->source->signer, SIGN_PUBLIC_BYTES);
+        printf("Source             remote: %s\n", e->source->where);
+        printf("Signed by          %s\n", *signer ? signer : "nobody (unsigned)");
+    }
     struct store_record r;
     void *arena = NULL;
     rc = store_get(c->s, e->hash, e->key, e->key_len, &r, &arena);
@@ -499,14 +572,69 @@ static int cmd_show(struct cmd_ctx *c, int argc, char **argv)
     return rc == CLSHIM_OK ? 0 : 1;
 }
 
+/* `rm KEYPREFIX...`: each must name one entry; the others are still removed. */
+static int cmd_rm(struct cmd_ctx *c, int argc, char **argv)
+{
+    if (argc < 2) return usage_error("rm: %s", "which entries? give key prefixes (clshim cache list shows them)");
+    char prefix[33];
+    for (int i = 1; i < argc; i++)
+        if (parse_prefix(argv[i], prefix)) return usage_error("rm: '%s' is not a key prefix (1-32 hex digits)", argv[i]);
+    int rc = open_cache(c, 1);
+    if (rc == CLSHIM_ENOTFOUND) fprintf(stderr, "clshim cache: no cache in %s\n", c->dir);
+    if (rc) return 1;
+    int failed = 0;
+    for (int i = 1; i < argc; i++) {
+        struct find_ctx f;
+        parse_prefix(argv[i], prefix);
+        if (find_one(c, prefix, &f, 1)) {
+            failed = 1;
+            continue;
+        }
+        char hex[33];
+        hash_hex(f.info.hash, hex);
+        free(f.key);
+        if ((rc = store_delete(c->s, f.info.hash)) != CLSHIM_OK) {
+            fprintf(stderr, "clshim cache: cannot remove %s: %s\n", hex, clshim_strerror(rc));
+            failed = 1;
+        } else {
+            printf("Removed %s.\n", hex);
+        }
+    }
+    return failed;
+}
+
 /* ---- evict, clear, verify, compact ---- */
+
+/* Deletes every local copy of a remote value; *n receives how many. */
+static int evict_remote_copies(store *s, uint64_t *n)
+{
+    struct item_list l = {0};
+    int rc = store_foreach(s, collect_fn, &l);
+    if (rc == CLSHIM_OK && l.oom) rc = CLSHIM_ENOMEM;
+    *n = 0;
+    for (size_t i = 0; rc == CLSHIM_OK && i < l.n; i++) {
+        if (!l.v[i].from_remote) continue;
+        int d = store_delete(s, l.v[i].hash);
+        if (d == CLSHIM_OK) ++*n;
+        else if (d != CLSHIM_ENOTFOUND) rc = d; /* deleted meanwhile: fine */
+    }
+    free(l.v);
+    return rc;
+}
 
 static int cmd_evict(struct cmd_ctx *c, int argc, char **argv)
 {
     uint64_t days = 0, to_size = UINT64_MAX;
-    int any = 0;
+    int any = 0, remote_copies = 0;
     for (int i = 1; i < argc; i++) {
         const char *val = NULL;
+        if (!strcmp(argv[i], "--origin=remote") ||
+            (!strcmp(argv[i], "--origin") && i + 1 < argc && !strcmp(argv[i + 1], "remote") && ++i)) {
+            remote_copies = any = 1;
+            continue;
+        }
+        if (!strncmp(argv[i], "--origin", 8))
+            return usage_error("evict: %s", "--origin takes one value: remote (every local copy of a remote value)");
         int is_days = !strncmp(argv[i], "--older-than", 12), is_size = !strncmp(argv[i], "--to-size", 9);
         if (!is_days && !is_size) return usage_error("evict: unknown option '%s'", argv[i]);
         const char *eq = strchr(argv[i], '=');
@@ -525,12 +653,20 @@ static int cmd_evict(struct cmd_ctx *c, int argc, char **argv)
         }
         any = 1;
     }
-    if (!any) return usage_error("evict: say what to evict: %s", "--older-than DAYS and/or --to-size SIZE");
+    if (!any)
+        return usage_error("evict: say what to evict: %s",
+                           "--older-than DAYS, --to-size SIZE and/or --origin=remote");
     int rc = open_cache(c, 1);
     if (rc == CLSHIM_ENOTFOUND) rc = CLSHIM_OK;
     if (rc) return 1;
-    uint64_t n = 0;
-    if ((rc = store_evict(c->s, days, to_size, &n)) != CLSHIM_OK) {
+    uint64_t n = 0, copies = 0;
+    if (remote_copies && (rc = evict_remote_copies(c->s, &copies)) != CLSHIM_OK) {
+        fprintf(stderr, "clshim cache: eviction of remote copies failed: %s\n", clshim_strerror(rc));
+        return 1;
+    }
+    if (remote_copies) printf("Removed %llu local cop%s of remote values.\n", (unsigned long long)copies,
+                              copies == 1 ? "y" : "ies");
+    if ((days || to_size != UINT64_MAX) && (rc = store_evict(c->s, days, to_size, &n)) != CLSHIM_OK) {
         fprintf(stderr, "clshim cache: eviction failed: %s\n", clshim_strerror(rc));
         return 1;
     }
@@ -538,8 +674,8 @@ static int cmd_evict(struct cmd_ctx *c, int argc, char **argv)
     store_stats_get(c->s, &st);
     char sz[32];
     human_size(st.stored_bytes, sz, sizeof sz);
-    printf("Evicted %llu entr%s; %llu left (%s).\n", (unsigned long long)n, n == 1 ? "y" : "ies",
-           (unsigned long long)st.entries, sz);
+    printf("Evicted %llu entr%s; %llu left (%s).\n", (unsigned long long)(n + copies),
+           n + copies == 1 ? "y" : "ies", (unsigned long long)st.entries, sz);
     return 0;
 }
 
@@ -840,12 +976,26 @@ static int cmd_import(struct cmd_ctx *c, int argc, char **argv)
     return rc || rejected ? 1 : 0;
 }
 
+#define KEYGEN_USAGE                                                                         \
+    "usage: clshim cache keygen FILE\n"                                                       \
+    "  writes a new ed25519 key pair: the secret key to FILE (0600) and the public key to\n" \
+    "  FILE.pub. Never overwrites a file. The secret key signs exports (export --sign FILE)\n"\
+    "  and remote values (CLSHIM_REMOTE_SIGN_KEY=FILE); readers trust FILE.pub (import\n"   \
+    "  --trust, CLSHIM_REMOTE_TRUST).\n"
+
 static int cmd_keygen(struct cmd_ctx *c, int argc, char **argv)
 {
     (void)c;
+    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        fputs(KEYGEN_USAGE, stdout);
+        return 0;
+    }
+    /* An option is never taken for a file name (keys named "--help"). */
+    if (argc == 2 && argv[1][0] == '-' && argv[1][1])
+        return usage_error("keygen: unknown option '%s' (give a FILE; ./-name for one starting with '-')", argv[1]);
     if (argc != 2) return usage_error("keygen: %s", "give one FILE (the secret key; FILE.pub gets the public one)");
     char err[512];
-    if (archive_keygen(argv[1], err, sizeof err) != 0) {
+    if (sign_keygen(argv[1], err, sizeof err) != 0) {
         fprintf(stderr, "clshim cache: keygen: %s\n", err);
         return 1;
     }
@@ -876,17 +1026,69 @@ static int open_remote(remote **r)
     return 0;
 }
 
-static int cmd_remote(int argc, char **argv)
+/* `remote rm KEYPREFIX...` on the server. */
+static int remote_rm(remote *r, int argc, char **argv)
+{
+    int failed = 0;
+    for (int i = 2; i < argc; i++) {
+        char prefix[33], hex[33], why[256] = "";
+        parse_prefix(argv[i], prefix);
+        int rc = remote_delete(r, prefix, hex, why, sizeof why);
+        if (rc == CLSHIM_OK) printf("Removed %s from %s.\n", hex, remote_name(r));
+        else if (rc == CLSHIM_ENOTFOUND) fprintf(stderr, "clshim cache: remote rm: no entry on %s has a key starting with %s\n", remote_name(r), prefix);
+        else if (rc == CLSHIM_EBUSY) fprintf(stderr, "clshim cache: remote rm: several entries match %s; give more digits\n", prefix);
+        else fprintf(stderr, "clshim cache: remote rm: %s: %s\n", remote_name(r), why);
+        failed |= rc != CLSHIM_OK;
+    }
+    return failed;
+}
+
+/* This cache's remote counters (they count what the server did to this
+ * machine's lookups even when the server cannot be asked). */
+static void print_local_remote_counters(struct cmd_ctx *c, int json)
+{
+    struct store_stats st = {0};
+    if (open_cache(c, 0) == CLSHIM_OK) store_stats_get(c->s, &st);
+    if (json) {
+        printf(", \"local\": {\"hits\": %llu, \"misses\": %llu, \"errors\": %llu, \"timeouts\": %llu, "
+               "\"lost\": %llu, \"garbage\": %llu, \"oversize\": %llu, \"refused\": %llu, \"corrupt\": %llu, "
+               "\"untrusted\": %llu, \"distrusted\": %llu, \"pushes\": %llu}",
+               (unsigned long long)st.remote_hits, (unsigned long long)st.remote_misses,
+               (unsigned long long)st.remote_errors, (unsigned long long)st.remote_timeouts,
+               (unsigned long long)st.remote_lost, (unsigned long long)st.remote_garbage,
+               (unsigned long long)st.remote_oversize, (unsigned long long)st.remote_refused,
+               (unsigned long long)st.remote_corrupt, (unsigned long long)st.remote_untrusted,
+               (unsigned long long)st.remote_distrusted, (unsigned long long)st.remote_pushes);
+        return;
+    }
+    printf("This cache (%s):\n", c->dir);
+    print_remote_counters(&st);
+}
+
+static int cmd_remote(struct cmd_ctx *c, int argc, char **argv)
 {
     const char *sub = argc > 1 ? argv[1] : "";
     int json = argc > 2 && !strcmp(argv[2], "--json");
-    if (strcmp(sub, "ping") && strcmp(sub, "stats")) return usage_error("remote: say %s", "ping or stats");
-    if (argc > 2 + json || (!strcmp(sub, "ping") && argc > 2))
+    if (strcmp(sub, "ping") && strcmp(sub, "stats") && strcmp(sub, "rm"))
+        return usage_error("remote: say %s", "ping, stats or rm");
+    char prefix[33];
+    if (!strcmp(sub, "rm")) {
+        if (argc < 3) return usage_error("remote rm: %s", "which entries? give key prefixes");
+        for (int i = 2; i < argc; i++)
+            if (parse_prefix(argv[i], prefix))
+                return usage_error("remote rm: '%s' is not a key prefix (1-32 hex digits)", argv[i]);
+    } else if (argc > 2 + json || (!strcmp(sub, "ping") && argc > 2)) {
         return usage_error("remote: unexpected argument '%s'", argv[argc - 1]);
+    }
     remote *r;
     if (open_remote(&r)) return 1;
     char why[256] = "";
     int rc;
+    if (!strcmp(sub, "rm")) {
+        rc = remote_rm(r, argc, argv);
+        remote_close(r, NULL);
+        return rc;
+    }
     if (!strcmp(sub, "ping")) {
         double ms;
         rc = remote_ping(r, &ms, why, sizeof why);
@@ -905,11 +1107,15 @@ static int cmd_remote(int argc, char **argv)
             printf(", \"maxmemory_policy\": ");
             json_string(stdout, st.policy);
             printf(", \"used_memory\": %llu, \"maxmemory\": %llu, \"entries\": %llu, \"entry_bytes\": %llu, "
-                   "\"claims\": %llu, \"hits\": %llu, \"misses\": %llu, \"pushes\": %llu}\n",
+                   "\"claims\": %llu, \"hits\": %llu, \"misses\": %llu, \"pushes\": %llu, \"errors\": %llu, "
+                   "\"corrupt\": %llu, \"untrusted\": %llu",
                    (unsigned long long)st.used_memory, (unsigned long long)st.maxmemory,
                    (unsigned long long)st.entries, (unsigned long long)st.entry_bytes,
                    (unsigned long long)st.claims, (unsigned long long)st.hits, (unsigned long long)st.misses,
-                   (unsigned long long)st.pushes);
+                   (unsigned long long)st.pushes, (unsigned long long)st.errors, (unsigned long long)st.corrupt,
+                   (unsigned long long)st.untrusted);
+            print_local_remote_counters(c, 1);
+            printf("}\n");
         } else if (rc == CLSHIM_OK) {
             char used[32], max[32], bytes[32];
             human_size(st.used_memory, used, sizeof used);
@@ -922,14 +1128,19 @@ static int cmd_remote(int argc, char **argv)
             printf("Fleet hits               %llu\n", (unsigned long long)st.hits);
             printf("Fleet misses             %llu\n", (unsigned long long)st.misses);
             printf("Fleet pushes             %llu\n", (unsigned long long)st.pushes);
+            printf("Fleet errors             %llu (failed commands)\n", (unsigned long long)st.errors);
+            printf("Fleet values ignored     %llu corrupt, %llu untrusted\n", (unsigned long long)st.corrupt,
+                   (unsigned long long)st.untrusted);
             printf("Server memory            %s used, limit %s, policy %s\n", used,
                    st.maxmemory ? max : "none", st.policy);
             if (!st.maxmemory || strncmp(st.policy, "allkeys-", 8))
                 printf("Note: without maxmemory and an allkeys-* policy the server never evicts "
                        "(docs/cache.md)\n");
+            print_local_remote_counters(c, 0);
         }
     }
     if (rc) fprintf(stderr, "clshim cache: remote %s: %s: %s\n", sub, remote_name(r), why);
+    if (rc && !strcmp(sub, "stats") && !json) print_local_remote_counters(c, 0);
     remote_close(r, NULL);
     return rc ? 1 : 0;
 }
@@ -993,7 +1204,8 @@ int cache_cmd_main(int argc, char **argv)
         else if (!strcmp(cmd, "export")) rc = cmd_export(&c, n, args);
         else if (!strcmp(cmd, "import")) rc = cmd_import(&c, n, args);
         else if (!strcmp(cmd, "keygen")) rc = cmd_keygen(&c, n, args);
-        else if (!strcmp(cmd, "remote")) rc = cmd_remote(n, args);
+        else if (!strcmp(cmd, "remote")) rc = cmd_remote(&c, n, args);
+        else if (!strcmp(cmd, "rm")) rc = cmd_rm(&c, n, args);
         else if (!strcmp(cmd, "wait")) rc = cmd_wait(&c, n, args);
         else if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
             fputs(CMD_USAGE, n ? stdout : stderr);

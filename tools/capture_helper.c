@@ -279,7 +279,7 @@ static void capture_one(const struct capture_request *rq)
     struct store_record sr;
     void *arena = NULL;
     store *st = pipeline_store();
-    if (st && store_get(st, hash, rq->key, rq->key_len, &sr, &arena) == CLSHIM_OK) {
+    if (st && pipeline_local_get(st, hash, rq->key, rq->key_len, &sr, &arena) == CLSHIM_OK) {
         log_msg(LOG_INFO, "capture helper: %s is stored already", prefix);
         capture_proc_reply(0, &(struct capture_reply){.hash = hash, .compile_ns = sr.compile_ns, .log = sr.build_log,
                                                        .binary = sr.binary, .size = sr.binary_size});

@@ -6,7 +6,8 @@
 # binary to its key material rejects every such record, in `import` and in
 # `verify`. And signed exports: `export --sign KEY` / `import --trust
 # KEY.pub` round trip; an unsigned, wrongly signed or altered archive is
-# refused with --trust and nothing is imported.
+# refused with --trust and nothing is imported. `keygen --help` is help and
+# keygen never overwrites a key (issue 31).
 source "$CLSHIM_ROOT/tests/integration/lib.sh"
 REL=$CLSHIM_BUILD/tests/rel
 TOOL=$CLSHIM_BUILD/clshim-tool
@@ -46,6 +47,17 @@ expect 0 keygen "$TOOL" cache keygen "$TMP/builder"
 [ "$(stat -c %a "$TMP/builder")" = 600 ] || fail "the secret key is not 0600"
 grep -q '^clshim-ed25519-public [0-9a-f]\{64\}$' "$TMP/builder.pub" || fail "public key file: $(cat "$TMP/builder.pub")"
 expect 1 keygen-again "$TOOL" cache keygen "$TMP/builder"
+grep -q 'never overwritten' "$TMP/keygen-again.err" || fail "keygen: refusal does not say why"
+# --help is help (it wrote keys named --help and --help.pub), an option is
+# never a file name, and an existing FILE.pub is not overwritten either.
+(cd "$TMP" && expect 0 keygen-help "$TOOL" cache keygen --help)
+grep -q '^usage: clshim cache keygen FILE' "$TMP/keygen-help.out" || fail "keygen --help: no usage"
+(cd "$TMP" && expect 2 keygen-opt "$TOOL" cache keygen -x)
+[ ! -e "$TMP/--help" ] && [ ! -e "$TMP/--help.pub" ] && [ ! -e "$TMP/-x" ] || fail "keygen took an option for a file name"
+touch "$TMP/lone.pub"
+expect 1 keygen-lone "$TOOL" cache keygen "$TMP/lone"
+[ ! -e "$TMP/lone" ] && [ ! -s "$TMP/lone.pub" ] || fail "keygen wrote beside an existing FILE.pub"
+ok "keygen: --help is help, options are not file names, existing keys are never overwritten"
 expect 0 keygen2 "$TOOL" cache keygen "$TMP/other"
 expect 0 export-signed "$TOOL" cache export --sign "$TMP/builder" "$TMP/signed.export"
 grep -q "Exported 2 entries to .*, signed." "$TMP/export-signed.out" || fail "signed export: $(cat "$TMP/export-signed.out")"

@@ -105,7 +105,7 @@ static inline int put_key(store *s, int id, size_t size)
     unsigned char *bin = malloc(size ? size : 1);
     fill_bin(bin, size, id);
     struct store_record r = {bin, size, "build ok", 5000000 + (uint64_t)id, ENTRY_ORIGIN_SOURCE,
-                             "pthread-test-device"};
+                             "pthread-test-device", NULL};
     int rc = store_put(s, entry_xxh3_128(key, kl), key, kl, &r);
     free(bin);
     return rc;

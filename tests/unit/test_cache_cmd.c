@@ -142,7 +142,7 @@ static void show_prints_one_entry(void **state)
     static const char material[] = "clshim-key 1\nkind=il\noptions=-cl-fast-relaxed-math\n"
                                    "input=8\n\x03\x02\x23\x07\x00\x01\x02\x00\ndevice=x\n";
     struct cache_hash h = entry_xxh3_128(material, sizeof material - 1);
-    struct store_record r = {"binary!", 7, "warning: unused variable", 1500000000ull, ENTRY_ORIGIN_IL, "cpu-x"};
+    struct store_record r = {"binary!", 7, "warning: unused variable", 1500000000ull, ENTRY_ORIGIN_IL, "cpu-x", NULL};
     assert_int_equal(store_put(s, h, material, sizeof material - 1, &r), CLSHIM_OK);
     for (int i = 0; i < 40; i++) assert_int_equal(put_key(s, i, 100), CLSHIM_OK);
     store_close(s);

@@ -154,7 +154,8 @@ static void lying_lengths_with_valid_checksum_are_refused(void **state)
         {32, 8, (uint64_t)1 << 40},    /* binary size beyond ENTRY_MAX_BINARY */
         {32, 8, 100000000},            /* more than the frame can hold */
         {10, 2, 0x8000},               /* unknown flag */
-        {116, 4, 1},                   /* reserved not zero */
+        {116, 4, 1},                   /* source shorter than its fixed part */
+        {116, 4, 41},                  /* source length past the sizes */
     };
     for (size_t i = 0; i < sizeof lies / sizeof lies[0]; i++) {
         unsigned char *r = malloc(b.len);
@@ -205,8 +206,8 @@ static void encoded_record_opens_for_its_key_only(void **state)
     fill_binary(other_bin, sizeof other_bin, 12);
     struct cache_hash h = entry_xxh3_128(key_text, sizeof key_text - 1);
     struct cache_hash oh = entry_xxh3_128(other_key, sizeof other_key - 1);
-    struct store_record in = {bin, sizeof bin, "a log", 42, ENTRY_ORIGIN_SOURCE, "dev"}, out;
-    struct store_record other_in = {other_bin, sizeof other_bin, "", 7, ENTRY_ORIGIN_SOURCE, "dev"};
+    struct store_record in = {bin, sizeof bin, "a log", 42, ENTRY_ORIGIN_SOURCE, "dev", NULL}, out;
+    struct store_record other_in = {other_bin, sizeof other_bin, "", 7, ENTRY_ORIGIN_SOURCE, "dev", NULL};
     void *rec, *other_rec, *arena;
     size_t len, other_len;
     assert_int_equal(entry_encode_record(h, key_text, sizeof key_text - 1, &in, 3, 1000, &rec, &len), CLSHIM_OK);
@@ -242,6 +243,53 @@ static void encoded_record_opens_for_its_key_only(void **state)
     free(moved);
     free(rec);
     free(other_rec);
+}
+
+/* a record's source (where a remote copy came from, who signed it) round
+ * trips; a record without one opens with none; a source of an unknown kind,
+ * resealed with a valid checksum, is refused */
+static void source_round_trips(void **state)
+{
+    (void)state;
+    unsigned char bin[900];
+    fill_binary(bin, sizeof bin, 13);
+    struct cache_hash h = entry_xxh3_128(key_text, sizeof key_text - 1);
+    struct store_source src = {.kind = STORE_SOURCE_REMOTE, .flags = STORE_SOURCE_SIGNED};
+    for (size_t i = 0; i < sizeof src.signer; i++) src.signer[i] = (unsigned char)(i * 7 + 1);
+    memset(src.where, 'w', sizeof src.where - 1); /* the longest `where` */
+    struct store_record in = {bin, sizeof bin, "log", 5, ENTRY_ORIGIN_SOURCE, "dev", &src}, out;
+    void *rec, *arena;
+    size_t len;
+    assert_int_equal(entry_encode_record(h, key_text, sizeof key_text - 1, &in, 3, 1000, &rec, &len), CLSHIM_OK);
+    assert_int_equal(entry_open_record(rec, len, h, key_text, sizeof key_text - 1, &out, &arena), CLSHIM_OK);
+    assert_non_null(out.source);
+    assert_int_equal(out.source->kind, STORE_SOURCE_REMOTE);
+    assert_int_equal(out.source->flags, STORE_SOURCE_SIGNED);
+    assert_memory_equal(out.source->signer, src.signer, sizeof src.signer);
+    assert_string_equal(out.source->where, src.where);
+    assert_memory_equal(out.binary, bin, sizeof bin);
+    assert_string_equal(out.build_log, "log");
+    free(arena);
+    struct entry_view v;
+    assert_int_equal(entry_parse(rec, len, &v), CLSHIM_OK);
+    struct store_source got;
+    assert_int_equal(entry_source(&v, &got), 1);
+    assert_string_equal(got.where, src.where);
+    /* an unknown kind, checksum resealed: refused */
+    unsigned char *p = (unsigned char *)v.source;
+    p[0] = 9;
+    entry_set_access(rec, len, 1, 1);
+    assert_int_equal(entry_parse(rec, len, &v), CLSHIM_ECORRUPT);
+    free(rec);
+    /* built here: no source */
+    in.source = NULL;
+    assert_int_equal(entry_encode_record(h, key_text, sizeof key_text - 1, &in, 3, 1000, &rec, &len), CLSHIM_OK);
+    assert_int_equal(entry_open_record(rec, len, h, key_text, sizeof key_text - 1, &out, &arena), CLSHIM_OK);
+    assert_null(out.source);
+    assert_int_equal(entry_parse(rec, len, &v), CLSHIM_OK);
+    assert_int_equal(entry_source(&v, &got), 0);
+    free(arena);
+    free(rec);
 }
 
 static void binary_moved_under_another_key_is_refused(void **state)
@@ -367,6 +415,7 @@ int main(void)
         cmocka_unit_test(newer_version_is_unsupported),
         cmocka_unit_test(binary_moved_under_another_key_is_refused),
         cmocka_unit_test(encoded_record_opens_for_its_key_only),
+        cmocka_unit_test(source_round_trips),
         cmocka_unit_test(version_1_record_is_refused),
         cmocka_unit_test(random_input_is_refused),
         cmocka_unit_test(incompressible_binary_is_stored_raw),

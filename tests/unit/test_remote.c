@@ -1,12 +1,15 @@
 /* test_remote.c — the remote tier without a server: URL forms, password
  * redaction, and failing fast (breaker) when the server is not there. The
  * tier against a real redis-server: tests/integration/test_remote.sh. */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -95,10 +98,10 @@ static void no_server_fails_fast(void **state)
     struct store_record out;
     void *arena;
     double t0 = now_ms();
-    assert_int_equal(remote_get(r, h, "k", 1, &out, &arena), CLSHIM_EIO);
+    assert_int_equal(remote_get(r, h, "k", 1, &out, &arena, NULL), CLSHIM_EIO);
     assert_null(arena);
-    for (int i = 0; i < 100; i++) assert_int_equal(remote_fetch(r, h, "k", 1, 1000, &out, &arena), CLSHIM_EIO);
-    struct store_record rec = {"binary", 6, "", 1, ENTRY_ORIGIN_SOURCE, "dev"};
+    for (int i = 0; i < 100; i++) assert_int_equal(remote_fetch(r, h, "k", 1, 1000, &out, &arena, NULL), CLSHIM_EIO);
+    struct store_record rec = {"binary", 6, "", 1, ENTRY_ORIGIN_SOURCE, "dev", NULL};
     assert_int_equal(remote_push(r, h, "k", 1, &rec), CLSHIM_EIO);
     assert_true(now_ms() - t0 < 1000);
     struct remote_counters c;
@@ -114,7 +117,7 @@ static void readonly_refuses_push(void **state)
     remote *r;
     assert_int_equal(remote_open(&o, &r), CLSHIM_OK);
     struct cache_hash h = {1, 2};
-    struct store_record rec = {"binary", 6, "", 1, ENTRY_ORIGIN_SOURCE, "dev"};
+    struct store_record rec = {"binary", 6, "", 1, ENTRY_ORIGIN_SOURCE, "dev", NULL};
     assert_int_equal(remote_push(r, h, "k", 1, &rec), CLSHIM_EREADONLY);
     remote_close(r, NULL);
 }
@@ -126,9 +129,124 @@ static void push_bounded(void **state)
     remote *r;
     assert_int_equal(remote_open(&o, &r), CLSHIM_OK);
     static char big[4096];
-    struct store_record rec = {big, sizeof big, "", 1, ENTRY_ORIGIN_SOURCE, "dev"};
+    struct store_record rec = {big, sizeof big, "", 1, ENTRY_ORIGIN_SOURCE, "dev", NULL};
     assert_int_equal(remote_push(r, (struct cache_hash){1, 2}, "k", 1, &rec), CLSHIM_ETOOBIG);
     remote_close(r, NULL);
+}
+
+/* A server in this process on a unix socket: it accepts, reads, and
+ * answers a bulk string one byte every 10 ms (trickle), or nothing
+ * (silent), until the test closes its listening socket. */
+struct fake {
+    int fd, trickle;
+    char path[108];
+    pthread_t thread;
+};
+
+static void *fake_main(void *arg)
+{
+    struct fake *f = arg;
+    int c;
+    char buf[4096];
+    while ((c = accept(f->fd, NULL, NULL)) >= 0) {
+        if (read(c, buf, sizeof buf) > 0 && f->trickle) {
+            static const char reply[] = "$1000\r\n";
+            for (size_t i = 0; i < 400 && send(c, i < 7 ? reply + i : "x", 1, MSG_NOSIGNAL) == 1; i++)
+                usleep(10000);
+        }
+        /* silent: the connection is kept open until the test ends */
+        if (f->trickle) close(c);
+    }
+    return NULL;
+}
+
+static void fake_start(struct fake *f, int trickle)
+{
+    f->trickle = trickle;
+    snprintf(f->path, sizeof f->path, "/tmp/clshim-fake-%d-%d.sock", (int)getpid(), trickle);
+    unlink(f->path);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof a.sun_path, "%s", f->path);
+    f->fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    assert_true(f->fd >= 0);
+    assert_int_equal(bind(f->fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(f->fd, 8), 0);
+    assert_int_equal(pthread_create(&f->thread, NULL, fake_main, f), 0);
+}
+
+static void fake_stop(struct fake *f)
+{
+    shutdown(f->fd, SHUT_RDWR); /* accept() returns */
+    close(f->fd);
+    pthread_join(f->thread, NULL);
+    unlink(f->path);
+}
+
+/* A remote tier on fake f, its timeout 200 ms. */
+static remote *open_on(struct fake *f, int trickle)
+{
+    fake_start(f, trickle);
+    char url[200];
+    snprintf(url, sizeof url, "unix://%s", f->path);
+    struct remote_options o = {.url = url, .timeout_ms = 200};
+    remote *r;
+    assert_int_equal(remote_open(&o, &r), CLSHIM_OK);
+    return r;
+}
+
+struct lookup {
+    remote *r;
+    int rc;
+    double ms;
+};
+
+static void *lookup_main(void *arg)
+{
+    struct lookup *l = arg;
+    struct store_record out;
+    void *arena;
+    double t0 = now_ms();
+    l->rc = remote_get(l->r, (struct cache_hash){1, 2}, "k", 1, &out, &arena, NULL);
+    l->ms = now_ms() - t0;
+    return NULL;
+}
+
+/* a server that trickles its reply (each byte 10 ms apart, far inside the
+ * 200 ms timeout) is cut off at the lookup's deadline, counted as a
+ * timeout; before issue 31 this lookup took the whole reply (4 s) */
+static void trickling_server_is_cut_at_the_deadline(void **state)
+{
+    struct fake f;
+    remote *r = open_on(&f, 1);
+    struct lookup l = {r, 0, 0};
+    lookup_main(&l);
+    assert_int_equal(l.rc, CLSHIM_EIO);
+    assert_true(l.ms >= 190 && l.ms < 400);
+    struct remote_counters c;
+    remote_close(r, &c);
+    assert_int_equal(c.timeouts, 1);
+    assert_int_equal(c.errors, 1);
+    fake_stop(&f);
+}
+
+/* two threads looking up at once against a silent server: the one waiting
+ * for the lookup connection is bounded by its own deadline too */
+static void lookups_behind_another_are_bounded(void **state)
+{
+    struct fake f;
+    remote *r = open_on(&f, 0);
+    struct lookup l[2] = {{r, 0, 0}, {r, 0, 0}};
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) assert_int_equal(pthread_create(&t[i], NULL, lookup_main, &l[i]), 0);
+    for (int i = 0; i < 2; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(l[i].rc, CLSHIM_EIO);
+        assert_true(l[i].ms < 400);
+    }
+    struct remote_counters c;
+    remote_close(r, &c);
+    assert_true(c.timeouts >= 1);
+    fake_stop(&f);
 }
 
 int main(void)
@@ -138,6 +256,8 @@ int main(void)
         cmocka_unit_test(url_forms),          cmocka_unit_test(password_redacted),
         cmocka_unit_test(no_server_fails_fast), cmocka_unit_test(readonly_refuses_push),
         cmocka_unit_test(push_bounded),
+        cmocka_unit_test(trickling_server_is_cut_at_the_deadline),
+        cmocka_unit_test(lookups_behind_another_are_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -449,7 +449,7 @@ static void verify_and_fix(void **state)
     /* An entry under a hash that is not its material's. */
     char key[128];
     size_t kl = make_key(20, key);
-    struct store_record rec = {"x", 1, "", 0, 1, "d"};
+    struct store_record rec = {"x", 1, "", 0, 1, "d", NULL};
     assert_int_equal(store_put(s, key_hash_of(21), key, kl, &rec), CLSHIM_OK);
     store_close(s);
     raw_flip(fx->dir, key_hash_of(3), 150);

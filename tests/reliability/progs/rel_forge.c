@@ -211,7 +211,7 @@ static int garble_sized(const char *dir, uint64_t forced_size)
         unsigned char *bin = malloc(size);
         if (!bin) return 1;
         for (uint64_t j = 0; j < size; j++) bin[j] = (unsigned char)((j * 2654435761u) >> 13);
-        struct store_record r = {bin, size, "", 1000000, ENTRY_ORIGIN_SOURCE, "forged"};
+        struct store_record r = {bin, size, "", 1000000, ENTRY_ORIGIN_SOURCE, "forged", NULL};
         if (store_put(s, l.hash[i], l.key[i], l.key_len[i], &r) == CLSHIM_OK) changed++;
         free(bin);
     }

@@ -33,7 +33,7 @@ static int plant(const char *dir, const char *text)
     store *s;
     int rc = store_open(&o, &s);
     if (rc == CLSHIM_OK) {
-        struct store_record r = {text, strlen(text), "", 1, ENTRY_ORIGIN_SOURCE, "probe"};
+        struct store_record r = {text, strlen(text), "", 1, ENTRY_ORIGIN_SOURCE, "probe", NULL};
         rc = store_put(s, probe_hash(), probe_key, sizeof probe_key - 1, &r);
         store_close(s);
     }

@@ -85,7 +85,7 @@ static int run(const char *dir, uint64_t seed, uint64_t max_size)
         unsigned op = (unsigned)((r >> 20) % 100);
         if (op < 60) {
             size_t n = binary_of(id, bin);
-            struct store_record rec = {bin, n, "build log of a test key", 1000000, 1, "rel-device"};
+            struct store_record rec = {bin, n, "build log of a test key", 1000000, 1, "rel-device", NULL};
             rc = store_put(s, hash_of(id), k, kl, &rec);
             if (rc != CLSHIM_OK && rc != CLSHIM_ETOOBIG) fprintf(stderr, "rel_writer: put: %s\n", clshim_strerror(rc));
         } else if (op < 85) {
