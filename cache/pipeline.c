@@ -307,11 +307,12 @@ static int still_trusted(store *st, struct cache_hash hash, const struct store_r
     if (!broken && (sr->source->flags & STORE_SOURCE_SIGNED) && sign_trust_has(t, sr->source->signer)) return 1;
     int rc = store_delete(st, hash);
     STAT_ADD(proc_stats.remote_distrusted, 1);
-    char prefix[17], id[17] = "nobody (unsigned)";
+    char prefix[17], id[17];
     key_prefix(hash, prefix);
-    if (sr->source->flags & STORE_SOURCE_SIGNED) sign_key_id(sr->source->signer, id);
+    const char *signer = "nobody (unsigned)";
+    if (sr->source->flags & STORE_SOURCE_SIGNED) sign_key_id(sr->source->signer, id), signer = id;
     log_msg(LOG_INFO, "cache entry %s came from %s, signed by %s, not trusted now: %s", prefix, sr->source->where,
-            id, rc == CLSHIM_OK ? "deleted" : "not used");
+            signer, rc == CLSHIM_OK ? "deleted" : "not used");
     return 0;
 }
 
