@@ -1,4 +1,5 @@
 #!/bin/bash
+# run-all: alone (weighs each run's delay against the remote timeout)
 # CLSHIM_REMOTE_TIMEOUT is a deadline for a whole lookup, not a timeout per
 # read (issue 31): against fake servers (fake_redis.py, on a unix socket in
 # the test's temp dir, stopping by themselves) that stay silent, trickle
