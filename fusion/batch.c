@@ -779,7 +779,7 @@ static void unhold_foreign(struct fq *own, cl_uint nw, const cl_event *wl)
     if (!wl || !__atomic_load_n(&fb_tracked_events, __ATOMIC_ACQUIRE)) return;
     for (cl_uint i = 0; i < nw; i++) {
         struct fev *ev = fev_find(wl[i]);
-        if (ev && ev->q != own) fb_subst(own, wl[i]);
+        if (ev && ev->q != own) fb_subst(own, wl[i], "a command on another queue waits for a held event");
     }
 }
 
@@ -940,7 +940,10 @@ void fusion_before_command(cl_command_queue queue, cl_uint n, const cl_event *li
     if (!any) return;
     cl_event *out = n <= 8 ? w->buf : malloc(n * sizeof *out);
     if (!out) return;
-    for (cl_uint i = 0; i < n; i++) out[i] = fb_subst(NULL, list[i]);
+    /* Without a queue the call is a host wait (clWaitForEvents): its name
+     * is the reason, as clFinish's is for a queue's own held kernels. */
+    const char *why = queue ? "a command on another queue waits for a held event" : what;
+    for (cl_uint i = 0; i < n; i++) out[i] = fb_subst(NULL, list[i], why);
     if (out != w->buf) w->owned = out;
     w->list = out;
 }

@@ -19,10 +19,11 @@
  *
  * What cancels (submits the held kernels of a queue): clFinish, clFlush and
  * any other command on that queue (blocking or not); a kernel that breaks
- * the sequence or cannot be held; waits, status and profiling queries on a
- * held event; a command on another queue, or clWaitForEvents, whose wait
- * list contains a held event; release of a held kernel, of a buffer a held
- * kernel uses, or of the queue; a failed fusion; clCancelFusionCLSHIM.
+ * the sequence or cannot be held; waits, status and profiling queries and
+ * callback registrations on a held event; a command on another queue, or
+ * clWaitForEvents, whose wait list contains a held event; release of a held
+ * kernel, of a buffer a held kernel uses, or of the queue; a failed fusion;
+ * clCancelFusionCLSHIM.
  *
  * No deadlock, by construction: held work is only ever waited for through
  * (a) this queue's later commands, (b) events we hand out, or (c) buffers.
@@ -92,6 +93,10 @@ void fusion_after_command(struct fusion_waits *w);
  * as clFinish is). */
 void fusion_host_wait(cl_uint n, const cl_event *list);
 
+/* clSetEventCallback, any callback type: the plain driver would run the
+ * command the application now waits to hear from, so a held one is
+ * submitted. */
+void fusion_event_callback(cl_event e);
 cl_int fusion_get_event_info(cl_event e, cl_event_info param, size_t size, void *value, size_t *size_ret);
 cl_int fusion_get_event_profiling_info(cl_event e, cl_profiling_info param, size_t size, void *value,
                                        size_t *size_ret);

@@ -252,8 +252,10 @@ void fb_submit_held(struct fq *q, struct fb_pending *p);
 void fb_held_clear(struct held *h);
 /* Cancels fusion on q: lock, submit, unlock, run pending. */
 void fb_cancel(struct fq *q, const char *why);
-/* The real event carrying a held-or-submitted event's work, else e itself. */
-cl_event fb_subst(struct fq *own, cl_event e);
+/* The real event carrying a held-or-submitted event's work, else e itself;
+ * a held event of a queue other than `own` is submitted first, `why` the
+ * reason logged. */
+cl_event fb_subst(struct fq *own, cl_event e, const char *why);
 
 /* Logs a line at info level the first time this text comes, at debug level
  * after that; the exit summary counts the repeats ("again N times: ..."). */

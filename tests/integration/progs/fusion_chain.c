@@ -10,7 +10,8 @@
  * Modes (each runs the chain `offset -> scale -> square` or a variant):
  *   chain     the 3-kernel chain back to back, events chained
  *   sync      clFinish between the first and second kernel
- *   events    held events: waited for, status-queried, with callbacks,
+ *   events    held events: waited for, status-queried, with callbacks
+ *             (one registered mid-sequence and waited for without a flush),
  *             profiled, and in another queue's wait list
  *   setarg    clSetKernelArg after the enqueue (the held snapshot counts)
  *   sizes     the kernels over different global sizes
@@ -169,7 +170,6 @@ static void mode_events(struct chain *c, int iters)
         args_chain(c, 0.5f, 3.0f);
         cl_event e[3];
         launch(c->q, c->koff, n_elems, 0, NULL, &e[0]);
-        CHECK(clSetEventCallback(e[0], CL_COMPLETE, on_done, NULL));
         launch(c->q, c->kscale, n_elems, 0, NULL, &e[1]);
         launch(c->q, c->ksq, n_elems, 0, NULL, &e[2]);
         for (int i = 0; i < 3; i++) CHECK(clSetEventCallback(e[i], CL_COMPLETE, on_done, NULL));
@@ -212,6 +212,22 @@ static void mode_events(struct chain *c, int iters)
         launch(c->q, c->kscale, n_elems, 0, NULL, NULL);
         launch(c->q, c->ksq, n_elems, 0, NULL, NULL);
         report(c, c->c, "events-polled");
+        CHECK(clReleaseEvent(e[0]));
+
+        /* 4. a callback registered on a held event, mid-sequence, waited for
+         *    without a flush (the plain driver runs the kernel). */
+        args_chain(c, -1.0f, 2.5f);
+        launch(c->q, c->koff, n_elems, 0, NULL, &e[0]);
+        int before = __atomic_load_n(&callbacks_done, __ATOMIC_SEQ_CST);
+        CHECK(clSetEventCallback(e[0], CL_COMPLETE, on_done, NULL));
+        for (int spin = 0; spin < 5000 && __atomic_load_n(&callbacks_done, __ATOMIC_SEQ_CST) == before; spin++) {
+            struct timespec ts = {0, 1000000};
+            nanosleep(&ts, NULL);
+        }
+        printf("callback before the rest: %d\n", __atomic_load_n(&callbacks_done, __ATOMIC_SEQ_CST) > before);
+        launch(c->q, c->kscale, n_elems, 0, NULL, NULL);
+        launch(c->q, c->ksq, n_elems, 0, NULL, NULL);
+        report(c, c->c, "events-called-back");
         CHECK(clReleaseEvent(e[0]));
     }
     CHECK(clFinish(q2));
