@@ -142,6 +142,7 @@ static void log_kinds_summary(void)
 
 static void at_exit(void)
 {
+    fi_stop();
     for (struct fq *q = __atomic_load_n(&all_queues, __ATOMIC_ACQUIRE); q; q = q->next_all)
         if (__atomic_load_n(&q->nheld, __ATOMIC_ACQUIRE)) {
             fb_cancel(q, "process exit");
@@ -226,6 +227,8 @@ int fusion_wants_arg_info(cl_program prog)
 }
 
 /* ---- queue records ------------------------------------------------------------ */
+
+struct fq *fb_queues(void) { return __atomic_load_n(&all_queues, __ATOMIC_ACQUIRE); }
 
 static struct fq *fq_get(cl_command_queue q, int create)
 {
@@ -405,6 +408,27 @@ static void names_of(const struct fq *q, char *out, size_t len)
         if (m < 0) break;
         o += (size_t)m;
     }
+}
+
+int fb_submit_idle(struct fq *q, uint32_t holds, unsigned period_ms)
+{
+    struct fb_pending p = {0};
+    int idle = 0;
+    if (pthread_mutex_trylock(&q->lock) != 0) return 0; /* someone works on the queue (fusing it): not idle */
+    if (q->nheld && !q->ext && q->holds == holds) { /* nothing held since the timer looked */
+        idle = 1;
+        if (log_enabled(LOG_INFO)) {
+            char names[512];
+            names_of(q, names, sizeof names);
+            fb_log_kind("fusion: held %s submitted unfused: nothing enqueued on its queue for %u ms "
+                        "(CLSHIM_FUSION_HOLD_MS)", names, period_ms);
+        }
+        fb_submit_held(q, &p);
+        if (fb_auto) fa_break(q);
+    }
+    pthread_mutex_unlock(&q->lock);
+    fb_pending_run(&p);
+    return idle;
 }
 
 void fb_cancel(struct fq *q, const char *why)
@@ -822,7 +846,10 @@ cl_int fusion_enqueue_kernel(cl_command_queue queue, cl_kernel k, cl_uint dim, c
         pthread_mutex_unlock(&r->lock);
         if (!held && !why) why = "out of memory";
     }
+    int kick = 0;
     if (held) {
+        __atomic_store_n(&q->holds, q->holds + 1, __ATOMIC_RELAXED); /* the idle timer's clock */
+        kick = q->nheld == 1 && !q->ext;
         if (fb_auto) {
             fa_break(q);
             fa_held(q);
@@ -859,8 +886,10 @@ cl_int fusion_enqueue_kernel(cl_command_queue queue, cl_kernel k, cl_uint dim, c
         if (noted && fa_reporting && rc == CL_SUCCESS) fa_note_event(q, timing ? timing : *ev);
         if (timing) fb_real->clReleaseEvent(timing);
     }
+    kick &= q->nheld > 0; /* still held: the sequence did not complete */
     pthread_mutex_unlock(&q->lock);
     fb_pending_flush(&p);
+    if (kick) fi_kick();
     return rc;
 }
 

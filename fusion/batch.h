@@ -23,7 +23,8 @@
  * callback registrations on a held event; a command on another queue, or
  * clWaitForEvents, whose wait list contains a held event; release of a held
  * kernel, of a buffer a held kernel uses, or of the queue; a failed fusion;
- * clCancelFusionCLSHIM.
+ * clCancelFusionCLSHIM; and the queue holding work while the application
+ * enqueues nothing on it for CLSHIM_FUSION_HOLD_MS (the idle timer).
  *
  * No deadlock, by construction: held work is only ever waited for through
  * (a) this queue's later commands, (b) events we hand out, or (c) buffers.
@@ -93,6 +94,10 @@ void fusion_after_command(struct fusion_waits *w);
  * as clFinish is). */
 void fusion_host_wait(cl_uint n, const cl_event *list);
 
+/* Around clBuildProgram, clCompileProgram and clLinkProgram while armed:
+ * the application is not idle while it builds (the idle timer, fidle.c). */
+void fusion_build_begin(void);
+void fusion_build_end(void);
 /* clSetEventCallback, any callback type: the plain driver would run the
  * command the application now waits to hear from, so a held one is
  * submitted. */

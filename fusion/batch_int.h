@@ -236,8 +236,28 @@ struct fq {
     uint32_t nchecked;
     int checked_gen;      /* ... while fb_mem_gen had this value */
     struct fa_watch *watch; /* automatic fusion: the run of kernels seen since the last break (fauto.c) */
+    uint32_t holds;       /* kernels held here so far (written under lock, read atomically by the idle timer) */
+    uint32_t idle_seen;   /* the idle timer's own (fidle.c): holds at its last tick ... */
+    int idle_valid;       /* ... while work was held */
     struct fq *next_all;
 };
+
+/* Every queue record ever made, newest first (lock-free; never freed). */
+struct fq *fb_queues(void);
+/* The idle timer's submission (fidle.c): when q holds work, not for the
+ * extension API, and has held nothing since `holds` (fq.holds), submits it
+ * with a line saying so. 1 when submitted. Tries q->lock only: a queue
+ * whose lock is taken is not idle. */
+int fb_submit_idle(struct fq *q, uint32_t holds, unsigned period_ms);
+
+/* ---- the idle timer (fidle.c) ---- */
+
+/* After a kernel was held on a queue that held nothing (no lock held):
+ * makes sure the timer ticks. Costs one load while it does. */
+void fi_kick(void);
+/* At exit, before held work is submitted: the timer stops and never calls
+ * the driver again. */
+void fi_stop(void);
 
 /* Checks q's invariants (batch.c): 0 when they hold; 1 when one is broken,
  * after logging it and turning fusion off for q (held kernels must then be
