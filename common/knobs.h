@@ -159,7 +159,7 @@
       "back to back, where the analysis proves them equivalent without a "     \
       "barrier (docs/fusion.md, \"Automatic fusion\"); off: only plans and "   \
       "the extension API fuse.")                                               \
-    X(FUSION_HOLD_MS, UINT, fusion_hold_ms, "10", "0.2",                       \
+    X(FUSION_HOLD_MS, UINT, fusion_hold_ms, "50", "0.2",                       \
       "The longest a queue holds kernels of a fusion sequence while the "     \
       "application enqueues nothing more on it: after 1 to 2 times this "      \
       "many milliseconds the held kernels go to the driver unfused, as the "   \

@@ -35,7 +35,7 @@ held_case() { # how mode reason
 }
 for how in plan auto; do
     held_case "$how" callback "a callback registered on a held event"
-    held_case "$how" idle "nothing enqueued on its queue for 10 ms (CLSHIM_FUSION_HOLD_MS)"
+    held_case "$how" idle "nothing enqueued on its queue for 50 ms (CLSHIM_FUSION_HOLD_MS)"
 done
 held_case plan poll "a status query on a held event"
 held_case plan wait "clWaitForEvents"
