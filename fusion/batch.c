@@ -562,29 +562,41 @@ static int hold(struct fq *q, struct fk_kernel *r, cl_kernel k, cl_uint dim, con
  * when it follows from the occurrence alone (its buffers): such a condition
  * that has passed is fused again soon. A fused occurrence resets it. An
  * occurrence is a kernel that could start the sequence arriving while the
- * queue holds nothing. Two words per sequence. */
+ * queue holds nothing. A refusal that no occurrence can escape
+ * (FB_REFUSED_ALWAYS: printf, images, no LLVM, ...) ends it: the sequence
+ * is never held again in this process (BACKOFF_NEVER, which nothing lowers).
+ * Two words per sequence. */
 #define BACKOFF_LASTING 1024u
 #define BACKOFF_TRANSIENT 16u
+#define BACKOFF_NEVER UINT32_MAX
 
 /* Whether sequence s sits out this occurrence (counting it). */
 static int backoff_skips(uint32_t s)
 {
     uint32_t left = __atomic_load_n(&fb_backoff[s].skip, __ATOMIC_RELAXED);
-    while (left && !__atomic_compare_exchange_n(&fb_backoff[s].skip, &left, left - 1, 1, __ATOMIC_RELAXED,
-                                                __ATOMIC_RELAXED))
+    while (left && left != BACKOFF_NEVER &&
+           !__atomic_compare_exchange_n(&fb_backoff[s].skip, &left, left - 1, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
         continue;
     return left != 0;
 }
 
-/* Sequence s was refused: the occurrences it now sits out. */
+/* Sequence s was refused (`lasting`: FB_REFUSED_*): the occurrences it now
+ * sits out, BACKOFF_NEVER for all. */
 static uint32_t backoff_refused(uint32_t s, int lasting)
 {
+    if (lasting == FB_REFUSED_ALWAYS) {
+        __atomic_store_n(&fb_backoff[s].skip, BACKOFF_NEVER, __ATOMIC_RELAXED);
+        return BACKOFF_NEVER;
+    }
     uint32_t row = __atomic_add_fetch(&fb_backoff[s].refusals, 1, __ATOMIC_RELAXED);
     if (row > 32) __atomic_store_n(&fb_backoff[s].refusals, row = 32, __ATOMIC_RELAXED); /* never wraps */
-    uint32_t max = lasting ? BACKOFF_LASTING : BACKOFF_TRANSIENT;
+    uint32_t max = lasting == FB_REFUSED_KEY ? BACKOFF_LASTING : BACKOFF_TRANSIENT;
     uint32_t skip = row > 31 ? max : 1u << (row - 1);
     if (skip > max) skip = max;
-    __atomic_store_n(&fb_backoff[s].skip, skip, __ATOMIC_RELAXED);
+    uint32_t cur = __atomic_load_n(&fb_backoff[s].skip, __ATOMIC_RELAXED);
+    do
+        if (cur == BACKOFF_NEVER) return cur; /* another thread's refusal ended it: it stays ended */
+    while (!__atomic_compare_exchange_n(&fb_backoff[s].skip, &cur, skip, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
     return skip;
 }
 
@@ -673,7 +685,7 @@ static void fuse_or_submit(struct fq *q, int flags, const char *internal_args, i
     }
     uint32_t nparams = 0;
     int timed = fa_reporting && seq >= 0; /* the report times the fused launch */
-    int lasting = 0;
+    int lasting = FB_REFUSED_ONCE;
     cl_event timing = NULL;
     if (fb_fuse_held(q, flags, internal_args, seq, p, out ? out : timed ? &timing : NULL, &nparams, &lasting, why,
                      sizeof why) == 0) {
@@ -694,10 +706,11 @@ static void fuse_or_submit(struct fq *q, int flags, const char *internal_args, i
     if (timed) fa_fused(q, seq, NULL, why);
     if (seq >= 0) {
         uint32_t skip = backoff_refused((uint32_t)seq, lasting);
-        fb_log_kind("fusion of %s (plan %s) refused: %s; submitted unfused, tried again after a back-off", names,
-                    fb_plan->seqs[seq].where, why);
-        log_msg(LOG_DEBUG, "fusion: %s (plan %s) is not held for its next %u occurrence%s", names,
-                fb_plan->seqs[seq].where, (unsigned)skip, skip == 1 ? "" : "s");
+        fb_log_kind("fusion of %s (plan %s) refused: %s; submitted unfused, %s", names, fb_plan->seqs[seq].where, why,
+                    skip == BACKOFF_NEVER ? "not tried again in this process" : "tried again after a back-off");
+        if (skip != BACKOFF_NEVER)
+            log_msg(LOG_DEBUG, "fusion: %s (plan %s) is not held for its next %u occurrence%s", names,
+                    fb_plan->seqs[seq].where, (unsigned)skip, skip == 1 ? "" : "s");
     } else {
         log_msg(LOG_INFO, "fusion of %s refused: %s; submitted unfused", names, why);
     }

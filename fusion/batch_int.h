@@ -332,15 +332,24 @@ enum {
     FB_PTX = 16    /* route (a): fused IR lowered to PTX (fusion/froute.h) */
 };
 
+/* How long a refused fusion stays refused (fb_fuse_held's *lasting). */
+enum {
+    FB_REFUSED_ONCE = 0, /* this occurrence only: its buffers may alias, memory, the launch */
+    FB_REFUSED_KEY = 1,  /* the fused program's key (the kernels, ranges, argument classes and
+                            options): the ranges, the analysis or the build said no; remembered
+                            by key here and in the cache, so it is never made again */
+    FB_REFUSED_ALWAYS = 2 /* the kernels or the machine, whatever the key: printf, image
+                            arguments, no libclshim-llvm.so, route (b) with kernels of different
+                            programs or from IL; the sequence is not tried again in this process */
+};
+
 /* Fuses and launches q's held kernels (caller holds q->lock). Returns 0
  * when launched (held entries are then cleared and their events queued in
  * p; *out_event gets a retained event of the launch when not NULL; *nparams
- * the fused kernel's parameter count), or -1
- * with nothing submitted and `why` set; *lasting is then 1 when the refusal
- * follows from the fused program's key (the kernels, ranges, argument
- * classes and options: the analysis or the build refused it, and the memo
- * refuses the same request again without building), 0 when it follows from
- * this occurrence alone (buffers that may alias, memory, the launch).
+ * the fused kernel's parameter count), or -1 with nothing submitted, `why`
+ * set and *lasting one of FB_REFUSED_*. Nothing is compiled or built for a
+ * request whose ranges alone refuse it (fusion/fuse_ranges.h), nor for one
+ * refused before (in this process, or in the cache on this driver).
  * `seq` is the plan sequence index or
  * -1 for the extension API; `flags` holds FB_* options; `internal_args` is
  * the internal= list (plan.h) restricting FB_INTERNAL to the named buffers,

@@ -19,6 +19,10 @@
  *             another scalar, and an in-place (aliased) step in turn
  *   elide     one buffer and one scalar passed to several parameters
  *   barrier   a chain that needs a barrier (shifted read)
+ *   ranges    pairs no fusion can take, for the plan
+ *             "offset+scale;square+other;other+shifted": different local
+ *             sizes, a 2-D launch with a local size before a 1-D one, a
+ *             shifted read (needs a barrier); prints llvm-mapped= as maps
  *   threads   two threads, two queues, the chain at once
  *   release   a buffer of a held kernel is released mid-sequence
  *   maps      print to stderr whether libclshim-llvm.so is mapped
@@ -389,6 +393,26 @@ static void mode_barrier(struct chain *c, int iters)
     }
 }
 
+static void mode_ranges(struct chain *c, int iters)
+{
+    for (int it = 0; it < iters; it++) {
+        args_chain(c, 0.25f, 1.5f + (float)it);
+        size_t l64 = 64, l128 = 128, g2[2] = {n_elems, 1}, l2[2] = {64, 1};
+        CHECK(clEnqueueNDRangeKernel(c->q, c->koff, 1, NULL, &n_elems, &l64, 0, NULL, NULL));
+        CHECK(clEnqueueNDRangeKernel(c->q, c->kscale, 1, NULL, &n_elems, &l128, 0, NULL, NULL));
+        set_mem(c->kother, 0, c->c);
+        CHECK(clEnqueueNDRangeKernel(c->q, c->ksq, 2, NULL, g2, l2, 0, NULL, NULL));
+        launch(c->q, c->kother, n_elems, 0, NULL, NULL);
+        set_mem(c->kother, 0, c->b);
+        set_mem(c->kshift, 0, c->b);
+        set_mem(c->kshift, 1, c->d);
+        launch(c->q, c->kother, n_elems, 0, NULL, NULL);
+        launch(c->q, c->kshift, n_elems, 0, NULL, NULL);
+        report(c, c->c, "ranges-c");
+        report(c, c->d, "ranges-d");
+    }
+}
+
 static void mode_release(struct chain *c, int iters)
 {
     for (int it = 0; it < iters; it++) {
@@ -505,6 +529,7 @@ int main(int argc, char **argv)
     struct chain c;
     chain_init(&c, 1);
     if (!strcmp(mode, "chain") || !strcmp(mode, "maps")) run_chain(&c, iters, "chain");
+    else if (!strcmp(mode, "ranges")) mode_ranges(&c, iters);
     else if (!strcmp(mode, "sync")) mode_sync(&c, iters);
     else if (!strcmp(mode, "events")) mode_events(&c, iters);
     else if (!strcmp(mode, "setarg")) mode_setarg(&c, iters);
@@ -519,7 +544,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;
     }
-    if (!strcmp(mode, "maps")) fprintf(stderr, "llvm-mapped=%d\n", llvm_mapped());
+    if (!strcmp(mode, "maps") || !strcmp(mode, "ranges")) fprintf(stderr, "llvm-mapped=%d\n", llvm_mapped());
     chain_free(&c);
     CHECK(clReleaseProgram(prog));
     CHECK(clReleaseContext(ctx));
