@@ -179,6 +179,15 @@
       "back to back, where the analysis proves them equivalent without a "     \
       "barrier (docs/fusion.md, \"Automatic fusion\"); off: only plans and "   \
       "the extension API fuse.")                                               \
+    X(FUSION_HOLD_MS, UINT, fusion_hold_ms, "50", "0.2",                       \
+      "The longest a queue holds kernels of a fusion sequence while the "     \
+      "application enqueues nothing more on it: after 1 to 2 times this "      \
+      "many milliseconds the held kernels go to the driver unfused, as the "   \
+      "plain driver would have run them (an application may wait for their "  \
+      "results by means clshim cannot see). Kernels enqueued back to back "    \
+      "are never affected. 0 holds them until the application's next call "   \
+      "on the queue. Not for the extension API, which holds until "            \
+      "clCompleteFusionCLSHIM as asked (docs/fusion.md).")                     \
     X(FUSION_REPORT, PATH, fusion_report, "", "0.1",                           \
       "With CLSHIM_FUSION=auto: at exit, append to this file one line per "    \
       "kernel sequence learned (names, work-items, occurrences, verdict, "     \

@@ -142,6 +142,7 @@ static void log_kinds_summary(void)
 
 static void at_exit(void)
 {
+    fi_stop();
     for (struct fq *q = __atomic_load_n(&all_queues, __ATOMIC_ACQUIRE); q; q = q->next_all)
         if (__atomic_load_n(&q->nheld, __ATOMIC_ACQUIRE)) {
             fb_cancel(q, "process exit");
@@ -226,6 +227,8 @@ int fusion_wants_arg_info(cl_program prog)
 }
 
 /* ---- queue records ------------------------------------------------------------ */
+
+struct fq *fb_queues(void) { return __atomic_load_n(&all_queues, __ATOMIC_ACQUIRE); }
 
 static struct fq *fq_get(cl_command_queue q, int create)
 {
@@ -407,6 +410,27 @@ static void names_of(const struct fq *q, char *out, size_t len)
     }
 }
 
+int fb_submit_idle(struct fq *q, uint32_t holds, unsigned period_ms)
+{
+    struct fb_pending p = {0};
+    int idle = 0;
+    if (pthread_mutex_trylock(&q->lock) != 0) return 0; /* someone works on the queue (fusing it): not idle */
+    if (q->nheld && !q->ext && q->holds == holds) { /* nothing held since the timer looked */
+        idle = 1;
+        if (log_enabled(LOG_INFO)) {
+            char names[512];
+            names_of(q, names, sizeof names);
+            fb_log_kind("fusion: held %s submitted unfused: nothing enqueued on its queue for %u ms "
+                        "(CLSHIM_FUSION_HOLD_MS)", names, period_ms);
+        }
+        fb_submit_held(q, &p);
+        if (fb_auto) fa_break(q);
+    }
+    pthread_mutex_unlock(&q->lock);
+    fb_pending_run(&p);
+    return idle;
+}
+
 void fb_cancel(struct fq *q, const char *why)
 {
     struct fb_pending p = {0};
@@ -538,29 +562,41 @@ static int hold(struct fq *q, struct fk_kernel *r, cl_kernel k, cl_uint dim, con
  * when it follows from the occurrence alone (its buffers): such a condition
  * that has passed is fused again soon. A fused occurrence resets it. An
  * occurrence is a kernel that could start the sequence arriving while the
- * queue holds nothing. Two words per sequence. */
+ * queue holds nothing. A refusal that no occurrence can escape
+ * (FB_REFUSED_ALWAYS: printf, images, no LLVM, ...) ends it: the sequence
+ * is never held again in this process (BACKOFF_NEVER, which nothing lowers).
+ * Two words per sequence. */
 #define BACKOFF_LASTING 1024u
 #define BACKOFF_TRANSIENT 16u
+#define BACKOFF_NEVER UINT32_MAX
 
 /* Whether sequence s sits out this occurrence (counting it). */
 static int backoff_skips(uint32_t s)
 {
     uint32_t left = __atomic_load_n(&fb_backoff[s].skip, __ATOMIC_RELAXED);
-    while (left && !__atomic_compare_exchange_n(&fb_backoff[s].skip, &left, left - 1, 1, __ATOMIC_RELAXED,
-                                                __ATOMIC_RELAXED))
+    while (left && left != BACKOFF_NEVER &&
+           !__atomic_compare_exchange_n(&fb_backoff[s].skip, &left, left - 1, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
         continue;
     return left != 0;
 }
 
-/* Sequence s was refused: the occurrences it now sits out. */
+/* Sequence s was refused (`lasting`: FB_REFUSED_*): the occurrences it now
+ * sits out, BACKOFF_NEVER for all. */
 static uint32_t backoff_refused(uint32_t s, int lasting)
 {
+    if (lasting == FB_REFUSED_ALWAYS) {
+        __atomic_store_n(&fb_backoff[s].skip, BACKOFF_NEVER, __ATOMIC_RELAXED);
+        return BACKOFF_NEVER;
+    }
     uint32_t row = __atomic_add_fetch(&fb_backoff[s].refusals, 1, __ATOMIC_RELAXED);
     if (row > 32) __atomic_store_n(&fb_backoff[s].refusals, row = 32, __ATOMIC_RELAXED); /* never wraps */
-    uint32_t max = lasting ? BACKOFF_LASTING : BACKOFF_TRANSIENT;
+    uint32_t max = lasting == FB_REFUSED_KEY ? BACKOFF_LASTING : BACKOFF_TRANSIENT;
     uint32_t skip = row > 31 ? max : 1u << (row - 1);
     if (skip > max) skip = max;
-    __atomic_store_n(&fb_backoff[s].skip, skip, __ATOMIC_RELAXED);
+    uint32_t cur = __atomic_load_n(&fb_backoff[s].skip, __ATOMIC_RELAXED);
+    do
+        if (cur == BACKOFF_NEVER) return cur; /* another thread's refusal ended it: it stays ended */
+    while (!__atomic_compare_exchange_n(&fb_backoff[s].skip, &cur, skip, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
     return skip;
 }
 
@@ -649,7 +685,7 @@ static void fuse_or_submit(struct fq *q, int flags, const char *internal_args, i
     }
     uint32_t nparams = 0;
     int timed = fa_reporting && seq >= 0; /* the report times the fused launch */
-    int lasting = 0;
+    int lasting = FB_REFUSED_ONCE;
     cl_event timing = NULL;
     if (fb_fuse_held(q, flags, internal_args, seq, p, out ? out : timed ? &timing : NULL, &nparams, &lasting, why,
                      sizeof why) == 0) {
@@ -670,10 +706,11 @@ static void fuse_or_submit(struct fq *q, int flags, const char *internal_args, i
     if (timed) fa_fused(q, seq, NULL, why);
     if (seq >= 0) {
         uint32_t skip = backoff_refused((uint32_t)seq, lasting);
-        fb_log_kind("fusion of %s (plan %s) refused: %s; submitted unfused, tried again after a back-off", names,
-                    fb_plan->seqs[seq].where, why);
-        log_msg(LOG_DEBUG, "fusion: %s (plan %s) is not held for its next %u occurrence%s", names,
-                fb_plan->seqs[seq].where, (unsigned)skip, skip == 1 ? "" : "s");
+        fb_log_kind("fusion of %s (plan %s) refused: %s; submitted unfused, %s", names, fb_plan->seqs[seq].where, why,
+                    skip == BACKOFF_NEVER ? "not tried again in this process" : "tried again after a back-off");
+        if (skip != BACKOFF_NEVER)
+            log_msg(LOG_DEBUG, "fusion: %s (plan %s) is not held for its next %u occurrence%s", names,
+                    fb_plan->seqs[seq].where, (unsigned)skip, skip == 1 ? "" : "s");
     } else {
         log_msg(LOG_INFO, "fusion of %s refused: %s; submitted unfused", names, why);
     }
@@ -779,7 +816,7 @@ static void unhold_foreign(struct fq *own, cl_uint nw, const cl_event *wl)
     if (!wl || !__atomic_load_n(&fb_tracked_events, __ATOMIC_ACQUIRE)) return;
     for (cl_uint i = 0; i < nw; i++) {
         struct fev *ev = fev_find(wl[i]);
-        if (ev && ev->q != own) fb_subst(own, wl[i]);
+        if (ev && ev->q != own) fb_subst(own, wl[i], "a command on another queue waits for a held event");
     }
 }
 
@@ -822,7 +859,10 @@ cl_int fusion_enqueue_kernel(cl_command_queue queue, cl_kernel k, cl_uint dim, c
         pthread_mutex_unlock(&r->lock);
         if (!held && !why) why = "out of memory";
     }
+    int kick = 0;
     if (held) {
+        __atomic_store_n(&q->holds, q->holds + 1, __ATOMIC_RELAXED); /* the idle timer's clock */
+        kick = q->nheld == 1 && !q->ext;
         if (fb_auto) {
             fa_break(q);
             fa_held(q);
@@ -859,8 +899,10 @@ cl_int fusion_enqueue_kernel(cl_command_queue queue, cl_kernel k, cl_uint dim, c
         if (noted && fa_reporting && rc == CL_SUCCESS) fa_note_event(q, timing ? timing : *ev);
         if (timing) fb_real->clReleaseEvent(timing);
     }
+    kick &= q->nheld > 0; /* still held: the sequence did not complete */
     pthread_mutex_unlock(&q->lock);
     fb_pending_flush(&p);
+    if (kick) fi_kick();
     return rc;
 }
 
@@ -940,7 +982,10 @@ void fusion_before_command(cl_command_queue queue, cl_uint n, const cl_event *li
     if (!any) return;
     cl_event *out = n <= 8 ? w->buf : malloc(n * sizeof *out);
     if (!out) return;
-    for (cl_uint i = 0; i < n; i++) out[i] = fb_subst(NULL, list[i]);
+    /* Without a queue the call is a host wait (clWaitForEvents): its name
+     * is the reason, as clFinish's is for a queue's own held kernels. */
+    const char *why = queue ? "a command on another queue waits for a held event" : what;
+    for (cl_uint i = 0; i < n; i++) out[i] = fb_subst(NULL, list[i], why);
     if (out != w->buf) w->owned = out;
     w->list = out;
 }

@@ -19,10 +19,12 @@
  *
  * What cancels (submits the held kernels of a queue): clFinish, clFlush and
  * any other command on that queue (blocking or not); a kernel that breaks
- * the sequence or cannot be held; waits, status and profiling queries on a
- * held event; a command on another queue, or clWaitForEvents, whose wait
- * list contains a held event; release of a held kernel, of a buffer a held
- * kernel uses, or of the queue; a failed fusion; clCancelFusionCLSHIM.
+ * the sequence or cannot be held; waits, status and profiling queries and
+ * callback registrations on a held event; a command on another queue, or
+ * clWaitForEvents, whose wait list contains a held event; release of a held
+ * kernel, of a buffer a held kernel uses, or of the queue; a failed fusion;
+ * clCancelFusionCLSHIM; and the queue holding work while the application
+ * enqueues nothing on it for CLSHIM_FUSION_HOLD_MS (the idle timer).
  *
  * No deadlock, by construction: held work is only ever waited for through
  * (a) this queue's later commands, (b) events we hand out, or (c) buffers.
@@ -92,6 +94,14 @@ void fusion_after_command(struct fusion_waits *w);
  * as clFinish is). */
 void fusion_host_wait(cl_uint n, const cl_event *list);
 
+/* Around clBuildProgram, clCompileProgram and clLinkProgram while armed:
+ * the application is not idle while it builds (the idle timer, fidle.c). */
+void fusion_build_begin(void);
+void fusion_build_end(void);
+/* clSetEventCallback, any callback type: the plain driver would run the
+ * command the application now waits to hear from, so a held one is
+ * submitted. */
+void fusion_event_callback(cl_event e);
 cl_int fusion_get_event_info(cl_event e, cl_event_info param, size_t size, void *value, size_t *size_ret);
 cl_int fusion_get_event_profiling_info(cl_event e, cl_profiling_info param, size_t size, void *value,
                                        size_t *size_ret);

@@ -236,8 +236,28 @@ struct fq {
     uint32_t nchecked;
     int checked_gen;      /* ... while fb_mem_gen had this value */
     struct fa_watch *watch; /* automatic fusion: the run of kernels seen since the last break (fauto.c) */
+    uint32_t holds;       /* kernels held here so far (written under lock, read atomically by the idle timer) */
+    uint32_t idle_seen;   /* the idle timer's own (fidle.c): holds at its last tick ... */
+    int idle_valid;       /* ... while work was held */
     struct fq *next_all;
 };
+
+/* Every queue record ever made, newest first (lock-free; never freed). */
+struct fq *fb_queues(void);
+/* The idle timer's submission (fidle.c): when q holds work, not for the
+ * extension API, and has held nothing since `holds` (fq.holds), submits it
+ * with a line saying so. 1 when submitted. Tries q->lock only: a queue
+ * whose lock is taken is not idle. */
+int fb_submit_idle(struct fq *q, uint32_t holds, unsigned period_ms);
+
+/* ---- the idle timer (fidle.c) ---- */
+
+/* After a kernel was held on a queue that held nothing (no lock held):
+ * makes sure the timer ticks. Costs one load while it does. */
+void fi_kick(void);
+/* At exit, before held work is submitted: the timer stops and never calls
+ * the driver again. */
+void fi_stop(void);
 
 /* Checks q's invariants (batch.c): 0 when they hold; 1 when one is broken,
  * after logging it and turning fusion off for q (held kernels must then be
@@ -252,8 +272,10 @@ void fb_submit_held(struct fq *q, struct fb_pending *p);
 void fb_held_clear(struct held *h);
 /* Cancels fusion on q: lock, submit, unlock, run pending. */
 void fb_cancel(struct fq *q, const char *why);
-/* The real event carrying a held-or-submitted event's work, else e itself. */
-cl_event fb_subst(struct fq *own, cl_event e);
+/* The real event carrying a held-or-submitted event's work, else e itself;
+ * a held event of a queue other than `own` is submitted first, `why` the
+ * reason logged. */
+cl_event fb_subst(struct fq *own, cl_event e, const char *why);
 
 /* Logs a line at info level the first time this text comes, at debug level
  * after that; the exit summary counts the repeats ("again N times: ..."). */
@@ -310,15 +332,24 @@ enum {
     FB_PTX = 16    /* route (a): fused IR lowered to PTX (fusion/froute.h) */
 };
 
+/* How long a refused fusion stays refused (fb_fuse_held's *lasting). */
+enum {
+    FB_REFUSED_ONCE = 0, /* this occurrence only: its buffers may alias, memory, the launch */
+    FB_REFUSED_KEY = 1,  /* the fused program's key (the kernels, ranges, argument classes and
+                            options): the ranges, the analysis or the build said no; remembered
+                            by key here and in the cache, so it is never made again */
+    FB_REFUSED_ALWAYS = 2 /* the kernels or the machine, whatever the key: printf, image
+                            arguments, no libclshim-llvm.so, route (b) with kernels of different
+                            programs or from IL; the sequence is not tried again in this process */
+};
+
 /* Fuses and launches q's held kernels (caller holds q->lock). Returns 0
  * when launched (held entries are then cleared and their events queued in
  * p; *out_event gets a retained event of the launch when not NULL; *nparams
- * the fused kernel's parameter count), or -1
- * with nothing submitted and `why` set; *lasting is then 1 when the refusal
- * follows from the fused program's key (the kernels, ranges, argument
- * classes and options: the analysis or the build refused it, and the memo
- * refuses the same request again without building), 0 when it follows from
- * this occurrence alone (buffers that may alias, memory, the launch).
+ * the fused kernel's parameter count), or -1 with nothing submitted, `why`
+ * set and *lasting one of FB_REFUSED_*. Nothing is compiled or built for a
+ * request whose ranges alone refuse it (fusion/fuse_ranges.h), nor for one
+ * refused before (in this process, or in the cache on this driver).
  * `seq` is the plan sequence index or
  * -1 for the extension API; `flags` holds FB_* options; `internal_args` is
  * the internal= list (plan.h) restricting FB_INTERNAL to the named buffers,

@@ -198,16 +198,17 @@ cl_int fusion_release_event(cl_event e)
     return fb_real->clReleaseEvent(e);
 }
 
-cl_event fb_subst(struct fq *own, cl_event e)
+cl_event fb_subst(struct fq *own, cl_event e, const char *why)
 {
     struct fev *ev = fev_find(e);
     if (!ev) return e;
-    if (ev->q != own) {
-        pthread_mutex_lock(&ev->q->lock);
-        int held = ev->held;
-        pthread_mutex_unlock(&ev->q->lock);
-        if (held) fb_cancel(ev->q, "a command on another queue waits for a held event");
-    }
+    if (ev->q != own) unhold(ev, why);
     cl_event real = __atomic_load_n(&ev->real, __ATOMIC_ACQUIRE);
     return real ? real : e;
+}
+
+void fusion_event_callback(cl_event e)
+{
+    struct fev *ev = fev_find(e);
+    if (ev) unhold(ev, "a callback registered on a held event");
 }

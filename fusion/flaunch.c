@@ -23,8 +23,13 @@
  *    calls make(): each distinct program to SPIR bitcode (source through
  *    frontend_compile_source, IL through spirv_to_spir), then fuse(). The
  *    metadata stored beside the binary is the parameter mapping and the
- *    fused ND-range (format below). A failed request is remembered in the
- *    memo and never built again in this process.
+ *    fused ND-range (format below). Before any of it, the held kernels'
+ *    ND-ranges are checked by the fuser's own rules (fusion/fuse_ranges.h):
+ *    what they refuse costs no compile. A failed request is remembered in
+ *    the memo and never built again in this process; one refused by its
+ *    key (the analysis, or the driver's build of the fused program) also
+ *    in the cache, under the device's identity (pc_derived_refusal_put), so
+ *    no process builds it again on that driver.
  *    Route (b) (FB_SOURCE: CLSHIM_FUSE_ROUTE, or auto on a device without
  *    cl_khr_spir): the same analysis, but the program made is generated
  *    OpenCL C (fusion/fuse_source.h), built by the driver from source with
@@ -57,6 +62,7 @@
 #include "fusion/batch_int.h"
 #include "fusion/froute.h"
 #include "fusion/frontend.h"
+#include "fusion/fuse_ranges.h"
 #include "fusion/fuse_source.h"
 #include "fusion/llvmload.h"
 
@@ -81,6 +87,7 @@ struct fb_memo {
     size_t key_len;
     char *reason;          /* non-NULL: this request failed; never retried */
     int ptx_refused;       /* ... because route (a) refused it (fr_fallback may try route (b)) */
+    int permanent;         /* ... for a cause no other request of these kernels escapes (FB_REFUSED_ALWAYS) */
     cl_program prog;
     cl_kernel kernel;
     uint32_t nparams;
@@ -151,7 +158,8 @@ struct span {
     uintptr_t lo, hi;
 };
 
-/* Checks a buffer that becomes a class of its own. */
+/* Checks a buffer that becomes a class of its own: 0, or -1 with `why`
+ * (-2: an image or pipe, which its kernel always takes there). */
 static int check_mem(cl_mem m, struct span *spans, size_t *nspans, char *why, size_t why_len)
 {
     const struct cl_api *r = fb_real;
@@ -162,7 +170,7 @@ static int check_mem(cl_mem m, struct span *spans, size_t *nspans, char *why, si
         r->clGetMemObjectInfo(m, CL_MEM_ASSOCIATED_MEMOBJECT, sizeof parent, &parent, NULL) != CL_SUCCESS ||
         r->clGetMemObjectInfo(m, CL_MEM_FLAGS, sizeof flags, &flags, NULL) != CL_SUCCESS)
         return snprintf(why, why_len, "cannot query a buffer argument"), -1;
-    if (type != CL_MEM_OBJECT_BUFFER) return snprintf(why, why_len, "image or pipe arguments"), -1;
+    if (type != CL_MEM_OBJECT_BUFFER) return snprintf(why, why_len, "image or pipe arguments"), -2; /* always */
     if (parent) return snprintf(why, why_len, "sub-buffer arguments (they may alias)"), -1;
     if (flags & CL_MEM_USE_HOST_PTR) {
         void *host = NULL;
@@ -182,7 +190,7 @@ static int check_mem(cl_mem m, struct span *spans, size_t *nspans, char *why, si
 /* Fills cls (one per argument of every held kernel, in order), then checks
  * the distinct buffers for aliasing — skipped when they are the buffers the
  * queue's last fusion checked and none has been released since (a released
- * handle could come back as a different buffer). */
+ * handle could come back as a different buffer). 0, or check_mem's -1/-2. */
 static int check_buffers(struct fq *q, cl_mem *mems, uint32_t nmems, char *why, size_t why_len);
 
 /* `analysed` (route (b)): the driver's argument info is not used; equal
@@ -321,6 +329,11 @@ static void key_values(const struct fq *q, struct bytes *b)
  * follow all of it (key_values). Route (a) (FB_PTX) adds its key part
  * (its version, the built-in policy) after the kernels. */
 #define KEY_TAG "clshim-fusion-key 6\n"
+/* Who refuses, in the key of a refusal remembered in the cache
+ * (pc_derived_refusal_put): bump the number whenever the analysis or the
+ * ranges' rules may accept what they refused before, so no remembered
+ * refusal outlives the code that made it. */
+#define REFUSED_BY "clshim " CLSHIM_VERSION " fuser 1"
 #define KEY_FLAGS_AT (sizeof KEY_TAG - 1) /* where key_material puts the flags word */
 
 static void key_material(const struct fq *q, int flags, const char *internal_args, const uint32_t *cls,
@@ -405,6 +418,8 @@ struct make_ctx {
     char *why;
     size_t why_len;
     int ptx_refused; /* set by make(): route (a) refused the module */
+    int by_key;      /* set by make(): the analysis refused the request (any process would) */
+    int permanent;   /* set by make(): refused whatever the request (FB_REFUSED_ALWAYS) */
     const char *options; /* the fused program's build options (route (a) lowers by them) */
 };
 
@@ -416,6 +431,18 @@ static void seq_label(const struct fq *q, char *out, size_t len)
     for (uint32_t i = 0; i < q->nheld; i++) {
         int w = snprintf(out + o, len - o, "%s%s", i ? "+" : "", q->held[i].rec->name);
         if (w > 0 && o + (size_t)w < len) o += (size_t)w;
+    }
+}
+
+/* The name and ND-range of held kernel h, as the fuser takes them. */
+static void fuse_kernel_of(const struct held *h, struct fuse_kernel *k)
+{
+    k->name = h->rec->name;
+    k->work_dim = h->dim;
+    for (int d = 0; d < 3; d++) {
+        k->global_size[d] = h->gws[d];
+        k->local_size[d] = h->has_lws ? h->lws[d] : 0;
+        k->global_offset[d] = h->off[d];
     }
 }
 
@@ -515,6 +542,7 @@ static int make(void *arg, void **bitcode, size_t *bitcode_size, void **meta, si
     const struct clshim_llvm_api *api = llvm_api();
     if (!api) {
         free(pkey);
+        m->permanent = 1; /* this process will not load it later */
         return snprintf(m->why, m->why_len, "libclshim-llvm.so cannot be loaded"), -1;
     }
     struct mod {
@@ -546,6 +574,7 @@ static int make(void *arg, void **bitcode, size_t *bitcode_size, void **meta, si
         size_t len = origin->input_len;
         const char *options = origin->options;
         if ((m->flags & FB_SOURCE) && origin->kind != KEY_SOURCE) {
+            m->permanent = 1;
             snprintf(m->why, m->why_len, "kernel '%s' comes from IL, and this device takes no SPIR "
                      "(generated OpenCL C needs the source)", h->rec->name);
             goto out;
@@ -575,15 +604,9 @@ static int make(void *arg, void **bitcode, size_t *bitcode_size, void **meta, si
             }
             nmods++;
         }
+        fuse_kernel_of(h, &fk[i]);
         fk[i].module_bc = mods[j].bc;
         fk[i].module_size = mods[j].size;
-        fk[i].name = h->rec->name;
-        fk[i].work_dim = h->dim;
-        for (int d = 0; d < 3; d++) {
-            fk[i].global_size[d] = h->gws[d];
-            fk[i].local_size[d] = h->has_lws ? h->lws[d] : 0;
-            fk[i].global_offset[d] = h->off[d];
-        }
         fk[i].arg_class = m->cls + at;
         fk[i].num_args = h->nargs;
         at += h->nargs;
@@ -615,6 +638,7 @@ static int make(void *arg, void **bitcode, size_t *bitcode_size, void **meta, si
         if (e) snprintf(m->why, m->why_len, "%s", res.reason[0] ? res.reason : clshim_strerror(e));
     } else if (nmods != 1) {
         e = CLSHIM_EUNSUPPORTED;
+        res.permanent = 1; /* route (b) extends one program's source */
         snprintf(m->why, m->why_len, "the kernels come from different programs (generated OpenCL C "
                  "extends one program's source)");
     } else {
@@ -623,7 +647,11 @@ static int make(void *arg, void **bitcode, size_t *bitcode_size, void **meta, si
             log_msg(LOG_INFO, "fusion: %s: internal: stored as without the option: generated OpenCL C "
                     "(route (b)) keeps every buffer", names);
     }
-    if (e) goto out;
+    if (e) {
+        m->by_key = e == CLSHIM_EUNSUPPORTED; /* the analysis said no (not memory, not unreadable input) */
+        m->permanent |= res.permanent;
+        goto out;
+    }
     char *ptx = NULL;
     size_t ptx_size = 0;
     uint8_t *ptx_is_buf = NULL;
@@ -825,13 +853,21 @@ static struct fb_memo *memo_build(const struct fq *q, int flags, const char *int
     memcpy(e->key, key->p, key->len);
     e->key_len = key->len;
     char why[600] = "";
-    struct make_ctx mc = {q, flags, internal_args, cls, e->key, e->key_len, why, sizeof why, 0, options};
+    struct make_ctx mc = {q, flags, internal_args, cls, e->key, e->key_len, why, sizeof why, 0, 0, 0, options};
     void *meta = NULL;
     size_t meta_size = 0;
     cl_int err = CL_SUCCESS;
-    e->prog = pc_build_derived(q->ctx, q->dev, options, e->key, e->key_len, make, &mc, &meta, &meta_size, &err);
-    if (!e->prog) {
-        if (!why[0]) snprintf(why, sizeof why, "building the fused program failed (error %d)", err);
+    char *remembered = NULL;
+    if (pc_derived_refusal_get(q->dev, options, e->key, e->key_len, REFUSED_BY, &remembered, &mc.permanent) == 0) {
+        /* Refused by an earlier process on this driver: not made again. */
+        snprintf(why, sizeof why, "%s (remembered from an earlier run)", remembered);
+        free(remembered);
+    } else if (!(e->prog = pc_build_derived(q->ctx, q->dev, options, e->key, e->key_len, make, &mc, &meta,
+                                            &meta_size, &err))) {
+        int failed = !why[0]; /* made, and the driver's build failed */
+        if (failed) snprintf(why, sizeof why, "building the fused program failed (error %d)", err);
+        if ((failed && err == CL_BUILD_PROGRAM_FAILURE) || (!failed && mc.by_key)) /* any process would fail so */
+            pc_derived_refusal_put(q->dev, options, e->key, e->key_len, REFUSED_BY, why, mc.permanent);
     } else if (read_meta(e, q, meta, meta_size) != 0) {
         snprintf(why, sizeof why, "the fused program's metadata is invalid");
     } else if (!(e->kernel = fb_real->clCreateKernel(e->prog, e->name, &err)) || err != CL_SUCCESS) {
@@ -848,6 +884,7 @@ static struct fb_memo *memo_build(const struct fq *q, int flags, const char *int
     }
     if (why[0]) e->reason = strdup(why);
     e->ptx_refused = mc.ptx_refused;
+    e->permanent = mc.permanent;
     if (why[0] && !e->reason) {
         memo_drop(e);
         return NULL;
@@ -1089,10 +1126,25 @@ int fb_repeat_same(const struct fq *q, const struct held *h)
     return r && r->valid && i < r->n && r->kernels[i].args_gen == h->args_gen && repeat_kernel_same(h, &r->kernels[i]);
 }
 
+/* The held kernels' ND-ranges against the fuser's rules (fuse_ranges.h),
+ * before anything is compiled: 0, or CLSHIM_EUNSUPPORTED with `why`. */
+static int ranges_refused(const struct fq *q, int flags, char *why, size_t why_len)
+{
+    struct fuse_kernel ks[PLAN_MAX_SEQ];
+    if (q->nheld > PLAN_MAX_SEQ) /* never: the extension API submits past it, plans are no longer */
+        return snprintf(why, why_len, "more than %d kernels", PLAN_MAX_SEQ), CLSHIM_EUNSUPPORTED;
+    memset(ks, 0, q->nheld * sizeof *ks);
+    for (uint32_t i = 0; i < q->nheld; i++) fuse_kernel_of(&q->held[i], &ks[i]);
+    struct fuse_ranges r;
+    return fuse_ranges_check(ks, q->nheld, !(flags & FB_SOURCE), &r, why, why_len);
+}
+
 /* The fused program for q's held kernels: a repeat of the last launch, else
  * through classes and key material (memo, cache, build). NULL with `why`,
- * *lasting set when the memo holds the request's refusal, and *ptx_refused
- * when route (a) refused it. */
+ * *lasting set to FB_REFUSED_KEY when the request is refused by its key
+ * (its ranges, the memo's or the cache's refusal), FB_REFUSED_ALWAYS for
+ * a cause no other request of these kernels escapes, and *ptx_refused when
+ * route (a) refused it. */
 static struct fb_memo *fused_program(struct fq *q, int flags, const char *internal_args, int gen, int *repeat,
                                      int *lasting, int *ptx_refused, char *why, size_t why_len)
 {
@@ -1110,7 +1162,15 @@ static struct fb_memo *fused_program(struct fq *q, int flags, const char *intern
         snprintf(why, why_len, "out of memory");
         goto out;
     }
-    if (make_classes(q, cls, (flags & (FB_SOURCE | FB_PTX)) != 0, why, why_len) != 0) goto out;
+    if (ranges_refused(q, flags, why, why_len)) {
+        *lasting = FB_REFUSED_KEY; /* the ranges are in the key */
+        goto out;
+    }
+    int rc = make_classes(q, cls, (flags & (FB_SOURCE | FB_PTX)) != 0, why, why_len);
+    if (rc) {
+        if (rc == -2) *lasting = FB_REFUSED_ALWAYS;
+        goto out;
+    }
     key_material(q, flags, internal_args, cls, &key);
     size_t base_len = key.len;
     if (flags & FB_CONST) key_values(q, &key);
@@ -1135,11 +1195,14 @@ static struct fb_memo *fused_program(struct fq *q, int flags, const char *intern
     }
     if (e && e->reason) {
         snprintf(why, why_len, "%s", e->reason);
-        *lasting = 1;
+        *lasting = e->permanent ? FB_REFUSED_ALWAYS : FB_REFUSED_KEY;
         *ptx_refused = e->ptx_refused;
         e = NULL;
     }
-    if (e && e->is_buf && check_analysed_buffers(q, e, why, why_len) != 0) e = NULL;
+    if (e && e->is_buf && (rc = check_analysed_buffers(q, e, why, why_len)) != 0) {
+        if (rc == -2) *lasting = FB_REFUSED_ALWAYS;
+        e = NULL;
+    }
 out:
     if (cls != cls_buf) free(cls);
     bytes_free(&key);
@@ -1150,7 +1213,7 @@ out:
 int fb_fuse_held(struct fq *q, int flags, const char *internal_args, int seq, struct fb_pending *p,
                  cl_event *out_event, uint32_t *nparams, int *lasting, char *why, size_t why_len)
 {
-    *lasting = 0;
+    *lasting = FB_REFUSED_ONCE;
     flags |= fr_route(q, flags);
     if ((flags & (FB_SOURCE | FB_CONST)) == (FB_SOURCE | FB_CONST)) {
         fb_log_kind("const: not applied: generated OpenCL C (route (b)) passes every scalar as an argument");
@@ -1162,7 +1225,7 @@ int fb_fuse_held(struct fq *q, int flags, const char *internal_args, int seq, st
     struct fb_memo *e = fused_program(q, flags, internal_args, gen, &repeat, lasting, &ptx_refused, why, why_len);
     if (!e && ptx_refused && fr_fallback(q, flags, why)) {
         flags = (flags & ~(FB_PTX | FB_CONST)) | FB_SOURCE;
-        *lasting = 0;
+        *lasting = FB_REFUSED_ONCE;
         e = fused_program(q, flags, internal_args, gen, &repeat, lasting, &ptx_refused, why, why_len);
         repeat = 0;
     }

@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CLSHIM_LLVM_API_VERSION 7
+#define CLSHIM_LLVM_API_VERSION 8
 
 /* A specialization constant: SpecId and its value's bytes (1, 2, 4 or 8). */
 struct llvm_spec_const {
@@ -112,6 +112,9 @@ struct fuse_result {
                                arrays (fusion/llvm/fuse_local.c) */
     char internal_local[512];/* their labels, as internal_done */
     char reason[512];       /* why fusion was refused, or why a barrier was needed */
+    int permanent;          /* the refusal follows from the kernels alone, whatever
+                               their ranges and arguments (one calls printf):
+                               the sequence never fuses */
 };
 
 /* What generated OpenCL C (fused kernels of route (b), fusion/fuse_source.h)
@@ -192,8 +195,9 @@ struct clshim_llvm_api {
 
     /* Fuses the request's kernels into one. CLSHIM_EUNSUPPORTED when fusion
      * is refused (needs a barrier and not forced, different local sizes or
-     * offsets, barriers in a guarded body, unsupported construct): the reason
-     * is in result->reason, and nothing must be freed. On success free
+     * offsets, barriers in a guarded body, printf, unsupported construct):
+     * the reason is in result->reason (result->permanent set when no other
+     * occurrence of these kernels can fuse), and nothing must be freed. On success free
      * result->bitcode, param_kernel and param_index with api->free(). */
     int (*fuse)(const struct fuse_request *req, struct fuse_result *result);
 

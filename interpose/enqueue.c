@@ -536,16 +536,12 @@ SHIM_EXPORT cl_int clGetEventProfilingInfo(cl_event event, cl_profiling_info par
 SHIM_EXPORT cl_int clSetEventCallback(cl_event event, cl_int type,
                                       void(CL_CALLBACK *pfn_notify)(cl_event, cl_int, void *), void *user_data)
 {
-    /* A held event's user event completes when its work does, so a callback
-     * on it needs nothing more; CL_SUBMITTED and CL_RUNNING callbacks first
-     * submit the held work (a status the held command has not reached). */
+    /* The plain driver runs a command whose event the application asks to
+     * hear from (it may wait for the callback and call nothing else), so a
+     * held one is submitted first, whatever the callback type. */
     const struct cl_api *r = entry_real();
     NEED_INT(clSetEventCallback);
-    if (event && type != CL_COMPLETE && SLOW()) {
-        struct fusion_waits w;
-        fusion_before_command(NULL, 1, &event, &w, "clSetEventCallback");
-        fusion_after_command(&w);
-    }
+    if (event && SLOW()) fusion_event_callback(event);
     return r->clSetEventCallback(event, type, pfn_notify, user_data);
 }
 

@@ -100,8 +100,12 @@ SHIM_EXPORT cl_int clBuildProgram(cl_program program, cl_uint num_devices, const
     NEED_INT(clBuildProgram);
     if (!entry_enabled || !program)
         return r->clBuildProgram(program, num_devices, device_list, options, pfn_notify, user_data);
-    int arg_info = fusion_hot() && fusion_init(r, entry_enabled) > 0 && fusion_wants_arg_info(program);
-    return pc_build(program, num_devices, device_list, options, arg_info, pfn_notify, user_data);
+    int armed = fusion_hot() && fusion_init(r, entry_enabled) > 0;
+    if (armed) fusion_build_begin();
+    cl_int rc = pc_build(program, num_devices, device_list, options, armed && fusion_wants_arg_info(program),
+                         pfn_notify, user_data);
+    if (armed) fusion_build_end();
+    return rc;
 }
 
 SHIM_EXPORT cl_int clCompileProgram(cl_program program, cl_uint num_devices, const cl_device_id *device_list,
@@ -114,9 +118,12 @@ SHIM_EXPORT cl_int clCompileProgram(cl_program program, cl_uint num_devices, con
     if (!entry_enabled || !program)
         return r->clCompileProgram(program, num_devices, device_list, options, num_input_headers, input_headers,
                                    header_include_names, pfn_notify, user_data);
-    int arg_info = fusion_hot() && fusion_init(r, entry_enabled) > 0 && fusion_wants_arg_info(program);
-    return pc_compile(program, num_devices, device_list, options, arg_info, num_input_headers, input_headers,
-                      header_include_names, pfn_notify, user_data);
+    int armed = fusion_hot() && fusion_init(r, entry_enabled) > 0;
+    if (armed) fusion_build_begin();
+    cl_int rc = pc_compile(program, num_devices, device_list, options, armed && fusion_wants_arg_info(program),
+                           num_input_headers, input_headers, header_include_names, pfn_notify, user_data);
+    if (armed) fusion_build_end();
+    return rc;
 }
 
 SHIM_EXPORT cl_program clLinkProgram(cl_context context, cl_uint num_devices, const cl_device_id *device_list,
@@ -130,8 +137,12 @@ SHIM_EXPORT cl_program clLinkProgram(cl_context context, cl_uint num_devices, co
     if (!entry_enabled || !context)
         return r->clLinkProgram(context, num_devices, device_list, options, num_input_programs, input_programs,
                                 pfn_notify, user_data, errcode_ret);
-    return pc_link(context, num_devices, device_list, options, num_input_programs, input_programs, pfn_notify,
-                   user_data, errcode_ret);
+    int armed = fusion_hot() && fusion_init(r, entry_enabled) > 0;
+    if (armed) fusion_build_begin();
+    cl_program p = pc_link(context, num_devices, device_list, options, num_input_programs, input_programs, pfn_notify,
+                           user_data, errcode_ret);
+    if (armed) fusion_build_end();
+    return p;
 }
 
 SHIM_EXPORT cl_int clGetProgramInfo(cl_program program, cl_program_info param_name, size_t param_value_size,

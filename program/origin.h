@@ -48,7 +48,8 @@ int pc_program_input(cl_program prog, enum key_kind *kind, void **input, size_t 
  * or OpenCL C text in *bitcode (bitcode_size bytes) and 1; the program is
  * created from the bitcode (or the source) and built, and its device binary is
  * stored right away (a late capture would wait for a release fusion only
- * makes at exit). Returns the built program (the
+ * makes at exit). make() may refuse (any other return: nothing is built,
+ * nor counted as a failed build). Returns the built program (the
  * caller owns one reference) and *meta (malloc'd, caller frees), or NULL
  * with *errcode_ret set and nothing to free. Thread-safe. */
 typedef int (*pc_make_fn)(void *arg, void **bitcode, size_t *bitcode_size, void **meta, size_t *meta_size);
@@ -63,6 +64,20 @@ cl_program pc_build_derived(cl_context ctx, cl_device_id dev, const char *option
  * cache off, out of memory). put: best effort. */
 int pc_derived_get(const void *key, size_t key_len, void **value, size_t *size);
 void pc_derived_put(const void *key, size_t key_len, const void *value, size_t size, uint64_t make_ns);
+
+/* Derived programs that cannot be made or built for a key on a device
+ * (a fusion the analysis refuses, a fused program the driver fails to
+ * build): remembered in the cache under the caller's key material, the
+ * build options, the device's identity (driver version included) and `by`
+ * (who refused, with its version: a later one may accept), so no later
+ * process tries again on that driver. The record is the reason text and
+ * whether it holds for the kernels whatever the key (`permanent`). get: 0
+ * with *reason (malloc'd, caller frees) and *permanent, or -1 (none, cache
+ * off, out of memory). put: best effort. */
+int pc_derived_refusal_get(cl_device_id dev, const char *options, const void *key, size_t key_len, const char *by,
+                           char **reason, int *permanent);
+void pc_derived_refusal_put(cl_device_id dev, const char *options, const void *key, size_t key_len, const char *by,
+                            const char *reason, int permanent);
 
 /* Late capture (PoCL). A program built here whose binary is stored after
  * use is "pending" until its handle is released or the first

@@ -1884,6 +1884,59 @@ void pc_derived_put(const void *key, size_t key_len, const void *value, size_t s
     key_free(&k);
 }
 
+/* A refused derived program (origin.h): its key on that device. */
+static int derived_refusal_key(struct key_buf *k, cl_device_id dev, const char *options, const void *key,
+                               size_t key_len, const char *by)
+{
+    const struct device_info *info = config_get()->cache ? device_info(real, dev) : NULL;
+    if (!info) return -1;
+    key_begin(k, KEY_FUSION, options);
+    key_add_text(k, "device", info->identity);
+    key_add_text(k, "refused-by", by);
+    key_add_blob(k, "derived-refused", key, key_len);
+    return 0;
+}
+
+int pc_derived_refusal_get(cl_device_id dev, const char *options, const void *key, size_t key_len, const char *by,
+                           char **reason, int *permanent)
+{
+    struct key_buf k;
+    void *v = NULL;
+    size_t n = 0;
+    *reason = NULL;
+    if (derived_refusal_key(&k, dev, options, key, key_len, by) != 0) return -1;
+    int rc = pipeline_record_get(&k, &v, &n);
+    key_free(&k);
+    if (rc != 0) return -1;
+    /* A flag byte, then the reason (not NUL-terminated). */
+    if (n < 2 || !(*reason = malloc(n))) {
+        free(v);
+        return -1;
+    }
+    *permanent = ((const unsigned char *)v)[0] == 1;
+    memcpy(*reason, (const char *)v + 1, n - 1);
+    (*reason)[n - 1] = 0;
+    free(v);
+    return 0;
+}
+
+void pc_derived_refusal_put(cl_device_id dev, const char *options, const void *key, size_t key_len, const char *by,
+                            const char *reason, int permanent)
+{
+    struct key_buf k;
+    size_t len = strlen(reason);
+    unsigned char *v = len ? malloc(len + 1) : NULL;
+    if (!v || derived_refusal_key(&k, dev, options, key, key_len, by) != 0) {
+        free(v);
+        return;
+    }
+    v[0] = permanent ? 1 : 0;
+    memcpy(v + 1, reason, len);
+    pipeline_record_put(&k, v, len + 1, KEY_FUSION, device_info(real, dev)->name, 0);
+    key_free(&k);
+    free(v);
+}
+
 /* A derived program's cached value: the caller's metadata, then the binary
  * (8-byte metadata length first). */
 static void *derived_value(const void *meta, size_t meta_size, const void *bin, size_t size, size_t *total)
@@ -1975,6 +2028,7 @@ cl_program pc_build_derived(cl_context ctx, cl_device_id dev, const char *option
             err = CL_BUILD_PROGRAM_FAILURE;
         }
         pipeline_clock_stop(&clk);
+        int refused = made != 0 && made != 1; /* make() said no: nothing was built, nothing failed to build */
         if (p && !(*meta = malloc(m_size ? m_size : 1))) {
             real->clReleaseProgram(p);
             p = NULL;
@@ -1994,7 +2048,7 @@ cl_program pc_build_derived(cl_context ctx, cl_device_id dev, const char *option
         const void *values[1] = {value};
         struct pipeline_output out = {.error = p ? CL_SUCCESS : err, .binaries = value ? values : NULL,
                                       .sizes = &total, .clock = &clk};
-        if (cached) pipeline_built(&fl, 1, &out);
+        if (cached && !refused) pipeline_built(&fl, 1, &out); /* a refused flight is let go by pipeline_end */
         else if (p) {
             char hex[33];
             key_hash_hex(hash, hex);

@@ -77,6 +77,7 @@
 #include <llvm-c/Transforms/PassBuilder.h>
 
 #include "common/error.h"
+#include "fusion/fuse_ranges.h"
 #include "fusion/llvm/fuse_int.h"
 #include "fusion/llvm/glue.h"
 
@@ -143,46 +144,6 @@ static const char *value_name(LLVMValueRef v)
 
 /* ---- 1. the request ---------------------------------------------------- */
 
-static size_t work_items(const struct fuse_kernel *k)
-{
-    size_t n = 1;
-    for (unsigned d = 0; d < k->work_dim; d++) n *= k->global_size[d];
-    return n;
-}
-
-/* Kernels of different work dimensions (docs/fusion.md, "Different work
- * dimensions"): fused over one 1-D range of their common number of
- * work-items, each multi-dimensional body's work-item functions computed from
- * the global linear id (remap_linear). Only without local sizes and global
- * offsets, over the same number of work-items. */
-static int check_linear(struct fuser *f)
-{
-    const struct fuse_request *req = f->req;
-    const struct fuse_kernel *k0 = &req->kernels[0];
-    size_t total = work_items(k0);
-    for (size_t i = 0; i < req->num_kernels; i++) {
-        const struct fuse_kernel *k = &req->kernels[i];
-        for (unsigned d = 0; d < 3; d++) {
-            if (d < k->work_dim && k->global_size[d] == 0)
-                return refuse(f, CLSHIM_EINVAL, "kernel '%s' has global size 0", k->name);
-            if (k->local_size[d] || k->global_offset[d])
-                return refuse(f, CLSHIM_EUNSUPPORTED, "the kernels have different work dimensions and "
-                              "kernel '%s' (work_dim %u) has a %s: work-items are remapped only without "
-                              "local sizes and global offsets", k->name, k->work_dim,
-                              k->local_size[d] ? "local size" : "global offset");
-        }
-        if (work_items(k) != total)
-            return refuse(f, CLSHIM_EUNSUPPORTED, "kernels '%s' (work_dim %u, %zu work-items) and '%s' "
-                          "(work_dim %u, %zu work-items) have different work dimensions and numbers of "
-                          "work-items: not remapped", k0->name, k0->work_dim, total, k->name, k->work_dim,
-                          work_items(k));
-    }
-    f->fused_gs[0] = total;
-    f->fused_gs[1] = f->fused_gs[2] = 1;
-    f->has_local = 0;
-    return 0;
-}
-
 static int check_request(struct fuser *f)
 {
     const struct fuse_request *req = f->req;
@@ -190,7 +151,6 @@ static int check_request(struct fuser *f)
         return refuse(f, CLSHIM_EINVAL, "fuse: need 2 or more kernels and a fused name");
     if (req->num_kernels > FUSE_MAX_KERNELS)
         return refuse(f, CLSHIM_EUNSUPPORTED, "fuse: more than %d kernels", FUSE_MAX_KERNELS);
-    const struct fuse_kernel *k0 = &req->kernels[0];
     for (size_t i = 0; i < req->num_kernels; i++) {
         const struct fuse_kernel *k = &req->kernels[i];
         if (!k->module_bc || !k->module_size || !k->name || (k->num_args && !k->arg_class))
@@ -199,30 +159,15 @@ static int check_request(struct fuser *f)
             return refuse(f, CLSHIM_EUNSUPPORTED, "kernel '%s' has too many arguments", k->name);
         if (k->work_dim < 1 || k->work_dim > 3)
             return refuse(f, CLSHIM_EINVAL, "kernel '%s' has work_dim %u", k->name, k->work_dim);
-        if (k->work_dim != k0->work_dim) f->linear = 1;
-        int has_local = 0;
-        for (unsigned d = 0; d < 3 && !f->linear; d++) {
-            size_t gs = d < k->work_dim ? k->global_size[d] : 1;
-            if (gs == 0) return refuse(f, CLSHIM_EINVAL, "kernel '%s' has global size 0", k->name);
-            if (k->global_offset[d] != k0->global_offset[d])
-                return refuse(f, CLSHIM_EUNSUPPORTED, "kernels '%s' and '%s' have different "
-                              "global offsets", k0->name, k->name);
-            if (k->local_size[d] != k0->local_size[d])
-                return refuse(f, CLSHIM_EUNSUPPORTED, "kernels '%s' and '%s' have different "
-                              "local sizes", k0->name, k->name);
-            if (d < k->work_dim && k->local_size[d]) has_local = 1;
-            if (gs > f->fused_gs[d]) f->fused_gs[d] = gs;
-        }
-        if (f->linear) continue; /* checked below, once all kernels are seen */
-        if (i == 0) f->has_local = has_local;
-        if (has_local) {
-            for (unsigned d = 0; d < k->work_dim; d++)
-                if (!k->local_size[d] || k->global_size[d] % k->local_size[d])
-                    return refuse(f, CLSHIM_EUNSUPPORTED, "kernel '%s': local size does not "
-                                  "divide the global size", k->name);
-        }
     }
-    return f->linear ? check_linear(f) : 0;
+    /* The batcher checked the same before compiling anything (flaunch.c). */
+    struct fuse_ranges r;
+    int rc = fuse_ranges_check(req->kernels, req->num_kernels, 1, &r, f->res->reason, sizeof f->res->reason);
+    if (rc) return rc;
+    memcpy(f->fused_gs, r.fused_gs, sizeof f->fused_gs);
+    f->has_local = r.has_local;
+    f->linear = r.linear;
+    return 0;
 }
 
 /* ---- 2. loading and linking -------------------------------------------- */
@@ -466,7 +411,9 @@ static int prepare_occurrence(struct fuser *f, size_t i)
     else if (reqd != f->reqd_wg) /* metadata nodes are uniqued: equal contents, equal pointers */
         return refuse(f, CLSHIM_EUNSUPPORTED, "kernels '%s' and '%s' differ in "
                       "reqd_work_group_size", f->occ[0].k->name, o->k->name);
-    return fuse_scan_kernel(o, f->res->reason, sizeof f->res->reason);
+    int rc = fuse_scan_kernel(o, f->res->reason, sizeof f->res->reason);
+    if (rc && o->calls.printf) f->res->permanent = 1; /* whatever the ranges and arguments */
+    return rc;
 }
 
 static int check_guards(struct fuser *f)

@@ -45,6 +45,7 @@ struct kernel_calls {
     int num_groups;     /* get_num_groups */
     int global_size;    /* get_global_size */
     int linear_id;      /* get_global_linear_id */
+    int printf;         /* printf: fusion refused (fuse_scan_kernel) */
     char unknown[200];  /* a memory access the analysis cannot attribute; "" if none */
 };
 
@@ -63,7 +64,7 @@ struct fuse_occ {
 /* Scans a flattened kernel (no calls to defined functions left): fills
  * occ->use and occ->calls. Returns 0, or CLSHIM_EUNSUPPORTED with `reason`
  * for a construct fusion never handles (indirect calls, calls left after
- * inlining). */
+ * inlining, printf: occ->calls.printf set). */
 int fuse_scan_kernel(struct fuse_occ *occ, char *reason, size_t reason_len);
 
 /* Decides whether the sequence needs a barrier between bodies: for every

@@ -439,6 +439,14 @@ int fuse_scan_kernel(struct fuse_occ *occ, char *reason, size_t reason_len)
                              occ->k->name, value_name(fn));
                     return CLSHIM_EUNSUPPORTED;
                 }
+                if (!strcmp(value_name(fn), "printf")) {
+                    /* Fused, each work-item would print the bodies' lines in
+                     * turn, where the kernels print all of one, then the next. */
+                    occ->calls.printf = 1;
+                    snprintf(reason, reason_len, "kernel '%s' calls printf (fused, the kernels' output would "
+                             "interleave per work-item)", occ->k->name);
+                    return CLSHIM_EUNSUPPORTED;
+                }
                 note_call(occ, in);
             } else if (op == LLVMLoad || op == LLVMAtomicRMW || op == LLVMAtomicCmpXchg) {
                 ptr = LLVMGetOperand(in, 0);

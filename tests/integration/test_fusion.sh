@@ -113,6 +113,9 @@ shim_vs_plain events "$PLAN" "$FC" --mode events
 [ "$(occurrences 'another queue waits for a held event' "$TMP/events.err")" = 3 ] ||
     fail "events: other queue's wait list did not cancel"
 grep -q "^callbacks 12$" "$TMP/events.out" || fail "events: callbacks missing"
+[ "$(occurrences 'held offset submitted unfused: a callback registered on a held event' "$TMP/events.err")" = 3 ] ||
+    fail "events: a callback registered mid-sequence did not submit the held kernel"
+[ "$(grep -c '^callback before the rest: 1$' "$TMP/events.out")" = 3 ] || fail "events: a callback waited for did not fire"
 ok "events: held events work in waits, queries, callbacks, profiling and other queues"
 
 # 5. clSetKernelArg after the enqueue does not change held kernels.

@@ -3,10 +3,11 @@
 # (docs/fusion.md). Model-based: fusion_model generates a random plan per
 # plan seed and random command streams per case seed; each stream runs
 # plainly and under the shim armed with the plan (LD_PRELOAD, PoCL), and the
-# digests of every buffer and every event's status and profiling order must
-# be equal (buffers an `internal` sequence may leave undefined excepted),
-# with no abort (run-all.sh sets CLSHIM_STRICT=1: a broken
-# internal invariant aborts) and no internal error logged. Section 4 runs
+# digests of every buffer and every event's status and profiling order, and
+# whether callbacks fired and waits without a flush completed, must be
+# equal (buffers an `internal` sequence may leave undefined excepted), with
+# no abort (run-all.sh sets CLSHIM_STRICT=1: a broken internal invariant
+# aborts) and no internal error logged. Section 4 runs
 # the same streams under CLSHIM_FUSION=auto with no plan.
 #   make check: PLANS plan seeds x CASES cases (a few hundred, fixed);
 #   CLSHIM_LONG=1 (make check-long): 40 plans x 125 cases = 5,000 cases.
@@ -99,6 +100,22 @@ for ps in $(seq 1 $PLANS); do model "$ps" 0 "$CASES"; done
 [ "$cases" -ge $((PLANS * CASES)) ] || fail "model: only $cases cases ran"
 [ "$fused" -gt 0 ] || fail "model: nothing was fused: the test exercised no fused launch"
 ok "model: $cases random cases over $PLANS plans as without clshim ($fused fused sequence kinds logged)"
+
+# 2b. Callbacks and status polling (fusion_model's observe, a generator of
+#     its own): CL_COMPLETE callbacks on earlier events all fired, and the
+#     queue's last command, waited for without a flush by a callback or by
+#     polling its status, completed as plainly (" w!" or a missing callback
+#     would have differed above) — held ones included: the log says so.
+outs=(); errs=()
+for ps in $(seq 1 $PLANS); do outs+=("$TMP/m${ps}_0.out"); errs+=("$TMP/m${ps}_0.err"); done
+n_cb=$(cat "${outs[@]}" | grep -o ' cb[1-9][0-9]*' | wc -l)
+n_wc=$(cat "${outs[@]}" | grep -o ' wc' | wc -l)
+n_wp=$(cat "${outs[@]}" | grep -o ' wp' | wc -l)
+[ "$n_cb" -gt 0 ] && [ "$n_wc" -gt 0 ] && [ "$n_wp" -gt 0 ] ||
+    fail "model: callbacks or status polling not exercised ($n_cb streams with callbacks, $n_wc, $n_wp waits)"
+[ "$(cat "${errs[@]}" | grep -c 'submitted unfused: a callback registered on a held event')" -gt 0 ] ||
+    fail "model: no callback was registered on a held event"
+ok "model: callbacks ($n_cb streams) and waits without a flush ($n_wc by callback, $n_wp by polling) as plainly"
 
 # 3. `internal` (about a third of the plans' sequences carry it; the program
 #    prints every buffer such a sequence may leave undefined as "x"): a plan

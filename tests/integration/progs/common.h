@@ -79,6 +79,19 @@ static inline void first_context_queue(cl_device_id *dev, cl_context *ctx, cl_co
     CHECK(err);
 }
 
+/* A program of `source` built for dev; exits 2 with the build log on failure. */
+static inline cl_program built_program(cl_context ctx, cl_device_id dev, const char *source)
+{
+    cl_int err;
+    cl_program prog = clCreateProgramWithSource(ctx, 1, &source, NULL, &err);
+    CHECK(err);
+    if (clBuildProgram(prog, 1, &dev, NULL, NULL, NULL) != CL_SUCCESS) {
+        fprintf(stderr, "build failed:\n%s\n", build_log(prog, dev));
+        exit(2);
+    }
+    return prog;
+}
+
 /* Runs a kernel whose only argument is one int it writes, on one work-item;
  * returns the int. */
 static inline int run_int_kernel(cl_context ctx, cl_command_queue queue, cl_kernel k)

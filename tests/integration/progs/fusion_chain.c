@@ -10,7 +10,8 @@
  * Modes (each runs the chain `offset -> scale -> square` or a variant):
  *   chain     the 3-kernel chain back to back, events chained
  *   sync      clFinish between the first and second kernel
- *   events    held events: waited for, status-queried, with callbacks,
+ *   events    held events: waited for, status-queried, with callbacks
+ *             (one registered mid-sequence and waited for without a flush),
  *             profiled, and in another queue's wait list
  *   setarg    clSetKernelArg after the enqueue (the held snapshot counts)
  *   sizes     the kernels over different global sizes
@@ -18,6 +19,10 @@
  *             another scalar, and an in-place (aliased) step in turn
  *   elide     one buffer and one scalar passed to several parameters
  *   barrier   a chain that needs a barrier (shifted read)
+ *   ranges    pairs no fusion can take, for the plan
+ *             "offset+scale;square+other;other+shifted": different local
+ *             sizes, a 2-D launch with a local size before a 1-D one, a
+ *             shifted read (needs a barrier); prints llvm-mapped= as maps
  *   threads   two threads, two queues, the chain at once
  *   release   a buffer of a held kernel is released mid-sequence
  *   maps      print to stderr whether libclshim-llvm.so is mapped
@@ -169,7 +174,6 @@ static void mode_events(struct chain *c, int iters)
         args_chain(c, 0.5f, 3.0f);
         cl_event e[3];
         launch(c->q, c->koff, n_elems, 0, NULL, &e[0]);
-        CHECK(clSetEventCallback(e[0], CL_COMPLETE, on_done, NULL));
         launch(c->q, c->kscale, n_elems, 0, NULL, &e[1]);
         launch(c->q, c->ksq, n_elems, 0, NULL, &e[2]);
         for (int i = 0; i < 3; i++) CHECK(clSetEventCallback(e[i], CL_COMPLETE, on_done, NULL));
@@ -212,6 +216,22 @@ static void mode_events(struct chain *c, int iters)
         launch(c->q, c->kscale, n_elems, 0, NULL, NULL);
         launch(c->q, c->ksq, n_elems, 0, NULL, NULL);
         report(c, c->c, "events-polled");
+        CHECK(clReleaseEvent(e[0]));
+
+        /* 4. a callback registered on a held event, mid-sequence, waited for
+         *    without a flush (the plain driver runs the kernel). */
+        args_chain(c, -1.0f, 2.5f);
+        launch(c->q, c->koff, n_elems, 0, NULL, &e[0]);
+        int before = __atomic_load_n(&callbacks_done, __ATOMIC_SEQ_CST);
+        CHECK(clSetEventCallback(e[0], CL_COMPLETE, on_done, NULL));
+        for (int spin = 0; spin < 5000 && __atomic_load_n(&callbacks_done, __ATOMIC_SEQ_CST) == before; spin++) {
+            struct timespec ts = {0, 1000000};
+            nanosleep(&ts, NULL);
+        }
+        printf("callback before the rest: %d\n", __atomic_load_n(&callbacks_done, __ATOMIC_SEQ_CST) > before);
+        launch(c->q, c->kscale, n_elems, 0, NULL, NULL);
+        launch(c->q, c->ksq, n_elems, 0, NULL, NULL);
+        report(c, c->c, "events-called-back");
         CHECK(clReleaseEvent(e[0]));
     }
     CHECK(clFinish(q2));
@@ -373,6 +393,26 @@ static void mode_barrier(struct chain *c, int iters)
     }
 }
 
+static void mode_ranges(struct chain *c, int iters)
+{
+    for (int it = 0; it < iters; it++) {
+        args_chain(c, 0.25f, 1.5f + (float)it);
+        size_t l64 = 64, l128 = 128, g2[2] = {n_elems, 1}, l2[2] = {64, 1};
+        CHECK(clEnqueueNDRangeKernel(c->q, c->koff, 1, NULL, &n_elems, &l64, 0, NULL, NULL));
+        CHECK(clEnqueueNDRangeKernel(c->q, c->kscale, 1, NULL, &n_elems, &l128, 0, NULL, NULL));
+        set_mem(c->kother, 0, c->c);
+        CHECK(clEnqueueNDRangeKernel(c->q, c->ksq, 2, NULL, g2, l2, 0, NULL, NULL));
+        launch(c->q, c->kother, n_elems, 0, NULL, NULL);
+        set_mem(c->kother, 0, c->b);
+        set_mem(c->kshift, 0, c->b);
+        set_mem(c->kshift, 1, c->d);
+        launch(c->q, c->kother, n_elems, 0, NULL, NULL);
+        launch(c->q, c->kshift, n_elems, 0, NULL, NULL);
+        report(c, c->c, "ranges-c");
+        report(c, c->d, "ranges-d");
+    }
+}
+
 static void mode_release(struct chain *c, int iters)
 {
     for (int it = 0; it < iters; it++) {
@@ -489,6 +529,7 @@ int main(int argc, char **argv)
     struct chain c;
     chain_init(&c, 1);
     if (!strcmp(mode, "chain") || !strcmp(mode, "maps")) run_chain(&c, iters, "chain");
+    else if (!strcmp(mode, "ranges")) mode_ranges(&c, iters);
     else if (!strcmp(mode, "sync")) mode_sync(&c, iters);
     else if (!strcmp(mode, "events")) mode_events(&c, iters);
     else if (!strcmp(mode, "setarg")) mode_setarg(&c, iters);
@@ -503,7 +544,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;
     }
-    if (!strcmp(mode, "maps")) fprintf(stderr, "llvm-mapped=%d\n", llvm_mapped());
+    if (!strcmp(mode, "maps") || !strcmp(mode, "ranges")) fprintf(stderr, "llvm-mapped=%d\n", llvm_mapped());
     chain_free(&c);
     CHECK(clReleaseProgram(prog));
     CHECK(clReleaseContext(ctx));

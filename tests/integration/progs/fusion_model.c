@@ -41,7 +41,12 @@
  * work, an out-of-order queue, reads, writes, maps, markers, barriers,
  * flushes, finishes, clWaitForEvents, status queries, clSetKernelArg
  * between enqueues, releases of kernels, buffers and queues mid-sequence,
- * and (for some cases) two threads with their own queues at once.
+ * and (for some cases) two threads with their own queues at once. From a
+ * generator of their own (the streams of the fixed seeds stay what they
+ * were), in the base family, CL_COMPLETE callbacks on earlier, maybe held, events (every one
+ * must fire: " cbN" counts them), and the queue's last command waited for
+ * without a flush, by a callback or by polling its status (" wc", " wp";
+ * " w!" when it did not complete within 5 s: the plain driver runs it).
  *   fusion_model --sequence k0,k1,... [--iterations N]
  * enqueues the named kernels back to back N times on one queue (no events)
  * and prints the buffers: the shape of application that once aborted when a
@@ -268,6 +273,9 @@ struct run_entry {
 
 struct stream {
     struct rng r;
+    struct rng r2;               /* callbacks and status polling (observe) */
+    int cb_registered, cb_fired; /* CL_COMPLETE callbacks on the stream's events (fired: atomic) */
+    int waits_fired;             /* callbacks of observe's waits that ran (atomic) */
     struct plan plan;
     int nk;                      /* kernels its random picks choose from (k0.. or all) */
     size_t L;                    /* local family: the local size of its launches */
@@ -488,6 +496,51 @@ static void print_digest(struct stream *st, const char *when, int b, const float
 
 static int trace; /* --trace: each operation to stderr, for reducing a failing case */
 
+static void CL_CALLBACK count_callback(cl_event e, cl_int status, void *counter)
+{
+    (void)e;
+    if (status == CL_COMPLETE) __atomic_add_fetch((int *)counter, 1, __ATOMIC_SEQ_CST);
+}
+
+/* Sleeps 1 ms at a time until *counter exceeds `than` or 5 s passed: 1 when it did. */
+static int wait_counter(const int *counter, int than)
+{
+    for (double t0 = now_ms(); now_ms() - t0 < 5000;) {
+        if (__atomic_load_n(counter, __ATOMIC_SEQ_CST) > than) return 1;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    return __atomic_load_n(counter, __ATOMIC_SEQ_CST) > than;
+}
+
+/* After an operation, from st->r2: a CL_COMPLETE callback on an earlier
+ * (maybe held) event, or st->q's last command waited for without a flush —
+ * by a callback or by polling its status — as an application waiting for
+ * one command does; the plain driver runs it meanwhile. */
+static void observe(struct stream *st)
+{
+    uint32_t c = below(&st->r2, 100);
+    if (c < 5 && st->nev) {
+        CHECK(clSetEventCallback(st->ev[below(&st->r2, (uint32_t)st->nev)], CL_COMPLETE, count_callback,
+                                 &st->cb_fired));
+        st->cb_registered++;
+    } else if (c < 9 && st->tail >= 0) {
+        cl_event e = st->ev[st->tail];
+        int done;
+        if (c < 7) {
+            int before = __atomic_load_n(&st->waits_fired, __ATOMIC_SEQ_CST);
+            CHECK(clSetEventCallback(e, CL_COMPLETE, count_callback, &st->waits_fired));
+            done = wait_counter(&st->waits_fired, before);
+        } else {
+            cl_int status = CL_QUEUED;
+            for (double t0 = now_ms(); status != CL_COMPLETE && now_ms() - t0 < 5000;)
+                CHECK(clGetEventInfo(e, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL));
+            done = status == CL_COMPLETE;
+        }
+        say(st, " w%c", !done ? '!' : c < 7 ? 'c' : 'p');
+    }
+}
+
 static void one_op(struct stream *st, int *seq, int *pos)
 {
     float host[NELEM_LOCAL];
@@ -598,6 +651,7 @@ static void run_stream(struct stream *st, uint64_t plan_seed, uint64_t seed)
 {
     memset(st, 0, sizeof *st);
     st->r.s = seed * 0x9E3779B97F4A7C15ull + 1;
+    st->r2.s = seed * 0xD1B54A32D192ED03ull + 5;
     make_plan(plan_seed, &st->plan);
     st->q = new_queue(0);
     st->q2 = new_queue(0);
@@ -609,11 +663,17 @@ static void run_stream(struct stream *st, uint64_t plan_seed, uint64_t seed)
     for (int i = 0; i < NALL; i++) st->k[i] = new_kernel(i);
     for (int i = 0; i < NBUF; i++) st->b[i] = new_buffer(st, i);
     int seq = -1, pos = 0, nops = 10 + (int)below(&st->r, 40);
-    for (int i = 0; i < nops; i++) one_op(st, &seq, &pos);
+    for (int i = 0; i < nops; i++) {
+        one_op(st, &seq, &pos);
+        if (!local_family) observe(st); /* the local family's streams stay those its rules' checks were found in */
+    }
     CHECK(clFinish(st->q));
     CHECK(clFinish(st->q2));
     CHECK(clFinish(st->ooo));
     if (st->nev) CHECK(clWaitForEvents((cl_uint)st->nev, st->ev));
+    /* Callbacks run on a driver thread, maybe after the wait returned. */
+    int fired = st->cb_registered ? wait_counter(&st->cb_fired, st->cb_registered - 1) : 1;
+    say(st, " cb%d%s", st->cb_registered, fired ? "" : "!missing");
     for (int i = 0; i < NBUF; i++) {
         float host[NELEM_LOCAL];
         const size_t bytes = (size_t)nelem * sizeof *host;
