@@ -138,9 +138,14 @@
       "application, working at most a fifth of the time. The capture in "      \
       "the application (CLSHIM_CAPTURE_PROCESS=0) waits the same way "         \
       "before each capture. 0: no waiting.")                                   \
+    X(MEM_CACHE, BOOL, mem_cache, "1", "0.2",                                  \
+      "0 switches the in-process tier off: no binary or built program is "    \
+      "kept in memory between builds (concurrent builds of one program "      \
+      "still wait for one compile); the persistent cache, CLSHIM_CACHE, "     \
+      "stays on. CLSHIM_MEM_CACHE_MAX is then ignored.")                      \
     X(MEM_CACHE_MAX, SIZE, mem_cache_max, "256M", "0.1",                       \
-      "Bytes of binaries the in-process tier keeps; 0 means unbounded. "       \
-      "Entries in use are never dropped.")                                     \
+      "Bytes of binaries the in-process tier keeps; 0 means unbounded (not "  \
+      "off: CLSHIM_MEM_CACHE=0 is off). Entries in use are never dropped.")   \
     X(BUILD_WAIT_MS, UINT, build_wait_ms, "120000", "0.1",                     \
       "How long a process waits for another process that is compiling the "    \
       "same program before it compiles itself (milliseconds).")                \

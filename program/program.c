@@ -178,6 +178,7 @@ void pc_init(const struct cl_api *real_api)
     programs = objmap_new();
     kernels = objmap_new();
     memtier_set_limit(config_get()->mem_cache_max);
+    memtier_set_keep(config_get()->mem_cache);
     pthread_atfork(NULL, NULL, after_fork_in_child);
     capture_init(&(struct capture_ops){run_capture, capture_done});
     capture_set_exit_budget(config_get()->capture_exit_budget);
@@ -386,10 +387,29 @@ static struct pc_program *new_record(cl_program handle, cl_context ctx, enum key
     return rec;
 }
 
+/* After a driver call that failed with `err`: nonzero when it is to be
+ * made once more. A driver out of memory or resources may fail for what
+ * the in-memory tier holds (binaries, and built programs lent to it that
+ * keep the driver's code alive): the tier is emptied of every entry no
+ * build uses, and the call retried when that freed anything. */
+static int retry_after_emptying_tier(cl_int err, const char *what)
+{
+    if (err != CL_OUT_OF_RESOURCES && err != CL_OUT_OF_HOST_MEMORY) return 0;
+    uint64_t dropped = memtier_clear();
+    if (dropped)
+        log_msg(LOG_INFO, "%s: the driver is out of %s; emptied the in-memory tier (%llu entries), retrying once",
+                what, err == CL_OUT_OF_RESOURCES ? "resources" : "host memory", (unsigned long long)dropped);
+    return dropped != 0;
+}
+
 cl_program pc_create_with_source(cl_context ctx, cl_uint count, const char **strings, const size_t *lengths,
                                  cl_int *errcode_ret)
 {
-    cl_program prog = real->clCreateProgramWithSource(ctx, count, strings, lengths, errcode_ret);
+    cl_int err;
+    cl_program prog = real->clCreateProgramWithSource(ctx, count, strings, lengths, &err);
+    if (!prog && retry_after_emptying_tier(err, "clCreateProgramWithSource"))
+        prog = real->clCreateProgramWithSource(ctx, count, strings, lengths, &err);
+    if (errcode_ret) *errcode_ret = err;
     /* Recorded even with CLSHIM_CACHE=0: fusion needs the program's input. */
     if (!prog) return prog;
     size_t total = 0;
@@ -449,7 +469,11 @@ cl_program pc_create_with_il(cl_context ctx, const void *il, size_t length, cl_i
             if (errcode_ret) *errcode_ret = CL_INVALID_OPERATION;
             return NULL;
         }
-        cl_program prog = real->clCreateProgramWithIL(ctx, il, length, errcode_ret);
+        cl_int err;
+        cl_program prog = real->clCreateProgramWithIL(ctx, il, length, &err);
+        if (!prog && retry_after_emptying_tier(err, "clCreateProgramWithIL"))
+            prog = real->clCreateProgramWithIL(ctx, il, length, &err);
+        if (errcode_ret) *errcode_ret = err;
         if (prog) {
             char *copy = malloc(length);
             if (copy) {
@@ -743,7 +767,10 @@ static cl_int driver_build(struct pc_program *rec, cl_uint ndev, const cl_device
 {
     if (!rec->translated) {
         set_effective(rec, NULL);
-        return real->clBuildProgram(rec->handle, ndev, devs, options, NULL, NULL);
+        cl_int rc = real->clBuildProgram(rec->handle, ndev, devs, options, NULL, NULL);
+        if (retry_after_emptying_tier(rc, "clBuildProgram"))
+            rc = real->clBuildProgram(rec->handle, ndev, devs, options, NULL, NULL);
+        return rc;
     }
     char why[512] = "";
     cl_int err = CL_SUCCESS;
@@ -757,6 +784,7 @@ static cl_int driver_build(struct pc_program *rec, cl_uint ndev, const cl_device
         return err;
     }
     cl_int rc = real->clBuildProgram(p, ndev, devs, options, NULL, NULL);
+    if (retry_after_emptying_tier(rc, "clBuildProgram")) rc = real->clBuildProgram(p, ndev, devs, options, NULL, NULL);
     /* Even a failed build stands in for the handle: the app's build log and
      * status queries are the driver's answers about it. */
     set_effective(rec, p);
@@ -801,11 +829,21 @@ static cl_program program_from_hits(cl_context ctx, struct pipeline_flight *fl, 
     int complete = bins && sizes;
     for (cl_uint i = 0; complete && i < ndev; i++)
         complete = (bins[i] = entry_binary(&fl[i], devs[i], &sizes[i])) != NULL;
-    if (complete) p = real->clCreateProgramWithBinary(ctx, ndev, devs, sizes, bins, NULL, err);
-    else if (bins && sizes) *err = CL_INVALID_BINARY;
+    if (complete) { /* the hit's own entries stay pinned while the tier is emptied */
+        p = real->clCreateProgramWithBinary(ctx, ndev, devs, sizes, bins, NULL, err);
+        if (!p && retry_after_emptying_tier(*err, "clCreateProgramWithBinary"))
+            p = real->clCreateProgramWithBinary(ctx, ndev, devs, sizes, bins, NULL, err);
+    } else if (bins && sizes) {
+        *err = CL_INVALID_BINARY;
+    }
     free(bins);
     free(sizes);
-    if (p && build && (*err = real->clBuildProgram(p, ndev, devs, options, NULL, NULL)) != CL_SUCCESS) {
+    if (p && build) {
+        *err = real->clBuildProgram(p, ndev, devs, options, NULL, NULL);
+        if (retry_after_emptying_tier(*err, "clBuildProgram"))
+            *err = real->clBuildProgram(p, ndev, devs, options, NULL, NULL);
+    }
+    if (p && build && *err != CL_SUCCESS) {
         real->clReleaseProgram(p);
         p = NULL;
     }
@@ -1230,6 +1268,8 @@ static cl_int compile_program(cl_program prog, cl_uint num_devices, const cl_dev
         struct pipeline_clock clk;
         pipeline_clock_start(&clk);
         err = real->clCompileProgram(prog, ndev, devs, options, num_headers, headers, header_names, NULL, NULL);
+        if (retry_after_emptying_tier(err, "clCompileProgram"))
+            err = real->clCompileProgram(prog, ndev, devs, options, num_headers, headers, header_names, NULL, NULL);
         pipeline_clock_stop(&clk);
         pipeline_key_finish(fl, ndev, prog); /* late keys: now they can fill */
         int any_fill = 0;
@@ -1399,6 +1439,9 @@ cl_program pc_link(cl_context ctx, cl_uint num_devices, const cl_device_id *devi
         struct pipeline_clock clk;
         pipeline_clock_start(&clk);
         result = real->clLinkProgram(ctx, num_devices, device_list_in, options, num_inputs, mapped, NULL, NULL, &err);
+        if (!result && retry_after_emptying_tier(err, "clLinkProgram"))
+            result =
+                real->clLinkProgram(ctx, num_devices, device_list_in, options, num_inputs, mapped, NULL, NULL, &err);
         pipeline_clock_stop(&clk);
         if (cacheable) {
             out->handle = result;
