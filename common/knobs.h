@@ -146,6 +146,15 @@
     X(MEM_CACHE_MAX, SIZE, mem_cache_max, "256M", "0.1",                       \
       "Bytes of binaries the in-process tier keeps; 0 means unbounded (not "  \
       "off: CLSHIM_MEM_CACHE=0 is off). Entries in use are never dropped.")   \
+    X(BUILD_OPTIONS_APPEND, STRING, build_options_append, "", "0.2",          \
+      "Options appended (after a space) to the options of every "            \
+      "clBuildProgram and clCompileProgram the application makes, e.g. "     \
+      "\"-DV=2\" or \"-cl-fast-relaxed-math\". They are part of the cache "     \
+      "key (the key's options field, `clshim cache show`), and "              \
+      "CL_PROGRAM_BUILD_OPTIONS answers the combined options, as the "        \
+      "driver given them would. Empty: nothing is appended.")                 \
+    X(LINK_OPTIONS_APPEND, STRING, link_options_append, "", "0.2",            \
+      "As CLSHIM_BUILD_OPTIONS_APPEND, for every clLinkProgram.")              \
     X(BUILD_WAIT_MS, UINT, build_wait_ms, "120000", "0.1",                     \
       "How long a process waits for another process that is compiling the "    \
       "same program before it compiles itself (milliseconds).")                \

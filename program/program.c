@@ -1302,6 +1302,19 @@ static cl_int compile_program(cl_program prog, cl_uint num_devices, const cl_dev
 
 /* ---- argument info for fusion ------------------------------------------------- */
 
+/* "options more" (just `more` when options is empty); NULL on no memory. */
+static char *join_options(const char *options, const char *more)
+{
+    if (!options || !*options) return strdup(more);
+    size_t len = strlen(options), add = strlen(more);
+    char *out = malloc(len + add + 2);
+    if (!out) return NULL;
+    memcpy(out, options, len);
+    out[len] = ' ';
+    memcpy(out + len + 1, more, add + 1);
+    return out;
+}
+
 /* `options` plus -cl-kernel-arg-info, or NULL when nothing needs adding:
  * PoCL answers clGetKernelArgInfo only for programs built with that option
  * or with no options at all. */
@@ -1314,12 +1327,19 @@ static char *options_with_arg_info(const char *options)
             (!p[sizeof flag - 1] || p[sizeof flag - 1] == ' ' || p[sizeof flag - 1] == '\t' ||
              p[sizeof flag - 1] == '\n'))
             return NULL;
-    size_t len = strlen(options);
-    char *out = malloc(len + sizeof flag + 1);
-    if (!out) return NULL;
-    memcpy(out, options, len);
-    out[len] = ' ';
-    memcpy(out + len + 1, flag, sizeof flag);
+    return join_options(options, flag);
+}
+
+/* The application's options with CLSHIM_BUILD_OPTIONS_APPEND (or
+ * _LINK_) appended: what the driver gets, the key holds and
+ * CL_PROGRAM_BUILD_OPTIONS answers, as if the application had passed them.
+ * NULL when nothing is appended (or, logged, on no memory: the build then
+ * goes on with the application's options alone). */
+static char *options_appended(const char *options, const char *append)
+{
+    if (!append || !*append) return NULL;
+    char *out = join_options(options, append);
+    if (!out) LOG_ONCE(LOG_WARN, "out of memory: a build went on without the appended options");
     return out;
 }
 
@@ -1339,32 +1359,38 @@ static void restore_app_options(cl_program prog, const char *options)
     pthread_mutex_unlock(&rec->lock);
 }
 
-cl_int pc_build(cl_program prog, cl_uint num_devices, const cl_device_id *device_list, const char *options,
+cl_int pc_build(cl_program prog, cl_uint num_devices, const cl_device_id *device_list, const char *app_options,
                 int want_arg_info, void(CL_CALLBACK *notify)(cl_program, void *), void *user_data)
 {
+    char *appended = options_appended(app_options, config_get()->build_options_append);
+    const char *options = appended ? appended : app_options;
     char *with = want_arg_info ? options_with_arg_info(options) : NULL;
     if (with) LOG_ONCE(LOG_INFO, "fusion is armed: programs built with options get -cl-kernel-arg-info added");
     cl_int rc = build_program(prog, num_devices, device_list, with ? with : options, notify, user_data);
     if (with) restore_app_options(prog, options);
     free(with);
+    free(appended);
     return rc;
 }
 
-cl_int pc_compile(cl_program prog, cl_uint num_devices, const cl_device_id *devices, const char *options,
+cl_int pc_compile(cl_program prog, cl_uint num_devices, const cl_device_id *devices, const char *app_options,
                   int want_arg_info, cl_uint num_headers, const cl_program *headers, const char **header_names,
                   void(CL_CALLBACK *notify)(cl_program, void *), void *user_data)
 {
+    char *appended = options_appended(app_options, config_get()->build_options_append);
+    const char *options = appended ? appended : app_options;
     char *with = want_arg_info ? options_with_arg_info(options) : NULL;
     cl_int rc = compile_program(prog, num_devices, devices, with ? with : options, num_headers, headers,
                                 header_names, notify, user_data);
     if (with) restore_app_options(prog, options);
     free(with);
+    free(appended);
     return rc;
 }
 
-cl_program pc_link(cl_context ctx, cl_uint num_devices, const cl_device_id *device_list_in, const char *options,
-                   cl_uint num_inputs, const cl_program *inputs, void(CL_CALLBACK *notify)(cl_program, void *),
-                   void *user_data, cl_int *errcode_ret)
+static cl_program link_program(cl_context ctx, cl_uint num_devices, const cl_device_id *device_list_in,
+                               const char *options, cl_uint num_inputs, const cl_program *inputs,
+                               void(CL_CALLBACK *notify)(cl_program, void *), void *user_data, cl_int *errcode_ret)
 {
     cl_program *mapped = num_inputs && inputs ? calloc(num_inputs, sizeof *mapped) : NULL;
     if (!mapped || (num_devices == 0) != (device_list_in == NULL) || (!notify && user_data)) {
@@ -1475,6 +1501,17 @@ cl_program pc_link(cl_context ctx, cl_uint num_devices, const cl_device_id *devi
     if (errcode_ret) *errcode_ret = err;
     if (notify && result) notify(result, user_data);
     return result;
+}
+
+cl_program pc_link(cl_context ctx, cl_uint num_devices, const cl_device_id *device_list_in, const char *app_options,
+                   cl_uint num_inputs, const cl_program *inputs, void(CL_CALLBACK *notify)(cl_program, void *),
+                   void *user_data, cl_int *errcode_ret)
+{
+    char *appended = options_appended(app_options, config_get()->link_options_append);
+    cl_program p = link_program(ctx, num_devices, device_list_in, appended ? appended : app_options, num_inputs,
+                                inputs, notify, user_data, errcode_ret);
+    free(appended);
+    return p;
 }
 
 /* ---- queries ------------------------------------------------------------- */
