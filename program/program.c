@@ -31,6 +31,7 @@
 #include "cache/store.h"
 #include "common/config.h"
 #include "common/error.h"
+#include "common/extstr.h"
 #include "common/log.h"
 #include "common/objmap.h"
 #include "fusion/llvmload.h"
@@ -1899,17 +1900,17 @@ int pc_program_input(cl_program prog, enum key_kind *kind, void **input, size_t 
 
 #define ADVERTISED_IL "SPIR-V_1.0 SPIR-V_1.1 SPIR-V_1.2 SPIR-V_1.3 SPIR-V_1.4"
 
-cl_int pc_get_device_info(cl_device_id dev, cl_device_info param, size_t size, void *value, size_t *size_ret)
+cl_int pc_get_device_info(cl_device_id dev, cl_device_info param, size_t size, void *value, size_t *size_ret,
+                          const char *also)
 {
     const struct clshim_config *cfg = config_get();
-    if (!cfg->advertise_il || !cfg->spirv ||
-        (param != CL_DEVICE_IL_VERSION && param != CL_DEVICE_EXTENSIONS && param != CL_DEVICE_ILS_WITH_VERSION))
-        return real->clGetDeviceInfo(dev, param, size, value, size_ret);
-    const struct device_info *info = device_info(real, dev);
-    if (!info || info->has_native_il || !info->has_spir)
-        return real->clGetDeviceInfo(dev, param, size, value, size_ret);
-    if (param == CL_DEVICE_IL_VERSION) return answer(ADVERTISED_IL, sizeof ADVERTISED_IL, size, value, size_ret);
-    if (param == CL_DEVICE_ILS_WITH_VERSION) {
+    const struct device_info *info = NULL;
+    if (cfg->advertise_il && cfg->spirv &&
+        (param == CL_DEVICE_IL_VERSION || extstr_param(param) || param == CL_DEVICE_ILS_WITH_VERSION))
+        info = device_info(real, dev);
+    int il = info && !info->has_native_il && info->has_spir; /* clshim advertises IL here */
+    if (il && param == CL_DEVICE_IL_VERSION) return answer(ADVERTISED_IL, sizeof ADVERTISED_IL, size, value, size_ret);
+    if (il && param == CL_DEVICE_ILS_WITH_VERSION) {
         cl_name_version v[5];
         memset(v, 0, sizeof v);
         for (int i = 0; i < 5; i++) {
@@ -1918,19 +1919,11 @@ cl_int pc_get_device_info(cl_device_id dev, cl_device_info param, size_t size, v
         }
         return answer(v, sizeof v, size, value, size_ret);
     }
-    size_t n = 0;
-    cl_int rc = real->clGetDeviceInfo(dev, CL_DEVICE_EXTENSIONS, 0, NULL, &n);
-    if (rc != CL_SUCCESS) return rc;
-    char *ext = calloc(1, n + 32);
-    if (!ext) return CL_OUT_OF_HOST_MEMORY;
-    rc = real->clGetDeviceInfo(dev, CL_DEVICE_EXTENSIONS, n, ext, NULL);
-    if (rc == CL_SUCCESS) {
-        size_t len = strlen(ext);
-        snprintf(ext + len, 32, "%scl_khr_il_program", len && ext[len - 1] != ' ' ? " " : "");
-        rc = answer(ext, strlen(ext) + 1, size, value, size_ret);
+    if (extstr_param(param) && (il || also)) { /* CL_DEVICE_EXTENSIONS[_WITH_VERSION] */
+        const char *add[2] = {il ? "cl_khr_il_program" : NULL, also};
+        return extstr_device(real, dev, param, add, 2, size, value, size_ret);
     }
-    free(ext);
-    return rc;
+    return real->clGetDeviceInfo(dev, param, size, value, size_ret);
 }
 
 /* ---- derived programs ------------------------------------------------------ */
