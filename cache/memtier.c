@@ -37,6 +37,7 @@ static struct memtier_entry **table;
 static size_t table_size, entry_count;
 static struct memtier_entry lru = {.lru_prev = &lru, .lru_next = &lru};
 static uint64_t held_bytes, limit_bytes = 256u << 20;
+static int keep_nothing; /* memtier_set_keep(0): unpinned entries are dropped at once */
 
 static size_t bucket(struct cache_hash k) { return (size_t)(k.lo ^ k.hi) & (table_size - 1); }
 
@@ -83,7 +84,8 @@ static void remove_entry(struct memtier_entry *e)
 
 static void evict_to_limit(void)
 {
-    while (limit_bytes && held_bytes > limit_bytes && lru.lru_next != &lru) remove_entry(lru.lru_next);
+    while ((keep_nothing || (limit_bytes && held_bytes > limit_bytes)) && lru.lru_next != &lru)
+        remove_entry(lru.lru_next);
 }
 
 static int grow_table(void)
@@ -335,6 +337,14 @@ void memtier_set_limit(uint64_t bytes)
     pthread_mutex_unlock(&lock);
 }
 
+void memtier_set_keep(int keep)
+{
+    pthread_mutex_lock(&lock);
+    keep_nothing = !keep;
+    evict_to_limit();
+    pthread_mutex_unlock(&lock);
+}
+
 void memtier_usage(uint64_t *bytes, uint64_t *entries)
 {
     pthread_mutex_lock(&lock);
@@ -343,9 +353,11 @@ void memtier_usage(uint64_t *bytes, uint64_t *entries)
     pthread_mutex_unlock(&lock);
 }
 
-void memtier_clear(void)
+uint64_t memtier_clear(void)
 {
+    uint64_t dropped = 0;
     pthread_mutex_lock(&lock);
-    while (lru.lru_next != &lru) remove_entry(lru.lru_next);
+    for (; lru.lru_next != &lru; dropped++) remove_entry(lru.lru_next);
     pthread_mutex_unlock(&lock);
+    return dropped;
 }

@@ -90,10 +90,17 @@ int memtier_servable(const memtier_entry *e);
 /* Byte limit of unpinned filled entries; 0 = unbounded. */
 void memtier_set_limit(uint64_t bytes);
 
+/* keep = 0 switches keeping off (CLSHIM_MEM_CACHE=0): an entry is dropped
+ * as soon as its last pin is released, whatever the limit, so the tier only
+ * joins concurrent builds of one key (single flight) and holds nothing
+ * between them. keep = 1 (the default) keeps entries up to the limit. */
+void memtier_set_keep(int keep);
+
 /* Bytes held and entries held (tests). */
 void memtier_usage(uint64_t *bytes, uint64_t *entries);
 
-/* Drops every unpinned entry (tests). */
-void memtier_clear(void);
+/* Drops every unpinned entry (tests; a driver out of resources, so its
+ * retry has the memory they held). Returns how many were dropped. */
+uint64_t memtier_clear(void);
 
 #endif

@@ -138,9 +138,23 @@
       "application, working at most a fifth of the time. The capture in "      \
       "the application (CLSHIM_CAPTURE_PROCESS=0) waits the same way "         \
       "before each capture. 0: no waiting.")                                   \
+    X(MEM_CACHE, BOOL, mem_cache, "1", "0.2",                                  \
+      "0 switches the in-process tier off: no binary or built program is "    \
+      "kept in memory between builds (concurrent builds of one program "      \
+      "still wait for one compile); the persistent cache, CLSHIM_CACHE, "     \
+      "stays on. CLSHIM_MEM_CACHE_MAX is then ignored.")                      \
     X(MEM_CACHE_MAX, SIZE, mem_cache_max, "256M", "0.1",                       \
-      "Bytes of binaries the in-process tier keeps; 0 means unbounded. "       \
-      "Entries in use are never dropped.")                                     \
+      "Bytes of binaries the in-process tier keeps; 0 means unbounded (not "  \
+      "off: CLSHIM_MEM_CACHE=0 is off). Entries in use are never dropped.")   \
+    X(BUILD_OPTIONS_APPEND, STRING, build_options_append, "", "0.2",          \
+      "Options appended (after a space) to the options of every "            \
+      "clBuildProgram and clCompileProgram the application makes, e.g. "     \
+      "\"-DV=2\" or \"-cl-fast-relaxed-math\". They are part of the cache "     \
+      "key (the key's options field, `clshim cache show`), and "              \
+      "CL_PROGRAM_BUILD_OPTIONS answers the combined options, as the "        \
+      "driver given them would. Empty: nothing is appended.")                 \
+    X(LINK_OPTIONS_APPEND, STRING, link_options_append, "", "0.2",            \
+      "As CLSHIM_BUILD_OPTIONS_APPEND, for every clLinkProgram.")              \
     X(BUILD_WAIT_MS, UINT, build_wait_ms, "120000", "0.1",                     \
       "How long a process waits for another process that is compiling the "    \
       "same program before it compiles itself (milliseconds).")                \

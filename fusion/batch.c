@@ -1054,9 +1054,27 @@ static cl_int CL_API_CALL ext_start(cl_command_queue queue)
         if (q->nheld) fb_submit_held(q, &p); /* a plan sequence in progress */
         q->ext = 1;
     }
+    q->ext_open = 1;
     pthread_mutex_unlock(&q->lock);
     fb_pending_flush(&p);
     return rc;
+}
+
+/* Ends the app's Start on q; nonzero when this Complete or Cancel came
+ * without one and is the queue's first such (reported then, once: it is
+ * harmless, but usually a missing or misplaced Start). Caller holds q->lock. */
+static int ext_close(struct fq *q)
+{
+    int report = !q->ext_open && !q->ext_warned;
+    q->ext_warned |= report;
+    q->ext_open = 0;
+    return report;
+}
+
+static void ext_report_unopened(const char *fn)
+{
+    log_msg(LOG_WARN, "%s on a queue not in fusion mode (no clStartFusionCLSHIM before it): nothing to fuse; "
+                      "not reported again for this queue", fn);
 }
 
 static cl_int CL_API_CALL ext_cancel(cl_command_queue queue)
@@ -1068,8 +1086,23 @@ static cl_int CL_API_CALL ext_cancel(cl_command_queue queue)
     pthread_mutex_lock(&q->lock);
     if (q->ext && q->nheld) fb_submit_held(q, &p);
     q->ext = 0;
+    int report = ext_close(q);
     pthread_mutex_unlock(&q->lock);
     fb_pending_run(&p);
+    if (report) ext_report_unopened("clCancelFusionCLSHIM");
+    return CL_SUCCESS;
+}
+
+static cl_int CL_API_CALL ext_query(cl_command_queue queue, cl_bool *in_fusion_mode)
+{
+    if (!queue) return CL_INVALID_COMMAND_QUEUE;
+    if (!in_fusion_mode) return CL_INVALID_VALUE;
+    struct fq *q = fq_get(queue, 1);
+    if (!q) return CL_INVALID_COMMAND_QUEUE;
+    /* Read under the lock: ext changes under it (an early end on another thread). */
+    pthread_mutex_lock(&q->lock);
+    *in_fusion_mode = q->ext ? CL_TRUE : CL_FALSE;
+    pthread_mutex_unlock(&q->lock);
     return CL_SUCCESS;
 }
 
@@ -1101,13 +1134,17 @@ static cl_int CL_API_CALL ext_complete(cl_command_queue queue, const cl_fusion_p
     if (q->ext && q->nheld >= 2) fuse_or_submit(q, flags, internal_args, -1, &p, event ? &out : NULL);
     else if (q->nheld) fb_submit_held(q, &p);
     q->ext = 0;
+    int report = ext_close(q);
     cl_int rc = CL_SUCCESS;
     if (event && !out) rc = fb_real->clEnqueueMarkerWithWaitList(queue, 0, NULL, &out);
     pthread_mutex_unlock(&q->lock);
     fb_pending_flush(&p);
+    if (report) ext_report_unopened("clCompleteFusionCLSHIM");
     if (event) *event = out;
     return rc;
 }
+
+int fusion_available(void) { return queues != NULL; }
 
 void *fusion_extension(const char *name)
 {
@@ -1115,6 +1152,7 @@ void *fusion_extension(const char *name)
     if (!strcmp(name, "clStartFusionCLSHIM")) fn = (void *)ext_start;
     else if (!strcmp(name, "clCompleteFusionCLSHIM")) fn = (void *)ext_complete;
     else if (!strcmp(name, "clCancelFusionCLSHIM")) fn = (void *)ext_cancel;
+    else if (!strcmp(name, "clQueryFusionCLSHIM")) fn = (void *)ext_query;
     if (!fn || !queues) return NULL; /* fusion_init() found the shim disabled */
     if (!(__atomic_fetch_or(&fusion_armed, FUSION_ARMED_EXT, __ATOMIC_ACQ_REL) & FUSION_ARMED_EXT))
         __atomic_add_fetch(&fb_arm_gen, 1, __ATOMIC_ACQ_REL);

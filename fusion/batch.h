@@ -121,4 +121,9 @@ void fusion_kernels_created(const cl_kernel *kernels, cl_uint n);
  * Looking one up arms argument recording for every kernel. */
 void *fusion_extension(const char *name);
 
+/* After fusion_init(): nonzero when fusion_extension() serves the
+ * extension API (the shim is enabled), so cl_clshim_kernel_fusion is
+ * reported in the platform's and devices' extensions. Arms nothing. */
+int fusion_available(void);
+
 #endif

@@ -218,6 +218,8 @@ struct fq {
     int in_order;
     int dead;             /* the queue was destroyed; the record stays reachable */
     int ext;              /* clStartFusionCLSHIM is active */
+    int ext_open;         /* the app called Start and not yet Complete or Cancel (ext may have ended early) */
+    int ext_warned;       /* a Complete or Cancel without Start was reported for this queue */
     int off;              /* an internal invariant broke here: never hold again */
     int route;            /* 0 not decided yet, else what the device takes (fusion/froute.h) */
     struct held *held;

@@ -11,8 +11,10 @@
 #include "cache/driver_caches.h"
 #include "program/program.h"
 #include "common/config.h"
+#include "common/extstr.h"
 #include "common/log.h"
 #include "fusion/batch.h"
+#include "CL/clshim_ext.h"
 #include "interpose/entry.h"
 
 int entry_initialized;
@@ -254,7 +256,26 @@ SHIM_EXPORT cl_int clReleaseKernel(cl_kernel kernel)
     return pc_release_kernel(kernel);
 }
 
-/* ---- devices and extensions ---------------------------------------------- */
+/* ---- platforms, devices and extensions ------------------------------------ */
+
+/* cl_clshim_kernel_fusion where clshim serves the extension API, else NULL. */
+static const char *fusion_extension_name(void)
+{
+    return fusion_init(&real_table, entry_enabled) >= 0 && fusion_available() ? CL_CLSHIM_KERNEL_FUSION_EXTENSION_NAME
+                                                                            : NULL;
+}
+
+SHIM_EXPORT cl_int clGetPlatformInfo(cl_platform_id platform, cl_platform_info param_name, size_t param_value_size,
+                                     void *param_value, size_t *param_value_size_ret)
+{
+    const struct cl_api *r = entry_real();
+    NEED_INT(clGetPlatformInfo);
+    const char *fusion = entry_enabled && platform && extstr_param(param_name) ? fusion_extension_name() : NULL;
+    if (!fusion)
+        return r->clGetPlatformInfo(platform, param_name, param_value_size, param_value, param_value_size_ret);
+    return extstr_platform(r, platform, param_name, &fusion, 1, param_value_size, param_value,
+                           param_value_size_ret);
+}
 
 SHIM_EXPORT cl_int clGetDeviceInfo(cl_device_id device, cl_device_info param_name, size_t param_value_size,
                                    void *param_value, size_t *param_value_size_ret)
@@ -263,7 +284,8 @@ SHIM_EXPORT cl_int clGetDeviceInfo(cl_device_id device, cl_device_info param_nam
     NEED_INT(clGetDeviceInfo);
     if (!entry_enabled || !device)
         return r->clGetDeviceInfo(device, param_name, param_value_size, param_value, param_value_size_ret);
-    return pc_get_device_info(device, param_name, param_value_size, param_value, param_value_size_ret);
+    return pc_get_device_info(device, param_name, param_value_size, param_value, param_value_size_ret,
+                              extstr_param(param_name) ? fusion_extension_name() : NULL);
 }
 
 /* Extension functions clshim itself provides, or NULL. */

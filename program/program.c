@@ -31,6 +31,7 @@
 #include "cache/store.h"
 #include "common/config.h"
 #include "common/error.h"
+#include "common/extstr.h"
 #include "common/log.h"
 #include "common/objmap.h"
 #include "fusion/llvmload.h"
@@ -178,6 +179,7 @@ void pc_init(const struct cl_api *real_api)
     programs = objmap_new();
     kernels = objmap_new();
     memtier_set_limit(config_get()->mem_cache_max);
+    memtier_set_keep(config_get()->mem_cache);
     pthread_atfork(NULL, NULL, after_fork_in_child);
     capture_init(&(struct capture_ops){run_capture, capture_done});
     capture_set_exit_budget(config_get()->capture_exit_budget);
@@ -386,10 +388,29 @@ static struct pc_program *new_record(cl_program handle, cl_context ctx, enum key
     return rec;
 }
 
+/* After a driver call that failed with `err`: nonzero when it is to be
+ * made once more. A driver out of memory or resources may fail for what
+ * the in-memory tier holds (binaries, and built programs lent to it that
+ * keep the driver's code alive): the tier is emptied of every entry no
+ * build uses, and the call retried when that freed anything. */
+static int retry_after_emptying_tier(cl_int err, const char *what)
+{
+    if (err != CL_OUT_OF_RESOURCES && err != CL_OUT_OF_HOST_MEMORY) return 0;
+    uint64_t dropped = memtier_clear();
+    if (dropped)
+        log_msg(LOG_INFO, "%s: the driver is out of %s; emptied the in-memory tier (%llu entries), retrying once",
+                what, err == CL_OUT_OF_RESOURCES ? "resources" : "host memory", (unsigned long long)dropped);
+    return dropped != 0;
+}
+
 cl_program pc_create_with_source(cl_context ctx, cl_uint count, const char **strings, const size_t *lengths,
                                  cl_int *errcode_ret)
 {
-    cl_program prog = real->clCreateProgramWithSource(ctx, count, strings, lengths, errcode_ret);
+    cl_int err;
+    cl_program prog = real->clCreateProgramWithSource(ctx, count, strings, lengths, &err);
+    if (!prog && retry_after_emptying_tier(err, "clCreateProgramWithSource"))
+        prog = real->clCreateProgramWithSource(ctx, count, strings, lengths, &err);
+    if (errcode_ret) *errcode_ret = err;
     /* Recorded even with CLSHIM_CACHE=0: fusion needs the program's input. */
     if (!prog) return prog;
     size_t total = 0;
@@ -449,7 +470,11 @@ cl_program pc_create_with_il(cl_context ctx, const void *il, size_t length, cl_i
             if (errcode_ret) *errcode_ret = CL_INVALID_OPERATION;
             return NULL;
         }
-        cl_program prog = real->clCreateProgramWithIL(ctx, il, length, errcode_ret);
+        cl_int err;
+        cl_program prog = real->clCreateProgramWithIL(ctx, il, length, &err);
+        if (!prog && retry_after_emptying_tier(err, "clCreateProgramWithIL"))
+            prog = real->clCreateProgramWithIL(ctx, il, length, &err);
+        if (errcode_ret) *errcode_ret = err;
         if (prog) {
             char *copy = malloc(length);
             if (copy) {
@@ -743,7 +768,10 @@ static cl_int driver_build(struct pc_program *rec, cl_uint ndev, const cl_device
 {
     if (!rec->translated) {
         set_effective(rec, NULL);
-        return real->clBuildProgram(rec->handle, ndev, devs, options, NULL, NULL);
+        cl_int rc = real->clBuildProgram(rec->handle, ndev, devs, options, NULL, NULL);
+        if (retry_after_emptying_tier(rc, "clBuildProgram"))
+            rc = real->clBuildProgram(rec->handle, ndev, devs, options, NULL, NULL);
+        return rc;
     }
     char why[512] = "";
     cl_int err = CL_SUCCESS;
@@ -757,6 +785,7 @@ static cl_int driver_build(struct pc_program *rec, cl_uint ndev, const cl_device
         return err;
     }
     cl_int rc = real->clBuildProgram(p, ndev, devs, options, NULL, NULL);
+    if (retry_after_emptying_tier(rc, "clBuildProgram")) rc = real->clBuildProgram(p, ndev, devs, options, NULL, NULL);
     /* Even a failed build stands in for the handle: the app's build log and
      * status queries are the driver's answers about it. */
     set_effective(rec, p);
@@ -801,11 +830,21 @@ static cl_program program_from_hits(cl_context ctx, struct pipeline_flight *fl, 
     int complete = bins && sizes;
     for (cl_uint i = 0; complete && i < ndev; i++)
         complete = (bins[i] = entry_binary(&fl[i], devs[i], &sizes[i])) != NULL;
-    if (complete) p = real->clCreateProgramWithBinary(ctx, ndev, devs, sizes, bins, NULL, err);
-    else if (bins && sizes) *err = CL_INVALID_BINARY;
+    if (complete) { /* the hit's own entries stay pinned while the tier is emptied */
+        p = real->clCreateProgramWithBinary(ctx, ndev, devs, sizes, bins, NULL, err);
+        if (!p && retry_after_emptying_tier(*err, "clCreateProgramWithBinary"))
+            p = real->clCreateProgramWithBinary(ctx, ndev, devs, sizes, bins, NULL, err);
+    } else if (bins && sizes) {
+        *err = CL_INVALID_BINARY;
+    }
     free(bins);
     free(sizes);
-    if (p && build && (*err = real->clBuildProgram(p, ndev, devs, options, NULL, NULL)) != CL_SUCCESS) {
+    if (p && build) {
+        *err = real->clBuildProgram(p, ndev, devs, options, NULL, NULL);
+        if (retry_after_emptying_tier(*err, "clBuildProgram"))
+            *err = real->clBuildProgram(p, ndev, devs, options, NULL, NULL);
+    }
+    if (p && build && *err != CL_SUCCESS) {
         real->clReleaseProgram(p);
         p = NULL;
     }
@@ -1230,6 +1269,8 @@ static cl_int compile_program(cl_program prog, cl_uint num_devices, const cl_dev
         struct pipeline_clock clk;
         pipeline_clock_start(&clk);
         err = real->clCompileProgram(prog, ndev, devs, options, num_headers, headers, header_names, NULL, NULL);
+        if (retry_after_emptying_tier(err, "clCompileProgram"))
+            err = real->clCompileProgram(prog, ndev, devs, options, num_headers, headers, header_names, NULL, NULL);
         pipeline_clock_stop(&clk);
         pipeline_key_finish(fl, ndev, prog); /* late keys: now they can fill */
         int any_fill = 0;
@@ -1262,6 +1303,19 @@ static cl_int compile_program(cl_program prog, cl_uint num_devices, const cl_dev
 
 /* ---- argument info for fusion ------------------------------------------------- */
 
+/* "options more" (just `more` when options is empty); NULL on no memory. */
+static char *join_options(const char *options, const char *more)
+{
+    if (!options || !*options) return strdup(more);
+    size_t len = strlen(options), add = strlen(more);
+    char *out = malloc(len + add + 2);
+    if (!out) return NULL;
+    memcpy(out, options, len);
+    out[len] = ' ';
+    memcpy(out + len + 1, more, add + 1);
+    return out;
+}
+
 /* `options` plus -cl-kernel-arg-info, or NULL when nothing needs adding:
  * PoCL answers clGetKernelArgInfo only for programs built with that option
  * or with no options at all. */
@@ -1274,12 +1328,19 @@ static char *options_with_arg_info(const char *options)
             (!p[sizeof flag - 1] || p[sizeof flag - 1] == ' ' || p[sizeof flag - 1] == '\t' ||
              p[sizeof flag - 1] == '\n'))
             return NULL;
-    size_t len = strlen(options);
-    char *out = malloc(len + sizeof flag + 1);
-    if (!out) return NULL;
-    memcpy(out, options, len);
-    out[len] = ' ';
-    memcpy(out + len + 1, flag, sizeof flag);
+    return join_options(options, flag);
+}
+
+/* The application's options with CLSHIM_BUILD_OPTIONS_APPEND (or
+ * _LINK_) appended: what the driver gets, the key holds and
+ * CL_PROGRAM_BUILD_OPTIONS answers, as if the application had passed them.
+ * NULL when nothing is appended (or, logged, on no memory: the build then
+ * goes on with the application's options alone). */
+static char *options_appended(const char *options, const char *append)
+{
+    if (!append || !*append) return NULL;
+    char *out = join_options(options, append);
+    if (!out) LOG_ONCE(LOG_WARN, "out of memory: a build went on without the appended options");
     return out;
 }
 
@@ -1299,32 +1360,38 @@ static void restore_app_options(cl_program prog, const char *options)
     pthread_mutex_unlock(&rec->lock);
 }
 
-cl_int pc_build(cl_program prog, cl_uint num_devices, const cl_device_id *device_list, const char *options,
+cl_int pc_build(cl_program prog, cl_uint num_devices, const cl_device_id *device_list, const char *app_options,
                 int want_arg_info, void(CL_CALLBACK *notify)(cl_program, void *), void *user_data)
 {
+    char *appended = options_appended(app_options, config_get()->build_options_append);
+    const char *options = appended ? appended : app_options;
     char *with = want_arg_info ? options_with_arg_info(options) : NULL;
     if (with) LOG_ONCE(LOG_INFO, "fusion is armed: programs built with options get -cl-kernel-arg-info added");
     cl_int rc = build_program(prog, num_devices, device_list, with ? with : options, notify, user_data);
     if (with) restore_app_options(prog, options);
     free(with);
+    free(appended);
     return rc;
 }
 
-cl_int pc_compile(cl_program prog, cl_uint num_devices, const cl_device_id *devices, const char *options,
+cl_int pc_compile(cl_program prog, cl_uint num_devices, const cl_device_id *devices, const char *app_options,
                   int want_arg_info, cl_uint num_headers, const cl_program *headers, const char **header_names,
                   void(CL_CALLBACK *notify)(cl_program, void *), void *user_data)
 {
+    char *appended = options_appended(app_options, config_get()->build_options_append);
+    const char *options = appended ? appended : app_options;
     char *with = want_arg_info ? options_with_arg_info(options) : NULL;
     cl_int rc = compile_program(prog, num_devices, devices, with ? with : options, num_headers, headers,
                                 header_names, notify, user_data);
     if (with) restore_app_options(prog, options);
     free(with);
+    free(appended);
     return rc;
 }
 
-cl_program pc_link(cl_context ctx, cl_uint num_devices, const cl_device_id *device_list_in, const char *options,
-                   cl_uint num_inputs, const cl_program *inputs, void(CL_CALLBACK *notify)(cl_program, void *),
-                   void *user_data, cl_int *errcode_ret)
+static cl_program link_program(cl_context ctx, cl_uint num_devices, const cl_device_id *device_list_in,
+                               const char *options, cl_uint num_inputs, const cl_program *inputs,
+                               void(CL_CALLBACK *notify)(cl_program, void *), void *user_data, cl_int *errcode_ret)
 {
     cl_program *mapped = num_inputs && inputs ? calloc(num_inputs, sizeof *mapped) : NULL;
     if (!mapped || (num_devices == 0) != (device_list_in == NULL) || (!notify && user_data)) {
@@ -1399,6 +1466,9 @@ cl_program pc_link(cl_context ctx, cl_uint num_devices, const cl_device_id *devi
         struct pipeline_clock clk;
         pipeline_clock_start(&clk);
         result = real->clLinkProgram(ctx, num_devices, device_list_in, options, num_inputs, mapped, NULL, NULL, &err);
+        if (!result && retry_after_emptying_tier(err, "clLinkProgram"))
+            result =
+                real->clLinkProgram(ctx, num_devices, device_list_in, options, num_inputs, mapped, NULL, NULL, &err);
         pipeline_clock_stop(&clk);
         if (cacheable) {
             out->handle = result;
@@ -1432,6 +1502,17 @@ cl_program pc_link(cl_context ctx, cl_uint num_devices, const cl_device_id *devi
     if (errcode_ret) *errcode_ret = err;
     if (notify && result) notify(result, user_data);
     return result;
+}
+
+cl_program pc_link(cl_context ctx, cl_uint num_devices, const cl_device_id *device_list_in, const char *app_options,
+                   cl_uint num_inputs, const cl_program *inputs, void(CL_CALLBACK *notify)(cl_program, void *),
+                   void *user_data, cl_int *errcode_ret)
+{
+    char *appended = options_appended(app_options, config_get()->link_options_append);
+    cl_program p = link_program(ctx, num_devices, device_list_in, appended ? appended : app_options, num_inputs,
+                                inputs, notify, user_data, errcode_ret);
+    free(appended);
+    return p;
 }
 
 /* ---- queries ------------------------------------------------------------- */
@@ -1819,17 +1900,17 @@ int pc_program_input(cl_program prog, enum key_kind *kind, void **input, size_t 
 
 #define ADVERTISED_IL "SPIR-V_1.0 SPIR-V_1.1 SPIR-V_1.2 SPIR-V_1.3 SPIR-V_1.4"
 
-cl_int pc_get_device_info(cl_device_id dev, cl_device_info param, size_t size, void *value, size_t *size_ret)
+cl_int pc_get_device_info(cl_device_id dev, cl_device_info param, size_t size, void *value, size_t *size_ret,
+                          const char *also)
 {
     const struct clshim_config *cfg = config_get();
-    if (!cfg->advertise_il || !cfg->spirv ||
-        (param != CL_DEVICE_IL_VERSION && param != CL_DEVICE_EXTENSIONS && param != CL_DEVICE_ILS_WITH_VERSION))
-        return real->clGetDeviceInfo(dev, param, size, value, size_ret);
-    const struct device_info *info = device_info(real, dev);
-    if (!info || info->has_native_il || !info->has_spir)
-        return real->clGetDeviceInfo(dev, param, size, value, size_ret);
-    if (param == CL_DEVICE_IL_VERSION) return answer(ADVERTISED_IL, sizeof ADVERTISED_IL, size, value, size_ret);
-    if (param == CL_DEVICE_ILS_WITH_VERSION) {
+    const struct device_info *info = NULL;
+    if (cfg->advertise_il && cfg->spirv &&
+        (param == CL_DEVICE_IL_VERSION || extstr_param(param) || param == CL_DEVICE_ILS_WITH_VERSION))
+        info = device_info(real, dev);
+    int il = info && !info->has_native_il && info->has_spir; /* clshim advertises IL here */
+    if (il && param == CL_DEVICE_IL_VERSION) return answer(ADVERTISED_IL, sizeof ADVERTISED_IL, size, value, size_ret);
+    if (il && param == CL_DEVICE_ILS_WITH_VERSION) {
         cl_name_version v[5];
         memset(v, 0, sizeof v);
         for (int i = 0; i < 5; i++) {
@@ -1838,19 +1919,11 @@ cl_int pc_get_device_info(cl_device_id dev, cl_device_info param, size_t size, v
         }
         return answer(v, sizeof v, size, value, size_ret);
     }
-    size_t n = 0;
-    cl_int rc = real->clGetDeviceInfo(dev, CL_DEVICE_EXTENSIONS, 0, NULL, &n);
-    if (rc != CL_SUCCESS) return rc;
-    char *ext = calloc(1, n + 32);
-    if (!ext) return CL_OUT_OF_HOST_MEMORY;
-    rc = real->clGetDeviceInfo(dev, CL_DEVICE_EXTENSIONS, n, ext, NULL);
-    if (rc == CL_SUCCESS) {
-        size_t len = strlen(ext);
-        snprintf(ext + len, 32, "%scl_khr_il_program", len && ext[len - 1] != ' ' ? " " : "");
-        rc = answer(ext, strlen(ext) + 1, size, value, size_ret);
+    if (extstr_param(param) && (il || also)) { /* CL_DEVICE_EXTENSIONS[_WITH_VERSION] */
+        const char *add[2] = {il ? "cl_khr_il_program" : NULL, also};
+        return extstr_device(real, dev, param, add, 2, size, value, size_ret);
     }
-    free(ext);
-    return rc;
+    return real->clGetDeviceInfo(dev, param, size, value, size_ret);
 }
 
 /* ---- derived programs ------------------------------------------------------ */

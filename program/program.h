@@ -81,8 +81,12 @@ cl_int pc_get_kernel_info(cl_kernel k, cl_kernel_info param, size_t size, void *
 cl_int pc_retain_kernel(cl_kernel k);
 cl_int pc_release_kernel(cl_kernel k);
 
-/* clGetDeviceInfo with CLSHIM_ADVERTISE_IL: IL version and extension. */
-cl_int pc_get_device_info(cl_device_id dev, cl_device_info param, size_t size, void *value, size_t *size_ret);
+/* clGetDeviceInfo with CLSHIM_ADVERTISE_IL: IL version and extension.
+ * `also` (may be NULL) is one more extension name CL_DEVICE_EXTENSIONS and
+ * CL_DEVICE_EXTENSIONS_WITH_VERSION list (one another module provides);
+ * common/extstr.h says how. */
+cl_int pc_get_device_info(cl_device_id dev, cl_device_info param, size_t size, void *value, size_t *size_ret,
+                          const char *also);
 
 
 /* Per-process statistics and the exit summary. */

@@ -47,6 +47,24 @@
  * clCancelFusionCLSHIM(queue): submits the held kernels individually, in
  * order, and ends fusion mode. CL_SUCCESS (also when not in fusion mode).
  *
+ * A Complete or Cancel with no Start before it on the queue (since the
+ * queue's last Complete or Cancel) does nothing more than the above; the
+ * first such call on each queue logs one "clshim:" warning line. A Start
+ * whose fusion mode ended early (below) still counts as a Start.
+ *
+ * clQueryFusionCLSHIM(queue, in_fusion_mode): sets *in_fusion_mode to
+ * CL_TRUE while the queue is in fusion mode — kernels enqueued on it now
+ * are held, and clStartFusionCLSHIM would return CL_INVALID_OPERATION —
+ * else CL_FALSE (never started, completed, cancelled, ended early, or an
+ * out-of-order queue). No side effect. Returns CL_SUCCESS;
+ * CL_INVALID_COMMAND_QUEUE for NULL or a queue the driver does not know;
+ * CL_INVALID_VALUE when in_fusion_mode is NULL.
+ *
+ * The capability: under clshim (and only there), where the extension API is
+ * served, CL_PLATFORM_EXTENSIONS and CL_DEVICE_EXTENSIONS name
+ * cl_clshim_kernel_fusion (and the _WITH_VERSION lists, at 1.0.0), so a
+ * library can test for it before looking the functions up.
+ *
  * Fusion mode also ends early whenever the held work could be observed (a
  * sync, another command on the queue, a wait on a held event, ...): the
  * kernels are then submitted individually and Complete returns a marker.
@@ -61,6 +79,7 @@ extern "C" {
 #endif
 
 #define cl_clshim_kernel_fusion 1
+#define CL_CLSHIM_KERNEL_FUSION_EXTENSION_NAME "cl_clshim_kernel_fusion"
 
 typedef cl_ulong cl_fusion_properties_clshim; /* a cl_properties list */
 
@@ -74,6 +93,7 @@ typedef cl_int(CL_API_CALL *clCompleteFusionCLSHIM_fn)(cl_command_queue queue,
                                                        const cl_fusion_properties_clshim *properties,
                                                        cl_event *event);
 typedef cl_int(CL_API_CALL *clCancelFusionCLSHIM_fn)(cl_command_queue queue);
+typedef cl_int(CL_API_CALL *clQueryFusionCLSHIM_fn)(cl_command_queue queue, cl_bool *in_fusion_mode);
 
 #ifdef __cplusplus
 }

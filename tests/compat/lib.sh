@@ -137,6 +137,17 @@ compat_run() {
 }
 
 # Sums the "summary:" lines clshim wrote at each process exit: "HITS MISSES".
+# clinfo under clshim lists cl_clshim_kernel_fusion (issue 36) in the
+# platform's and each device's extensions, with and without versions, at the
+# end of each list: fails unless it is there (4 times at least: a platform
+# and a device, two formats), then writes the output without those additions,
+# which must be the plain output.
+compat_clinfo_without_ext() { # clinfo-output-file result-file
+    [ "$(grep -c 'cl_clshim_kernel_fusion' "$1")" -ge 4 ] || return 1
+    sed -e 's/ cl_clshim_kernel_fusion\(:0x400000\)\{0,1\}$//' \
+        -e '/^ *cl_clshim_kernel_fusion  *0x400000 (1\.0\.0)$/d' "$1" >"$2"
+}
+
 compat_shim_counts() { # outdir
     local log=$1/clshim.log
     [ -f "$log" ] || { echo "0 0"; return; }

@@ -6,7 +6,8 @@
 # clshim on an empty cache and again on the filled cache — the same output,
 # and the warm run compiles nothing; armed with a fusion plan naming every
 # kernel it launches (make compat's armed mode, in small), the same output
-# again and something fused; clinfo's output identical. Needs
+# again and something fused; clinfo's output identical but for the
+# cl_clshim_kernel_fusion clshim reports (docs/fusion.md). Needs
 # python3-pyopencl, which make check installs: its absence is a failure here,
 # not a skip. Needs no network.
 source "$(dirname "$0")/lib.sh"
@@ -60,11 +61,15 @@ for args in "" "--raw"; do
     for mode in plain cold warm; do compat_run "$mode" "$R/clinfo-$mode" "$TMP/cache-clinfo$args" "$TMP" clinfo $args; done
     [ "$(cat "$R/clinfo-plain/rc")" = 0 ] && [ -s "$R/clinfo-plain/stdout" ] || fail "clinfo $args fails without clshim"
     for mode in cold warm; do
-        for f in stdout stderr rc; do
+        compat_clinfo_without_ext "$R/clinfo-$mode/stdout" "$R/clinfo-$mode/stdout.noext" ||
+            fail "clinfo $args ($mode): cl_clshim_kernel_fusion not listed"
+        cmp -s "$R/clinfo-plain/stdout" "$R/clinfo-$mode/stdout.noext" ||
+            { diff "$R/clinfo-plain/stdout" "$R/clinfo-$mode/stdout.noext" | head -n 10; fail "clinfo $args ($mode): stdout differs"; }
+        for f in stderr rc; do
             cmp -s "$R/clinfo-plain/$f" "$R/clinfo-$mode/$f" ||
                 { diff "$R/clinfo-plain/$f" "$R/clinfo-$mode/$f" | head -n 10; fail "clinfo $args ($mode): $f differs"; }
         done
     done
-    ok "clinfo${args:+ $args}: identical output with clshim"
+    ok "clinfo${args:+ $args}: identical output with clshim but for cl_clshim_kernel_fusion"
 done
 finish

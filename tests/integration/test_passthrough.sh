@@ -33,10 +33,14 @@ LD_PRELOAD=$SHIM CLSHIM_LOG=debug /bin/true 2>"$TMP/true.err"
 [ ! -s "$TMP/true.err" ] || fail "the shim printed something in a process without OpenCL"
 ok "silent in processes that never call OpenCL"
 
-# clinfo: identical output.
+# clinfo: identical output, but for the cl_clshim_kernel_fusion clshim
+# lists (docs/fusion.md).
 if command -v clinfo >/dev/null; then
+    source "$CLSHIM_ROOT/tests/compat/lib.sh"
     run_plain plain clinfo
     run_shim shim clinfo
-    same_output plain shim "clinfo: identical output"
+    compat_clinfo_without_ext "$TMP/shim.out" "$TMP/shimnoext.out" || fail "clinfo: cl_clshim_kernel_fusion not listed"
+    cp "$TMP/shim.rc" "$TMP/shimnoext.rc"
+    same_output plain shimnoext "clinfo: identical output but for cl_clshim_kernel_fusion"
 fi
 finish

@@ -113,6 +113,35 @@ static void lru_limit_spares_pinned(void **state)
     memtier_set_limit(0);
 }
 
+/* switched off, the tier holds nothing unpinned but still joins a fill in
+ * flight (single flight); switched on again, it keeps entries */
+static void keep_off_holds_nothing(void **state)
+{
+    (void)state;
+    memtier_clear();
+    memtier_set_keep(0);
+    char blob[100] = {0};
+    memtier_entry *e, *w;
+    assert_int_equal(memtier_acquire(H(150), 1, &e), MEMTIER_FILL);
+    assert_int_equal(memtier_acquire(H(150), 0, &w), MEMTIER_BUSY); /* a fill in flight is shared */
+    memtier_fill(e, blob, sizeof blob, "", 0);
+    assert_int_equal(memtier_acquire(H(150), 1, &w), MEMTIER_HIT); /* pinned: still there */
+    memtier_release(w);
+    memtier_release(e);
+    uint64_t bytes, entries;
+    memtier_usage(&bytes, &entries);
+    assert_int_equal(bytes, 0);
+    assert_int_equal(entries, 0);
+    assert_int_equal(memtier_acquire(H(150), 1, &e), MEMTIER_FILL); /* nothing was kept */
+    memtier_fill(e, blob, sizeof blob, "", 0);
+    memtier_set_keep(1);
+    memtier_release(e);
+    memtier_usage(&bytes, &entries);
+    assert_int_equal(entries, 1);
+    assert_int_equal(memtier_clear(), 1); /* clear says how many it dropped */
+    assert_int_equal(memtier_clear(), 0);
+}
+
 static int released;
 static void release_obj(void *o) { (void)o; released++; }
 static int retain_obj(void *o) { return (void)o, 0; }
@@ -143,7 +172,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(single_flight),           cmocka_unit_test(failure_reaches_waiters),
         cmocka_unit_test(busy_without_wait),       cmocka_unit_test(lru_limit_spares_pinned),
-        cmocka_unit_test(attached_objects),
+        cmocka_unit_test(keep_off_holds_nothing),  cmocka_unit_test(attached_objects),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

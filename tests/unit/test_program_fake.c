@@ -16,21 +16,47 @@
 
 #include <cmocka.h>
 
+#include "cache/memtier.h"
 #include "program/program.h"
 
 #define INJECTED (-9999) /* no OpenCL error: only the fake returns it */
 
 static long calls, fail_at = -1, injected;
+/* The next `short_left` calls of the fake function named `short_fn` fail
+ * with `short_err` (a driver out of resources). */
+static const char *short_fn;
+static int short_left;
+static cl_int short_err;
+static long short_calls; /* calls of short_fn, failed or not */
 
-/* Nonzero when this driver call is the one that fails. */
-static int fault_at_call(const char *fn)
+/* The error this driver call fails with (INJECTED for the n-th call, or a
+ * shortage), else 0. */
+static cl_int fault_at_call(const char *fn)
 {
     if (getenv("FAKE_TRACE")) fprintf(stderr, "call %ld %s%s\n", calls, fn, calls == fail_at ? " FAILS" : "");
+    if (short_fn && !strcmp(fn, short_fn)) {
+        short_calls++;
+        if (short_left > 0) {
+            short_left--;
+            calls++;
+            return short_err;
+        }
+    }
     if (calls++ != fail_at) return 0;
     injected++;
-    return 1;
+    return INJECTED;
 }
 #define fault() fault_at_call(__func__)
+#define FAULT_RETURN()                                                                                              \
+    do {                                                                                                            \
+        cl_int fault_ = fault();                                                                                    \
+        if (fault_) return fault_;                                                                                  \
+    } while (0)
+#define FAULT_RETURN_NULL(err)                                                                                      \
+    do {                                                                                                            \
+        cl_int fault_ = fault();                                                                                    \
+        if (fault_) return *(err) = fault_, NULL;                                                                   \
+    } while (0)
 
 struct fprog {
     int refs, built, nkernels;
@@ -62,14 +88,14 @@ static cl_int answer_text(const char *s, size_t size, void *value, size_t *size_
 
 static cl_int f_platform_info(cl_platform_id p, cl_platform_info param, size_t size, void *value, size_t *ret)
 {
-    if (fault()) return INJECTED;
+    FAULT_RETURN();
     if (p != PLAT) return CL_INVALID_PLATFORM;
     return answer_text(param == CL_PLATFORM_NAME ? "Fake Platform" : "OpenCL 3.0 fake", size, value, ret);
 }
 
 static cl_int f_device_info(cl_device_id d, cl_device_info param, size_t size, void *value, size_t *ret)
 {
-    if (fault()) return INJECTED;
+    FAULT_RETURN();
     if (d != DEV) return CL_INVALID_DEVICE;
     cl_uint u = 64;
     cl_device_type type = CL_DEVICE_TYPE_CPU;
@@ -87,7 +113,7 @@ static cl_int f_device_info(cl_device_id d, cl_device_info param, size_t size, v
 
 static cl_int f_context_info(cl_context c, cl_context_info param, size_t size, void *value, size_t *ret)
 {
-    if (fault()) return INJECTED;
+    FAULT_RETURN();
     if (c != CTX || param != CL_CONTEXT_DEVICES) return CL_INVALID_VALUE;
     return answer(&DEV, sizeof DEV, size, value, ret);
 }
@@ -105,7 +131,7 @@ static struct fprog *new_program(const char *src, size_t len)
 static cl_program f_create_source(cl_context c, cl_uint n, const char **strings, const size_t *lengths,
                                   cl_int *err)
 {
-    if (fault()) return *err = INJECTED, NULL;
+    FAULT_RETURN_NULL(err);
     if (c != CTX || n != 1) return *err = CL_INVALID_VALUE, NULL;
     *err = CL_SUCCESS;
     return (cl_program)new_program(strings[0], lengths && lengths[0] ? lengths[0] : strlen(strings[0]));
@@ -116,7 +142,7 @@ static const char BIN_MAGIC[] = "FAKEBIN:";
 static cl_program f_create_binary(cl_context c, cl_uint n, const cl_device_id *devs, const size_t *sizes,
                                   const unsigned char **bins, cl_int *status, cl_int *err)
 {
-    if (fault()) return *err = INJECTED, NULL;
+    FAULT_RETURN_NULL(err);
     if (c != CTX || n != 1 || devs[0] != DEV) return *err = CL_INVALID_VALUE, NULL;
     if (sizes[0] < 8 || memcmp(bins[0], BIN_MAGIC, 8)) {
         if (status) status[0] = CL_INVALID_BINARY;
@@ -131,7 +157,7 @@ static cl_int f_build(cl_program prog, cl_uint n, const cl_device_id *devs, cons
                       void(CL_CALLBACK *notify)(cl_program, void *), void *user)
 {
     (void)n, (void)devs, (void)notify, (void)user;
-    if (fault()) return INJECTED;
+    FAULT_RETURN();
     struct fprog *p = (struct fprog *)prog;
     if (p->nkernels) return CL_INVALID_OPERATION;
     snprintf(p->options, sizeof p->options, "%s", options ? options : "");
@@ -147,7 +173,7 @@ static cl_int f_build(cl_program prog, cl_uint n, const cl_device_id *devs, cons
 
 static cl_int f_program_info(cl_program prog, cl_program_info param, size_t size, void *value, size_t *ret)
 {
-    if (fault()) return INJECTED;
+    FAULT_RETURN();
     struct fprog *p = (struct fprog *)prog;
     cl_uint one = 1, refs = (cl_uint)p->refs;
     size_t bin_size = p->built ? 8 + strlen(p->src) : 0;
@@ -172,7 +198,7 @@ static cl_int f_program_info(cl_program prog, cl_program_info param, size_t size
 static cl_int f_build_info(cl_program prog, cl_device_id d, cl_program_build_info param, size_t size, void *value,
                            size_t *ret)
 {
-    if (fault()) return INJECTED;
+    FAULT_RETURN();
     struct fprog *p = (struct fprog *)prog;
     if (d != DEV) return CL_INVALID_DEVICE;
     switch (param) {
@@ -185,7 +211,7 @@ static cl_int f_build_info(cl_program prog, cl_device_id d, cl_program_build_inf
 
 static cl_int f_retain_program(cl_program prog)
 {
-    if (fault()) return INJECTED;
+    FAULT_RETURN();
     ((struct fprog *)prog)->refs++;
     return CL_SUCCESS;
 }
@@ -205,7 +231,7 @@ static cl_int f_release_program(cl_program prog)
 
 static cl_kernel f_create_kernel(cl_program prog, const char *name, cl_int *err)
 {
-    if (fault()) return *err = INJECTED, NULL;
+    FAULT_RETURN_NULL(err);
     struct fprog *p = (struct fprog *)prog;
     if (!p->built) return *err = CL_INVALID_PROGRAM_EXECUTABLE, NULL;
     if (strcmp(name, "k")) return *err = CL_INVALID_KERNEL_NAME, NULL;
@@ -221,7 +247,7 @@ static cl_kernel f_create_kernel(cl_program prog, const char *name, cl_int *err)
 
 static cl_int f_retain_kernel(cl_kernel kernel)
 {
-    if (fault()) return INJECTED;
+    FAULT_RETURN();
     ((struct fkern *)kernel)->refs++;
     return CL_SUCCESS;
 }
@@ -240,7 +266,7 @@ static cl_int f_release_kernel(cl_kernel kernel)
 
 static cl_int f_kernel_info(cl_kernel kernel, cl_kernel_info param, size_t size, void *value, size_t *ret)
 {
-    if (fault()) return INJECTED;
+    FAULT_RETURN();
     struct fkern *k = (struct fkern *)kernel;
     if (param == CL_KERNEL_PROGRAM) return answer(&k->p, sizeof k->p, size, value, ret);
     if (param == CL_KERNEL_FUNCTION_NAME) return answer_text("k", size, value, ret);
@@ -312,12 +338,19 @@ static void scenario(int iteration)
     }
 }
 
-static void every_driver_call_can_fail(void **state)
+static void init_once(void)
 {
-    (void)state;
+    static int done;
+    if (done++) return;
     /* Deterministic driver-call order: captures on this thread. */
     setenv("CLSHIM_CAPTURE_BACKGROUND", "0", 1);
     pc_init(&fake);
+}
+
+static void every_driver_call_can_fail(void **state)
+{
+    (void)state;
+    init_once();
     /* The number of driver calls the scenario makes without faults. */
     fail_at = -1;
     calls = 0;
@@ -340,10 +373,100 @@ static void every_driver_call_can_fail(void **state)
     assert_true(injected >= total / 2); /* the faults did hit */
 }
 
+/* Builds `src` (a miss: its binary goes to the in-memory tier); returns
+ * the program, which the caller releases. */
+static cl_program built(const char *src)
+{
+    cl_int err;
+    cl_program p = pc_create_with_source(CTX, 1, &src, NULL, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    assert_int_equal(pc_build(p, 1, &DEV, "", 0, NULL, NULL), CL_SUCCESS);
+    return p;
+}
+
+static void short_of(const char *fn, cl_int err, int times)
+{
+    short_fn = fn;
+    short_err = err;
+    short_left = times;
+    short_calls = 0;
+}
+
+/* a build or a program creation the driver refuses for want of resources
+ * while the in-memory tier holds entries no build uses: the tier is emptied
+ * and the call made once more, which succeeds */
+static void out_of_resources_empties_tier_and_retries(void **state)
+{
+    (void)state;
+    init_once();
+    memtier_clear();
+    static const char long_src[] = "__kernel void k(void) {} // a long source: its binary is the larger one";
+    static const char short_src[] = "__kernel void k(void) {} // b";
+    /* Pinned entries (builds in flight) are never dropped; what the other
+     * tests left pinned is counted here. */
+    uint64_t pinned_bytes, pinned, bytes, entries;
+    memtier_usage(&pinned_bytes, &pinned);
+    cl_program a = built(long_src);
+    memtier_usage(&bytes, &entries);
+    assert_int_equal(entries, pinned + 1);
+    assert_int_equal(bytes, pinned_bytes + 8 + strlen(long_src)); /* the fake's binary: magic + source */
+
+    short_of("f_build", CL_OUT_OF_RESOURCES, 1);
+    cl_int err;
+    const char *s = short_src;
+    cl_program b = pc_create_with_source(CTX, 1, &s, NULL, &err);
+    assert_int_equal(pc_build(b, 1, &DEV, "", 0, NULL, NULL), CL_SUCCESS);
+    assert_int_equal(short_calls, 2); /* refused, then retried */
+    memtier_usage(&bytes, &entries);
+    assert_int_equal(entries, pinned + 1); /* a's entry went; b's came */
+    assert_int_equal(bytes, pinned_bytes + 8 + strlen(short_src));
+
+    short_of("f_create_source", CL_OUT_OF_HOST_MEMORY, 1);
+    const char *c_src = "__kernel void k(void) {} // c";
+    cl_program c = pc_create_with_source(CTX, 1, &c_src, NULL, &err);
+    assert_non_null(c);
+    assert_int_equal(err, CL_SUCCESS);
+    assert_int_equal(short_calls, 2);
+    memtier_usage(&bytes, &entries);
+    assert_int_equal(entries, pinned);
+    short_fn = NULL;
+    assert_int_equal(pc_release_program(a), CL_SUCCESS);
+    assert_int_equal(pc_release_program(b), CL_SUCCESS);
+    assert_int_equal(pc_release_program(c), CL_SUCCESS);
+    assert_int_equal(live_programs, 0);
+}
+
+/* with nothing in the tier to drop, or when the retry fails too, the app
+ * gets exactly the driver's error, after at most one retry */
+static void out_of_resources_retried_at_most_once(void **state)
+{
+    (void)state;
+    init_once();
+    memtier_clear();
+    cl_int err;
+    const char *src = "__kernel void k(void) {} // d";
+    short_of("f_create_source", CL_OUT_OF_RESOURCES, 1);
+    assert_null(pc_create_with_source(CTX, 1, &src, NULL, &err));
+    assert_int_equal(err, CL_OUT_OF_RESOURCES);
+    assert_int_equal(short_calls, 1); /* nothing to drop: no retry */
+
+    cl_program a = built("__kernel void k(void) {} // e");
+    short_of("f_build", CL_OUT_OF_RESOURCES, 2);
+    cl_program b = pc_create_with_source(CTX, 1, &src, NULL, &err);
+    assert_int_equal(pc_build(b, 1, &DEV, "", 0, NULL, NULL), CL_OUT_OF_RESOURCES);
+    assert_int_equal(short_calls, 2); /* one retry only */
+    short_fn = NULL;
+    assert_int_equal(pc_release_program(a), CL_SUCCESS);
+    assert_int_equal(pc_release_program(b), CL_SUCCESS);
+    assert_int_equal(live_programs, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(every_driver_call_can_fail),
+        cmocka_unit_test(out_of_resources_empties_tier_and_retries),
+        cmocka_unit_test(out_of_resources_retried_at_most_once),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
