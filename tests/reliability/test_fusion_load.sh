@@ -26,7 +26,9 @@ worker() { # id mode
             echo "worker $id ($m) failed or hung" >>"$TMP/errors"; return
         fi
         cmp -s "$TMP/ref_$m.out" "$TMP/w$id.out" || { echo "worker $id ($m): results differ" >>"$TMP/errors"; return; }
-        grep 'clshim:' "$TMP/w$id.err" |
+        # The slow-load lines are expected where loading costs more than the
+        # compile it replaces (a TSan build: loads 10x slower, 2026-11-28).
+        grep 'clshim:' "$TMP/w$id.err" | grep -v 'more than its compile' |
             grep -v 'fused .* into one launch\|fusion: again [0-9]* times: \|building the fused kernel\|submitted unfused: \|fusion summary\|fusion plan:\|summary:\|hit \|miss \|stored ' \
             >>"$TMP/lines" || true
         occurrences ' into one launch' "$TMP/w$id.err" >>"$TMP/fused$id"
