@@ -606,23 +606,16 @@ int fs_join(const struct fs_part *parts, uint32_t n, struct fs_join *out, char *
         }
         if (sc.decl.oom || sc.macros.oom || sc.cond.oom) rc = CLSHIM_ENOMEM;
         if (!rc) {
-            char line[600];
-            for (uint32_t i = 0; i < sc.decl.n; i++) {
-                snprintf(line, sizeof line, "#define %s %s%u_%s\n", sc.decl.v[i], out->prefix, (unsigned)p,
-                         sc.decl.v[i]);
-                add(&t, "%s", line);
-            }
+            for (uint32_t i = 0; i < sc.decl.n; i++)
+                add(&t, "#define %s %s%u_%s\n", sc.decl.v[i], out->prefix, (unsigned)p, sc.decl.v[i]);
             add(&t, "%s", "#line 1\n");
             add_bytes(&t, parts[p].source, parts[p].len);
             add(&t, "%s", "\n");
             for (uint32_t s = 0; s < 2; s++) {
                 const struct fs_names *set = s ? &sc.macros : &sc.decl;
-                for (uint32_t i = 0; i < set->n; i++) {
-                    snprintf(line, sizeof line, "#undef %s\n", set->v[i]);
-                    add(&t, "%s", line);
-                }
+                for (uint32_t i = 0; i < set->n; i++) add(&t, "#undef %s\n", set->v[i]);
             }
-            qsort(sc.decl.v, sc.decl.n, sizeof *sc.decl.v, cmp_str);
+            if (sc.decl.n) qsort(sc.decl.v, sc.decl.n, sizeof *sc.decl.v, cmp_str);
             out->names[p] = sc.decl;
             memset(&sc.decl, 0, sizeof sc.decl);
         }
@@ -653,7 +646,7 @@ int fs_join_name(const struct fs_join *j, uint32_t part, const char *name, char 
 {
     const struct fs_names *s = &j->names[part];
     const char *key = name;
-    if (!bsearch(&key, s->v, s->n, sizeof *s->v, cmp_str)) return 0;
+    if (!s->n || !bsearch(&key, s->v, s->n, sizeof *s->v, cmp_str)) return 0;
     snprintf(out, len, "%s%u_%s", j->prefix, (unsigned)part, name);
     return 1;
 }
