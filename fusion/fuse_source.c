@@ -210,11 +210,13 @@ void fs_program_free(struct fs_program *p)
 }
 
 /* Several programs: joins them, renames each kernel's callee name and
- * parameter types as the join spells them, and generates. */
+ * parameter types as the join spells them, and generates. A refusal of the
+ * join itself follows from the programs alone: res->permanent is set. */
 static int generate_joined(const struct fs_part *parts, uint32_t nparts, const uint32_t *kpart,
-                           const struct fuse_request *req, const struct fuse_result *res, struct kernel_info *info,
+                           const struct fuse_request *req, struct fuse_result *res, struct kernel_info *info,
                            struct fs_program *out, char *why, size_t why_len)
 {
+    res->permanent = 1;
     for (uint32_t p = 1; p < nparts; p++) {
         int rc = fs_join_options(parts[0].options, parts[p].options, why, why_len);
         if (rc) return rc;
@@ -243,7 +245,10 @@ static int generate_joined(const struct fs_part *parts, uint32_t nparts, const u
                 rc = refuse(why, why_len, "kernel '%s' parameter %u: its type renamed is too long", name,
                             (unsigned)p);
     }
-    if (!rc) rc = generate(j.text, j.len, req, res, info, callee, out, why, why_len);
+    if (!rc) {
+        res->permanent = 0; /* what generate refuses depends on the ranges and the arguments too */
+        rc = generate(j.text, j.len, req, res, info, callee, out, why, why_len);
+    }
     for (uint32_t i = 0; callee && i < req->num_kernels; i++) free(callee[i]);
     free(callee);
     fs_join_free(&j);
@@ -289,7 +294,10 @@ int fs_fuse_parts(const struct clshim_llvm_api *api, const struct fs_part *parts
         rc = api->kernel_info(k->module_bc, k->module_size, k->name, &info[i], err, sizeof err);
         if (rc) snprintf(why, why_len, "kernel '%s': %s", k->name, err);
     }
-    if (!rc && nparts > 1) rc = generate_joined(parts, nparts, kpart, req, res, info, out, why, why_len);
+    if (!rc && nparts > 1) {
+        rc = generate_joined(parts, nparts, kpart, req, res, info, out, why, why_len);
+        if (rc != CLSHIM_EUNSUPPORTED) res->permanent = 0; /* out of memory is not the programs' doing */
+    }
     else if (!rc) rc = generate(parts[0].source, parts[0].len, req, res, info, NULL, out, why, why_len);
     for (size_t i = 0; info && i < req->num_kernels; i++) api->free(info[i].params);
     free(info);
@@ -474,13 +482,13 @@ static int directive(struct scan *sc, uint32_t part, char *why, size_t why_len)
     if (k != 'i') goto rest; /* a null directive, or a line marker */
     if (word_is(t, n, "include") || word_is(t, n, "import") || word_is(t, n, "include_next"))
         return refuse(why, why_len, "program %u has #include (a header shared by the programs cannot be "
-                      "renamed apart)", (unsigned)part);
+                      "renamed apart)", (unsigned)part + 1);
     if (word_is(t, n, "define")) {
         if (next_token(sc, &t, &n, 1, NULL) == 'i') names_add(&sc->macros, t, n);
     } else if (word_is(t, n, "undef")) {
         if (next_token(sc, &t, &n, 1, NULL) == 'i' && !names_has(&sc->macros, t, n))
             return refuse(why, why_len, "program %u has #undef %.*s, a macro it does not define (it would "
-                          "hold for the programs after it)", (unsigned)part, (int)n, t);
+                          "hold for the programs after it)", (unsigned)part + 1, (int)n, t);
     } else if (word_is(t, n, "pragma")) {
         const char *w[4];
         size_t wn[4];
@@ -492,7 +500,7 @@ static int directive(struct scan *sc, uint32_t part, char *why, size_t why_len)
               word_is(w[3], wn[3], "enable");
         if (!ok)
             return refuse(why, why_len, "program %u has a #pragma other than OPENCL EXTENSION ...: enable "
-                          "(it could hold for the programs after it)", (unsigned)part);
+                          "(it could hold for the programs after it)", (unsigned)part + 1);
     } else if (word_is(t, n, "if") || word_is(t, n, "ifdef") || word_is(t, n, "ifndef") || word_is(t, n, "elif")) {
         char c;
         while ((c = next_token(sc, &t, &n, 1, NULL)) != 0)
@@ -599,10 +607,11 @@ int fs_join(const struct fs_part *parts, uint32_t n, struct fs_join *out, char *
         for (uint32_t i = 0; !rc && i < sc.decl.n; i++) {
             const char *name = sc.decl.v[i];
             if (names_has(&sc.macros, name, strlen(name)))
-                rc = refuse(why, why_len, "program %u defines '%s' both as a macro and as a name", (unsigned)p, name);
+                rc = refuse(why, why_len, "program %u defines '%s' both as a macro and as a name", (unsigned)p + 1,
+                            name);
             else if (names_has(&sc.cond, name, strlen(name)))
                 rc = refuse(why, why_len, "program %u tests '%s' in a conditional directive, and that name is "
-                            "renamed", (unsigned)p, name);
+                            "renamed", (unsigned)p + 1, name);
         }
         if (sc.decl.oom || sc.macros.oom || sc.cond.oom) rc = CLSHIM_ENOMEM;
         if (!rc) {

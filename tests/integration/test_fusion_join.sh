@@ -71,4 +71,13 @@ vs_plain optsok CLSHIM_FUSE="elwise_kernel+elwise_kernel" -- --programs 2 --opti
 [ "$(fused elwise_kernel+elwise_kernel optsok)" = 2 ] || fail "optsok: expected 2 fused launches"
 ok "options that change no code: joined"
 
+# 7. A pragma that would hold for the program after it: refused, once, for good.
+vs_plain pragma CLSHIM_FUSE="$K3" -- --programs 3 --contract-off2 --iterations 3
+[ "$(fused '' pragma)" = 0 ] || fail "pragma: fused although program 2 sets FP_CONTRACT"
+[ "$(grep ') refused: ' "$TMP/pragma.err" | grep -vc 'again [0-9]* times')" = 1 ] || fail "pragma: expected one refusal line"
+grep ') refused: ' "$TMP/pragma.err" | grep -q "program 2 has a #pragma other than OPENCL EXTENSION" ||
+    fail "pragma: the refusal does not say why: $(grep ') refused: ' "$TMP/pragma.err")"
+grep -q "not tried again in this process" "$TMP/pragma.err" || fail "pragma: the refusal is tried again"
+ok "a program that sets FP_CONTRACT: refused with the reason, not tried again, run unfused"
+
 finish

@@ -11,10 +11,11 @@
  * without the shim can be diffed.
  *
  *   elwise_progs [--programs 2|3] [--n N] [--iterations I] [--reps R]
- *                [--steps S] [--cus C] [--options2 OPTS]
+ *                [--steps S] [--cus C] [--options2 OPTS] [--contract-off2]
  *
  * --programs 2 runs the first two kernels only. --options2 builds program
- * 2 with other options. The ND-range is PyOpenCL's `splay` for the
+ * 2 with other options; --contract-off2 starts its source with
+ * `#pragma OPENCL FP_CONTRACT OFF` (which would hold for a program after it). The ND-range is PyOpenCL's `splay` for the
  * device's compute units (--cus C: for C of them instead, to prime a cache
  * for another device). With --reps R: R timed rounds of S steps (default
  * 20) back to back, then one clFinish ("pipelined"), and R rounds of one
@@ -93,6 +94,7 @@ int main(int argc, char **argv)
     int nprogs = 3, iters = 2, reps = 0, steps = 20;
     size_t n = 100003, cus = 0;
     const char *options2 = "";
+    int contract_off2 = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--programs") && i + 1 < argc) nprogs = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--n") && i + 1 < argc) n = (size_t)atol(argv[++i]);
@@ -101,9 +103,10 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--cus") && i + 1 < argc) cus = (size_t)atol(argv[++i]);
         else if (!strcmp(argv[i], "--options2") && i + 1 < argc) options2 = argv[++i];
+        else if (!strcmp(argv[i], "--contract-off2")) contract_off2 = 1;
         else {
             fprintf(stderr, "usage: elwise_progs [--programs 2|3] [--n N] [--iterations I] [--reps R] [--steps S] "
-                    "[--cus C] [--options2 OPTS]\n");
+                    "[--cus C] [--options2 OPTS] [--contract-off2]\n");
             return 2;
         }
     }
@@ -120,7 +123,9 @@ int main(int argc, char **argv)
     cl_program prog[3];
     cl_kernel k[3];
     for (int p = 0; p < nprogs; p++) {
-        prog[p] = clCreateProgramWithSource(ctx, 1, &sources[p], NULL, &err);
+        const char *text[2] = {"#pragma OPENCL FP_CONTRACT OFF\n", sources[p]};
+        int off = !(p == 1 && contract_off2);
+        prog[p] = clCreateProgramWithSource(ctx, 2 - off, text + off, NULL, &err);
         CHECK(err);
         err = clBuildProgram(prog[p], 1, &dev, p == 1 ? options2 : "", NULL, NULL);
         if (err != CL_SUCCESS) {
