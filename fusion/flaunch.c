@@ -651,7 +651,8 @@ static int make(void *arg, void **bitcode, size_t *bitcode_size, void **meta, si
             snprintf(m->why, m->why_len, "out of memory");
             goto out;
         }
-        for (uint32_t j = 0; j < nmods; j++) parts[j] = (struct fs_part){mods[j].input, mods[j].input_len, mods[j].options};
+        for (uint32_t j = 0; j < nmods; j++)
+            parts[j] = (struct fs_part){mods[j].input, mods[j].input_len, mods[j].options};
         e = fs_fuse_parts(api, parts, nmods, kmod, &req, &res, &gen, m->why, m->why_len);
         free(parts);
         if (!e && (m->flags & FB_INTERNAL))

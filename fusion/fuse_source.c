@@ -401,9 +401,11 @@ struct scan {
     struct fs_names decl;    /* declared at file scope (renamed) */
     struct fs_names macros;  /* #define'd (#undef'd after the program) */
     struct fs_names cond;    /* identifiers of #if/#ifdef/#ifndef/#elif lines */
+    struct fs_names ext;     /* extensions enabled (disabled again after the program) */
 };
 
-/* Skips white space, comments and backslash-newlines; 1 at a line start. */
+/* Skips white space, comments and backslash-newlines (in a directive, up
+ * to the end of its line). */
 static void skip_space(struct scan *sc, int in_directive)
 {
     while (sc->at < sc->len) {
@@ -501,6 +503,7 @@ static int directive(struct scan *sc, uint32_t part, char *why, size_t why_len)
         if (!ok)
             return refuse(why, why_len, "program %u has a #pragma other than OPENCL EXTENSION ...: enable "
                           "(it could hold for the programs after it)", (unsigned)part + 1);
+        if (nw == 4) names_add(&sc->ext, w[2], wn[2]);
     } else if (word_is(t, n, "if") || word_is(t, n, "ifdef") || word_is(t, n, "ifndef") || word_is(t, n, "elif")) {
         char c;
         while ((c = next_token(sc, &t, &n, 1, NULL)) != 0)
@@ -602,7 +605,7 @@ int fs_join(const struct fs_part *parts, uint32_t n, struct fs_join *out, char *
     add(&t, "%s", "/* clshim: programs joined (route (b)); each one's file-scope names renamed */\n");
     int rc = 0;
     for (uint32_t p = 0; p < n && !rc; p++) {
-        struct scan sc = {parts[p].source, parts[p].len, 0, {0}, {0}, {0}};
+        struct scan sc = {parts[p].source, parts[p].len, 0, {0}, {0}, {0}, {0}};
         rc = scan_source(&sc, p, why, why_len);
         for (uint32_t i = 0; !rc && i < sc.decl.n; i++) {
             const char *name = sc.decl.v[i];
@@ -613,7 +616,7 @@ int fs_join(const struct fs_part *parts, uint32_t n, struct fs_join *out, char *
                 rc = refuse(why, why_len, "program %u tests '%s' in a conditional directive, and that name is "
                             "renamed", (unsigned)p + 1, name);
         }
-        if (sc.decl.oom || sc.macros.oom || sc.cond.oom) rc = CLSHIM_ENOMEM;
+        if (sc.decl.oom || sc.macros.oom || sc.cond.oom || sc.ext.oom) rc = CLSHIM_ENOMEM;
         if (!rc) {
             for (uint32_t i = 0; i < sc.decl.n; i++)
                 add(&t, "#define %s %s%u_%s\n", sc.decl.v[i], out->prefix, (unsigned)p, sc.decl.v[i]);
@@ -624,6 +627,9 @@ int fs_join(const struct fs_part *parts, uint32_t n, struct fs_join *out, char *
                 const struct fs_names *set = s ? &sc.macros : &sc.decl;
                 for (uint32_t i = 0; i < set->n; i++) add(&t, "#undef %s\n", set->v[i]);
             }
+            /* A program starts with every extension disabled (OpenCL C 6.1 "#pragma"): an enabled
+             * one would change the next program's code (a double literal stays double). */
+            for (uint32_t i = 0; i < sc.ext.n; i++) add(&t, "#pragma OPENCL EXTENSION %s : disable\n", sc.ext.v[i]);
             if (sc.decl.n) qsort(sc.decl.v, sc.decl.n, sizeof *sc.decl.v, cmp_str);
             out->names[p] = sc.decl;
             memset(&sc.decl, 0, sizeof sc.decl);
@@ -631,6 +637,7 @@ int fs_join(const struct fs_part *parts, uint32_t n, struct fs_join *out, char *
         names_free(&sc.decl);
         names_free(&sc.macros);
         names_free(&sc.cond);
+        names_free(&sc.ext);
     }
     if (rc) {
         free(t.p);

@@ -42,7 +42,8 @@
  *     #define NAME clshim_j<M>_<part>_NAME
  * for every name it declares at file scope (kernels, helper functions,
  * program-scope variables and constants, typedefs, struct/union/enum tags,
- * enumerators), followed by #undef of those and of every macro it defines.
+ * enumerators), followed by #undef of those and of every macro it defines,
+ * and a `disable` pragma for every extension it enables.
  * So each program compiles as alone: the names it spells are its own or
  * built-ins, never another program's; a program-scope __constant of program
  * A is not program B's (the analysis refuses any access to a program-scope

@@ -86,6 +86,9 @@ static void renames_every_file_scope_name(void **state)
     assert_true(strstr(after_a, "#undef TWICE\n") < b_at);
     assert_true(strstr(after_a, "#undef elwise_op\n") < b_at);
     assert_non_null(strstr(b_at, "#undef elwise_op\n"));
+    /* An extension program 1 enables is disabled again after it (each program starts with none). */
+    assert_non_null(strstr(b_at + strlen(prog_b), "#pragma OPENCL EXTENSION cl_khr_fp64 : disable\n"));
+    assert_true(strstr(j.text, "cl_khr_fp64 : disable") > b_at);
     /* A parameter type naming a renamed type is renamed as the join spells it. */
     char type[128] = "struct pair*";
     assert_int_equal(fs_join_type(&j, 0, type, sizeof type), 0);

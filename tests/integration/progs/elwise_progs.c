@@ -15,12 +15,13 @@
  *
  * --programs 2 runs the first two kernels only. --options2 builds program
  * 2 with other options; --contract-off2 starts its source with
- * `#pragma OPENCL FP_CONTRACT OFF` (which would hold for a program after it). The ND-range is PyOpenCL's `splay` for the
+ * `#pragma OPENCL FP_CONTRACT OFF` (which would hold for a program after
+ * it). The ND-range is PyOpenCL's `splay` for the
  * device's compute units (--cus C: for C of them instead, to prime a cache
  * for another device). With --reps R: R timed rounds of S steps (default
  * 20) back to back, then one clFinish ("pipelined"), and R rounds of one
  * step each followed by clFinish ("latency"), interleaved; the medians on
- * stderr: "elwise n=N pipelined_us=T latency_us=T" (per step). */
+ * stderr: "elwise n=N gws=G lws=L pipelined_us=T latency_us=T" (per step). */
 #include "common.h"
 
 /* PyOpenCL's ElementwiseKernel template: PARAMS after the two buffers,
