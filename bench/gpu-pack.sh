@@ -5,14 +5,29 @@
 # (ocl-icd's loader, LMDB, zstd). Name DEST (inside the repo, ignored by
 # git: .carry/) in the device tool's carry list. docs/benchmarks.md, "The GPU
 # section", has the whole procedure.
+# For bench/elwise_join.sh (three elementwise programs fused automatically
+# by route (b)) the fused source is primed here on PoCL with
+# CLSHIM_FUSE_ROUTE=source, for the ND-range PyOpenCL picks on an H100 or
+# H200 (132 compute units) and on an H100 PCIe (114), and travels as a cache
+# export (DEST/elwise.export): the GPU machine has no clang for the analysis.
 #   bench/gpu-pack.sh BUILD DEST
 set -euo pipefail
 BUILD=${1:?usage: bench/gpu-pack.sh BUILD DEST}
 DEST=${2:?usage: bench/gpu-pack.sh BUILD DEST}
 source "$(dirname "$0")/../tests/compat/pack.sh"
 rm -rf "$DEST" && mkdir -p "$DEST/bench" "$DEST/examples"
-cp "$BUILD/libclshim.so" "$DEST/"
-cp "$BUILD/bench/bench_ttfr" "$DEST/bench/"
+cp "$BUILD/libclshim.so" "$BUILD/clshim-tool" "$DEST/"
+cp "$BUILD/bench/bench_ttfr" "$BUILD/tests/progs/elwise_progs" "$DEST/bench/"
 cp "$BUILD/examples/pipeline" "$DEST/examples/"
 pack_libs "$DEST" $PACK_SHIM_LIBS
+PRIMED=$(mktemp -d)
+for cus in 132 114; do
+    CLSHIM_CACHE_DIR=$PRIMED/cache POCL_CACHE_DIR=$PRIMED/pocl CLSHIM_FUSE_ROUTE=source CLSHIM_FUSION=auto \
+        CLSHIM_LOG=info LD_PRELOAD=$BUILD/libclshim.so nice "$BUILD/tests/progs/elwise_progs" --n 1048576 \
+        --cus $cus --iterations 4 >/dev/null 2>"$PRIMED/log"
+    grep -q "fused elwise_kernel+elwise_kernel+elwise_kernel" "$PRIMED/log" ||
+        { echo "gpu-pack: elwise_progs did not fuse for $cus compute units" >&2; cat "$PRIMED/log" >&2; exit 1; }
+done
+"$BUILD/clshim-tool" cache --dir "$PRIMED/cache" export "$DEST/elwise.export" >/dev/null
+rm -rf "$PRIMED"
 pack_done "$DEST" gpu-pack

@@ -23,13 +23,15 @@
 #   bench_store --entries N        the store at 10^3..10^5 entries
 #   bench_remote                   (full runs only) time to first result with a
 #                                  remote (Redis) hit vs a local hit vs cold
+#   elwise_join.sh                 (--gpu only) three elementwise kernels, each
+#                                  its own program, plain vs CLSHIM_FUSION=auto
 # Then bench/report.py writes BUILD/bench-report/{results.csv,meta.txt,
 # report.md,*.png}; a full run also rewrites the generated part of
 # docs/benchmarks.md and docs/img/bench-*.png (--no-docs: not). --quick runs
 # fewer repetitions and sizes (under 2 minutes on 2 quiet cores): a check
 # that everything runs and gives right results, not figures to quote.
 # --gpu runs the benchmarks that mean something on NVIDIA's driver (time to
-# first result, the CI scenario, the demo app) and writes only the CSV and
+# first result, the CI scenario, the demo app, elwise_join.sh) and writes only the CSV and
 # meta.txt: the GPU machine has no matplotlib, so the report is made back
 # here (bench/report.py ... --section gpu; docs/benchmarks.md, "The GPU
 # section", says how).
@@ -120,6 +122,7 @@ if [ "$GPU" = 1 ]; then
     for p in small mixed large; do bench bench_ttfr "${SHIM[@]}" --program $p --reps 7; done
     bench bench_ttfr "${SHIM[@]}" --program mixed --ci 8 --reps 5
     run clients "$ROOT/bench/clients.sh" "$BUILD" --quick
+    run elwise_join "$ROOT/bench/elwise_join.sh" "$BUILD" --gpu
 elif [ -n "$QUICK" ]; then
     bench bench_ttfr "${SHIM[@]}" --program small --reps 2
     bench bench_ttfr "${SHIM[@]}" --program mixed --reps 3

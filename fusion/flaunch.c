@@ -333,7 +333,7 @@ static void key_values(const struct fq *q, struct bytes *b)
  * (pc_derived_refusal_put): bump the number whenever the analysis or the
  * ranges' rules may accept what they refused before, so no remembered
  * refusal outlives the code that made it. */
-#define REFUSED_BY "clshim " CLSHIM_VERSION " fuser 1"
+#define REFUSED_BY "clshim " CLSHIM_VERSION " fuser 2" /* 2: route (b) joins programs */
 #define KEY_FLAGS_AT (sizeof KEY_TAG - 1) /* where key_material puts the flags word */
 
 static void key_material(const struct fq *q, int flags, const char *internal_args, const uint32_t *cls,
@@ -399,8 +399,9 @@ static char *shared_options(const struct fq *q)
 }
 
 /* Route (b) builds the program's own source again, so with its own build
- * options, all of them (the kernels' programs differ otherwise, and make()
- * refuses). */
+ * options, all of them; kernels of several programs are joined only where
+ * their options agree but for options that change no code (make(),
+ * fs_join_options), so the first one's serve. */
 static char *source_options(const struct fq *q)
 {
     return strdup(q->held[0].rec->options ? q->held[0].rec->options : "");
@@ -555,9 +556,10 @@ static int make(void *arg, void **bitcode, size_t *bitcode_size, void **meta, si
     } *mods = calloc(n, sizeof *mods);
     struct fuse_kernel *fk = calloc(n, sizeof *fk);
     struct pc_origin *origins = calloc(n, sizeof *origins);
+    uint32_t *kmod = calloc(n, sizeof *kmod); /* held kernel -> its program in mods */
     uint32_t nmods = 0, norigins = 0;
     int rc = -1;
-    if (!mods || !fk || !origins) {
+    if (!mods || !fk || !origins || !kmod) {
         snprintf(m->why, m->why_len, "out of memory");
         goto out;
     }
@@ -583,6 +585,12 @@ static int make(void *arg, void **bitcode, size_t *bitcode_size, void **meta, si
         for (j = 0; j < nmods; j++)
             if (mods[j].input_len == len && !memcmp(mods[j].input, input, len) && !strcmp(mods[j].options, options))
                 break;
+        if (j == nmods && (m->flags & FB_SOURCE) && nmods &&
+            fs_join_options(mods[0].options, options, m->why, m->why_len)) {
+            /* Joined, one program would be compiled with the other's options. */
+            m->by_key = m->permanent = 1;
+            goto out;
+        }
         if (j == nmods) {
             char err[512] = "";
             int e;
@@ -604,6 +612,7 @@ static int make(void *arg, void **bitcode, size_t *bitcode_size, void **meta, si
             }
             nmods++;
         }
+        kmod[i] = j;
         fuse_kernel_of(h, &fk[i]);
         fk[i].module_bc = mods[j].bc;
         fk[i].module_size = mods[j].size;
@@ -636,13 +645,16 @@ static int make(void *arg, void **bitcode, size_t *bitcode_size, void **meta, si
     if (!(m->flags & FB_SOURCE)) {
         e = api->fuse(&req, &res);
         if (e) snprintf(m->why, m->why_len, "%s", res.reason[0] ? res.reason : clshim_strerror(e));
-    } else if (nmods != 1) {
-        e = CLSHIM_EUNSUPPORTED;
-        res.permanent = 1; /* route (b) extends one program's source */
-        snprintf(m->why, m->why_len, "the kernels come from different programs (generated OpenCL C "
-                 "extends one program's source)");
     } else {
-        e = fs_fuse(api, mods[0].input, mods[0].input_len, &req, &res, &gen, m->why, m->why_len);
+        struct fs_part *parts = calloc(nmods, sizeof *parts);
+        if (!parts) {
+            snprintf(m->why, m->why_len, "out of memory");
+            goto out;
+        }
+        for (uint32_t j = 0; j < nmods; j++)
+            parts[j] = (struct fs_part){mods[j].input, mods[j].input_len, mods[j].options};
+        e = fs_fuse_parts(api, parts, nmods, kmod, &req, &res, &gen, m->why, m->why_len);
+        free(parts);
         if (!e && (m->flags & FB_INTERNAL))
             log_msg(LOG_INFO, "fusion: %s: internal: stored as without the option: generated OpenCL C "
                     "(route (b)) keeps every buffer", names);
@@ -744,6 +756,7 @@ out:
         else free(mods[j].bc);
     }
     free(mods);
+    free(kmod);
     free(fk);
     for (uint32_t i = 0; i < norigins; i++) pc_origin_free(&origins[i]);
     free(origins);

@@ -37,6 +37,29 @@
  * Not carried over: `internal` (every intermediate is stored) and merged
  * grid-stride loops, both optimisations only.
  *
+ * Kernels of several programs (fs_fuse_parts, fuse_join.c): the programs'
+ * sources are joined into one text, each preceded by
+ *     #define NAME clshim_j<M>_<part>_NAME
+ * for every name it declares at file scope (kernels, helper functions,
+ * program-scope variables and constants, typedefs, struct/union/enum tags,
+ * enumerators), followed by #undef of those and of every macro it defines,
+ * and a `disable` pragma for every extension it enables.
+ * So each program compiles as alone: the names it spells are its own or
+ * built-ins, never another program's; a program-scope __constant of program
+ * A is not program B's (the analysis refuses any access to a program-scope
+ * __global variable, whose state lives in the original program). The
+ * generated kernel calls each kernel by its renamed name, and parameter
+ * types naming a renamed type are renamed alike. M is the smallest number
+ * whose prefix no source spells. Refused (fs_join, fs_join_options):
+ * #include, #undef of a macro the program does not define, a #pragma other
+ * than OPENCL EXTENSION ...: enable / unroll, a renamed name tested in a
+ * conditional directive or also a macro, a kernel whose name the source
+ * does not declare as such, and build options that differ in anything but
+ * -cl-kernel-arg-info, -w, -g and -I (which change no code of a program
+ * that includes nothing); the joined program is built with the first
+ * program's options. A name the scanner misses or takes wrongly can only
+ * make the joined program fail to build, which refuses the fusion.
+ *
  * Names: the fused kernel is clshim_f<N> and its parameters clshim_f<N>_<j>,
  * with the smallest N whose name "clshim_f<N>" occurs nowhere in the source
  * text (so neither a kernel, a function nor a macro of the program can
@@ -68,6 +91,41 @@ struct fs_program {
 int fs_generate(const char *source, size_t len, const struct fuse_request *req, const struct fuse_result *res,
                 const struct kernel_info *info, struct fs_program *out, char *why, size_t why_len);
 
+/* One program of a join: its source and build options. */
+struct fs_part {
+    const char *source;
+    size_t len;
+    const char *options;
+};
+
+/* Several programs' sources as one text (see above). */
+struct fs_names;
+struct fs_join {
+    char *text; /* NUL-terminated (malloc'd) */
+    size_t len;
+    uint32_t nparts;
+    char prefix[24];        /* "clshim_j<M>_" */
+    struct fs_names *names; /* per part: the names renamed */
+};
+
+/* Joins `n` programs. 0 with *out set (free with fs_join_free),
+ * CLSHIM_EUNSUPPORTED with the reason in `why`, or CLSHIM_ENOMEM. */
+int fs_join(const struct fs_part *parts, uint32_t n, struct fs_join *out, char *why, size_t why_len);
+void fs_join_free(struct fs_join *j);
+
+/* 1 with `name` of part `part` as the joined text spells it in `out`, 0
+ * when the part does not rename it. */
+int fs_join_name(const struct fs_join *j, uint32_t part, const char *name, char *out, size_t len);
+
+/* Renames the identifiers of a parameter type (kernel_arg_type, `len`
+ * bytes of room) as part `part` of the join spells them; -1 if too long. */
+int fs_join_type(const struct fs_join *j, uint32_t part, char *type, size_t len);
+
+/* 0 when programs built with options `a` and `b` may be joined (the same
+ * options apart from those that change no code), else CLSHIM_EUNSUPPORTED
+ * with the first difference in `why` (or CLSHIM_ENOMEM). */
+int fs_join_options(const char *a, const char *b, char *why, size_t why_len);
+
 void fs_program_free(struct fs_program *p);
 
 /* Route (b) from IR: runs `fuse` on `req` (its modules: clshim's IR of
@@ -78,5 +136,12 @@ void fs_program_free(struct fs_program *p);
  * reason in `why` (then nothing is to be freed). */
 int fs_fuse(const struct clshim_llvm_api *api, const char *source, size_t len, const struct fuse_request *req,
             struct fuse_result *res, struct fs_program *out, char *why, size_t why_len);
+
+/* fs_fuse over kernels of `nparts` programs: kernel i of `req` comes from
+ * parts[kpart[i]] (kpart may be NULL with one part). With one part, what
+ * fs_fuse makes; with several, their join (fs_join). */
+int fs_fuse_parts(const struct clshim_llvm_api *api, const struct fs_part *parts, uint32_t nparts,
+                  const uint32_t *kpart, const struct fuse_request *req, struct fuse_result *res,
+                  struct fs_program *out, char *why, size_t why_len);
 
 #endif
