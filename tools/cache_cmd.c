@@ -29,49 +29,13 @@
 #include "tools/archive_sign.h"
 #include "tools/capture_wait.h"
 #include "tools/commands.h"
-
-#define CMD_USAGE                                                                                  \
-    "usage: clshim cache [--dir DIR] COMMAND [ARGS]\n"                                             \
-    "  stats [--json]          hits, misses, sizes, evictions, compile time saved\n"              \
-    "  zero                    reset the statistics (entries stay)\n"                             \
-    "  list [--sort=size|age|hits|last-use] [--json]\n"                                            \
-    "                          one line per entry\n"                                               \
-    "  show KEYPREFIX          one entry in full: its key material, build log, checks, source\n"  \
-    "  rm KEYPREFIX...         remove these entries from the local cache\n"                       \
-    "  evict [--older-than DAYS] [--to-size SIZE] [--origin=remote]\n"                              \
-    "                          evict unused or least recently used entries; --origin=remote:\n"  \
-    "                          every local copy of a remote value\n"                              \
-    "  clear                   remove every entry\n"                                              \
-    "  verify [--fix]          check every entry; --fix removes bad ones (exit 1: bad remain)\n"   \
-    "  compact                 rewrite the database file without free space\n"                    \
-    "  export [--sign KEYFILE] [--with-driver-caches] [--wait S] FILE\n"                           \
-    "                          write every entry to FILE ('-': standard output), signed\n"        \
-    "                          with KEYFILE's ed25519 key when given; --with-driver-caches\n"     \
-    "                          also writes FILE.drivers.tar.gz, the drivers' caches kept in\n"   \
-    "                          the cache directory (CLSHIM_DRIVER_CACHES=1), unsigned; first\n"  \
-    "                          waits up to S seconds (default 600; 0: not) for capture helpers\n"\
-    "  import [--trust PUBKEY] [--with-driver-caches] FILE\n"                                     \
-    "                          add the verified entries of an export; with --trust, only\n"      \
-    "                          an export signed by PUBKEY's key, unchanged;\n"                    \
-    "                          --with-driver-caches also unpacks FILE.drivers.tar.gz\n"          \
-    "  keygen FILE             a signing key pair: FILE (secret, 0600) and FILE.pub, for\n"       \
-    "                          export --sign and CLSHIM_REMOTE_SIGN_KEY; never overwrites\n"     \
-    "  remote ping|stats [--json]|rm KEYPREFIX...\n"                                                \
-    "                          the remote tier (CLSHIM_REMOTE): round trip, server and this\n"   \
-    "                          cache's counters, delete entries on the server\n"                 \
-    "  wait [--timeout S]      wait until every capture handed to a capture helper is stored\n" \
-    "                          or dropped, raising the helpers to normal priority; a line\n"    \
-    "                          every 5 s says what it waits for (exit 1: captures still\n"      \
-    "                          outstanding after S seconds; default 600)\n"                      \
-    "  help                    this text\n"                                                        \
-    "The cache directory is CLSHIM_CACHE_DIR (else $XDG_CACHE_HOME/clshim, else\n"                \
-    "~/.cache/clshim); --dir overrides it. Limits come from CLSHIM_CACHE_* knobs.\n"
+#include "tools/help.h"
 
 static int usage_error(const char *fmt, const char *arg)
 {
     fprintf(stderr, "clshim cache: ");
     fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n%s", CMD_USAGE);
+    fprintf(stderr, " (clshim cache help)\n");
     return 2;
 }
 
@@ -976,20 +940,9 @@ static int cmd_import(struct cmd_ctx *c, int argc, char **argv)
     return rc || rejected ? 1 : 0;
 }
 
-#define KEYGEN_USAGE                                                                         \
-    "usage: clshim cache keygen FILE\n"                                                       \
-    "  writes a new ed25519 key pair: the secret key to FILE (0600) and the public key to\n" \
-    "  FILE.pub. Never overwrites a file. The secret key signs exports (export --sign FILE)\n"\
-    "  and remote values (CLSHIM_REMOTE_SIGN_KEY=FILE); readers trust FILE.pub (import\n"   \
-    "  --trust, CLSHIM_REMOTE_TRUST).\n"
-
 static int cmd_keygen(struct cmd_ctx *c, int argc, char **argv)
 {
     (void)c;
-    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        fputs(KEYGEN_USAGE, stdout);
-        return 0;
-    }
     /* An option is never taken for a file name (keys named "--help"). */
     if (argc == 2 && argv[1][0] == '-' && argv[1][1])
         return usage_error("keygen: unknown option '%s' (give a FILE; ./-name for one starting with '-')", argv[1]);
@@ -1193,7 +1146,11 @@ int cache_cmd_main(int argc, char **argv)
     } else {
         if (dir) snprintf(c.dir, sizeof c.dir, "%s", dir);
         const char *cmd = n ? args[0] : "help";
-        if (!strcmp(cmd, "stats")) rc = cmd_stats(&c, n, args);
+        char sub[64];
+        snprintf(sub, sizeof sub, "cache %s", cmd);
+        if (n == 2 && (!strcmp(args[1], "--help") || !strcmp(args[1], "-h")) && help_print(stdout, sub) == 0)
+            rc = 0;
+        else if (!strcmp(cmd, "stats")) rc = cmd_stats(&c, n, args);
         else if (!strcmp(cmd, "zero")) rc = cmd_zero(&c, n, args);
         else if (!strcmp(cmd, "list")) rc = cmd_list(&c, n, args);
         else if (!strcmp(cmd, "show")) rc = cmd_show(&c, n, args);
@@ -1208,7 +1165,7 @@ int cache_cmd_main(int argc, char **argv)
         else if (!strcmp(cmd, "rm")) rc = cmd_rm(&c, n, args);
         else if (!strcmp(cmd, "wait")) rc = cmd_wait(&c, n, args);
         else if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
-            fputs(CMD_USAGE, n ? stdout : stderr);
+            help_print(n ? stdout : stderr, "cache");
             rc = n ? 0 : 2; /* bare `clshim cache` is a usage error */
         } else {
             rc = usage_error("unknown command '%s'", cmd);

@@ -50,7 +50,8 @@ san=""
 case "${CLSHIM_SANITIZED:-}" in address) san="SAN=address,undefined OPT=-O1" ;; thread) san="SAN=thread OPT=-O1" ;; esac
 make -s -C "$CLSHIM_ROOT" BUILD="$CLSHIM_BUILD" $san install PREFIX="$TMP/prefix" >/dev/null
 for f in bin/clshim lib/clshim/libclshim.so lib/clshim/libclshim-llvm.so lib/clshim/clshim-tool \
-         include/CL/clshim_ext.h lib/pkgconfig/clshim.pc share/man/man1/clshim.1; do
+         include/CL/clshim_ext.h lib/pkgconfig/clshim.pc share/man/man1/clshim.1 \
+         share/doc/clshim/README.md share/doc/clshim/docs/commands.md share/doc/clshim/docs/config.md; do
     [ -e "$TMP/prefix/$f" ] || fail "make install did not install $f"
 done
 fresh_pocl; "$TMP/prefix/bin/clshim" run -- "$MK" >"$TMP/inst.out" 2>"$TMP/inst.err"; echo $? >"$TMP/inst.rc"
@@ -58,5 +59,5 @@ same_output plain inst "the installed clshim runs programs"
 PKG_CONFIG_PATH=$TMP/prefix/lib/pkgconfig pkg-config --cflags clshim >"$TMP/pc.out"
 grep -q "$TMP/prefix/include" "$TMP/pc.out" ||
     fail "pkg-config file"
-ok "make install: library, wrapper, tool, header, pkg-config, man page"
+ok "make install: library, wrapper, tool, header, pkg-config, man page, docs"
 finish
