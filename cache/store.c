@@ -603,14 +603,14 @@ int store_delete(store *s, struct cache_hash hash)
     return store_write(s, delete_fn, key);
 }
 
-/* ctx: {older_than_days, to_size, out: evicted} */
+/* ctx: {older_than_s, to_size, out: evicted} */
 static int evict_fn(store *s, MDB_txn *txn, void *ctx)
 {
     uint64_t *arg = ctx, now = store_now(), n = 0;
     struct store_acct a;
     int rc = store_acct_load(s, txn, &a);
-    if (rc == 0 && arg[0] && now > arg[0] * 86400) {
-        rc = evict_walk(s, txn, &a, now - arg[0] * 86400, UINT64_MAX, NULL, &n);
+    if (rc == 0 && arg[0] && now > arg[0]) {
+        rc = evict_walk(s, txn, &a, now - arg[0], UINT64_MAX, NULL, &n);
         a.stat[ST_EVICT_AGE] += n;
         arg[2] = n;
     }
@@ -623,12 +623,12 @@ static int evict_fn(store *s, MDB_txn *txn, void *ctx)
     return rc ? rc : store_acct_save(s, txn, &a);
 }
 
-int store_evict(store *s, uint64_t older_than_days, uint64_t to_size, uint64_t *evicted)
+int store_evict(store *s, uint64_t older_than_s, uint64_t to_size, uint64_t *evicted)
 {
     if (evicted) *evicted = 0;
     if (!s) return CLSHIM_EINVAL;
     if (s->readonly) return CLSHIM_EREADONLY;
-    uint64_t arg[3] = {older_than_days, to_size, 0};
+    uint64_t arg[3] = {older_than_s, to_size, 0};
     int rc = store_write(s, evict_fn, arg);
     if (rc == CLSHIM_OK && evicted) *evicted = arg[2];
     return rc;

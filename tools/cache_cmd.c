@@ -586,9 +586,32 @@ static int evict_remote_copies(store *s, uint64_t *n)
     return rc;
 }
 
+/* An age: a number with s, m, h, d or w (a bare number is days, as before
+ * units were accepted) into seconds; -1 when it is not one. */
+static int parse_age(const char *text, uint64_t *seconds)
+{
+    char *end;
+    errno = 0;
+    if (!isdigit((unsigned char)*text)) return -1;
+    unsigned long long v = strtoull(text, &end, 10);
+    uint64_t unit;
+    switch (*end) {
+    case 's': unit = 1; break;
+    case 'm': unit = 60; break;
+    case 'h': unit = 3600; break;
+    case 0:
+    case 'd': unit = 86400; break;
+    case 'w': unit = 7 * 86400; break;
+    default: return -1;
+    }
+    if (errno || (*end && end[1]) || v > UINT64_MAX / unit) return -1;
+    *seconds = v * unit;
+    return 0;
+}
+
 static int cmd_evict(struct cmd_ctx *c, int argc, char **argv)
 {
-    uint64_t days = 0, to_size = UINT64_MAX;
+    uint64_t age = 0, to_size = UINT64_MAX;
     int any = 0, remote_copies = 0;
     for (int i = 1; i < argc; i++) {
         const char *val = NULL;
@@ -599,19 +622,20 @@ static int cmd_evict(struct cmd_ctx *c, int argc, char **argv)
         }
         if (!strncmp(argv[i], "--origin", 8))
             return usage_error("evict: %s", "--origin takes one value: remote (every local copy of a remote value)");
-        int is_days = !strncmp(argv[i], "--older-than", 12), is_size = !strncmp(argv[i], "--to-size", 9);
-        if (!is_days && !is_size) return usage_error("evict: unknown option '%s'", argv[i]);
+        int is_age = !strncmp(argv[i], "--older-than", 12), is_size = !strncmp(argv[i], "--to-size", 9);
+        if (!is_age && !is_size) return usage_error("evict: unknown option '%s'", argv[i]);
         const char *eq = strchr(argv[i], '=');
         if (eq) val = eq + 1;
         else if (i + 1 < argc) val = argv[++i];
         else return usage_error("evict: %s needs a value", argv[i]);
         uint64_t v;
-        if (config_parse(is_days ? CONFIG_UINT : CONFIG_SIZE, val, &v) != 0)
-            return usage_error(is_days ? "evict: '%s' is not a number of days"
-                                       : "evict: '%s' is not a size (like 500M or 2G)", val);
-        if (is_days) {
-            if (v == 0) return usage_error("evict: --older-than needs at least %s day", "1");
-            days = v;
+        if (is_age) {
+            if (parse_age(val, &v) != 0)
+                return usage_error("evict: --older-than '%s' is not an age (like 30m, 12h or 7d)", val);
+            if (v == 0) return usage_error("evict: --older-than needs an age above %s", "0");
+            age = v;
+        } else if (config_parse(CONFIG_SIZE, val, &v) != 0) {
+            return usage_error("evict: '%s' is not a size (like 500M or 2G)", val);
         } else {
             to_size = v;
         }
@@ -619,7 +643,7 @@ static int cmd_evict(struct cmd_ctx *c, int argc, char **argv)
     }
     if (!any)
         return usage_error("evict: say what to evict: %s",
-                           "--older-than DAYS, --to-size SIZE and/or --origin=remote");
+                           "--older-than AGE, --to-size SIZE and/or --origin=remote");
     int rc = open_cache(c, 1);
     if (rc == CLSHIM_ENOTFOUND) rc = CLSHIM_OK;
     if (rc) return 1;
@@ -630,7 +654,7 @@ static int cmd_evict(struct cmd_ctx *c, int argc, char **argv)
     }
     if (remote_copies) printf("Removed %llu local cop%s of remote values.\n", (unsigned long long)copies,
                               copies == 1 ? "y" : "ies");
-    if ((days || to_size != UINT64_MAX) && (rc = store_evict(c->s, days, to_size, &n)) != CLSHIM_OK) {
+    if ((age || to_size != UINT64_MAX) && (rc = store_evict(c->s, age, to_size, &n)) != CLSHIM_OK) {
         fprintf(stderr, "clshim cache: eviction failed: %s\n", clshim_strerror(rc));
         return 1;
     }
@@ -659,6 +683,12 @@ static int cmd_clear(struct cmd_ctx *c, int argc, char **argv)
     return 0;
 }
 
+static void print_bad(const char *what, const char *why, void *ctx)
+{
+    (void)ctx;
+    printf("bad %s: %s\n", what, why);
+}
+
 static int cmd_verify(struct cmd_ctx *c, int argc, char **argv)
 {
     int fix = 0;
@@ -673,7 +703,7 @@ static int cmd_verify(struct cmd_ctx *c, int argc, char **argv)
     }
     if (rc) return 1;
     uint64_t checked = 0, bad = 0;
-    if ((rc = store_verify(c->s, fix, &checked, &bad)) != CLSHIM_OK) {
+    if ((rc = store_verify_report(c->s, fix, &checked, &bad, print_bad, NULL)) != CLSHIM_OK) {
         fprintf(stderr, "clshim cache: verify failed: %s\n", clshim_strerror(rc));
         return 1;
     }

@@ -54,15 +54,18 @@
     C("cache show", "KEYPREFIX",                                                                    \
       "One entry in full: its key material, build log, checks and source.")                         \
     C("cache rm", "KEYPREFIX...", "Remove these entries from the local cache.")                     \
-    C("cache evict", "[--older-than DAYS] [--to-size SIZE] [--origin=remote]",                      \
-      "Evict entries unused for DAYS, or least recently used entries down to SIZE, or local "       \
+    C("cache evict", "[--older-than AGE] [--to-size SIZE] [--origin=remote]",                      \
+      "Evict entries unused for AGE, or least recently used entries down to SIZE, or local "       \
       "copies of remote values.")                                                                   \
-    O("--older-than DAYS", "Entries unused for at least DAYS days.")                                \
+    O("--older-than AGE",                                                                           \
+      "Entries unused for at least AGE: a number with s, m, h, d or w (seconds, minutes, hours, "  \
+      "days, weeks), e.g. 30m, 12h, 7d; a bare number is days.")                                \
     O("--to-size SIZE", "Least recently used entries until the cache holds at most SIZE (K, M, G).") \
     O("--origin=remote", "Every local copy of a value that came from the remote tier.")             \
     C("cache clear", "", "Remove every entry.")                                                     \
     C("cache verify", "[--fix]",                                                                    \
-      "Check every entry; exit 1 when bad entries remain.")                                         \
+      "Check every entry and name each bad one (its key and what is wrong); exit 1 when bad "      \
+      "entries remain.")                                         \
     O("--fix", "Remove the bad entries.")                                                           \
     C("cache compact", "", "Rewrite the database file without its free space.")                     \
     C("cache export", "[--sign KEYFILE] [--with-driver-caches] [--wait S] FILE",                    \

@@ -214,7 +214,7 @@ static void random_operations_keep_invariants(void **state)
             model[id] = 0;
         } else if (what < 90) {
             uint64_t n;
-            assert_int_equal(store_evict(s, (r >> 4) % 3, (r >> 12) % 2 ? 20000 : UINT64_MAX, &n), CLSHIM_OK);
+            assert_int_equal(store_evict(s, (r >> 4) % 3 * 86400, (r >> 12) % 2 ? 20000 : UINT64_MAX, &n), CLSHIM_OK);
         } else if (what < 95) {
             assert_int_equal(store_flush(s), CLSHIM_OK);
         } else {
@@ -304,7 +304,7 @@ static void age_sweep_evicts_old_entries_once_a_day(void **state)
     /* store_evict: by age on demand, then by size. */
     fake_now += 3 * 86400;
     uint64_t n;
-    assert_int_equal(store_evict(s, 2, UINT64_MAX, &n), CLSHIM_OK);
+    assert_int_equal(store_evict(s, 2 * 86400, UINT64_MAX, &n), CLSHIM_OK);
     assert_int_equal(n, 1); /* 4 (2 and 3 went at the open sweep) */
     assert_int_equal(get_key(s, 3), CLSHIM_ENOTFOUND);
     assert_int_equal(put_key(s, 5, 100), CLSHIM_OK);
