@@ -60,4 +60,15 @@ PKG_CONFIG_PATH=$TMP/prefix/lib/pkgconfig pkg-config --cflags clshim >"$TMP/pc.o
 grep -q "$TMP/prefix/include" "$TMP/pc.out" ||
     fail "pkg-config file"
 ok "make install: library, wrapper, tool, header, pkg-config, man page, docs"
+
+# The installed header compiles silently (no "CL_TARGET_OPENCL_VERSION is
+# not defined" in users' builds), with gcc and clang.
+printf '#include <CL/clshim_ext.h>\nint main(void) { clCompleteFusionCLSHIM_fn f = 0; return f != 0; }\n' >"$TMP/ext.c"
+for c in cc clang-15; do
+    command -v "$c" >/dev/null || fail "$c is not installed (scripts/install-deps.sh installs it)"
+    "$c" $(cat "$TMP/pc.out") -Wall -Wextra -c "$TMP/ext.c" -o "$TMP/ext.o" 2>"$TMP/ext.err" ||
+        fail "$c cannot compile a program including clshim_ext.h: $(cat "$TMP/ext.err")"
+    [ ! -s "$TMP/ext.err" ] || fail "$c prints messages for clshim_ext.h: $(head -3 "$TMP/ext.err")"
+done
+ok "include/CL/clshim_ext.h compiles silently with gcc and clang"
 finish
