@@ -20,6 +20,13 @@ fresh_pocl; "$CLSHIM" run --stats -- "$MK" >/dev/null 2>"$TMP/stats.err"
 grep -q "clshim: summary: .* hits" "$TMP/stats.err" || fail "--stats printed no summary"
 fresh_pocl; "$CLSHIM" run --log info -- "$MK" >/dev/null 2>"$TMP/log.err"
 grep -q "clshim: hit " "$TMP/log.err" || fail "--log info printed no build line"
+# An application whose own binary cache serves every build: --stats says
+# so instead of printing nothing.
+"$PROGS/appcache" save "$TMP/app.bin" >/dev/null
+fresh_pocl; "$CLSHIM" run --stats -- "$PROGS/appcache" load "$TMP/app.bin" >"$TMP/app.out" 2>"$TMP/app.err"
+grep -qx "2 4 6 8" "$TMP/app.out" || fail "appcache load: wrong result $(cat "$TMP/app.out")"
+grep -q "^clshim: summary: no build went through clshim's cache: 1 program built from the application's own binaries" \
+    "$TMP/app.err" || fail "--stats with only the application's binaries: $(cat "$TMP/app.err")"
 ok "clshim run --stats and --log"
 
 CLSHIM_CACHE_MAX_AGE=7 "$CLSHIM" config >"$TMP/config.out"
