@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -80,7 +81,8 @@ int store_map_err(int rc)
     switch (rc) {
     case 0: return CLSHIM_OK;
     case MDB_NOTFOUND: return CLSHIM_ENOTFOUND;
-    case MDB_MAP_FULL: case ENOSPC: case EDQUOT: return CLSHIM_EFULL;
+    case MDB_MAP_FULL: return CLSHIM_EFULL;
+    case ENOSPC: case EDQUOT: return CLSHIM_ENOSPC;
     case MDB_CORRUPTED: case MDB_PAGE_NOTFOUND: case MDB_INVALID: case MDB_VERSION_MISMATCH:
         return CLSHIM_ECORRUPT;
     case ENOMEM: return CLSHIM_ENOMEM;
@@ -88,7 +90,7 @@ int store_map_err(int rc)
     case EROFS: return CLSHIM_EREADONLY;
     case MDB_READERS_FULL: case EBUSY: case EAGAIN: return CLSHIM_EBUSY;
     }
-    if (rc <= CLSHIM_ENOTFOUND && rc >= CLSHIM_EDISABLED) return rc; /* already ours */
+    if (rc <= CLSHIM_ENOTFOUND && rc >= CLSHIM_ENOSPC) return rc; /* already ours */
     return CLSHIM_EIO;
 }
 
@@ -202,6 +204,16 @@ static int write_once(store *s, int (*fn)(store *, MDB_txn *, void *), void *ctx
     return rc;
 }
 
+/* LMDB reports a short write as EIO: on a regular file that is a full file
+ * system (or quota), which the user can act on, so say so. */
+static int write_err(store *s, int rc)
+{
+    struct statvfs fs;
+    if (rc == EIO && fstatvfs(s->dir_fd, &fs) == 0 && (uint64_t)fs.f_bavail * fs.f_frsize < (16u << 20))
+        return CLSHIM_ENOSPC;
+    return store_map_err(rc);
+}
+
 int store_write(store *s, int (*fn)(store *, MDB_txn *, void *), void *ctx)
 {
     if (s->readonly) return CLSHIM_EREADONLY;
@@ -213,7 +225,7 @@ int store_write(store *s, int (*fn)(store *, MDB_txn *, void *), void *ctx)
             adopt_mapsize(s);
             continue;
         }
-        if (rc != MDB_MAP_FULL) return store_map_err(rc);
+        if (rc != MDB_MAP_FULL) return write_err(s, rc);
         if (grow_map(s) == CLSHIM_OK) continue;
         /* At the cap: free a tenth by LRU once, then give up. */
         if (evicted_at_cap++ || fn == evict_fn) break;
