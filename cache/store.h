@@ -107,6 +107,13 @@ struct store_options {
     int compress_level;     /* zstd level; 0 = store uncompressed */
 };
 
+/* A run whose stores evict its own entries (CLSHIM_CACHE_MAX_SIZE below its
+ * working set) is warned once, and the next open of the cache warns again
+ * while the limit stays that small (a meta record "thrash"). The capture
+ * helper calls store_quiet_open_warnings(): the application's own open has
+ * given that warning. */
+void store_quiet_open_warnings(void);
+
 /* Opens (creating if needed) the cache. Refuses with CLSHIM_EPERM when the
  * directory or its files are owned by another user or writable by group or
  * others (unless allow_shared), when a directory on the way to it is owned

@@ -499,6 +499,8 @@ int store_open(const struct store_options *opt, store **out)
         mdb_reader_check(s->env, &dead); /* slots of killed processes */
     }
     store_sweep_if_due(s);
+    s->opened_at = store_now();
+    store_warn_thrash(s);
     *out = s;
     return CLSHIM_OK;
 }
