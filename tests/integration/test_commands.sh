@@ -61,6 +61,32 @@ for w in "clshim doctor" "clshim plan suggest" "clshim fuse" "clshim ptx" "--mod
 done
 ok "--help and the man page name every command, run --mode/--wait, CLSHIM_FUSION, CLSHIM_REMOTE"
 
+# The docs name only commands and knobs that exist: every `clshim CMD [SUB]`
+# in README.md and docs/*.md is a row (SUB must be one where CMD has
+# subcommands), and every CLSHIM_ name is a knob, or one of the few other
+# names that exist elsewhere (checked there).
+docs=("$ROOT/README.md" "$ROOT"/docs/*.md)
+grep -ohE '`clshim [a-z][a-z-]*( [a-z][a-z-]*)?' "${docs[@]}" | sed 's/^`clshim //' | sort -u >"$TMP/doc-cmds"
+[ "$(wc -l <"$TMP/doc-cmds")" -ge 10 ] || fail "found too few commands in the docs"
+while read -r cmd sub; do
+    grep -qxF -- "$cmd" "$TMP/list" || grep -q "^$cmd [a-z]" "$TMP/list" || fail "the docs name clshim $cmd, which does not exist"
+    if [ -n "$sub" ] && grep -q "^$cmd [a-z]" "$TMP/list"; then
+        grep -qxF -- "$cmd $sub" "$TMP/list" || fail "the docs name clshim $cmd $sub, which does not exist"
+    fi
+done <"$TMP/doc-cmds"
+"$TOOL" config | awk '{ print $1 }' | grep '^CLSHIM_' >"$TMP/knobs"
+grep -ohE 'CLSHIM_[A-Z0-9_]*[A-Z0-9]' "${docs[@]}" | sort -u | grep -vxFf "$TMP/knobs" | while read -r name; do
+    case "$name" in
+        CLSHIM_NAME) ;; # the placeholder in CLSHIM_NAME=value
+        CLSHIM_KERNEL_FUSION_EXTENSION_NAME) grep -q "$name" "$ROOT/include/CL/clshim_ext.h" || fail "$name is gone" ;;
+        CLSHIM_LONG|CLSHIM_SANITIZED|CLSHIM_TEST_JOBS) # the test suite's own
+            grep -rqw "$name" "$ROOT/tests/run-all.sh" "$ROOT/Makefile" "$ROOT/tests/integration/lib.sh" \
+                "$ROOT/tests/reliability" || fail "$name is named in the docs but the test suite has no such name" ;;
+        *) fail "the docs name $name, which is no knob (common/knobs.h)" ;;
+    esac
+done
+ok "every clshim command and CLSHIM_ knob the docs name exists"
+
 # The script as it is in the source tree (not made by make).
 CLSHIM_LIBDIR=$CLSHIM_BUILD "$ROOT/scripts/clshim" --version >"$TMP/version"
 grep -qx "clshim [0-9][0-9.]*" "$TMP/version" || fail "scripts/clshim --version printed '$(cat "$TMP/version")'"
