@@ -139,10 +139,10 @@ $(BUILD)/tests/unit/%: tests/unit/%.c $(CORE_A)
 	$(CC) $(CFLAGS_C) -Wno-unused-parameter -o $@ $< $(CORE_A) $(LDFLAGS_C) -lcmocka -lOpenCL $(CORE_LIBS)
 
 # test_cache_cmd includes tools/cache_cmd.c, so it links what that file uses.
-$(BUILD)/tests/unit/test_cache_cmd: tests/unit/test_cache_cmd.c $(CORE_A) $(BUILD)/obj/tools/archive_sign.o \
-  $(BUILD)/obj/tools/capture_wait.o
+TEST_CACHE_CMD_OBJ := $(call obj,tools/archive_sign.c tools/capture_wait.c tools/help.c)
+$(BUILD)/tests/unit/test_cache_cmd: tests/unit/test_cache_cmd.c $(CORE_A) $(TEST_CACHE_CMD_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_C) -Wno-unused-parameter -o $@ $< $(BUILD)/obj/tools/archive_sign.o $(BUILD)/obj/tools/capture_wait.o $(CORE_A) $(LDFLAGS_C) \
+	$(CC) $(CFLAGS_C) -Wno-unused-parameter -o $@ $< $(TEST_CACHE_CMD_OBJ) $(CORE_A) $(LDFLAGS_C) \
 	  -lcmocka -lOpenCL $(CORE_LIBS)
 
 $(BUILD)/tests/progs/%: tests/integration/progs/%.c tests/integration/progs/common.h
@@ -208,12 +208,16 @@ demo: deps
 	$(MAKE) all
 	examples/demo.sh $(BUILD)
 
+# The generated docs: the knob table's and the command table's.
 docs: $(TOOL)
 	$(TOOL) config --docs > docs/config.md
+	$(TOOL) help --docs > docs/commands.md
+	$(TOOL) help --man > docs/clshim.1
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/clshim $(DESTDIR)$(PREFIX)/include/CL \
-	  $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/share/man/man1
+	  $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/share/man/man1 \
+	  $(DESTDIR)$(PREFIX)/share/doc/clshim/docs/img
 	install -m 755 $(LIB) $(LLVMLIB) $(TOOL) $(DESTDIR)$(PREFIX)/lib/clshim/
 	install -d $(DESTDIR)$(PREFIX)/lib/clshim/loader
 	install -m 755 $(LOADER_LIB) $(DESTDIR)$(PREFIX)/lib/clshim/loader/
@@ -224,6 +228,9 @@ install: all
 	install -m 644 include/CL/clshim_ext.h $(DESTDIR)$(PREFIX)/include/CL/
 	sed 's|@PREFIX@|$(PREFIX)|; s|@VERSION@|$(VERSION)|' scripts/clshim.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/clshim.pc
 	install -m 644 docs/clshim.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -m 644 README.md $(DESTDIR)$(PREFIX)/share/doc/clshim/
+	install -m 644 docs/*.md $(DESTDIR)$(PREFIX)/share/doc/clshim/docs/
+	install -m 644 docs/img/*.png $(DESTDIR)$(PREFIX)/share/doc/clshim/docs/img/
 
 clean:
 	rm -rf build build-asan build-tsan build-*

@@ -76,9 +76,11 @@ static void open_store(void)
     int rc = store_open(&opt, &the_store);
     if (rc != CLSHIM_OK) {
         /* The store has said why (one warning); this line only at info,
-         * except for a read-only cache that does not exist yet. */
-        log_msg(rc == CLSHIM_ENOTFOUND ? LOG_WARN : LOG_INFO, "cannot open the cache in %s (%s); persistent cache off",
-                dir, clshim_strerror(rc));
+         * except for a cache configured read-only that does not exist yet. */
+        if (rc == CLSHIM_ENOTFOUND && cfg->cache_readonly)
+            log_msg(LOG_WARN, "no cache in %s to read (CLSHIM_CACHE_READONLY=1); persistent cache off", dir);
+        else
+            log_msg(LOG_INFO, "cannot open the cache in %s (%s); persistent cache off", dir, clshim_strerror(rc));
         the_store = NULL;
     }
 }
@@ -808,6 +810,33 @@ static void built_failed(struct pipeline_flight *f, size_t n, const struct pipel
     }
 }
 
+/* Why a binary was not stored, for the line that says so. */
+static const char *not_stored_why(int rc)
+{
+    switch (rc) {
+    case CLSHIM_EREADONLY: return "the cache is read-only";
+    case CLSHIM_ETOOBIG:
+        return "its size is outside CLSHIM_CACHE_MIN_ENTRY..CLSHIM_CACHE_MAX_ENTRY, or over CLSHIM_CACHE_MAX_SIZE";
+    default: return clshim_strerror(rc);
+    }
+}
+
+/* A store that failed for a fault (not a policy): one warning per process,
+ * whichever path stored, saying what to do where it can. */
+static void warn_store_failed(int rc)
+{
+    static int warned;
+    if (rc == CLSHIM_EREADONLY || rc == CLSHIM_ETOOBIG || __atomic_exchange_n(&warned, 1, __ATOMIC_ACQ_REL)) return;
+    char dir[4096] = "the cache directory";
+    config_cache_dir(config_get(), dir, sizeof dir);
+    if (rc == CLSHIM_ENOSPC)
+        log_msg(LOG_WARN, "cannot store built programs: no space left on device for %s (free space there, or "
+                          "set CLSHIM_CACHE_DIR elsewhere); the app goes on uncached", dir);
+    else
+        log_msg(LOG_WARN, "cannot store a built program in %s (%s); the app goes on uncached", dir,
+                clshim_strerror(rc));
+}
+
 /* What a late store will do, as the miss line says it. */
 static const char *late_plan(void)
 {
@@ -898,11 +927,12 @@ void pipeline_built(struct pipeline_flight *f, size_t n, const struct pipeline_o
         if (rc == CLSHIM_OK) {
             STAT_ADD(proc_stats.stores, 1);
             fl->stored_size = out->sizes[i];
-        } else if (rc != CLSHIM_EREADONLY && rc != CLSHIM_ETOOBIG) {
-            LOG_ONCE(LOG_WARN, "cannot store a built program (%s); the app goes on uncached", clshim_strerror(rc));
+        } else {
+            warn_store_failed(rc);
         }
-        log_msg(LOG_INFO, "miss %s%s on '%s': %s in %.1f ms (%.1f ms CPU), %s %zu bytes", noun, prefix, dev, verb, ms,
-                fl->compile_ns / 1e6, rc == CLSHIM_OK ? "stored" : "not stored", out->sizes[i]);
+        log_msg(LOG_INFO, "miss %s%s on '%s': %s in %.1f ms (%.1f ms CPU), %s %zu bytes%s%s%s", noun, prefix, dev, verb,
+                ms, fl->compile_ns / 1e6, rc == CLSHIM_OK ? "stored" : "not stored", out->sizes[i],
+                rc == CLSHIM_OK ? "" : " (", rc == CLSHIM_OK ? "" : not_stored_why(rc), rc == CLSHIM_OK ? "" : ")");
     }
 }
 
@@ -936,10 +966,8 @@ int pipeline_store_late(struct pipeline_flight *f, const void *binary, size_t si
         return 1;
     }
     STAT_ADD(proc_stats.capture_lost[CAPTURE_LOST_STORE], 1);
-    if (rc != CLSHIM_EREADONLY && rc != CLSHIM_ETOOBIG)
-        LOG_ONCE(LOG_WARN, "cannot store a built program (%s); the app goes on uncached", clshim_strerror(rc));
-    else
-        log_msg(LOG_INFO, "not stored %s (%zu bytes): %s", prefix, size, clshim_strerror(rc));
+    warn_store_failed(rc);
+    log_msg(LOG_INFO, "not stored %s (%zu bytes): %s", prefix, size, not_stored_why(rc));
     return 0;
 }
 

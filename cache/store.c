@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -80,7 +81,8 @@ int store_map_err(int rc)
     switch (rc) {
     case 0: return CLSHIM_OK;
     case MDB_NOTFOUND: return CLSHIM_ENOTFOUND;
-    case MDB_MAP_FULL: case ENOSPC: case EDQUOT: return CLSHIM_EFULL;
+    case MDB_MAP_FULL: return CLSHIM_EFULL;
+    case ENOSPC: case EDQUOT: return CLSHIM_ENOSPC;
     case MDB_CORRUPTED: case MDB_PAGE_NOTFOUND: case MDB_INVALID: case MDB_VERSION_MISMATCH:
         return CLSHIM_ECORRUPT;
     case ENOMEM: return CLSHIM_ENOMEM;
@@ -88,7 +90,7 @@ int store_map_err(int rc)
     case EROFS: return CLSHIM_EREADONLY;
     case MDB_READERS_FULL: case EBUSY: case EAGAIN: return CLSHIM_EBUSY;
     }
-    if (rc <= CLSHIM_ENOTFOUND && rc >= CLSHIM_EDISABLED) return rc; /* already ours */
+    if (rc <= CLSHIM_ENOTFOUND && rc >= CLSHIM_ENOSPC) return rc; /* already ours */
     return CLSHIM_EIO;
 }
 
@@ -202,6 +204,16 @@ static int write_once(store *s, int (*fn)(store *, MDB_txn *, void *), void *ctx
     return rc;
 }
 
+/* LMDB reports a short write as EIO: on a regular file that is a full file
+ * system (or quota), which the user can act on, so say so. */
+static int write_err(store *s, int rc)
+{
+    struct statvfs fs;
+    if (rc == EIO && fstatvfs(s->dir_fd, &fs) == 0 && (uint64_t)fs.f_bavail * fs.f_frsize < (16u << 20))
+        return CLSHIM_ENOSPC;
+    return store_map_err(rc);
+}
+
 int store_write(store *s, int (*fn)(store *, MDB_txn *, void *), void *ctx)
 {
     if (s->readonly) return CLSHIM_EREADONLY;
@@ -213,7 +225,7 @@ int store_write(store *s, int (*fn)(store *, MDB_txn *, void *), void *ctx)
             adopt_mapsize(s);
             continue;
         }
-        if (rc != MDB_MAP_FULL) return store_map_err(rc);
+        if (rc != MDB_MAP_FULL) return write_err(s, rc);
         if (grow_map(s) == CLSHIM_OK) continue;
         /* At the cap: free a tenth by LRU once, then give up. */
         if (evicted_at_cap++ || fn == evict_fn) break;
@@ -392,6 +404,34 @@ struct put_ctx {
     int swept;
 };
 
+/* The size-limit warning: a limit below what one run stores evicts that
+ * run's own entries, so no later run finds them (every run stays cold). */
+static void thrash_message(store *s, uint64_t working_set, const char *when)
+{
+    log_msg(LOG_WARN, "cache %s: CLSHIM_CACHE_MAX_SIZE=%llu is below %s working set (%llu bytes stored): its "
+                      "entries are evicted before a later run can use them, so every run compiles; raise "
+                      "CLSHIM_CACHE_MAX_SIZE above %llu", s->dir, (unsigned long long)s->opt.max_size, when,
+            (unsigned long long)working_set, (unsigned long long)working_set);
+}
+
+/* Whether the least recently used entry (key skip aside) was used since this
+ * handle opened: evicting it evicts this run's own work. */
+static int evicts_own(store *s, MDB_txn *txn, const unsigned char *skip)
+{
+    MDB_cursor *c;
+    if (mdb_cursor_open(txn, s->db_atime, &c) != 0) return 0;
+    MDB_val k, v;
+    int own = 0;
+    for (MDB_cursor_op op = MDB_FIRST; mdb_cursor_get(c, &k, &v, op) == 0; op = MDB_NEXT) {
+        if (k.mv_size != STORE_ATIME_KEY_LEN) break;
+        if (memcmp((unsigned char *)k.mv_data + 8, skip, STORE_KEY_LEN) == 0) continue;
+        own = get_be64(k.mv_data) >= s->opened_at;
+        break;
+    }
+    mdb_cursor_close(c);
+    return own;
+}
+
 static int put_fn(store *s, MDB_txn *txn, void *arg)
 {
     struct put_ctx *c = arg;
@@ -413,11 +453,37 @@ static int put_fn(store *s, MDB_txn *txn, void *arg)
     a.count++, a.bytes += c->len, a.ubytes += c->ubytes;
     if (s->opt.max_size && a.bytes > s->opt.max_size) {
         uint64_t n = 0, target = s->opt.max_size / 100 * STORE_LOW_WATER_PCT;
+        if (!s->thrash_warned && evicts_own(s, txn, c->key)) {
+            /* Kept for the next run's open, which warns where this one's
+             * line may not be seen (the capture helper's). */
+            uint64_t t[2] = {s->put_bytes + c->len, s->opt.max_size};
+            if ((rc = store_meta_put(s, txn, "thrash", t, 2)) != 0) return rc;
+            s->thrash_warned = 1;
+            thrash_message(s, t[0], "this run's");
+        }
         rc = evict_walk(s, txn, &a, 0, target, c->key, &n);
         a.stat[ST_EVICT_SIZE] += n;
         if (rc) return rc;
     }
     return store_acct_save(s, txn, &a);
+}
+
+static int thrash_quiet;
+void store_quiet_open_warnings(void) { thrash_quiet = 1; }
+
+void store_warn_thrash(store *s)
+{
+    if (thrash_quiet || !s->have_dbs || !s->opt.max_size) return;
+    MDB_txn *txn;
+    uint64_t t[2] = {0, 0};
+    if (store_read_begin(s, &txn) != CLSHIM_OK) return;
+    int rc = store_meta_get(s, txn, "thrash", t, 2);
+    store_read_end(s, txn);
+    /* Only while the limit is the one that was too small (or smaller). */
+    if (rc == 0 && t[0] && s->opt.max_size <= t[1] && s->opt.max_size < t[0]) {
+        s->thrash_warned = 1;
+        thrash_message(s, t[0], "a run's");
+    }
 }
 
 int store_put_encoded(store *s, struct cache_hash hash, const void *rec, size_t len, uint64_t ubytes,
@@ -428,6 +494,7 @@ int store_put_encoded(store *s, struct cache_hash hash, const void *rec, size_t 
     store_hash_key(hash, key);
     struct put_ctx c = {key, rec, len, ubytes, atime, hits, 0};
     int rc = store_write(s, put_fn, &c);
+    if (rc == CLSHIM_OK) __atomic_add_fetch(&s->put_bytes, len, __ATOMIC_RELAXED);
     if (rc == CLSHIM_OK && c.swept) sweep_done(s, store_now());
     return rc;
 }
@@ -603,14 +670,14 @@ int store_delete(store *s, struct cache_hash hash)
     return store_write(s, delete_fn, key);
 }
 
-/* ctx: {older_than_days, to_size, out: evicted} */
+/* ctx: {older_than_s, to_size, out: evicted} */
 static int evict_fn(store *s, MDB_txn *txn, void *ctx)
 {
     uint64_t *arg = ctx, now = store_now(), n = 0;
     struct store_acct a;
     int rc = store_acct_load(s, txn, &a);
-    if (rc == 0 && arg[0] && now > arg[0] * 86400) {
-        rc = evict_walk(s, txn, &a, now - arg[0] * 86400, UINT64_MAX, NULL, &n);
+    if (rc == 0 && arg[0] && now > arg[0]) {
+        rc = evict_walk(s, txn, &a, now - arg[0], UINT64_MAX, NULL, &n);
         a.stat[ST_EVICT_AGE] += n;
         arg[2] = n;
     }
@@ -623,12 +690,12 @@ static int evict_fn(store *s, MDB_txn *txn, void *ctx)
     return rc ? rc : store_acct_save(s, txn, &a);
 }
 
-int store_evict(store *s, uint64_t older_than_days, uint64_t to_size, uint64_t *evicted)
+int store_evict(store *s, uint64_t older_than_s, uint64_t to_size, uint64_t *evicted)
 {
     if (evicted) *evicted = 0;
     if (!s) return CLSHIM_EINVAL;
     if (s->readonly) return CLSHIM_EREADONLY;
-    uint64_t arg[3] = {older_than_days, to_size, 0};
+    uint64_t arg[3] = {older_than_s, to_size, 0};
     int rc = store_write(s, evict_fn, arg);
     if (rc == CLSHIM_OK && evicted) *evicted = arg[2];
     return rc;

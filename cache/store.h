@@ -107,6 +107,13 @@ struct store_options {
     int compress_level;     /* zstd level; 0 = store uncompressed */
 };
 
+/* A run whose stores evict its own entries (CLSHIM_CACHE_MAX_SIZE below its
+ * working set) is warned once, and the next open of the cache warns again
+ * while the limit stays that small (a meta record "thrash"). The capture
+ * helper calls store_quiet_open_warnings(): the application's own open has
+ * given that warning. */
+void store_quiet_open_warnings(void);
+
 /* Opens (creating if needed) the cache. Refuses with CLSHIM_EPERM when the
  * directory or its files are owned by another user or writable by group or
  * others (unless allow_shared), when a directory on the way to it is owned
@@ -261,16 +268,20 @@ struct store_entry_info {
  * (store_verify reports them). */
 int store_foreach(store *s, int (*fn)(const struct store_entry_info *, void *), void *ctx);
 
-/* Evicts entries unused for `older_than_days` (0: skip) and then least
+/* Evicts entries unused for `older_than_s` seconds (0: skip) and then least
  * recently used ones until the total is <= `to_size` (UINT64_MAX: skip).
  * *evicted (may be NULL) receives the count. */
-int store_evict(store *s, uint64_t older_than_days, uint64_t to_size, uint64_t *evicted);
+int store_evict(store *s, uint64_t older_than_s, uint64_t to_size, uint64_t *evicted);
 int store_clear(store *s);
 
 /* Checks every entry (decode, key hash, checksum) and the invariants;
  * with fix, deletes bad entries and rebuilds the indexes and totals.
  * *bad receives how many entries and index records were bad. */
 int store_verify(store *s, int fix, uint64_t *checked, uint64_t *bad);
+/* The same, calling report (may be NULL) for each bad thing found: `what`
+ * is an entry's key hex, or "index" or "totals"; `why` says what is wrong. */
+int store_verify_report(store *s, int fix, uint64_t *checked, uint64_t *bad,
+                        void (*report)(const char *what, const char *why, void *ctx), void *ctx);
 
 /* Rewrites the environment compacted (mdb_env_copy2 with MDB_CP_COMPACT to a
  * temp file, then rename), safe while other processes use the cache.

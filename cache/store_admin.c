@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cache/entry.h"
+#include "cache/key.h"
 #include "cache/store.h"
 #include "cache/store_int.h"
 #include "common/error.h"
@@ -125,17 +126,22 @@ static void keylist_add(struct keylist *l, const void *key, size_t len)
 }
 
 /* Full check of one record under key: decodes, compares the key hash with
- * the material, the header and the database key, and the binary checksum. */
-static int entry_good(const MDB_val *k, const MDB_val *v)
+ * the material, the header and the database key, and the binary checksum.
+ * NULL when good, else why not (for `clshim cache verify`). */
+static const char *entry_problem(const MDB_val *k, const MDB_val *v)
 {
     struct entry_view e;
-    if (k->mv_size != STORE_KEY_LEN || entry_parse(v->mv_data, v->mv_size, &e) != CLSHIM_OK) return 0;
+    if (k->mv_size != STORE_KEY_LEN) return "its database key has the wrong length";
+    if (entry_parse(v->mv_data, v->mv_size, &e) != CLSHIM_OK)
+        return "it does not decode (damaged, or another format version)";
     struct cache_hash h = entry_xxh3_128(e.key, e.key_len), kh = store_key_hash(k->mv_data);
-    if (h.lo != e.hash.lo || h.hi != e.hash.hi || h.lo != kh.lo || h.hi != kh.hi) return 0;
+    if (h.lo != e.hash.lo || h.hi != e.hash.hi) return "its key material does not hash to its key";
+    if (h.lo != kh.lo || h.hi != kh.hi) return "it is stored under another key";
     void *bin = malloc(e.binary_size ? (size_t)e.binary_size : 1);
-    int ok = bin && entry_unpack_binary(&e, bin) == CLSHIM_OK;
+    if (!bin) return "out of memory while checking it";
+    int rc = entry_unpack_binary(&e, bin);
     free(bin);
-    return ok;
+    return rc == CLSHIM_OK ? NULL : "its binary fails its checksum (damaged)";
 }
 
 struct repair {
@@ -225,6 +231,12 @@ static int repair_fn(store *s, MDB_txn *txn, void *arg)
 
 int store_verify(store *s, int fix, uint64_t *checked, uint64_t *bad)
 {
+    return store_verify_report(s, fix, checked, bad, NULL, NULL);
+}
+
+int store_verify_report(store *s, int fix, uint64_t *checked, uint64_t *bad,
+                        void (*report)(const char *what, const char *why, void *ctx), void *ctx)
+{
     uint64_t nchecked = 0, nbad = 0;
     if (checked) *checked = 0;
     if (bad) *bad = 0;
@@ -242,7 +254,14 @@ int store_verify(store *s, int fix, uint64_t *checked, uint64_t *bad)
     if (mrc == 0) {
         for (int op = MDB_FIRST; (mrc = mdb_cursor_get(c, &k, &v, op)) == 0; op = MDB_NEXT) {
             nchecked++;
-            if (!entry_good(&k, &v)) keylist_add(&r.bad, k.mv_data, k.mv_size), nbad++;
+            const char *why = entry_problem(&k, &v);
+            if (!why) continue;
+            keylist_add(&r.bad, k.mv_data, k.mv_size), nbad++;
+            if (report) {
+                char hex[33] = "(unnamed)";
+                if (k.mv_size == STORE_KEY_LEN) key_hash_hex(store_key_hash(k.mv_data), hex);
+                report(hex, why, ctx);
+            }
         }
         mdb_cursor_close(c);
     }
@@ -254,8 +273,10 @@ int store_verify(store *s, int fix, uint64_t *checked, uint64_t *bad)
             for (int i = 0; i < 8 && k.mv_size == STORE_ATIME_KEY_LEN; i++)
                 t = t << 8 | ((unsigned char *)k.mv_data)[i];
             if (k.mv_size != STORE_ATIME_KEY_LEN || mdb_get(txn, s->db_entries, &hk, &e) != 0 ||
-                !access_get(s, txn, hk.mv_data, acc) || acc[0] != t)
+                !access_get(s, txn, hk.mv_data, acc) || acc[0] != t) {
                 keylist_add(&r.stray, k.mv_data, k.mv_size), nbad++;
+                if (report) report("index", "a last-use record points at no entry, or at the wrong time", ctx);
+            }
         }
         mdb_cursor_close(c);
     }
@@ -263,7 +284,10 @@ int store_verify(store *s, int fix, uint64_t *checked, uint64_t *bad)
     store_read_end(s, txn);
     if (mrc != MDB_NOTFOUND) rc = store_map_err(mrc);
     else if (r.bad.oom || r.stray.oom) rc = CLSHIM_ENOMEM;
-    if (rc == CLSHIM_OK && !inv && nbad == 0) nbad = 1; /* totals or access records off */
+    if (rc == CLSHIM_OK && !inv && nbad == 0) { /* totals or access records off */
+        nbad = 1;
+        if (report) report("totals", "the entry count or sizes, or the access records, do not match the entries", ctx);
+    }
     if (rc == CLSHIM_OK && fix && nbad) {
         rc = store_write(s, repair_fn, &r);
         if (rc == CLSHIM_OK && r.bad.n)

@@ -45,7 +45,14 @@ struct store {
     uint64_t next_sweep; /* no age sweep before this time (seconds) */
     int faulted;   /* the map faulted (data.mdb shrank): every call fails with CLSHIM_EIO */
     char boot_id[36];
+    uint64_t opened_at; /* store_now() at open: entries used since belong to this run */
+    uint64_t put_bytes; /* stored bytes this handle put: the run's working set, near enough */
+    int thrash_warned;  /* the size-limit warning (limit_thrashes) given */
 };
+
+/* At open: warns once when the meta record "thrash" says a run with the
+ * current size limit evicted its own entries (store.c). */
+void store_warn_thrash(store *s);
 
 /* Totals and counters of "meta", loaded into a write transaction, changed,
  * and saved in it, so they move with the entries. */

@@ -6,6 +6,7 @@
 #include "cache/store.h"
 
 #include <errno.h>
+#include <setjmp.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -44,6 +45,11 @@ static uint64_t initial_mapsize(const struct store_options *o)
     return m < MAP_MIN ? MAP_MIN : m > MAP_CAP ? MAP_CAP : m;
 }
 
+/* Opening maps lock.mdb and data.mdb and writes through the maps: on a full
+ * file system a fresh sparse file faults (SIGBUS) there, which would kill
+ * the application. Guarded: the half-open environment is then left alone
+ * (closing it would touch the maps again), a small one-time leak, and the
+ * cache reads as "no space left on device". */
 static int env_try_open(store *s, unsigned flags)
 {
     int rc = mdb_env_create(&s->env);
@@ -51,7 +57,14 @@ static int env_try_open(store *s, unsigned flags)
     mdb_env_set_maxdbs(s->env, 8);
     mdb_env_set_maxreaders(s->env, 510);
     if (!(flags & MDB_RDONLY)) mdb_env_set_mapsize(s->env, (size_t)initial_mapsize(&s->opt));
+    struct store_guard g;
+    store_guard_arm(&g);
+    if (sigsetjmp(g.jb, 0)) {
+        s->env = NULL;
+        return CLSHIM_ENOSPC;
+    }
     rc = mdb_env_open(s->env, s->env_path, flags, 0600);
+    store_guard_disarm(&g);
     if (rc) {
         mdb_env_close(s->env);
         s->env = NULL;
@@ -114,7 +127,16 @@ int store_env_open(store *s)
     }
     if (rc) return rc;
     if (env_truncated(s)) rc = MDB_CORRUPTED;
-    if (rc == 0) rc = open_dbs(s);
+    if (rc == 0) {
+        struct store_guard g;
+        store_guard_arm(&g);
+        if (sigsetjmp(g.jb, 0)) {
+            s->env = NULL; /* as in env_try_open */
+            return CLSHIM_ENOSPC;
+        }
+        rc = open_dbs(s);
+        store_guard_disarm(&g);
+    }
     if (rc) store_env_close(s);
     return rc;
 }
@@ -215,8 +237,14 @@ static int walk_to_dir(store *s, int *out, struct walk_owner *other)
         int nfd = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (nfd < 0 && errno == ENOENT && !s->readonly) {
             if (mkdirat(fd, name, 0700) != 0 && errno != EEXIST) {
-                if (errno == EACCES || errno == EPERM || errno == EROFS) goto not_found;
-                log_msg(LOG_WARN, "cache directory %s cannot be created: %s", s->dir, strerror(errno));
+                if (errno == EACCES || errno == EPERM || errno == EROFS) {
+                    log_msg(LOG_WARN, "cache directory %s cannot be created (%s); caching is off for this run (make "
+                                      "its parent writable, or set CLSHIM_CACHE_DIR elsewhere)", s->dir,
+                            strerror(errno));
+                    goto not_found;
+                }
+                log_msg(LOG_WARN, "cache directory %s cannot be created (%s); caching is off for this run: set "
+                                  "CLSHIM_CACHE_DIR to a directory you can write", s->dir, strerror(errno));
                 close(fd);
                 return CLSHIM_EIO;
             }
@@ -227,7 +255,8 @@ static int walk_to_dir(store *s, int *out, struct walk_owner *other)
             char target[4096];
             if (fstatat(fd, name, &lst, AT_SYMLINK_NOFOLLOW) != 0) goto io_error;
             if (!S_ISLNK(lst.st_mode)) {
-                log_msg(LOG_WARN, "cache directory %s cannot be created: %s%s%s is not a directory", s->dir,
+                log_msg(LOG_WARN, "cache directory %s cannot be created: %s%s%s is not a directory; caching is off "
+                                  "for this run: set CLSHIM_CACHE_DIR to a directory", s->dir,
                         walked, strcmp(walked, "/") ? "/" : "", name);
                 close(fd);
                 return CLSHIM_EIO;
@@ -282,7 +311,7 @@ not_found:
     close(fd);
     return CLSHIM_ENOTFOUND;
 io_error:
-    log_msg(LOG_WARN, "cache directory %s cannot be opened: %s", s->dir, strerror(errno));
+    log_msg(LOG_WARN, "cache directory %s cannot be opened (%s); caching is off for this run", s->dir, strerror(errno));
     if (fd >= 0) close(fd);
     return CLSHIM_EIO;
 }
@@ -397,7 +426,15 @@ static int open_checked(store *s)
         else if (rc) return rc;
     }
     if (!s->readonly && faccessat(s->dir_fd, ".", W_OK, 0) != 0) {
-        log_msg(LOG_WARN, "cache directory %s is not writable; using it read-only", s->dir);
+        int why = errno;
+        /* Nothing to read either: one line saying caching is off, and why. */
+        if (faccessat(s->dir_fd, "data.mdb", F_OK, 0) != 0) {
+            log_msg(LOG_WARN, "cache directory %s cannot be written (%s) and holds no cache: caching is off for "
+                              "this run (make it writable, or set CLSHIM_CACHE_DIR elsewhere)", s->dir, strerror(why));
+            return CLSHIM_ENOTFOUND;
+        }
+        log_msg(LOG_WARN, "cache directory %s cannot be written (%s); using its cache read-only", s->dir,
+                strerror(why));
         s->readonly = 1;
     }
     if ((rc = take_open_lock(s)) != 0) return rc;
@@ -414,8 +451,12 @@ static int open_checked(store *s)
     if (rc == ENOENT && s->readonly) return CLSHIM_ENOTFOUND;
     if (rc == CLSHIM_EUNSUPPORTED)
         log_msg(LOG_WARN, "cache %s was written by a newer clshim; not used", s->dir);
+    else if (rc == CLSHIM_ENOSPC)
+        log_msg(LOG_WARN, "cache %s cannot be opened: no space left on device; caching is off for this run (free "
+                          "space there, or set CLSHIM_CACHE_DIR elsewhere)", s->dir);
     else if (rc)
-        log_msg(LOG_WARN, "cache %s cannot be opened: %s", s->dir, mdb_strerror(rc));
+        log_msg(LOG_WARN, "cache %s cannot be opened (%s); caching is off for this run", s->dir,
+                rc <= CLSHIM_ENOTFOUND && rc >= CLSHIM_ENOSPC ? clshim_strerror(rc) : mdb_strerror(rc));
     if (rc == 0 && (rc = check_opened(s, shared)) != 0) store_env_close(s);
     return rc;
 }
@@ -458,6 +499,8 @@ int store_open(const struct store_options *opt, store **out)
         mdb_reader_check(s->env, &dead); /* slots of killed processes */
     }
     store_sweep_if_due(s);
+    s->opened_at = store_now();
+    store_warn_thrash(s);
     *out = s;
     return CLSHIM_OK;
 }

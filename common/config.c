@@ -160,21 +160,32 @@ static int knob_parse(const struct knob_info *k, const char *text, uint64_t *num
     return -1;
 }
 
+/* `where` is "" for the environment, else "FILE:LINE: ". */
 static void set_value(struct clshim_config *cfg, struct arena *a, int knob, const char *text,
-                      enum config_source source, void (*report)(const char *), int *invalid)
+                      enum config_source source, const char *where, int line,
+                      void (*report)(const char *), int *invalid)
 {
     const struct knob_info *k = &knobs[knob];
     char *field = (char *)cfg + k->offset;
     uint64_t num = 0;
     if (knob_parse(k, text, &num) != 0) {
         if (report) {
-            char msg[512];
+            /* What stays in effect: the default, or a valid value from the file. */
+            char msg[1024], value[256];
             const char *const *words;
-            snprintf(msg, sizeof msg,
-                     "CLSHIM_%s=%.64s%s is not valid (accepts %s); using the default \"%s\"",
-                     k->name, text, strlen(text) > 64 ? "..." : "", knob_accepts(k, &words), k->def);
+            if (cfg->source[knob] == CONFIG_FROM_DEFAULT)
+                snprintf(value, sizeof value, "%s", k->def);
+            else if (k->type == CONFIG_PATH || k->type == CONFIG_STRING)
+                snprintf(value, sizeof value, "%s", a->buf + a->offsets[knob]);
+            else
+                config_format_value(cfg, knob, value, sizeof value);
+            snprintf(msg, sizeof msg, "%sCLSHIM_%s=%.64s%s is not valid (accepts %s); using %s\"%s\"%s", where,
+                     k->name, text, strlen(text) > 64 ? "..." : "", knob_accepts(k, &words),
+                     cfg->source[knob] == CONFIG_FROM_DEFAULT ? "the default " : "", value,
+                     cfg->source[knob] == CONFIG_FROM_FILE ? " from the config file" : "");
             report(msg);
         }
+        cfg->invalid_line[knob] = line;
         (*invalid)++;
         return;
     }
@@ -201,6 +212,59 @@ static int knob_by_name(const char *name, size_t len)
     return -1;
 }
 
+/* Names that start with CLSHIM_ and are no knob, read by clshim's own
+ * scripts: the wrapper's library directory, and the test suite's. */
+static const char *const not_knobs[] = {"LIBDIR", "BUILD", "ROOT", "LONG", "SANITIZED", "TEST_JOBS",
+                                        "FUZZ_SECONDS", "FUZZ_TRANSLATE_RUNS", "FUZZ_BUILD"};
+
+/* Edit distance between a and b (b at most 63 characters). */
+static size_t edit_distance(const char *a, size_t la, const char *b, size_t lb)
+{
+    size_t row[64];
+    if (lb >= 64) return (size_t)-1;
+    for (size_t j = 0; j <= lb; j++) row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j];
+            size_t best = diag + (toupper((unsigned char)a[i - 1]) != b[j - 1]);
+            if (row[j] + 1 < best) best = row[j] + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+/* An unknown CLSHIM_ name (len bytes of name, prefix included): 1 after
+ * reporting it with the closest knob, 0 when it is one of not_knobs. */
+static int report_unknown(const char *where, const char *name, size_t len, void (*report)(const char *))
+{
+    const char *rest = name + 7;
+    size_t rlen = len - 7;
+    for (size_t i = 0; i < sizeof not_knobs / sizeof not_knobs[0]; i++)
+        if (strlen(not_knobs[i]) == rlen && !strncmp(not_knobs[i], rest, rlen)) return 0;
+    if (!report) return 1;
+    size_t best = (size_t)-1;
+    int closest = 0;
+    for (int i = 0; i < CONFIG_KNOB_COUNT; i++) {
+        size_t d = edit_distance(rest, rlen, knobs[i].name, strlen(knobs[i].name));
+        if (d < best) best = d, closest = i;
+    }
+    char msg[512];
+    /* A suggestion only where it is likely the intended name. */
+    if (best <= 2 || best * 3 <= rlen)
+        snprintf(msg, sizeof msg, "%s%.*s is not a clshim knob; ignored (did you mean CLSHIM_%s?)", where,
+                 (int)(len > 64 ? 64 : len), name, knobs[closest].name);
+    else
+        snprintf(msg, sizeof msg, "%s%.*s is not a clshim knob; ignored ('clshim config' lists them)", where,
+                 (int)(len > 64 ? 64 : len), name);
+    report(msg);
+    return 1;
+}
+
 static void load_file(struct clshim_config *cfg, struct arena *a, const char *path,
                       void (*report)(const char *), int *invalid)
 {
@@ -217,16 +281,22 @@ static void load_file(struct clshim_config *cfg, struct arena *a, const char *pa
         while (n && isspace((unsigned char)p[n - 1])) p[--n] = 0;
         char *eq = strchr(p, '=');
         int knob = eq ? knob_by_name(p, (size_t)(eq - p)) : -1;
+        char where[4200];
+        snprintf(where, sizeof where, "%s:%d: ", path, lineno);
         if (knob < 0) {
+            if (eq && !strncmp(p, "CLSHIM_", 7) && eq - p > 7) {
+                *invalid += report_unknown(where, p, (size_t)(eq - p), report);
+                continue;
+            }
             if (report) {
-                char msg[512];
-                snprintf(msg, sizeof msg, "%s:%d: not a CLSHIM_ setting; ignored", path, lineno);
+                char msg[4400];
+                snprintf(msg, sizeof msg, "%snot a CLSHIM_NAME=value setting; ignored", where);
                 report(msg);
             }
             (*invalid)++;
             continue;
         }
-        set_value(cfg, a, knob, eq + 1, CONFIG_FROM_FILE, report, invalid);
+        set_value(cfg, a, knob, eq + 1, CONFIG_FROM_FILE, where, lineno, report, invalid);
     }
     fclose(f);
 }
@@ -238,13 +308,14 @@ int config_load(struct clshim_config *cfg, char *const *env, const char *conf_pa
     int invalid = 0;
     memset(cfg, 0, sizeof *cfg);
     for (int i = 0; i < CONFIG_KNOB_COUNT; i++)
-        set_value(cfg, &a, i, knobs[i].def, CONFIG_FROM_DEFAULT, NULL, &invalid);
+        set_value(cfg, &a, i, knobs[i].def, CONFIG_FROM_DEFAULT, "", 0, NULL, &invalid);
     if (conf_path) load_file(cfg, &a, conf_path, report, &invalid);
     for (char *const *e = env; e && *e; e++) {
         const char *eq = strchr(*e, '=');
         if (!eq) continue;
         int knob = knob_by_name(*e, (size_t)(eq - *e));
-        if (knob >= 0) set_value(cfg, &a, knob, eq + 1, CONFIG_FROM_ENV, report, &invalid);
+        if (knob >= 0) set_value(cfg, &a, knob, eq + 1, CONFIG_FROM_ENV, "", -1, report, &invalid);
+        else if (!strncmp(*e, "CLSHIM_", 7) && eq - *e > 7) invalid += report_unknown("", *e, (size_t)(eq - *e), report);
     }
     /* Point PATH/STRING fields into the arena now that it no longer moves. */
     for (int i = 0; i < CONFIG_KNOB_COUNT; i++) {
@@ -286,12 +357,13 @@ int config_cache_dir(const struct clshim_config *cfg, char *buf, size_t len)
 }
 
 /* Messages about the configuration are held until the log level is known. */
-static char pending_reports[4][600];
+#define PENDING_MAX 16
+static char pending_reports[PENDING_MAX][600];
 static int pending_count;
 
 static void hold_report(const char *message)
 {
-    if (pending_count < 4) snprintf(pending_reports[pending_count++], 600, "%s", message);
+    if (pending_count < PENDING_MAX) snprintf(pending_reports[pending_count++], 600, "%s", message);
 }
 
 static struct clshim_config process_config;
@@ -306,17 +378,43 @@ static void load_process_config(void)
     log_set_level((enum log_level)process_config.log_level);
 }
 
+/* One application run reports its configuration's faults once, not once per
+ * process that loads clshim (the driver's linker child, a shell, the
+ * capture helper inherit the same environment). The first process to report
+ * leaves a digest of what it reported in CONFIG_REPORTED_VAR; a child that
+ * would report the same stays quiet, one with other faults reports them;
+ * "*" (set by `clshim run --wait` for its `cache wait`, after the run
+ * reported) silences every report.
+ * Set when the configuration is first read, at load time (the constructor
+ * of interpose/entry.c), before the application starts threads of its own. */
+#define CONFIG_REPORTED_VAR "_CLSHIM_CONFIG_REPORTED"
+
+static int already_reported(char digest[17])
+{
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+    for (int i = 0; i < pending_count; i++)
+        for (const char *p = pending_reports[i]; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+    snprintf(digest, 17, "%016llx", (unsigned long long)h);
+    const char *seen = getenv(CONFIG_REPORTED_VAR);
+    return seen && (!strcmp(seen, digest) || !strcmp(seen, "*"));
+}
+
 const struct clshim_config *config_get(void)
 {
     pthread_once(&process_config_once, load_process_config);
     /* Report invalid values outside the once: logging reads the
      * configuration (the log file knob) and would wait on it forever. */
-    if (pending_count && !__atomic_exchange_n(&reports_logged, 1, __ATOMIC_ACQ_REL))
-        for (int i = 0; i < pending_count; i++) log_msg(LOG_WARN, "%s", pending_reports[i]);
+    if (pending_count && !__atomic_exchange_n(&reports_logged, 1, __ATOMIC_ACQ_REL)) {
+        char digest[17];
+        if (!already_reported(digest)) {
+            for (int i = 0; i < pending_count; i++) log_msg(LOG_WARN, "%s", pending_reports[i]);
+            setenv(CONFIG_REPORTED_VAR, digest, 1);
+        }
+    }
     return &process_config;
 }
 
-static void format_value(const struct clshim_config *cfg, int knob, char *buf, size_t len)
+void config_format_value(const struct clshim_config *cfg, int knob, char *buf, size_t len)
 {
     const struct knob_info *k = &knobs[knob];
     const char *field = (const char *)cfg + k->offset;
@@ -350,8 +448,12 @@ void config_print(FILE *out, const struct clshim_config *cfg)
     static const char *from[] = {"default", "config file", "environment"};
     char value[1024];
     for (int i = 0; i < CONFIG_KNOB_COUNT; i++) {
-        format_value(cfg, i, value, sizeof value);
-        fprintf(out, "CLSHIM_%-22s = %-24s (%s)\n", knobs[i].name, value, from[cfg->source[i]]);
+        config_format_value(cfg, i, value, sizeof value);
+        char bad[64] = "";
+        if (cfg->invalid_line[i] < 0) snprintf(bad, sizeof bad, "; the environment's value is not valid");
+        else if (cfg->invalid_line[i] > 0)
+            snprintf(bad, sizeof bad, "; line %d of the config file is not valid", cfg->invalid_line[i]);
+        fprintf(out, "CLSHIM_%-22s = %-24s (%s%s)\n", knobs[i].name, value, from[cfg->source[i]], bad);
     }
     char dir[4096];
     if (config_cache_dir(cfg, dir, sizeof dir) == 0) fprintf(out, "# cache directory: %s\n", dir);
@@ -369,7 +471,10 @@ void config_print_docs(FILE *out)
             "Every knob is an environment variable. The same names may be set in\n"
             "`$XDG_CONFIG_HOME/clshim/clshim.conf` (else `~/.config/clshim/clshim.conf`), one\n"
             "`CLSHIM_NAME=value` a line, `#` for comments; the environment wins. An invalid value\n"
-            "is reported once, naming the knob and what it accepts, and the default is used.\n"
+            "is reported once per application run (not once per process that loads clshim), naming\n"
+            "the knob, what it accepts, the file and line when it is in the config file, and the\n"
+            "value used instead (the default, or the config file's). A `CLSHIM_` name that is no\n"
+            "knob is reported the same way, with the closest knob's name.\n"
             "`clshim config` prints the effective value of each knob and where it came from.\n\n"
             "| Knob | Type | Default | Since | Meaning |\n"
             "| --- | --- | --- | --- | --- |\n");

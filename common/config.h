@@ -3,10 +3,11 @@
  * Values come from three places, later ones winning: the defaults in
  * common/knobs.h, the file $XDG_CONFIG_HOME/clshim/clshim.conf (else
  * ~/.config/clshim/clshim.conf; lines `CLSHIM_NAME=value`, `#` comments),
- * and the environment. An invalid value is reported once, naming the knob
- * and what it accepts, and the default is used instead. The process-wide
- * configuration is loaded once, lazily, on first use; nothing is read when
- * the library is merely loaded.
+ * and the environment. An invalid value is reported once per application
+ * run, naming the knob, what it accepts and (in the file) the line, and the
+ * value before it stays; so is an unknown CLSHIM_ name, with the closest
+ * knob. The process-wide configuration is loaded once, on first use: in
+ * the shim, at load time (interpose/entry.c's constructor).
  */
 #ifndef CLSHIM_CONFIG_H
 #define CLSHIM_CONFIG_H
@@ -38,6 +39,9 @@ struct clshim_config {
     CLSHIM_KNOBS(CONFIG_FIELD)
 #undef CONFIG_FIELD
     enum config_source source[CONFIG_KNOB_COUNT];
+    /* Where an invalid value was ignored: 0 nowhere, -1 the environment,
+     * N line N of the config file (the environment's wins when both). */
+    int invalid_line[CONFIG_KNOB_COUNT];
     char *strings; /* owns the text of PATH/STRING values */
 };
 
@@ -70,6 +74,10 @@ const char *config_accepts(enum config_type type);
  * '@' after the scheme) replaced by "***": what logs and `clshim config` show
  * of CLSHIM_REMOTE. */
 void config_redact_url(const char *url, char *buf, size_t len);
+
+/* A knob's value in effect as `clshim config` prints it (CLSHIM_REMOTE's
+ * password hidden). */
+void config_format_value(const struct clshim_config *cfg, int knob, char *buf, size_t len);
 
 /* `clshim config`: every knob, its effective value and where it came from. */
 void config_print(FILE *out, const struct clshim_config *cfg);

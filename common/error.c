@@ -18,6 +18,7 @@ const char *clshim_strerror(int err)
     case CLSHIM_ETOOBIG: return "outside the entry size limits";
     case CLSHIM_EUNSUPPORTED: return "unsupported";
     case CLSHIM_EDISABLED: return "disabled by configuration";
+    case CLSHIM_ENOSPC: return "no space left on device";
     }
     return "unknown error";
 }

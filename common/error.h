@@ -23,6 +23,7 @@ enum clshim_err {
     CLSHIM_ETOOBIG = -30011,   /* outside the entry size limits */
     CLSHIM_EUNSUPPORTED = -30012,
     CLSHIM_EDISABLED = -30013, /* feature turned off by configuration */
+    CLSHIM_ENOSPC = -30014,    /* the file system holding the cache is full */
 };
 
 /* A short English description; never NULL. */

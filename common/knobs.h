@@ -35,7 +35,9 @@
     X(CACHE_MAX_SIZE, SIZE, cache_max_size, "1G", "0.1",                       \
       "Size limit of the persistent cache (stored, compressed bytes); K/M/G "  \
       "suffixes; 0 means no limit. Past it, least recently used entries are "  \
-      "evicted down to 90 % of the limit.")                                    \
+      "evicted down to 90 % of the limit. A limit below what one run stores "  \
+      "evicts that run's own entries (every run compiles): it is warned "      \
+      "about once, with the run's size, then and at later runs.")              \
     X(CACHE_MAX_AGE, UINT, cache_max_age_days, "30", "0.1",                    \
       "Entries unused for this many days are evicted (checked at most once a " \
       "day); 0 turns age eviction off.")                                       \

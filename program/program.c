@@ -118,6 +118,8 @@ static void register_exit(void) { atexit(at_exit); }
 /* A child of fork() that has not built anything since: its exit handler
  * (inherited) prints and counts nothing. */
 static atomic_int idle_child; /* builds on many threads clear it */
+/* Builds of programs clshim did not create (build_program). */
+static atomic_ulong foreign_builds;
 
 /* The exit handler stores late captures, which can make PoCL compile. exit()
  * runs handlers in reverse order of registration, and libLLVM (loaded with
@@ -952,7 +954,14 @@ static cl_int build_program(cl_program prog, cl_uint num_devices, const cl_devic
                             const char *options, void(CL_CALLBACK *notify)(cl_program, void *), void *user_data)
 {
     struct pc_program *rec = objmap_get(programs, prog);
-    if (!rec) return real->clBuildProgram(prog, num_devices, device_list, options, notify, user_data);
+    if (!rec) {
+        /* Created from the application's own binaries (or built-in
+         * kernels): not clshim's to cache, but counted so the summary can
+         * say why nothing went through the cache. */
+        atomic_fetch_add_explicit(&foreign_builds, 1, memory_order_relaxed);
+        need_exit_handler();
+        return real->clBuildProgram(prog, num_devices, device_list, options, notify, user_data);
+    }
     if ((num_devices == 0) != (device_list == NULL)) return CL_INVALID_VALUE;
     if (!notify && user_data) return CL_INVALID_VALUE;
     /* The driver refuses to rebuild a program with kernels attached; on a
@@ -2142,7 +2151,22 @@ cl_program pc_build_derived(cl_context ctx, cl_device_id dev, const char *option
 /* ---- exit ---------------------------------------------------------------- */
 
 
-void pc_print_summary(void) { pipeline_print_summary(); }
+void pc_print_summary(void)
+{
+    unsigned long foreign = atomic_load_explicit(&foreign_builds, memory_order_relaxed);
+    struct pipeline_stats s;
+    pipeline_stats(&s);
+    if (foreign && !s.store.hits && !s.store.misses && !s.failed && !s.store.uncacheable) {
+        log_msg(LOG_WARN, "summary: no build went through clshim's cache: %lu program%s built from the "
+                          "application's own binaries (its binary cache, clCreateProgramWithBinary); clshim caches "
+                          "programs built from source or IL", foreign, foreign == 1 ? "" : "s");
+        return;
+    }
+    pipeline_print_summary();
+    if (foreign)
+        log_msg(LOG_WARN, "also %lu program%s built from the application's own binaries, not through "
+                          "clshim's cache", foreign, foreign == 1 ? "" : "s");
+}
 
 /* At exit: the programs whose binaries are still owed (built here, and
  * neither run and synchronised nor released: a GEGL-like app builds its

@@ -29,49 +29,13 @@
 #include "tools/archive_sign.h"
 #include "tools/capture_wait.h"
 #include "tools/commands.h"
-
-#define CMD_USAGE                                                                                  \
-    "usage: clshim cache [--dir DIR] COMMAND [ARGS]\n"                                             \
-    "  stats [--json]          hits, misses, sizes, evictions, compile time saved\n"              \
-    "  zero                    reset the statistics (entries stay)\n"                             \
-    "  list [--sort=size|age|hits|last-use] [--json]\n"                                            \
-    "                          one line per entry\n"                                               \
-    "  show KEYPREFIX          one entry in full: its key material, build log, checks, source\n"  \
-    "  rm KEYPREFIX...         remove these entries from the local cache\n"                       \
-    "  evict [--older-than DAYS] [--to-size SIZE] [--origin=remote]\n"                              \
-    "                          evict unused or least recently used entries; --origin=remote:\n"  \
-    "                          every local copy of a remote value\n"                              \
-    "  clear                   remove every entry\n"                                              \
-    "  verify [--fix]          check every entry; --fix removes bad ones (exit 1: bad remain)\n"   \
-    "  compact                 rewrite the database file without free space\n"                    \
-    "  export [--sign KEYFILE] [--with-driver-caches] [--wait S] FILE\n"                           \
-    "                          write every entry to FILE ('-': standard output), signed\n"        \
-    "                          with KEYFILE's ed25519 key when given; --with-driver-caches\n"     \
-    "                          also writes FILE.drivers.tar.gz, the drivers' caches kept in\n"   \
-    "                          the cache directory (CLSHIM_DRIVER_CACHES=1), unsigned; first\n"  \
-    "                          waits up to S seconds (default 600; 0: not) for capture helpers\n"\
-    "  import [--trust PUBKEY] [--with-driver-caches] FILE\n"                                     \
-    "                          add the verified entries of an export; with --trust, only\n"      \
-    "                          an export signed by PUBKEY's key, unchanged;\n"                    \
-    "                          --with-driver-caches also unpacks FILE.drivers.tar.gz\n"          \
-    "  keygen FILE             a signing key pair: FILE (secret, 0600) and FILE.pub, for\n"       \
-    "                          export --sign and CLSHIM_REMOTE_SIGN_KEY; never overwrites\n"     \
-    "  remote ping|stats [--json]|rm KEYPREFIX...\n"                                                \
-    "                          the remote tier (CLSHIM_REMOTE): round trip, server and this\n"   \
-    "                          cache's counters, delete entries on the server\n"                 \
-    "  wait [--timeout S]      wait until every capture handed to a capture helper is stored\n" \
-    "                          or dropped, raising the helpers to normal priority; a line\n"    \
-    "                          every 5 s says what it waits for (exit 1: captures still\n"      \
-    "                          outstanding after S seconds; default 600)\n"                      \
-    "  help                    this text\n"                                                        \
-    "The cache directory is CLSHIM_CACHE_DIR (else $XDG_CACHE_HOME/clshim, else\n"                \
-    "~/.cache/clshim); --dir overrides it. Limits come from CLSHIM_CACHE_* knobs.\n"
+#include "tools/help.h"
 
 static int usage_error(const char *fmt, const char *arg)
 {
     fprintf(stderr, "clshim cache: ");
     fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n%s", CMD_USAGE);
+    fprintf(stderr, " (clshim cache help)\n");
     return 2;
 }
 
@@ -622,9 +586,32 @@ static int evict_remote_copies(store *s, uint64_t *n)
     return rc;
 }
 
+/* An age: a number with s, m, h, d or w (a bare number is days, as before
+ * units were accepted) into seconds; -1 when it is not one. */
+static int parse_age(const char *text, uint64_t *seconds)
+{
+    char *end;
+    errno = 0;
+    if (!isdigit((unsigned char)*text)) return -1;
+    unsigned long long v = strtoull(text, &end, 10);
+    uint64_t unit;
+    switch (*end) {
+    case 's': unit = 1; break;
+    case 'm': unit = 60; break;
+    case 'h': unit = 3600; break;
+    case 0:
+    case 'd': unit = 86400; break;
+    case 'w': unit = 7 * 86400; break;
+    default: return -1;
+    }
+    if (errno || (*end && end[1]) || v > UINT64_MAX / unit) return -1;
+    *seconds = v * unit;
+    return 0;
+}
+
 static int cmd_evict(struct cmd_ctx *c, int argc, char **argv)
 {
-    uint64_t days = 0, to_size = UINT64_MAX;
+    uint64_t age = 0, to_size = UINT64_MAX;
     int any = 0, remote_copies = 0;
     for (int i = 1; i < argc; i++) {
         const char *val = NULL;
@@ -635,19 +622,20 @@ static int cmd_evict(struct cmd_ctx *c, int argc, char **argv)
         }
         if (!strncmp(argv[i], "--origin", 8))
             return usage_error("evict: %s", "--origin takes one value: remote (every local copy of a remote value)");
-        int is_days = !strncmp(argv[i], "--older-than", 12), is_size = !strncmp(argv[i], "--to-size", 9);
-        if (!is_days && !is_size) return usage_error("evict: unknown option '%s'", argv[i]);
+        int is_age = !strncmp(argv[i], "--older-than", 12), is_size = !strncmp(argv[i], "--to-size", 9);
+        if (!is_age && !is_size) return usage_error("evict: unknown option '%s'", argv[i]);
         const char *eq = strchr(argv[i], '=');
         if (eq) val = eq + 1;
         else if (i + 1 < argc) val = argv[++i];
         else return usage_error("evict: %s needs a value", argv[i]);
         uint64_t v;
-        if (config_parse(is_days ? CONFIG_UINT : CONFIG_SIZE, val, &v) != 0)
-            return usage_error(is_days ? "evict: '%s' is not a number of days"
-                                       : "evict: '%s' is not a size (like 500M or 2G)", val);
-        if (is_days) {
-            if (v == 0) return usage_error("evict: --older-than needs at least %s day", "1");
-            days = v;
+        if (is_age) {
+            if (parse_age(val, &v) != 0)
+                return usage_error("evict: --older-than '%s' is not an age (like 30m, 12h or 7d)", val);
+            if (v == 0) return usage_error("evict: --older-than needs an age above %s", "0");
+            age = v;
+        } else if (config_parse(CONFIG_SIZE, val, &v) != 0) {
+            return usage_error("evict: '%s' is not a size (like 500M or 2G)", val);
         } else {
             to_size = v;
         }
@@ -655,7 +643,7 @@ static int cmd_evict(struct cmd_ctx *c, int argc, char **argv)
     }
     if (!any)
         return usage_error("evict: say what to evict: %s",
-                           "--older-than DAYS, --to-size SIZE and/or --origin=remote");
+                           "--older-than AGE, --to-size SIZE and/or --origin=remote");
     int rc = open_cache(c, 1);
     if (rc == CLSHIM_ENOTFOUND) rc = CLSHIM_OK;
     if (rc) return 1;
@@ -666,7 +654,7 @@ static int cmd_evict(struct cmd_ctx *c, int argc, char **argv)
     }
     if (remote_copies) printf("Removed %llu local cop%s of remote values.\n", (unsigned long long)copies,
                               copies == 1 ? "y" : "ies");
-    if ((days || to_size != UINT64_MAX) && (rc = store_evict(c->s, days, to_size, &n)) != CLSHIM_OK) {
+    if ((age || to_size != UINT64_MAX) && (rc = store_evict(c->s, age, to_size, &n)) != CLSHIM_OK) {
         fprintf(stderr, "clshim cache: eviction failed: %s\n", clshim_strerror(rc));
         return 1;
     }
@@ -695,6 +683,12 @@ static int cmd_clear(struct cmd_ctx *c, int argc, char **argv)
     return 0;
 }
 
+static void print_bad(const char *what, const char *why, void *ctx)
+{
+    (void)ctx;
+    printf("bad %s: %s\n", what, why);
+}
+
 static int cmd_verify(struct cmd_ctx *c, int argc, char **argv)
 {
     int fix = 0;
@@ -709,7 +703,7 @@ static int cmd_verify(struct cmd_ctx *c, int argc, char **argv)
     }
     if (rc) return 1;
     uint64_t checked = 0, bad = 0;
-    if ((rc = store_verify(c->s, fix, &checked, &bad)) != CLSHIM_OK) {
+    if ((rc = store_verify_report(c->s, fix, &checked, &bad, print_bad, NULL)) != CLSHIM_OK) {
         fprintf(stderr, "clshim cache: verify failed: %s\n", clshim_strerror(rc));
         return 1;
     }
@@ -976,20 +970,9 @@ static int cmd_import(struct cmd_ctx *c, int argc, char **argv)
     return rc || rejected ? 1 : 0;
 }
 
-#define KEYGEN_USAGE                                                                         \
-    "usage: clshim cache keygen FILE\n"                                                       \
-    "  writes a new ed25519 key pair: the secret key to FILE (0600) and the public key to\n" \
-    "  FILE.pub. Never overwrites a file. The secret key signs exports (export --sign FILE)\n"\
-    "  and remote values (CLSHIM_REMOTE_SIGN_KEY=FILE); readers trust FILE.pub (import\n"   \
-    "  --trust, CLSHIM_REMOTE_TRUST).\n"
-
 static int cmd_keygen(struct cmd_ctx *c, int argc, char **argv)
 {
     (void)c;
-    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        fputs(KEYGEN_USAGE, stdout);
-        return 0;
-    }
     /* An option is never taken for a file name (keys named "--help"). */
     if (argc == 2 && argv[1][0] == '-' && argv[1][1])
         return usage_error("keygen: unknown option '%s' (give a FILE; ./-name for one starting with '-')", argv[1]);
@@ -1193,7 +1176,11 @@ int cache_cmd_main(int argc, char **argv)
     } else {
         if (dir) snprintf(c.dir, sizeof c.dir, "%s", dir);
         const char *cmd = n ? args[0] : "help";
-        if (!strcmp(cmd, "stats")) rc = cmd_stats(&c, n, args);
+        char sub[64];
+        snprintf(sub, sizeof sub, "cache %s", cmd);
+        if (n == 2 && (!strcmp(args[1], "--help") || !strcmp(args[1], "-h")) && help_print(stdout, sub) == 0)
+            rc = 0;
+        else if (!strcmp(cmd, "stats")) rc = cmd_stats(&c, n, args);
         else if (!strcmp(cmd, "zero")) rc = cmd_zero(&c, n, args);
         else if (!strcmp(cmd, "list")) rc = cmd_list(&c, n, args);
         else if (!strcmp(cmd, "show")) rc = cmd_show(&c, n, args);
@@ -1208,7 +1195,7 @@ int cache_cmd_main(int argc, char **argv)
         else if (!strcmp(cmd, "rm")) rc = cmd_rm(&c, n, args);
         else if (!strcmp(cmd, "wait")) rc = cmd_wait(&c, n, args);
         else if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
-            fputs(CMD_USAGE, n ? stdout : stderr);
+            help_print(n ? stdout : stderr, "cache");
             rc = n ? 0 : 2; /* bare `clshim cache` is a usage error */
         } else {
             rc = usage_error("unknown command '%s'", cmd);

@@ -39,6 +39,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "program/capture_proc.h"
+#include "cache/store.h"
 #include "tools/commands.h"
 
 #define HELPER_NICE 19
@@ -532,6 +533,7 @@ int capture_helper_main(int argc, char **argv)
         fprintf(stderr, "usage: clshim-tool capture-helper (started by the shim, requests on stdin)\n");
         return 2;
     }
+    store_quiet_open_warnings(); /* the application said them */
     /* No lock of its own: each request brings one (capture_proc.h), so
      * `clshim cache wait` waits for captures, never for the application. */
     pid_t pid = fork(); /* this process is single-threaded: safe */

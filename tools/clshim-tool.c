@@ -1,11 +1,12 @@
-/* clshim-tool — the C side of the `clshim` command: `config`, `cache` and
- * `fuse` and `ptx`.
+/* clshim-tool — the C side of the `clshim` command: `config`, `cache`,
+ * `fuse`, `ptx`, `help` and `--version`.
  * The wrapper script (scripts/clshim) runs it; it never loads the shim. */
 #include <stdio.h>
 #include <string.h>
 
 #include "common/config.h"
 #include "tools/commands.h"
+#include "tools/help.h"
 
 int config_cmd_main(int argc, char **argv)
 {
@@ -24,13 +25,15 @@ int config_cmd_main(int argc, char **argv)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: clshim-tool config|cache|fuse|ptx ...\n");
+        fprintf(stderr, "usage: clshim-tool config|cache|fuse|ptx|help|--version ...\n");
         return 2;
     }
     if (!strcmp(argv[1], "config")) return config_cmd_main(argc - 1, argv + 1);
     if (!strcmp(argv[1], "cache")) return cache_cmd_main(argc - 1, argv + 1);
     if (!strcmp(argv[1], "fuse")) return fuse_cmd_main(argc - 1, argv + 1);
     if (!strcmp(argv[1], "ptx")) return ptx_cmd_main(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "help")) return help_main(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "--version")) return printf("clshim %s\n", CLSHIM_VERSION) < 0;
     if (!strcmp(argv[1], "capture-helper")) return capture_helper_main(argc - 1, argv + 1);
     fprintf(stderr, "clshim: unknown command '%s'\n", argv[1]);
     return 2;

@@ -72,6 +72,12 @@
 #ifndef CL_CLSHIM_EXT_H
 #define CL_CLSHIM_EXT_H
 
+/* The Khronos headers' own default, set here so that a program including
+ * this header first compiles without their "not defined" message; a program
+ * that chose a version before including this keeps it. */
+#ifndef CL_TARGET_OPENCL_VERSION
+#define CL_TARGET_OPENCL_VERSION 300
+#endif
 #include <CL/cl.h>
 
 #ifdef __cplusplus

@@ -132,5 +132,14 @@ grep -q "^  use: clshim run --mode=loader -- $DL" "$TMP/doc_dl.txt" || fail "doc
 grep -q "^  use: clshim run --mode=preload -- $MK" "$TMP/doc_mk.txt" || fail "doctor: wrong advice for multikernel"
 set +e; "$WRAP" doctor -- /bin/true >"$TMP/doc_true.txt" 2>&1; rc=$?; set -e
 [ "$rc" = 1 ] && grep -q 'no mode reached clshim' "$TMP/doc_true.txt" || fail "doctor: a program without OpenCL"
+grep -Eq '^  preload: reached clshim \(exit status 0; [0-9]+ cache hits, [0-9]+ misses\)' "$TMP/doc_mk.txt" &&
+    ! grep -q '0 cache hits, 0 misses' "$TMP/doc_mk.txt" ||
+    fail "doctor: no hit or miss counted for multikernel: $(cat "$TMP/doc_mk.txt")"
+# An application whose own binary cache serves its builds: no "0 hits, 0
+# misses" without a reason.
+"$PROGS/appcache" save "$TMP/app.bin" >/dev/null
+"$WRAP" doctor -- "$PROGS/appcache" load "$TMP/app.bin" >"$TMP/doc_app.txt" 2>&1 || fail "doctor appcache failed"
+grep -q "^  preload: reached clshim (exit status 0; no build went through its cache: 1 built from" "$TMP/doc_app.txt" ||
+    fail "doctor: no reason for a run without hits or misses: $(cat "$TMP/doc_app.txt")"
 ok "clshim doctor: reports the modes that reach the program and the one to use"
 finish

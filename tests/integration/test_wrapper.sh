@@ -20,6 +20,13 @@ fresh_pocl; "$CLSHIM" run --stats -- "$MK" >/dev/null 2>"$TMP/stats.err"
 grep -q "clshim: summary: .* hits" "$TMP/stats.err" || fail "--stats printed no summary"
 fresh_pocl; "$CLSHIM" run --log info -- "$MK" >/dev/null 2>"$TMP/log.err"
 grep -q "clshim: hit " "$TMP/log.err" || fail "--log info printed no build line"
+# An application whose own binary cache serves every build: --stats says
+# so instead of printing nothing.
+"$PROGS/appcache" save "$TMP/app.bin" >/dev/null
+fresh_pocl; "$CLSHIM" run --stats -- "$PROGS/appcache" load "$TMP/app.bin" >"$TMP/app.out" 2>"$TMP/app.err"
+grep -qx "2 4 6 8" "$TMP/app.out" || fail "appcache load: wrong result $(cat "$TMP/app.out")"
+grep -q "^clshim: summary: no build went through clshim's cache: 1 program built from the application's own binaries" \
+    "$TMP/app.err" || fail "--stats with only the application's binaries: $(cat "$TMP/app.err")"
 ok "clshim run --stats and --log"
 
 CLSHIM_CACHE_MAX_AGE=7 "$CLSHIM" config >"$TMP/config.out"
@@ -50,7 +57,8 @@ san=""
 case "${CLSHIM_SANITIZED:-}" in address) san="SAN=address,undefined OPT=-O1" ;; thread) san="SAN=thread OPT=-O1" ;; esac
 make -s -C "$CLSHIM_ROOT" BUILD="$CLSHIM_BUILD" $san install PREFIX="$TMP/prefix" >/dev/null
 for f in bin/clshim lib/clshim/libclshim.so lib/clshim/libclshim-llvm.so lib/clshim/clshim-tool \
-         include/CL/clshim_ext.h lib/pkgconfig/clshim.pc share/man/man1/clshim.1; do
+         include/CL/clshim_ext.h lib/pkgconfig/clshim.pc share/man/man1/clshim.1 \
+         share/doc/clshim/README.md share/doc/clshim/docs/commands.md share/doc/clshim/docs/config.md; do
     [ -e "$TMP/prefix/$f" ] || fail "make install did not install $f"
 done
 fresh_pocl; "$TMP/prefix/bin/clshim" run -- "$MK" >"$TMP/inst.out" 2>"$TMP/inst.err"; echo $? >"$TMP/inst.rc"
@@ -58,5 +66,16 @@ same_output plain inst "the installed clshim runs programs"
 PKG_CONFIG_PATH=$TMP/prefix/lib/pkgconfig pkg-config --cflags clshim >"$TMP/pc.out"
 grep -q "$TMP/prefix/include" "$TMP/pc.out" ||
     fail "pkg-config file"
-ok "make install: library, wrapper, tool, header, pkg-config, man page"
+ok "make install: library, wrapper, tool, header, pkg-config, man page, docs"
+
+# The installed header compiles silently (no "CL_TARGET_OPENCL_VERSION is
+# not defined" in users' builds), with gcc and clang.
+printf '#include <CL/clshim_ext.h>\nint main(void) { clCompleteFusionCLSHIM_fn f = 0; return f != 0; }\n' >"$TMP/ext.c"
+for c in cc clang-15; do
+    command -v "$c" >/dev/null || fail "$c is not installed (scripts/install-deps.sh installs it)"
+    "$c" $(cat "$TMP/pc.out") -Wall -Wextra -c "$TMP/ext.c" -o "$TMP/ext.o" 2>"$TMP/ext.err" ||
+        fail "$c cannot compile a program including clshim_ext.h: $(cat "$TMP/ext.err")"
+    [ ! -s "$TMP/ext.err" ] || fail "$c prints messages for clshim_ext.h: $(head -3 "$TMP/ext.err")"
+done
+ok "include/CL/clshim_ext.h compiles silently with gcc and clang"
 finish

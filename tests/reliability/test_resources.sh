@@ -40,7 +40,7 @@ export CLSHIM_CACHE_DIR=$M/cache
 run_shim seed "$MK" --scale 2
 dd if=/dev/zero of="$M/fill" bs=4k 2>/dev/null || true
 [ "$(df -k "$M" | awk 'NR==2 {print $4}')" = 0 ] || fail "the tmpfs is not full"
-expect diskfull 3 1 "cannot store"
+expect diskfull 3 1 "cannot store built programs: no space left on device"
 CLSHIM_LOG=info run_shim diskhit "$MK" --scale 2
 grep -q 'hit .*(disk)' "$TMP/diskhit.err" || fail "disk full: the existing entry is not served"
 ok "disk full: existing entries still served"
@@ -49,21 +49,30 @@ rm -f "$M/fill"
 CLSHIM_LOG=info run_shim diskfree "$MK" --scale 3
 grep -q 'stored ' "$TMP/diskfree.err" || fail "space freed: nothing stored"
 ok "disk full: cache intact (verify), and stores resume once space is freed"
+# A new cache on a full file system: LMDB's fresh sparse files fault when
+# mapped; the app must not die of it, and one line says why caching is off.
+dd if=/dev/zero of="$M/fill" bs=4k 2>/dev/null || true
+CLSHIM_CACHE_DIR=$M/fresh expect freshfull 3 1 "cannot be opened: no space left on device; caching is off"
+rm -rf "$M/fill" "$M/fresh"
 
 # Read-only file system holding the cache: read-only use, one warning.
+mkdir "$M/empty"
 mount -o remount,ro "$M"
-expect rofs 4 1 "read-only"
+expect rofs 4 1 "cannot be written (Read-only file system); using its cache read-only"
+# ... holding an empty cache directory: one line, caching off and why.
+CLSHIM_CACHE_DIR=$M/empty expect roempty 3 1 "cannot be written (Read-only file system) and holds no cache: caching is off"
 CLSHIM_LOG=info run_shim rohit "$MK" --scale 2
 grep -q 'hit .*(disk)' "$TMP/rohit.err" || fail "read-only: the existing entry is not served"
 ok "read-only file system: entries served, nothing written"
 # ... and holding $XDG_CACHE_HOME, where no cache exists yet.
 unset CLSHIM_CACHE_DIR
-XDG_CACHE_HOME=$M/xdg expect roxdg 2 1 "persistent cache off"
+XDG_CACHE_HOME=$M/xdg expect roxdg 2 1 "cannot be created (Read-only file system); caching is off"
 mount -o remount,rw "$M"
 
 # A cache path that cannot be a directory.
 : >"$TMP/afile"
-CLSHIM_CACHE_DIR=$TMP/afile/cache expect notadir 3 1 "cannot be created"
+CLSHIM_CACHE_DIR=$TMP/afile/cache expect notadir 3 1 "afile is not a directory; caching is off"
+CLSHIM_CACHE_DIR=$TMP/afile expect isafile 3 1 "afile is not a directory; caching is off"
 # A missing directory is created, private.
 CLSHIM_CACHE_DIR=$TMP/new/a/b expect missing 3 0 ""
 [ "$(stat -c %a "$TMP/new/a/b")" = 700 ] || fail "missing directory: not created 0700"
@@ -113,7 +122,7 @@ export CLSHIM_CACHE_DIR=$TMP/limits
 CLSHIM_CACHE_MAX_SIZE=10K expect tiny 2 0 ""
 CLSHIM_CACHE_MAX_ENTRY=1K expect maxentry 3 0 ""
 CLSHIM_LOG=info CLSHIM_CACHE_MAX_SIZE=10K run_shim tinyinfo "$MK" --scale 2
-grep -q 'not stored [0-9a-f]\{16\} .*outside the entry size limits' "$TMP/tinyinfo.err" || fail "size limit: info does not report it"
+grep -q 'not stored [0-9a-f]\{16\} .*its size is outside CLSHIM_CACHE_MIN_ENTRY' "$TMP/tinyinfo.err" || fail "size limit: info does not report it"
 n=$("$CLSHIM_BUILD/clshim-tool" cache stats --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["entries"])')
 [ "$n" = 0 ] || fail "an entry over the limits was stored ($n entries)"
 ok "over the size limit / the entry limit: nothing stored, app unaffected"

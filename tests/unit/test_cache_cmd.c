@@ -11,6 +11,7 @@
 #include <cmocka.h>
 #include <fcntl.h>
 
+#include "cache/key.h"
 #include "tests/unit/store_util.h"
 #include "tools/cache_cmd.c"
 
@@ -190,6 +191,20 @@ static void evict_and_clear(void **state)
     assert_int_equal(run_cmd(fx, "evict", "--to-size", "lots", NULL), 2);
     assert_int_equal(run_cmd(fx, "evict", "--older-than", "30", NULL), 0);
     assert_contains(out_buf, "Evicted 0 entries; 5 left");
+    /* ages in minutes, hours, days; anything else is refused by name */
+    assert_int_equal(run_cmd(fx, "evict", "--older-than", "30x", NULL), 2);
+    assert_contains(err_buf, "'30x' is not an age (like 30m, 12h or 7d)");
+    assert_int_equal(run_cmd(fx, "evict", "--older-than", "0m", NULL), 2);
+    assert_int_equal(run_cmd(fx, "evict", "--older-than", "h", NULL), 2);
+    fake_now = (uint64_t)time(NULL) + 45 * 60;
+    assert_int_equal(run_cmd(fx, "evict", "--older-than=1h", NULL), 0);
+    assert_contains(out_buf, "Evicted 0 entries; 5 left");
+    assert_int_equal(run_cmd(fx, "evict", "--older-than", "7d", NULL), 0);
+    assert_contains(out_buf, "Evicted 0 entries; 5 left");
+    assert_int_equal(run_cmd(fx, "evict", "--older-than", "30m", NULL), 0);
+    assert_contains(out_buf, "Evicted 5 entries; 0 left");
+    fake_now = 0;
+    populate(fx, 5);
     assert_int_equal(run_cmd(fx, "evict", "--to-size=4K", NULL), 0);
     assert_contains(out_buf, "left");
     store *s = open_default(fx, 3);
@@ -213,6 +228,11 @@ static void verify_exit_status_and_fix(void **state)
     raw_flip(fx->dir, key_hash_of(2), -3);
     assert_int_equal(run_cmd(fx, "verify", NULL), 1);
     assert_contains(out_buf, "1 bad");
+    /* the bad entry is named, with what is wrong */
+    char hex[33], line[128];
+    key_hash_hex(key_hash_of(2), hex);
+    snprintf(line, sizeof line, "bad %s: it does not decode (damaged", hex);
+    assert_contains(out_buf, line);
     assert_contains(out_buf, "verify --fix");
     assert_int_equal(run_cmd(fx, "verify", "--fix", NULL), 0);
     assert_contains(out_buf, "removed");

@@ -18,6 +18,17 @@ static void collect(const char *m)
     if (nreports < 8) snprintf(reports[nreports++], 600, "%s", m);
 }
 
+/* A config file holding `text`, its name in path (a mkstemp template). */
+static void write_conf(char *path, const char *text)
+{
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
 /* defaults come from the table */
 static void defaults_from_table(void **state)
 {
@@ -59,10 +70,7 @@ static void values_parse(void **state)
 static void precedence(void **state)
 {
     char path[] = "/tmp/clshim-conf-XXXXXX";
-    int fd = mkstemp(path);
-    FILE *f = fdopen(fd, "w");
-    fprintf(f, "# comment\nCLSHIM_CACHE_MAX_AGE=7\nCLSHIM_LOG=debug\n\n");
-    fclose(f);
+    write_conf(path, "# comment\nCLSHIM_CACHE_MAX_AGE=7\nCLSHIM_LOG=debug\n\n");
     char *env[] = {"CLSHIM_LOG=error", "OTHER=1", NULL};
     struct clshim_config c;
     assert_int_equal(config_load(&c, env, path, collect), 0);
@@ -113,13 +121,61 @@ static void unknown_file_key(void **state)
 {
     nreports = 0;
     char path[] = "/tmp/clshim-conf-XXXXXX";
-    int fd = mkstemp(path);
-    FILE *f = fdopen(fd, "w");
-    fprintf(f, "CLSHIM_NO_SUCH=1\n");
-    fclose(f);
+    write_conf(path, "CLSHIM_NO_SUCH=1\n");
     struct clshim_config c;
     assert_int_equal(config_load(&c, NULL, path, collect), 1);
-    assert_non_null(strstr(reports[0], ":1: not a CLSHIM_ setting"));
+    assert_non_null(strstr(reports[0], ":1: CLSHIM_NO_SUCH is not a clshim knob; ignored"));
+    config_free(&c);
+    unlink(path);
+}
+
+/* a misspelt name, in the environment or the file, is reported with the
+ * closest knob; the suite's own CLSHIM_ names are not */
+static void misspelt_names_suggest_the_knob(void **state)
+{
+    (void)state;
+    nreports = 0;
+    char path[] = "/tmp/clshim-conf-XXXXXX";
+    write_conf(path, "# comment\nCLSHIM_FUSON=auto\n");
+    char *env[] = {"CLSHIM_CACHE_MAX_SIZ=2G", "CLSHIM_BUILD=build", "CLSHIM_LIBDIR=/x", "OTHER=1", NULL};
+    struct clshim_config c;
+    assert_int_equal(config_load(&c, env, path, collect), 2);
+    assert_int_equal(nreports, 2);
+    char want[600];
+    snprintf(want, sizeof want, "%s:2: CLSHIM_FUSON is not a clshim knob; ignored (did you mean CLSHIM_FUSION?)",
+             path);
+    assert_string_equal(reports[0], want);
+    assert_string_equal(reports[1],
+                        "CLSHIM_CACHE_MAX_SIZ is not a clshim knob; ignored (did you mean CLSHIM_CACHE_MAX_SIZE?)");
+    config_free(&c);
+    unlink(path);
+}
+
+/* a bad value in the file names file and line and what stays in effect;
+ * a bad one in the environment over a good file value keeps the file's;
+ * `clshim config` says which value was not valid */
+static void bad_values_say_where_and_what_stays(void **state)
+{
+    (void)state;
+    nreports = 0;
+    char path[] = "/tmp/clshim-conf-XXXXXX";
+    write_conf(path, "CLSHIM_CACHE_MAX_SIZE=2G\nCLSHIM_LOG=loud\n");
+    char *env[] = {"CLSHIM_CACHE_MAX_SIZE=pear", NULL};
+    struct clshim_config c;
+    assert_int_equal(config_load(&c, env, path, collect), 2);
+    char want[600];
+    snprintf(want, sizeof want, "%s:2: CLSHIM_LOG=loud is not valid (accepts error, warn, info or debug); "
+                                "using the default \"warn\"", path);
+    assert_string_equal(reports[0], want);
+    assert_non_null(strstr(reports[1], "CLSHIM_CACHE_MAX_SIZE=pear is not valid"));
+    assert_non_null(strstr(reports[1], "using \"2147483648\" from the config file"));
+    assert_int_equal(c.cache_max_size, 2ULL << 30);
+    char out[16384] = "";
+    FILE *o = fmemopen(out, sizeof out - 1, "w");
+    config_print(o, &c);
+    fclose(o);
+    assert_non_null(strstr(out, "(default; line 2 of the config file is not valid)"));
+    assert_non_null(strstr(out, "(config file; the environment's value is not valid)"));
     config_free(&c);
     unlink(path);
 }
@@ -152,7 +208,10 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(defaults_from_table),  cmocka_unit_test(values_parse),
         cmocka_unit_test(precedence),           cmocka_unit_test(invalid_values_reported),
-        cmocka_unit_test(unknown_file_key),     cmocka_unit_test(docs_match_table),
+        cmocka_unit_test(unknown_file_key),
+        cmocka_unit_test(misspelt_names_suggest_the_knob),
+        cmocka_unit_test(bad_values_say_where_and_what_stays),
+        cmocka_unit_test(docs_match_table),
         cmocka_unit_test(capture_takes_its_words),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

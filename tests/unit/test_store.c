@@ -214,7 +214,7 @@ static void random_operations_keep_invariants(void **state)
             model[id] = 0;
         } else if (what < 90) {
             uint64_t n;
-            assert_int_equal(store_evict(s, (r >> 4) % 3, (r >> 12) % 2 ? 20000 : UINT64_MAX, &n), CLSHIM_OK);
+            assert_int_equal(store_evict(s, (r >> 4) % 3 * 86400, (r >> 12) % 2 ? 20000 : UINT64_MAX, &n), CLSHIM_OK);
         } else if (what < 95) {
             assert_int_equal(store_flush(s), CLSHIM_OK);
         } else {
@@ -304,7 +304,7 @@ static void age_sweep_evicts_old_entries_once_a_day(void **state)
     /* store_evict: by age on demand, then by size. */
     fake_now += 3 * 86400;
     uint64_t n;
-    assert_int_equal(store_evict(s, 2, UINT64_MAX, &n), CLSHIM_OK);
+    assert_int_equal(store_evict(s, 2 * 86400, UINT64_MAX, &n), CLSHIM_OK);
     assert_int_equal(n, 1); /* 4 (2 and 3 went at the open sweep) */
     assert_int_equal(get_key(s, 3), CLSHIM_ENOTFOUND);
     assert_int_equal(put_key(s, 5, 100), CLSHIM_OK);
@@ -570,9 +570,53 @@ static void threads_share_a_handle(void **state)
     store_close(s);
 }
 
+/* Lines of the log file holding `what`. */
+static int log_count(const char *what)
+{
+    FILE *f = fopen(getenv("CLSHIM_LOG_FILE"), "r");
+    if (!f) return 0;
+    char line[1024];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) n += strstr(line, what) != NULL;
+    fclose(f);
+    return n;
+}
+
+/* a size limit below one run's working set (its stores evict its own
+ * entries) is warned once in that run, with the size, and again at the next
+ * open while the limit stays that small; not once the limit is raised */
+static void limit_below_working_set_warns(void **state)
+{
+    struct fixture *fx = *state;
+    fake_now = 20000000;
+    struct store_options o = default_options(fx, 0);
+    o.max_size = 20000;
+    int run0 = log_count("is below this run's working set"), open0 = log_count("is below a run's working set");
+    store *s;
+    assert_int_equal(store_open(&o, &s), CLSHIM_OK);
+    for (int i = 0; i < 8; i++, fake_now++) assert_int_equal(put_key(s, i, 5000), CLSHIM_OK);
+    store_close(s);
+    assert_int_equal(log_count("is below this run's working set") - run0, 1);
+    assert_int_equal(log_count("CLSHIM_CACHE_MAX_SIZE=20000 is below this run's working set (2"), run0 + 1);
+    assert_int_equal(log_count("is below a run's working set"), open0);
+    fake_now += 100;
+    assert_int_equal(store_open(&o, &s), CLSHIM_OK);
+    store_close(s);
+    assert_int_equal(log_count("is below a run's working set") - open0, 1);
+    o.max_size = 1 << 20;
+    assert_int_equal(store_open(&o, &s), CLSHIM_OK);
+    store_close(s);
+    assert_int_equal(log_count("is below a run's working set") - open0, 1);
+}
+
 int main(void)
 {
+    char log_path[] = "/tmp/clshim-test-store-log-XXXXXX";
+    int log_fd = mkstemp(log_path);
+    if (log_fd >= 0) close(log_fd);
+    setenv("CLSHIM_LOG_FILE", log_path, 1); /* before the first log line reads the configuration */
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(limit_below_working_set_warns, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(put_then_get_returns_the_same_record, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(absent_and_deleted_keys_are_not_found, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(collision_is_detected_and_counted, fx_setup, fx_teardown),
@@ -592,5 +636,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(compact_is_exclusive_and_keeps_entries, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(threads_share_a_handle, fx_setup, fx_teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    unlink(log_path);
+    return rc;
 }

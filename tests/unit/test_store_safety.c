@@ -363,7 +363,7 @@ static void readonly_never_writes(void **state)
     assert_int_equal(store_stats_add(s, &d), CLSHIM_EREADONLY);
     assert_int_equal(store_stats_zero(s), CLSHIM_EREADONLY);
     assert_int_equal(store_clear(s), CLSHIM_EREADONLY);
-    assert_int_equal(store_evict(s, 1, 0, NULL), CLSHIM_EREADONLY);
+    assert_int_equal(store_evict(s, 86400, 0, NULL), CLSHIM_EREADONLY);
     assert_int_equal(store_compact(s), CLSHIM_EREADONLY);
     assert_int_equal(store_claim_build(s, key_hash_of(1), 1000), CLSHIM_OK); /* no-op */
     assert_int_equal(store_release_build(s, key_hash_of(1)), CLSHIM_OK);

@@ -1,0 +1,94 @@
+#!/bin/bash
+# The one command table (tools/cmdtable.h): --help, each command's help, the
+# man page and docs/commands.md come from it and agree with it; every command
+# and option that scripts/clshim, clshim-tool and `clshim cache` dispatch has a
+# row, and every row's command answers --help.
+source "$(dirname "$0")/lib.sh"
+CLSHIM=$CLSHIM_BUILD/clshim
+TOOL=$CLSHIM_BUILD/clshim-tool
+ROOT=$CLSHIM_ROOT
+
+"$TOOL" help --man >"$TMP/man"
+cmp -s "$TMP/man" "$ROOT/docs/clshim.1" || { diff "$TMP/man" "$ROOT/docs/clshim.1" | head >&2
+    fail "docs/clshim.1 differs from the command table: run make docs"; }
+"$TOOL" help --docs >"$TMP/docs"
+cmp -s "$TMP/docs" "$ROOT/docs/commands.md" || { diff "$TMP/docs" "$ROOT/docs/commands.md" | head >&2
+    fail "docs/commands.md differs from the command table: run make docs"; }
+ok "the man page and docs/commands.md are what the table generates"
+
+"$TOOL" help --list >"$TMP/list"
+# A group ("plan") has rows under it ("plan suggest").
+has() { grep -qxF -- "$1" "$TMP/list" || grep -q "^$1 [a-z]" "$TMP/list" || fail "$2 dispatches '$1', which has no row in tools/cmdtable.h"; }
+# scripts/clshim: the commands of its last `case "$cmd"` and run's options.
+awk '/^case "\$cmd" in/ { on = 1; next } on && /^esac/ { on = 0 }
+     on && /^    [^ ].*\)/ { sub(/\).*/, ""); gsub(/^ +/, ""); n = split($0, w, "|"); for (i = 1; i <= n; i++) print w[i] }' \
+    "$ROOT/scripts/clshim" >"$TMP/script-cmds"
+[ "$(wc -l <"$TMP/script-cmds")" -ge 8 ] || fail "found too few commands in scripts/clshim"
+while read -r c; do
+    case "$c" in -h|--help|version|'""'|'*') continue ;; esac # spellings of help and --version; the error
+    has "$c" scripts/clshim
+done <"$TMP/script-cmds"
+has "plan suggest" scripts/clshim
+awk '/^    run\)/ { on = 1 } on && /^        \[ \$# -gt 0 \]/ { on = 0 }
+     on && /^ +--[a-z]+[=*]*\)/ { sub(/^ +/, ""); sub(/[=*]*\).*/, ""); print }' "$ROOT/scripts/clshim" |
+    sort -u >"$TMP/run-opts"
+[ "$(wc -l <"$TMP/run-opts")" -ge 4 ] || fail "found too few run options in scripts/clshim"
+while read -r o; do has "run $o" "clshim run"; done <"$TMP/run-opts"
+# clshim-tool's commands (capture-helper is the shim's own, not a user's).
+awk '/^int main/, 0' "$ROOT/tools/clshim-tool.c" | grep -o 'strcmp(argv\[1\], "[^"]*")' | sed 's/.*"\(.*\)")/\1/' | grep -v '^capture-helper$' |
+    while read -r c; do has "$c" clshim-tool; done
+# `clshim cache`'s subcommands.
+grep -o 'strcmp(cmd, "[^"]*")' "$ROOT/tools/cache_cmd.c" | sed 's/.*"\(.*\)")/\1/' | grep -v '^-' |
+    while read -r c; do has "cache $c" "clshim cache"; done
+ok "every command and run option dispatched has a row in the table"
+
+grep -v ' -' "$TMP/list" | while read -r c; do
+    case "$c" in --version) continue ;; esac
+    # shellcheck disable=SC2086 # the command's words are separate arguments
+    "$CLSHIM" $c --help >"$TMP/h.out" 2>"$TMP/h.err" || fail "clshim $c --help failed: $(cat "$TMP/h.err")"
+    grep -q "^usage: clshim $c" "$TMP/h.out" || fail "clshim $c --help does not show its usage"
+done
+"$CLSHIM" help cache evict >"$TMP/h.out"
+grep -q -- "--older-than" "$TMP/h.out" || fail "clshim help cache evict: no --older-than"
+ok "every command of the table answers --help with its usage"
+
+"$CLSHIM" --help >"$TMP/help"
+for c in "cache wait" "cache keygen" "plan suggest" doctor fuse ptx; do
+    grep -q "clshim $c" "$TMP/help" || fail "--help lacks clshim $c"
+done
+for w in "clshim doctor" "clshim plan suggest" "clshim fuse" "clshim ptx" "--mode" "--wait" CLSHIM_FUSION CLSHIM_REMOTE; do
+    man -l "$ROOT/docs/clshim.1" 2>/dev/null | grep -q -- "$w" || fail "the man page lacks $w"
+done
+ok "--help and the man page name every command, run --mode/--wait, CLSHIM_FUSION, CLSHIM_REMOTE"
+
+# The docs name only commands and knobs that exist: every `clshim CMD [SUB]`
+# in README.md and docs/*.md is a row (SUB must be one where CMD has
+# subcommands), and every CLSHIM_ name is a knob, or one of the few other
+# names that exist elsewhere (checked there).
+docs=("$ROOT/README.md" "$ROOT"/docs/*.md)
+grep -ohE '`clshim [a-z][a-z-]*( [a-z][a-z-]*)?' "${docs[@]}" | sed 's/^`clshim //' | sort -u >"$TMP/doc-cmds"
+[ "$(wc -l <"$TMP/doc-cmds")" -ge 10 ] || fail "found too few commands in the docs"
+while read -r cmd sub; do
+    grep -qxF -- "$cmd" "$TMP/list" || grep -q "^$cmd [a-z]" "$TMP/list" || fail "the docs name clshim $cmd, which does not exist"
+    if [ -n "$sub" ] && grep -q "^$cmd [a-z]" "$TMP/list"; then
+        grep -qxF -- "$cmd $sub" "$TMP/list" || fail "the docs name clshim $cmd $sub, which does not exist"
+    fi
+done <"$TMP/doc-cmds"
+"$TOOL" config | awk '{ print $1 }' | grep '^CLSHIM_' >"$TMP/knobs"
+grep -ohE 'CLSHIM_[A-Z0-9_]*[A-Z0-9]' "${docs[@]}" | sort -u | grep -vxFf "$TMP/knobs" | while read -r name; do
+    case "$name" in
+        CLSHIM_NAME) ;; # the placeholder in CLSHIM_NAME=value
+        CLSHIM_KERNEL_FUSION_EXTENSION_NAME) grep -q "$name" "$ROOT/include/CL/clshim_ext.h" || fail "$name is gone" ;;
+        CLSHIM_LONG|CLSHIM_SANITIZED|CLSHIM_TEST_JOBS) # the test suite's own
+            grep -rqw "$name" "$ROOT/tests/run-all.sh" "$ROOT/Makefile" "$ROOT/tests/integration/lib.sh" \
+                "$ROOT/tests/reliability" || fail "$name is named in the docs but the test suite has no such name" ;;
+        *) fail "the docs name $name, which is no knob (common/knobs.h)" ;;
+    esac
+done
+ok "every clshim command and CLSHIM_ knob the docs name exists"
+
+# The script as it is in the source tree (not made by make).
+CLSHIM_LIBDIR=$CLSHIM_BUILD "$ROOT/scripts/clshim" --version >"$TMP/version"
+grep -qx "clshim [0-9][0-9.]*" "$TMP/version" || fail "scripts/clshim --version printed '$(cat "$TMP/version")'"
+ok "scripts/clshim --version from a source tree prints the version"
+finish

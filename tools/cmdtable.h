@@ -1,0 +1,124 @@
+/* cmdtable.h — the one table of the `clshim` command's commands and options.
+ *
+ * Every command and option a user can type is a row here and nowhere else:
+ * tools/help.c prints `clshim --help` and each command's help from it, and
+ * generates the man page (docs/clshim.1) and docs/commands.md (`make docs`);
+ * tests/integration/test_commands.sh fails when those files drift from the
+ * table, or when scripts/clshim, clshim-tool or `clshim cache` dispatch a
+ * command or option that has no row.
+ *
+ * C(NAME, ARGS, TEXT)  a command: NAME as typed after `clshim` ("cache
+ *                      evict"), its arguments, what it does
+ * O(OPTION, TEXT)      an option of the command above it
+ * TEXT is one paragraph; the printers wrap it.
+ */
+#ifndef CLSHIM_CMDTABLE_H
+#define CLSHIM_CMDTABLE_H
+
+#define CLSHIM_COMMANDS(C, O)                                                                       \
+    C("run", "[--mode MODE] [--stats] [--log LEVEL] [--wait] [--] CMD [ARGS...]",                   \
+      "Run CMD through the shim. Its output and exit status are CMD's own. An existing "            \
+      "LD_PRELOAD, LD_LIBRARY_PATH and OPENCL_LAYERS are kept.")                                    \
+    O("--mode MODE",                                                                                \
+      "How clshim gets into CMD (docs/modes.md): preload (default; LD_PRELOAD, for programs "       \
+      "linked with libOpenCL), loader (clshim's libOpenCL.so.1 first on LD_LIBRARY_PATH, for "      \
+      "programs that dlopen OpenCL), layer (OPENCL_LAYERS, for a layer-capable ICD loader), "       \
+      "auto (chosen from CMD), or several joined with '+'.")                                        \
+    O("--stats", "Print the cache summary of each process at exit (CLSHIM_STATS=1).")               \
+    O("--log LEVEL", "Set CLSHIM_LOG for this run: error, warn, info or debug.")                    \
+    O("--wait",                                                                                     \
+      "After CMD, wait until the capture helper has stored its binaries (as `clshim cache "         \
+      "wait`); CMD's exit status is kept.")                                                         \
+    C("doctor", "[--] CMD [ARGS...]",                                                               \
+      "Run CMD once per mode (preload, loader, layer), report which modes reach clshim and the "    \
+      "cache hits and misses of each, and print the `clshim run` line to use.")                     \
+    C("plan suggest", "[--] CMD [ARGS...]",                                                         \
+      "Run CMD once with automatic fusion (its output goes to standard error) and print a fusion "  \
+      "plan of the kernel sequences that ran back to back and that clshim fused, with the time "    \
+      "each took unfused and fused (docs/fusion.md).")                                              \
+    C("config", "[--docs]",                                                                         \
+      "Print every knob's effective value and where it came from (default, config file or "         \
+      "environment).")                                                                              \
+    O("--docs", "Print the configuration reference (docs/config.md) instead.")                      \
+    C("cache", "[--dir DIR] SUBCOMMAND [ARGS]",                                                     \
+      "Inspect and manage the persistent cache. The cache directory is CLSHIM_CACHE_DIR, else "     \
+      "$XDG_CACHE_HOME/clshim, else ~/.cache/clshim. Exit status: 0 done, 1 failed, 2 usage.")      \
+    O("--dir DIR", "Use the cache in DIR (before or after the subcommand).")                        \
+    C("cache stats", "[--json]",                                                                    \
+      "Hits, misses, sizes, evictions and compile time saved, with this cache's counters.")         \
+    O("--json", "One JSON object instead of text.")                                                 \
+    C("cache zero", "", "Reset the statistics; entries stay.")                                      \
+    C("cache list", "[--sort=size|age|hits|last-use] [--json]", "One line per entry.")              \
+    O("--sort=size|age|hits|last-use", "The order of the lines (default: key).")                    \
+    O("--json", "One JSON array instead of text.")                                                  \
+    C("cache show", "KEYPREFIX",                                                                    \
+      "One entry in full: its key material, build log, checks and source.")                         \
+    C("cache rm", "KEYPREFIX...", "Remove these entries from the local cache.")                     \
+    C("cache evict", "[--older-than AGE] [--to-size SIZE] [--origin=remote]",                      \
+      "Evict entries unused for AGE, or least recently used entries down to SIZE, or local "       \
+      "copies of remote values.")                                                                   \
+    O("--older-than AGE",                                                                           \
+      "Entries unused for at least AGE: a number with s, m, h, d or w (seconds, minutes, hours, "  \
+      "days, weeks), e.g. 30m, 12h, 7d; a bare number is days.")                                \
+    O("--to-size SIZE", "Least recently used entries until the cache holds at most SIZE (K, M, G).") \
+    O("--origin=remote", "Every local copy of a value that came from the remote tier.")             \
+    C("cache clear", "", "Remove every entry.")                                                     \
+    C("cache verify", "[--fix]",                                                                    \
+      "Check every entry and name each bad one (its key and what is wrong); exit 1 when bad "      \
+      "entries remain.")                                         \
+    O("--fix", "Remove the bad entries.")                                                           \
+    C("cache compact", "", "Rewrite the database file without its free space.")                     \
+    C("cache export", "[--sign KEYFILE] [--with-driver-caches] [--wait S] FILE",                    \
+      "Write every entry to FILE ('-': standard output).")                                          \
+    O("--sign KEYFILE", "Sign the export with KEYFILE's ed25519 key (`clshim cache keygen`).")      \
+    O("--with-driver-caches",                                                                       \
+      "Also write FILE.drivers.tar.gz, the drivers' caches kept in the cache directory "            \
+      "(CLSHIM_DRIVER_CACHES=1), unsigned.")                                                        \
+    O("--wait S", "First wait up to S seconds (default 600; 0: not) for capture helpers.")          \
+    C("cache import", "[--trust PUBKEY] [--with-driver-caches] FILE",                               \
+      "Add the verified entries of an export ('-': standard input).")                               \
+    O("--trust PUBKEY", "Only an export signed by PUBKEY's key, unchanged.")                        \
+    O("--with-driver-caches", "Also unpack FILE.drivers.tar.gz.")                                   \
+    C("cache keygen", "FILE",                                                                       \
+      "Write a new ed25519 key pair: the secret key to FILE (mode 0600) and the public key to "     \
+      "FILE.pub; never overwrites a file. The secret key signs exports (export --sign FILE) and "   \
+      "remote values (CLSHIM_REMOTE_SIGN_KEY=FILE); readers trust FILE.pub (import --trust, "       \
+      "CLSHIM_REMOTE_TRUST).")                                                                      \
+    C("cache remote", "ping|stats [--json]|rm KEYPREFIX...",                                        \
+      "The remote tier (CLSHIM_REMOTE): round trip, the server's and this cache's counters, or "    \
+      "delete entries on the server.")                                                              \
+    C("cache wait", "[--timeout S]",                                                                \
+      "Wait until every capture handed to a capture helper is stored or dropped, raising the "      \
+      "helpers to normal priority; a line every 5 s says what it waits for. Exit 1: captures "      \
+      "still outstanding after S seconds (default 600).")                                           \
+    O("--timeout S", "Wait at most S seconds.")                                                     \
+    C("cache help", "", "The help of `clshim cache`.")                                              \
+    C("fuse", "--plan \"a+b+c\" [OPTIONS] FILE.cl",                                                 \
+      "What the fuser makes of a plan, offline: the fused kernel as generated OpenCL C, the "       \
+      "fused SPIR module, or its PTX for NVIDIA, or why it is refused (exit 1).")                   \
+    O("--plan \"a+b+c\"", "The kernels to fuse, in launch order.")                                  \
+    O("--emit=cl|ll|spir|ptx",                                                                      \
+      "cl (default): generated OpenCL C; ll: the fused SPIR module as LLVM assembly; spir: as "     \
+      "bitcode; ptx: lowered to PTX as `clshim ptx` does.")                                         \
+    O("--global N[,N,N]", "The ND-range (default 1048576).")                                        \
+    O("--local N[,N,N]", "The work-group size (default none).")                                     \
+    O("--options OPTS", "The build options.")                                                       \
+    O("--force-barrier", "Put a barrier between the fused kernels.")                                \
+    O("--internal[=K.A,...]", "The plan option internal= (docs/fusion.md).")                        \
+    O("--sm N", "The NVIDIA architecture for --emit=ptx (default: LLVM's newest).")                 \
+    O("-o FILE", "Write to FILE instead of standard output.")                                       \
+    C("ptx", "[OPTIONS] FILE.cl|FILE.spv",                                                          \
+      "A program's PTX as route (a) makes it for NVIDIA's driver (docs/spirv.md), or why it is "    \
+      "refused (exit 1).")                                                                          \
+    O("--sm N", "The NVIDIA architecture (default: LLVM's newest).")                                \
+    O("--options OPTS", "The build options (-cl-fast-relaxed-math, -cl-denorms-are-zero matter).")  \
+    O("--builtins=vendor-differs-ok",                                                               \
+      "Go on when the program calls built-ins whose results differ from NVIDIA's; they are named "  \
+      "on standard error.")                                                                         \
+    O("--libdevice PATH",                                                                           \
+      "CUDA's libdevice.10.bc (default: under $CUDA_HOME or /usr/local/cuda; \"\": none).")         \
+    O("-o FILE", "Write to FILE instead of standard output.")                                       \
+    C("help", "[COMMAND]", "This text, or one command's help (also `clshim COMMAND --help`).")      \
+    C("--version", "", "Print clshim's version.")
+
+#endif
