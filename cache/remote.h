@@ -1,4 +1,5 @@
-/* remote.h — the remote tier: a cache shared by a fleet, on a Redis server.
+/* remote.h — the remote tier: a cache shared by a fleet, on a Redis server
+ * (or any server behind cache/remote_backend.h).
  *
  * Design. The remote tier sits behind the local LMDB store (store.h): the
  * program layer asks it after a local miss and stores what it finds locally;
