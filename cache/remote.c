@@ -98,7 +98,7 @@ int remote_read_secret(const char *path, char **out)
 }
 
 /* Every kind of server; the URL's scheme picks one. */
-static const struct remote_backend *const remote_backends[] = {&remote_backend_redis};
+static const struct remote_backend *const remote_backends[] = {&remote_backend_redis, &remote_backend_http};
 
 static const struct remote_backend *backend_for(const char *url)
 {

@@ -79,9 +79,12 @@ typedef struct remote remote;
 #define REMOTE_PUSH_MIN_RATE ((uint64_t)8 << 20)
 
 struct remote_options {
-    const char *url;           /* redis://[user:password@]host[:port][/db] or
-                                  unix://[user:password@]/path[?db=N] */
+    const char *url;           /* redis://[user:password@]host[:port][/db],
+                                  unix://[user:password@]/path[?db=N],
+                                  http[s]://[user:password@]host[:port]/prefix or
+                                  s3://bucket/prefix (remote_http.c) */
     const char *password_file; /* first line is the password; NULL or "": none */
+    const char *endpoint;      /* s3://: the service's URL; NULL or "": AWS's for AWS_REGION */
     const char *ns;            /* key namespace; NULL or "": "clshim" */
     uint64_t timeout_ms;       /* the deadline of a whole lookup; 0: 50 */
     uint64_t max_value;        /* largest encoded value read or written; 0: 64 MiB */
@@ -166,6 +169,7 @@ struct remote_server_stats {
     uint64_t entries, entry_bytes, claims; /* keys of the namespace (a SCAN) */
     uint64_t hits, misses, pushes;         /* fleet counters (<ns>:stats) */
     uint64_t errors, corrupt, untrusted;   /* fleet counters: failed commands, values ignored */
+    int unlisted;              /* HTTP, S3: entries, memory and fleet counters unknown (version "HTTP", "S3") */
 };
 int remote_server_stats(remote *r, struct remote_server_stats *out, char *why, size_t why_len);
 

@@ -86,7 +86,7 @@ struct remote_backend {
                size_t why_len);
 };
 
-extern const struct remote_backend remote_backend_redis;
+extern const struct remote_backend remote_backend_redis, remote_backend_http;
 
 /* The first line of file `path` (malloc'd) in *out: 0, or -1 (unreadable). */
 int remote_read_secret(const char *path, char **out);

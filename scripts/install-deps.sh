@@ -10,12 +10,13 @@ set -eu
 # Everything make check builds with or runs: compilers and LLVM 15, the
 # OpenCL loader, headers and PoCL, the store's libraries, cmocka, and what
 # the tests drive (clinfo, PyOpenCL with pytest and NumPy, Python itself),
-# and the remote tier's hiredis with the Redis server and client its tests start.
+# the remote tier's hiredis with the Redis server and client its tests start,
+# and libcurl for its HTTP and S3 backends.
 PACKAGES="build-essential pkg-config clang-15 llvm-15-dev libllvmspirvlib-15-dev llvm-spirv-15
 ocl-icd-opencl-dev ocl-icd-libopencl1 opencl-c-headers pocl-opencl-icd clinfo
 python3 python3-pyopencl python3-pytest python3-numpy
 liblmdb-dev lmdb-utils libcmocka-dev libxxhash-dev libzstd-dev zstd libsodium-dev libclc-15
-libhiredis-dev redis-server redis-tools"
+libhiredis-dev redis-server redis-tools libcurl4-openssl-dev"
 
 missing=""
 for p in $PACKAGES "$@"; do
