@@ -35,6 +35,7 @@
 
 struct http_be {
     char *base;      /* no trailing '/' */
+    char *ping;      /* what a ping HEADs: the prefix, or S3's bucket */
     char *ns;
     char *userpwd;   /* "user:password" (basic, or S3's key:secret); NULL: none */
     char *bearer;    /* a token; NULL: none */
@@ -70,7 +71,7 @@ static void be_close(void *b)
     if (!h) return;
     if (h->userpwd) sodium_memzero(h->userpwd, strlen(h->userpwd));
     if (h->bearer) sodium_memzero(h->bearer, strlen(h->bearer));
-    free(h->base), free(h->ns), free(h->userpwd), free(h->bearer);
+    free(h->base), free(h->ping), free(h->ns), free(h->userpwd), free(h->bearer);
     free(h);
 }
 
@@ -94,6 +95,9 @@ static int open_s3(struct http_be *h, const struct remote_options *opt)
     size_t len = n + strlen(path) + 2;
     if (!(h->base = malloc(len))) return CLSHIM_ENOMEM;
     snprintf(h->base, len, "%.*s/%s", (int)n, endpoint, path);
+    /* S3 answers 404 for a prefix, 200 or 403 for the bucket itself. */
+    if (!(h->ping = malloc(len))) return CLSHIM_ENOMEM;
+    snprintf(h->ping, len, "%.*s/%.*s", (int)n, endpoint, (int)strcspn(path, "/"), path);
     size_t klen = strlen(key) + strlen(secret) + 2;
     if (!(h->userpwd = malloc(klen))) return CLSHIM_ENOMEM;
     snprintf(h->userpwd, klen, "%s:%s", key, secret);
@@ -126,6 +130,8 @@ static int be_open(const struct remote_options *opt, const char *ns, void **out)
     if (rc == CLSHIM_OK) {
         size_t n = strlen(h->base);
         while (n && h->base[n - 1] == '/') h->base[--n] = 0;
+        if (!h->ping && (h->ping = malloc(n + 2))) snprintf(h->ping, n + 2, "%s/", h->base);
+        if (!h->ping) rc = CLSHIM_ENOMEM;
     }
     if (rc != CLSHIM_OK) {
         be_close(h);
@@ -273,13 +279,15 @@ static enum rio_fault be_exec(void *b, void *conn, struct rb_req *q, uint64_t de
     case RB_PEEK: q->claim = RB_FREE; return RIO_OK;
     case RB_RELEASE: case RB_COUNT: case RB_TOUCH: return RIO_OK; /* no claims, counters or expiry here */
     case RB_PING: {
-        snprintf(url, sizeof url, "%s/", h->base);
-        curl_easy_setopt(e, CURLOPT_URL, url);
+        curl_easy_setopt(e, CURLOPT_URL, h->ping);
+        curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, discard); /* an error page, if any */
         curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
         f = perform(c, deadline, &status, why, why_len);
         curl_easy_setopt(e, CURLOPT_NOBODY, 0L);
-        /* Any answer of the server is a round trip, unless it refuses us. */
-        if (f == RIO_OK && (status == 401 || status == 403 || status < 100)) f = bad_status(status, why, why_len);
+        /* Any answer of an HTTP server is a round trip, unless it refuses
+         * us; an S3 bucket must exist. */
+        if (f == RIO_OK && (status == 401 || status == 403 || status < 100 || (*h->sigv4 && status != 200)))
+            f = bad_status(status, why, why_len);
         return f;
     }
     case RB_GET: {

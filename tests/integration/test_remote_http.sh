@@ -103,15 +103,8 @@ ok "clshim cache remote rm"
 unset CLSHIM_REMOTE CLSHIM_REMOTE_PASSWORD_FILE CLSHIM_REMOTE_TIMEOUT
 
 # Hostile servers: each costs at most 2 x the timeout, never a result.
-mkdir -p "$TMP/pocl-warm"
-run_shim prime env POCL_CACHE_DIR="$TMP/pocl-warm" CLSHIM_CACHE_DIR="$TMP/cache-prime" "$MK"
-ms() { local t0 t1; t0=$(date +%s%N); "$@"; t1=$(date +%s%N); echo $(((t1 - t0) / 1000000)); }
-base=999999
-for i in 1 2 3; do
-    t=$(ms run_shim base$i env POCL_CACHE_DIR="$TMP/pocl-warm" CLSHIM_CACHE_DIR="$TMP/cache-base$i" "$MK")
-    [ "$t" -lt "$base" ] && base=$t
-done
-echo "without a remote tier: $base ms (best of 3)"
+remote_base_ms "$MK"
+base=$BASE_MS
 check() { # MODE KIND
     serve "$1" "$1"
     local t extra
