@@ -176,7 +176,8 @@ int remote_server_stats(remote *r, struct remote_server_stats *out, char *why, s
 /* `clshim cache remote rm`: deletes the entry whose key starts with the hex
  * digits `prefix` (1-32, lower case) from the server. CLSHIM_OK with the
  * full key in hex[33]; CLSHIM_ENOTFOUND: no entry matches; CLSHIM_EBUSY:
- * more than one does (give more digits); CLSHIM_EIO with a reason in why. */
+ * more than one does (give more digits); CLSHIM_EINVAL: HTTP and S3 need all
+ * 32 digits (they list nothing); CLSHIM_EIO with a reason in why. */
 int remote_delete(remote *r, const char *prefix, char hex[33], char *why, size_t why_len);
 
 #endif

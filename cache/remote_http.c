@@ -353,8 +353,8 @@ static int be_del(void *b, uint64_t timeout_ms, uint64_t max_value, const char *
 {
     struct http_be *h = b;
     if (strlen(prefix) != 32) { /* no listing: the whole key names the object */
-        snprintf(why, why_len, "an HTTP or S3 store needs all 32 digits of the key");
-        return CLSHIM_EBUSY;
+        snprintf(why, why_len, "an HTTP or S3 store lists nothing: give all 32 digits of the key");
+        return CLSHIM_EINVAL;
     }
     enum rio_fault f;
     struct http_conn *c = be_connect(b, 0, max_value, &f, why, why_len);

@@ -95,6 +95,8 @@ same_output ref ro "read-only client: same results"
 ok "read-only client: never PUTs"
 
 # `clshim cache remote rm` deletes the object: the next machine compiles.
+"$TOOL" cache remote rm "${key:0:8}" >"$TMP/rm8.out" 2>&1 && fail "remote rm of a short prefix succeeded"
+grep -q 'give all 32 digits' "$TMP/rm8.out" || fail "remote rm of a short prefix: $(cat "$TMP/rm8.out")"
 "$TOOL" cache remote rm "$key" >"$TMP/rm.out" 2>&1 || fail "remote rm: $(cat "$TMP/rm.out")"
 grep -q "^DELETE /ci/clshim/$key " "$LOG" || fail "remote rm sent no DELETE"
 fresh_pocl; run_shim c env CLSHIM_CACHE_DIR="$TMP/cache-c" "$MK"
