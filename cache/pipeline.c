@@ -272,6 +272,7 @@ static void open_remote(void)
     struct remote_options opt = {
         .url = cfg->remote,
         .password_file = cfg->remote_password_file,
+        .endpoint = cfg->remote_endpoint,
         .ns = cfg->remote_namespace,
         .timeout_ms = cfg->remote_timeout_ms,
         .max_value = cfg->remote_max_value,

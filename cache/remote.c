@@ -1,8 +1,8 @@
-/* remote.c — the remote tier on Redis (design in remote.h). */
+/* remote.c — the remote tier, on any server behind remote_backend.h
+ * (design in remote.h). */
 #include "cache/remote.h"
 
 #include <errno.h>
-#include <hiredis/hiredis.h>
 #include <pthread.h>
 #include <sodium.h>
 #include <stdarg.h>
@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "cache/entry.h"
-#include "cache/remote_io.h"
+#include "cache/remote_backend.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -36,10 +36,10 @@ struct op {
 
 struct remote {
     /* where and who */
-    char *host, *unix_path, *user, *password, *ns;
-    int port, db;
+    const struct remote_backend *be;
+    void *b;
+    char *ns;
     char name[512];
-    struct rio_target target;
     uint64_t timeout_ms, max_value, expire_s;
     int readonly, level;
     char token[128]; /* this process's claim value */
@@ -52,7 +52,7 @@ struct remote {
 
     /* the lookup connection */
     pthread_mutex_t lock;
-    redisContext *ctx;
+    void *ctx;
     pid_t ctx_pid;
 
     /* the breaker: calls fail fast until this time (CLOCK_MONOTONIC ns) */
@@ -71,7 +71,7 @@ struct remote {
     int busy, stop, writer_running;
     pid_t writer_pid;
     pthread_t writer;
-    redisContext *wctx;
+    void *wctx;
 
     struct remote_counters counters;
 };
@@ -81,83 +81,9 @@ static uint64_t now_ns(void) { return rio_now_ns(); }
 /* The deadline of something that starts now and may take ms. */
 static uint64_t deadline_in(uint64_t ms) { return now_ns() + ms * 1000000u; }
 
-static void entry_key(const remote *r, struct cache_hash h, char kind, char *buf, size_t len)
-{
-    snprintf(buf, len, "%s:%c:%016llx%016llx", r->ns, kind, (unsigned long long)h.hi, (unsigned long long)h.lo);
-}
-
 /* ---- options ---------------------------------------------------------------- */
 
-static char *dup_n(const char *s, size_t n)
-{
-    char *d = malloc(n + 1);
-    if (d) memcpy(d, s, n), d[n] = 0;
-    return d;
-}
-
-static int parse_uint(const char *s, size_t n, int max, int *out)
-{
-    if (n == 0 || n > 9) return -1;
-    int v = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9') return -1;
-        v = v * 10 + (s[i] - '0');
-    }
-    if (v > max) return -1;
-    *out = v;
-    return 0;
-}
-
-/* "user:password@", "user@", ":password@" or nothing before `end`; advances *p. */
-static int parse_userinfo(remote *r, const char **p, const char *end)
-{
-    const char *at = memchr(*p, '@', (size_t)(end - *p));
-    if (!at) return 0;
-    const char *colon = memchr(*p, ':', (size_t)(at - *p));
-    const char *user_end = colon ? colon : at;
-    if (user_end > *p && !(r->user = dup_n(*p, (size_t)(user_end - *p)))) return -1;
-    if (colon && !(r->password = dup_n(colon + 1, (size_t)(at - colon - 1)))) return -1;
-    *p = at + 1;
-    return 0;
-}
-
-/* redis://[user:password@]host[:port][/db] or unix://[user:password@]/path[?db=N] */
-static int parse_url(remote *r, const char *url)
-{
-    r->port = 6379;
-    if (!strncmp(url, "unix://", 7)) {
-        const char *path = url + 7;
-        if (parse_userinfo(r, &path, path + strcspn(path, "/"))) return -1;
-        const char *q = strchr(path, '?');
-        if (*path != '/') return -1;
-        size_t n = q ? (size_t)(q - path) : strlen(path);
-        if (q && (strncmp(q, "?db=", 4) || parse_uint(q + 4, strlen(q + 4), 1 << 20, &r->db))) return -1;
-        return (r->unix_path = dup_n(path, n)) ? 0 : -1;
-    }
-    if (strncmp(url, "redis://", 8)) return -1;
-    const char *p = url + 8, *end = p + strcspn(p, "/");
-    if (parse_userinfo(r, &p, end)) return -1;
-    const char *host_end, *port = NULL;
-    if (*p == '[') { /* [IPv6]:port */
-        const char *close = memchr(p, ']', (size_t)(end - p));
-        if (!close) return -1;
-        r->host = dup_n(p + 1, (size_t)(close - p - 1));
-        host_end = close + 1;
-        if (host_end < end && *host_end == ':') port = host_end + 1;
-        else if (host_end != end) return -1;
-    } else {
-        const char *colon = memchr(p, ':', (size_t)(end - p));
-        host_end = colon ? colon : end;
-        r->host = dup_n(p, (size_t)(host_end - p));
-        if (colon) port = colon + 1;
-    }
-    if (!r->host || !*r->host) return -1;
-    if (port && parse_uint(port, (size_t)(end - port), 65535, &r->port)) return -1;
-    if (*end == '/' && end[1] && parse_uint(end + 1, strlen(end + 1), 1 << 20, &r->db)) return -1;
-    return 0;
-}
-
-static int read_password_file(remote *r, const char *path)
+int remote_read_secret(const char *path, char **out)
 {
     FILE *f = fopen(path, "re");
     if (!f) return -1;
@@ -166,19 +92,32 @@ static int read_password_file(remote *r, const char *path)
     fclose(f);
     if (rc) return -1;
     line[strcspn(line, "\r\n")] = 0;
-    free(r->password);
-    r->password = strdup(line);
-    memset(line, 0, sizeof line);
-    return r->password ? 0 : -1;
+    *out = strdup(line);
+    sodium_memzero(line, sizeof line);
+    return *out ? 0 : -1;
+}
+
+/* Every kind of server; the URL's scheme picks one. */
+static const struct remote_backend *const remote_backends[] = {&remote_backend_redis, &remote_backend_http};
+
+static const struct remote_backend *backend_for(const char *url)
+{
+    for (size_t i = 0; i < sizeof remote_backends / sizeof *remote_backends; i++)
+        for (const char *s = remote_backends[i]->scheme; *s;) {
+            size_t n = strcspn(s, "|");
+            if (!strncmp(url, s, n) && !strncmp(url + n, "://", 3)) return remote_backends[i];
+            s += n + (s[n] == '|');
+        }
+    return NULL;
 }
 
 static void free_remote(remote *r)
 {
     sodium_memzero(r->sign_key, sizeof r->sign_key);
-    if (r->password) sodium_memzero(r->password, strlen(r->password));
-    free(r->host), free(r->unix_path), free(r->user), free(r->password), free(r->ns);
+    if (r->b) r->be->close(r->b);
+    free(r->ns);
     free(r->claims);
-    if (r->ctx) redisFree(r->ctx);
+    if (r->ctx) r->be->disconnect(r->ctx);
     pthread_mutex_destroy(&r->lock);
     pthread_mutex_destroy(&r->claims_lock);
     pthread_mutex_destroy(&r->qlock);
@@ -209,12 +148,10 @@ int remote_open(const struct remote_options *opt, remote **out)
     /* Trusting others but signing nothing: our values would be ignored by
      * our peers, and our claims would make them wait for nothing. */
     r->readonly = opt->readonly || (opt->trust && !r->signing);
-    if (!r->ns || parse_url(r, opt->url) != 0 ||
-        (opt->password_file && *opt->password_file && read_password_file(r, opt->password_file) != 0)) {
+    if (!r->ns || !(r->be = backend_for(opt->url)) || r->be->open(opt, r->ns, &r->b) != CLSHIM_OK) {
         free_remote(r);
         return CLSHIM_EINVAL;
     }
-    r->target = (struct rio_target){r->host, r->unix_path, r->port, r->db, r->user, r->password};
     snprintf(r->where, sizeof r->where, "%.200s namespace %.40s", r->name, r->ns);
     char host[256] = "?";
     gethostname(host, sizeof host - 1);
@@ -241,7 +178,7 @@ static void trip(remote *r, enum rio_fault kind, const char *why)
     case RIO_TIMEOUT: COUNT(r, timeouts, 1); break;
     case RIO_GARBAGE: COUNT(r, garbage, 1); break;
     case RIO_OVERSIZE: COUNT(r, oversize, 1); break;
-    case RIO_REFUSED: COUNT(r, refused, 1); break;
+    case RIO_REFUSED: case RIO_DENIED: COUNT(r, refused, 1); break;
     case RIO_LOST: case RIO_OK: COUNT(r, lost, 1); break;
     }
     uint64_t now = now_ns(), old = __atomic_load_n(&r->breaker_until, __ATOMIC_RELAXED);
@@ -251,60 +188,45 @@ static void trip(remote *r, enum rio_fault kind, const char *why)
         log_msg(LOG_WARN, "remote cache %s: %s; remote tier off for %d s", r->name, why, REMOTE_BREAKER_S);
 }
 
-/* The largest reply a command may get: a value of max_value bytes and its
- * bulk header. */
-static size_t reply_limit(const remote *r) { return (size_t)r->max_value + 64; }
-
-/* Runs one command on *ctx before deadline, connecting first. NULL when the
+/* Runs request q on *conn before deadline, connecting first. -1 when the
  * breaker is open, the server failed (counted, breaker opened, connection
- * dropped: its state is unknown) or it answered an error (counted, logged
- * once). */
-static redisReply *vcommand(remote *r, redisContext **ctx, pid_t *ctx_pid, uint64_t deadline, const char *fmt,
-                            va_list ap)
+ * dropped: its state is unknown) or it refused the request (counted,
+ * logged once). */
+static int call(remote *r, void **conn, pid_t *conn_pid, uint64_t deadline, struct rb_req *q)
 {
-    if (breaker_open(r)) return NULL;
-    if (*ctx && *ctx_pid != getpid()) { /* inherited across fork: not ours to share */
-        redisFree(*ctx);
-        *ctx = NULL;
+    if (breaker_open(r)) return -1;
+    if (*conn && *conn_pid != getpid()) { /* inherited across fork: not ours to share */
+        r->be->disconnect(*conn);
+        *conn = NULL;
     }
     char why[256];
     enum rio_fault fault;
-    if (!*ctx) {
-        if (!(*ctx = rio_connect(&r->target, deadline, &fault, why, sizeof why))) {
+    if (!*conn) {
+        if (!(*conn = r->be->connect(r->b, deadline, r->max_value, &fault, why, sizeof why))) {
             trip(r, fault, why);
-            return NULL;
+            return -1;
         }
-        *ctx_pid = getpid();
+        *conn_pid = getpid();
     }
-    redisReply *rep = rio_vcommand(*ctx, deadline, reply_limit(r), &fault, why, sizeof why, fmt, ap);
-    if (!rep) {
-        trip(r, fault, why);
-        redisFree(*ctx);
-        *ctx = NULL;
-        return NULL;
-    }
-    if (rep->type == REDIS_REPLY_ERROR) {
+    fault = r->be->exec(r->b, *conn, q, deadline, why, sizeof why);
+    if (fault == RIO_DENIED) {
         COUNT(r, errors, 1);
         COUNT(r, refused, 1);
-        LOG_ONCE(LOG_WARN, "remote cache %s refused a command: %.200s", r->name, rep->str);
-        freeReplyObject(rep);
-        return NULL;
+        LOG_ONCE(LOG_WARN, "remote cache %s refused a command: %s", r->name, why);
+        return -1;
     }
-    return rep;
+    if (fault != RIO_OK) {
+        trip(r, fault, why);
+        r->be->disconnect(*conn);
+        *conn = NULL;
+        return -1;
+    }
+    return 0;
 }
 
-static redisReply *command(remote *r, redisContext **ctx, pid_t *ctx_pid, uint64_t deadline, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    redisReply *rep = vcommand(r, ctx, ctx_pid, deadline, fmt, ap);
-    va_end(ap);
-    return rep;
-}
-
-/* command() on the lookup connection, waiting for it (another thread's
+/* call() on the lookup connection, waiting for it (another thread's
  * lookup) no later than deadline: a lookup is bounded even behind others. */
-static redisReply *lookup_command(remote *r, uint64_t deadline, const char *fmt, ...)
+static int lookup_call(remote *r, uint64_t deadline, struct rb_req *q)
 {
     /* pthread_mutex_timedlock takes CLOCK_REALTIME (sanitizers know it;
      * clocklock they do not): the monotonic deadline, moved to that clock. */
@@ -317,36 +239,21 @@ static redisReply *lookup_command(remote *r, uint64_t deadline, const char *fmt,
     if (pthread_mutex_timedlock(&r->lock, &until) != 0) {
         COUNT(r, errors, 1);
         COUNT(r, timeouts, 1); /* not the server's fault: no breaker */
-        return NULL;
+        return -1;
     }
-    va_list ap;
-    va_start(ap, fmt);
-    redisReply *rep = vcommand(r, &r->ctx, &r->ctx_pid, deadline, fmt, ap);
-    va_end(ap);
+    int rc = call(r, &r->ctx, &r->ctx_pid, deadline, q);
     pthread_mutex_unlock(&r->lock);
-    return rep;
-}
-
-/* A reply of a type the command never gets: the server is not Redis, or
- * not honest. Counted as garbage; the breaker opens. */
-static void wrong_type(remote *r, redisReply *rep)
-{
-    char why[64];
-    snprintf(why, sizeof why, "a reply of the wrong type (%d)", rep->type);
-    trip(r, RIO_GARBAGE, why);
-    pthread_mutex_lock(&r->lock);
-    if (r->ctx) redisFree(r->ctx), r->ctx = NULL;
-    pthread_mutex_unlock(&r->lock);
+    return rc;
 }
 
 /* ---- lookups -------------------------------------------------------------------- */
 
 /* CLSHIM_OK with the record inside value, when it is signed as opt.trust
  * asks; CLSHIM_EPERM (counted, logged) when not. */
-static int check_signer(remote *r, struct cache_hash hash, const redisReply *value, const void **rec,
+static int check_signer(remote *r, struct cache_hash hash, const void *value, size_t len, const void **rec,
                         size_t *rec_len, struct store_source *src)
 {
-    enum sign_verdict v = sign_open_value(value->str, value->len, rec, rec_len, src->signer);
+    enum sign_verdict v = sign_open_value(value, len, rec, rec_len, src->signer);
     const char *why = v == SIGN_BAD ? "its signature does not verify (forged or changed)"
                     : !r->trust ? NULL
                     : v == SIGN_UNSIGNED ? "it is not signed"
@@ -370,26 +277,18 @@ static int check_signer(remote *r, struct cache_hash hash, const redisReply *val
 static int get_value(remote *r, uint64_t deadline, struct cache_hash hash, const void *key, size_t key_len,
                      struct store_record *out, void **arena, struct store_source *src)
 {
-    char k[320];
-    entry_key(r, hash, 'e', k, sizeof k);
-    /* At most max_value + 1 bytes: a larger value is refused unread. */
-    redisReply *rep = lookup_command(r, deadline, "GETRANGE %s 0 %llu", k, (unsigned long long)r->max_value);
-    if (!rep) return CLSHIM_EIO;
-    if (rep->type != REDIS_REPLY_STRING) {
-        wrong_type(r, rep);
-        freeReplyObject(rep);
-        return CLSHIM_EIO;
-    }
+    struct rb_req q = {.op = RB_GET, .hash = hash};
+    if (lookup_call(r, deadline, &q)) return CLSHIM_EIO;
     *src = (struct store_source){.kind = STORE_SOURCE_REMOTE};
     snprintf(src->where, sizeof src->where, "%s", r->where);
     const void *rec;
     size_t rec_len;
     int rc;
-    if (rep->len == 0) rc = CLSHIM_ENOTFOUND;
-    else if ((uint64_t)rep->len > r->max_value) rc = CLSHIM_ECORRUPT;
-    else if ((rc = check_signer(r, hash, rep, &rec, &rec_len, src)) == CLSHIM_OK)
+    if (!q.found) rc = CLSHIM_ENOTFOUND;
+    else if ((uint64_t)q.out_len > r->max_value) rc = CLSHIM_ECORRUPT;
+    else if ((rc = check_signer(r, hash, q.out, q.out_len, &rec, &rec_len, src)) == CLSHIM_OK)
         rc = entry_open_record(rec, rec_len, hash, key, key_len, out, arena);
-    freeReplyObject(rep);
+    if (q.found) r->be->drop(q.hold);
     if (rc == CLSHIM_ECORRUPT || rc == CLSHIM_ECOLLISION) {
         COUNT(r, corrupt, 1);
         log_msg(LOG_INFO, "remote cache: entry %016llx: %s; ignored", (unsigned long long)hash.hi,
@@ -456,19 +355,10 @@ static int forget_claim(remote *r, struct cache_hash hash)
  * another runner holds it; CLSHIM_EIO. */
 static int try_claim(remote *r, uint64_t deadline, struct cache_hash hash, uint64_t ttl_ms)
 {
-    char k[320];
-    entry_key(r, hash, 'c', k, sizeof k);
-    redisReply *rep = r->readonly ? lookup_command(r, deadline, "EXISTS %s", k)
-                                  : lookup_command(r, deadline, "SET %s %s NX PX %llu", k, r->token,
-                                                   (unsigned long long)ttl_ms);
-    if (!rep) return CLSHIM_EIO;
-    int rc = CLSHIM_EIO;
-    if (r->readonly && rep->type == REDIS_REPLY_INTEGER) rc = rep->integer ? CLSHIM_EBUSY : CLSHIM_OK;
-    else if (!r->readonly && rep->type == REDIS_REPLY_STATUS) rc = CLSHIM_OK, note_claim(r, hash);
-    else if (!r->readonly && rep->type == REDIS_REPLY_NIL) rc = CLSHIM_EBUSY;
-    else wrong_type(r, rep);
-    freeReplyObject(rep);
-    return rc;
+    struct rb_req q = {.op = r->readonly ? RB_PEEK : RB_CLAIM, .hash = hash, .n = ttl_ms, .token = r->token};
+    if (lookup_call(r, deadline, &q)) return CLSHIM_EIO;
+    if (q.claim == RB_CLAIMED) note_claim(r, hash);
+    return q.claim == RB_BUSY ? CLSHIM_EBUSY : CLSHIM_OK;
 }
 
 int remote_fetch(remote *r, struct cache_hash hash, const void *key, size_t key_len, uint64_t wait_ms,
@@ -509,78 +399,67 @@ int remote_fetch(remote *r, struct cache_hash hash, const void *key, size_t key_
 
 /* ---- the writer ------------------------------------------------------------------ */
 
-static redisReply *release_claim(remote *r, uint64_t deadline, const char *claim_key, pid_t *pid)
+static int release_claim(remote *r, uint64_t deadline, struct cache_hash hash, pid_t *pid)
 {
-    /* Only our own claim: it may have expired and been taken since. */
-    return command(r, &r->wctx, pid, deadline, "EVAL %s 1 %s %s",
-                   "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0",
-                   claim_key, r->token);
+    struct rb_req q = {.op = RB_RELEASE, .hash = hash, .token = r->token};
+    return call(r, &r->wctx, pid, deadline, &q);
 }
 
-/* SET of the value, signed first when we sign (here, on the writer: the
- * hash over the record is not the application's to wait for). */
-static redisReply *push_value(remote *r, uint64_t deadline, const char *k, pid_t *pid, struct op *op)
+static int count(remote *r, uint64_t deadline, pid_t *pid, const char *field, uint64_t n)
 {
-    const void *value = op->value;
-    size_t len = op->len;
+    struct rb_req q = {.op = RB_COUNT, .field = field, .n = n};
+    return call(r, &r->wctx, pid, deadline, &q);
+}
+
+/* The value, signed first when we sign (here, on the writer: the hash
+ * over the record is not the application's to wait for). */
+static int push_value(remote *r, uint64_t deadline, pid_t *pid, struct op *op)
+{
+    struct rb_req q = {.op = RB_PUT, .hash = op->hash, .value = op->value, .len = op->len, .n = r->expire_s};
     unsigned char *signed_value = NULL;
     if (r->signing) {
-        if (!(signed_value = malloc(SIGN_ENVELOPE_SIZE + len))) return NULL;
-        sign_value(op->value, len, r->sign_key, signed_value);
-        memcpy(signed_value + SIGN_ENVELOPE_SIZE, op->value, len);
-        value = signed_value, len += SIGN_ENVELOPE_SIZE;
+        if (!(signed_value = malloc(SIGN_ENVELOPE_SIZE + op->len))) return -1;
+        sign_value(op->value, op->len, r->sign_key, signed_value);
+        memcpy(signed_value + SIGN_ENVELOPE_SIZE, op->value, op->len);
+        q.value = signed_value, q.len += SIGN_ENVELOPE_SIZE;
     }
-    redisReply *rep = r->expire_s ? command(r, &r->wctx, pid, deadline, "SET %s %b EX %llu", k, value, len,
-                                            (unsigned long long)r->expire_s)
-                                  : command(r, &r->wctx, pid, deadline, "SET %s %b", k, value, len);
+    int rc = call(r, &r->wctx, pid, deadline, &q);
     free(signed_value);
-    return rep;
+    return rc;
 }
 
 static void run_op(remote *r, struct op *op)
 {
-    char k[320], c[320], s[320];
-    entry_key(r, op->hash, 'e', k, sizeof k);
-    entry_key(r, op->hash, 'c', c, sizeof c);
-    snprintf(s, sizeof s, "%s:stats", r->ns);
-    redisReply *rep = NULL;
     pid_t pid = getpid();
     /* A push gets the time to send its value over a slow link on top. */
     uint64_t deadline = deadline_in(r->timeout_ms + (uint64_t)op->len * 1000 / REMOTE_PUSH_MIN_RATE);
     switch (op->kind) {
     case OP_PUSH:
-        if (!(rep = push_value(r, deadline, k, &pid, op))) {
+        if (push_value(r, deadline, &pid, op)) {
             COUNT(r, dropped, 1);
             break;
         }
         COUNT(r, pushes, 1);
-        freeReplyObject(rep);
-        rep = command(r, &r->wctx, &pid, deadline, "HINCRBY %s pushes 1", s);
-        if (op->release_claim) {
-            if (rep) freeReplyObject(rep);
-            rep = release_claim(r, deadline, c, &pid); /* the value is there: others may take it */
-        }
+        count(r, deadline, &pid, "pushes", 1);
+        if (op->release_claim) release_claim(r, deadline, op->hash, &pid); /* the value is there: others may take it */
         break;
     case OP_RELEASE:
-        rep = release_claim(r, deadline, c, &pid);
+        release_claim(r, deadline, op->hash, &pid);
         break;
-    case OP_TOUCH:
-        rep = command(r, &r->wctx, &pid, deadline, "EXPIRE %s %llu", k, (unsigned long long)r->expire_s);
+    case OP_TOUCH: {
+        struct rb_req q = {.op = RB_TOUCH, .hash = op->hash, .n = r->expire_s};
+        call(r, &r->wctx, &pid, deadline, &q);
         break;
+    }
     case OP_STATS: {
         const struct { const char *name; uint64_t n; } add[] = {
             {"hits", op->delta.hits}, {"misses", op->delta.misses}, {"errors", op->delta.errors},
             {"corrupt", op->delta.corrupt}, {"untrusted", op->delta.untrusted}};
-        for (size_t i = 0; i < sizeof add / sizeof *add; i++) {
-            if (!add[i].n) continue;
-            if (rep) freeReplyObject(rep);
-            rep = command(r, &r->wctx, &pid, deadline, "HINCRBY %s %s %llu", s, add[i].name,
-                          (unsigned long long)add[i].n);
-        }
+        for (size_t i = 0; i < sizeof add / sizeof *add; i++)
+            if (add[i].n) count(r, deadline, &pid, add[i].name, add[i].n);
         break;
     }
     }
-    if (rep) freeReplyObject(rep);
 }
 
 static void *writer_main(void *arg)
@@ -729,152 +608,35 @@ void remote_close(remote *r, struct remote_counters *final)
         return;
     }
     pthread_join(r->writer, NULL);
-    if (r->wctx) redisFree(r->wctx);
+    if (r->wctx) r->be->disconnect(r->wctx);
     free_remote(r);
 }
 
 /* ---- administration ---------------------------------------------------------------- */
 
-/* An administrator's command gets its own connection, and each of its
- * commands the timeout (a SCAN of a large namespace takes many). */
-static redisContext *admin_connect(remote *r, char *why, size_t why_len)
-{
-    enum rio_fault fault;
-    return rio_connect(&r->target, deadline_in(r->timeout_ms), &fault, why, why_len);
-}
-
-static redisReply *admin(remote *r, redisContext *c, char *why, size_t why_len, const char *fmt, ...)
-{
-    enum rio_fault fault;
-    va_list ap;
-    va_start(ap, fmt);
-    redisReply *rep = rio_vcommand(c, deadline_in(r->timeout_ms), reply_limit(r), &fault, why, why_len, fmt, ap);
-    va_end(ap);
-    if (rep && rep->type == REDIS_REPLY_ERROR) snprintf(why, why_len, "%s", rep->str);
-    return rep;
-}
-
 int remote_ping(remote *r, double *ms, char *why, size_t why_len)
 {
+    /* An administrator's command: its own connection, and no breaker. */
     uint64_t t0 = now_ns();
-    redisContext *c = admin_connect(r, why, why_len);
-    if (!c) return CLSHIM_EIO;
-    redisReply *rep = admin(r, c, why, why_len, "PING");
-    int rc = rep && rep->type == REDIS_REPLY_STATUS ? CLSHIM_OK : CLSHIM_EIO;
-    if (rc && rep && rep->type != REDIS_REPLY_ERROR) snprintf(why, why_len, "unexpected reply");
-    if (rep) freeReplyObject(rep);
-    redisFree(c);
+    enum rio_fault fault;
+    void *c = r->be->connect(r->b, deadline_in(r->timeout_ms), r->max_value, &fault, why, why_len);
+    int rc = CLSHIM_EIO;
+    if (c) {
+        struct rb_req q = {.op = RB_PING};
+        rc = r->be->exec(r->b, c, &q, deadline_in(r->timeout_ms), why, why_len) == RIO_OK ? CLSHIM_OK : CLSHIM_EIO;
+        r->be->disconnect(c);
+    }
     *ms = (double)(now_ns() - t0) / 1e6;
     return rc;
-}
-
-/* The value of "name:" in an INFO reply, copied into buf. */
-static void info_field(const char *info, const char *name, char *buf, size_t len)
-{
-    size_t n = strlen(name);
-    buf[0] = 0;
-    for (const char *p = info; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
-        if (!strncmp(p, name, n) && p[n] == ':') {
-            size_t v = strcspn(p + n + 1, "\r\n");
-            snprintf(buf, len, "%.*s", (int)v, p + n + 1);
-            return;
-        }
 }
 
 int remote_server_stats(remote *r, struct remote_server_stats *out, char *why, size_t why_len)
 {
     memset(out, 0, sizeof *out);
-    redisContext *c = admin_connect(r, why, why_len);
-    if (!c) return CLSHIM_EIO;
-    int rc = CLSHIM_EIO;
-    char buf[64], pattern[320], stats_key[320];
-    redisReply *rep = admin(r, c, why, why_len, "INFO");
-    if (!rep || rep->type != REDIS_REPLY_STRING) goto out;
-    info_field(rep->str, "redis_version", out->version, sizeof out->version);
-    info_field(rep->str, "maxmemory_policy", out->policy, sizeof out->policy);
-    info_field(rep->str, "used_memory", buf, sizeof buf);
-    out->used_memory = strtoull(buf, NULL, 10);
-    info_field(rep->str, "maxmemory", buf, sizeof buf);
-    out->maxmemory = strtoull(buf, NULL, 10);
-    freeReplyObject(rep);
-    /* Every key of the namespace: a SCAN, for an administrator's command only. */
-    snprintf(pattern, sizeof pattern, "%s:*", r->ns);
-    size_t ns_len = strlen(r->ns);
-    char cursor[32] = "0";
-    do {
-        rep = admin(r, c, why, why_len, "SCAN %s MATCH %s COUNT 1000", cursor, pattern);
-        if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2) goto out;
-        snprintf(cursor, sizeof cursor, "%s", rep->element[0]->str ? rep->element[0]->str : "0");
-        redisReply *keys = rep->element[1];
-        for (size_t i = 0; i < keys->elements; i++) {
-            const char *k = keys->element[i]->str;
-            if (!k || strlen(k) < ns_len + 3) continue;
-            if (!strncmp(k + ns_len, ":e:", 3)) {
-                out->entries++;
-                redisReply *len = admin(r, c, why, why_len, "STRLEN %s", k);
-                if (len && len->type == REDIS_REPLY_INTEGER) out->entry_bytes += (uint64_t)len->integer;
-                if (len) freeReplyObject(len);
-            } else if (!strncmp(k + ns_len, ":c:", 3)) {
-                out->claims++;
-            }
-        }
-        freeReplyObject(rep);
-        rep = NULL;
-    } while (strcmp(cursor, "0"));
-    snprintf(stats_key, sizeof stats_key, "%s:stats", r->ns);
-    rep = admin(r, c, why, why_len, "HGETALL %s", stats_key);
-    if (!rep || rep->type != REDIS_REPLY_ARRAY) goto out;
-    for (size_t i = 0; i + 1 < rep->elements; i += 2) {
-        const char *name = rep->element[i]->str;
-        uint64_t v = strtoull(rep->element[i + 1]->str ? rep->element[i + 1]->str : "0", NULL, 10);
-        if (!name) continue;
-        if (!strcmp(name, "hits")) out->hits = v;
-        else if (!strcmp(name, "misses")) out->misses = v;
-        else if (!strcmp(name, "pushes")) out->pushes = v;
-        else if (!strcmp(name, "errors")) out->errors = v;
-        else if (!strcmp(name, "corrupt")) out->corrupt = v;
-        else if (!strcmp(name, "untrusted")) out->untrusted = v;
-    }
-    rc = CLSHIM_OK;
-out:
-    if (rc && rep && rep->type != REDIS_REPLY_ERROR) snprintf(why, why_len, "unexpected reply");
-    if (rep) freeReplyObject(rep);
-    redisFree(c);
-    return rc;
+    return r->be->stats(r->b, r->timeout_ms, r->max_value, out, why, why_len);
 }
 
 int remote_delete(remote *r, const char *prefix, char hex[33], char *why, size_t why_len)
 {
-    redisContext *c = admin_connect(r, why, why_len);
-    if (!c) return CLSHIM_EIO;
-    char pattern[400], cursor[32] = "0", found[320] = "";
-    size_t matches = 0, ns_len = strlen(r->ns);
-    snprintf(pattern, sizeof pattern, "%s:e:%s*", r->ns, prefix);
-    redisReply *rep = NULL;
-    int rc = CLSHIM_EIO;
-    do {
-        rep = admin(r, c, why, why_len, "SCAN %s MATCH %s COUNT 1000", cursor, pattern);
-        if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2) goto out;
-        snprintf(cursor, sizeof cursor, "%s", rep->element[0]->str ? rep->element[0]->str : "0");
-        for (size_t i = 0; i < rep->element[1]->elements; i++) {
-            const char *k = rep->element[1]->element[i]->str;
-            /* SCAN may return a key twice: count distinct ones */
-            if (k && strlen(k) == ns_len + 3 + 32 && strcmp(k, found) && matches++ == 0)
-                snprintf(found, sizeof found, "%s", k);
-        }
-        freeReplyObject(rep);
-        rep = NULL;
-    } while (strcmp(cursor, "0"));
-    rc = matches == 0 ? CLSHIM_ENOTFOUND : matches > 1 ? CLSHIM_EBUSY : CLSHIM_OK;
-    if (rc == CLSHIM_OK) {
-        snprintf(hex, 33, "%s", found + ns_len + 3);
-        rep = admin(r, c, why, why_len, "DEL %s", found);
-        if (!rep || rep->type != REDIS_REPLY_INTEGER) rc = CLSHIM_EIO;
-        else if (rep->integer == 0) rc = CLSHIM_ENOTFOUND; /* deleted meanwhile */
-    }
-out:
-    if (rc == CLSHIM_EIO && rep && rep->type != REDIS_REPLY_ERROR) snprintf(why, why_len, "unexpected reply");
-    if (rep) freeReplyObject(rep);
-    redisFree(c);
-    return rc;
+    return r->be->del(r->b, r->timeout_ms, r->max_value, prefix, hex, why, why_len);
 }

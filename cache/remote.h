@@ -1,4 +1,5 @@
-/* remote.h — the remote tier: a cache shared by a fleet, on a Redis server.
+/* remote.h — the remote tier: a cache shared by a fleet, on a Redis server
+ * (or any server behind cache/remote_backend.h).
  *
  * Design. The remote tier sits behind the local LMDB store (store.h): the
  * program layer asks it after a local miss and stores what it finds locally;
@@ -78,9 +79,12 @@ typedef struct remote remote;
 #define REMOTE_PUSH_MIN_RATE ((uint64_t)8 << 20)
 
 struct remote_options {
-    const char *url;           /* redis://[user:password@]host[:port][/db] or
-                                  unix://[user:password@]/path[?db=N] */
+    const char *url;           /* redis://[user:password@]host[:port][/db],
+                                  unix://[user:password@]/path[?db=N],
+                                  http[s]://[user:password@]host[:port]/prefix or
+                                  s3://bucket/prefix (remote_http.c) */
     const char *password_file; /* first line is the password; NULL or "": none */
+    const char *endpoint;      /* s3://: the service's URL; NULL or "": AWS's for AWS_REGION */
     const char *ns;            /* key namespace; NULL or "": "clshim" */
     uint64_t timeout_ms;       /* the deadline of a whole lookup; 0: 50 */
     uint64_t max_value;        /* largest encoded value read or written; 0: 64 MiB */
@@ -165,13 +169,15 @@ struct remote_server_stats {
     uint64_t entries, entry_bytes, claims; /* keys of the namespace (a SCAN) */
     uint64_t hits, misses, pushes;         /* fleet counters (<ns>:stats) */
     uint64_t errors, corrupt, untrusted;   /* fleet counters: failed commands, values ignored */
+    int unlisted;              /* HTTP, S3: entries, memory and fleet counters unknown (version "HTTP", "S3") */
 };
 int remote_server_stats(remote *r, struct remote_server_stats *out, char *why, size_t why_len);
 
 /* `clshim cache remote rm`: deletes the entry whose key starts with the hex
  * digits `prefix` (1-32, lower case) from the server. CLSHIM_OK with the
  * full key in hex[33]; CLSHIM_ENOTFOUND: no entry matches; CLSHIM_EBUSY:
- * more than one does (give more digits); CLSHIM_EIO with a reason in why. */
+ * more than one does (give more digits); CLSHIM_EINVAL: HTTP and S3 need all
+ * 32 digits (they list nothing); CLSHIM_EIO with a reason in why. */
 int remote_delete(remote *r, const char *prefix, char hex[33], char *why, size_t why_len);
 
 #endif

@@ -1,5 +1,5 @@
 /* remote_io.h — the remote tier's connections to Redis, every step against
- * an absolute deadline (internal to cache/remote.c).
+ * an absolute deadline (internal to cache/remote_redis.c).
  *
  * Design. hiredis's blocking calls bound each read or write by a socket
  * timeout, so a server that trickles its reply (each byte in time) or
@@ -24,15 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* What went wrong; each kind is counted apart (remote.h's counters). */
-enum rio_fault {
-    RIO_OK,
-    RIO_TIMEOUT,  /* the deadline passed (silent, trickling or slow server, slow name lookup) */
-    RIO_LOST,     /* no connection, or it closed or failed mid-exchange */
-    RIO_GARBAGE,  /* the reply is not the Redis protocol */
-    RIO_OVERSIZE, /* the reply grew past max_reply bytes */
-    RIO_REFUSED,  /* the server answered with an error (authentication, permissions) */
-};
+#include "cache/remote_backend.h"
 
 /* Where the server is and who we are. */
 struct rio_target {
@@ -40,8 +32,6 @@ struct rio_target {
     int port, db;
     const char *user, *password;  /* NULL: none */
 };
-
-uint64_t rio_now_ns(void);
 
 /* A new connection, authenticated and on the right database, before
  * deadline: NULL with *fault and the reason in why (never a credential). */

@@ -54,9 +54,12 @@
     X(CACHE_COMPRESS_LEVEL, UINT, cache_compress_level, "3", "0.1",            \
       "zstd level for stored binaries (1-19); 0 stores them uncompressed.")    \
     X(REMOTE, STRING, remote, "", "0.1",                                      \
-      "A shared second tier behind the local cache, on Redis: "                \
-      "redis://[user:password@]host[:port][/db] or "                           \
-      "unix://[user:password@]/path/to/socket[?db=N]. Lookups go memory, "     \
+      "A shared second tier behind the local cache: Redis "                    \
+      "(redis://[user:password@]host[:port][/db] or "                          \
+      "unix://[user:password@]/path/to/socket[?db=N]), an HTTP cache server "  \
+      "(http[s]://[user:password@]host[:port]/prefix: GET and PUT of one "     \
+      "object per entry) or S3 (s3://bucket/prefix, see "                      \
+      "CLSHIM_REMOTE_ENDPOINT). Lookups go memory, "                           \
       "local cache, remote, compile; a remote hit is stored locally; a "       \
       "compile is pushed in the background. Empty means no remote tier "       \
       "(docs/cache.md, docs/security.md).")                                    \
@@ -68,7 +71,14 @@
       "one server without sharing entries.")                                   \
     X(REMOTE_PASSWORD_FILE, PATH, remote_password_file, "", "0.1",             \
       "A file whose first line is the server password (instead of one in "     \
-      "CLSHIM_REMOTE). Never logged.")                                         \
+      "CLSHIM_REMOTE); for HTTP, user:password (basic) or a bearer token. "   \
+      "Never logged.")                                         \
+    X(REMOTE_ENDPOINT, STRING, remote_endpoint, "", "0.1",                     \
+      "With CLSHIM_REMOTE=s3://...: the S3 service's URL (an S3-compatible "  \
+      "store's, e.g. http://minio.internal:9000); empty: AWS, "               \
+      "https://s3.<AWS_REGION>.amazonaws.com. Requests are signed (AWS "      \
+      "SigV4) with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY for "          \
+      "AWS_REGION (default us-east-1).")                                       \
     X(REMOTE_TIMEOUT, UINT, remote_timeout_ms, "50", "0.1",                    \
       "Milliseconds a whole remote lookup may take: resolving the host, "     \
       "connecting, authenticating, every command and every byte of every "    \

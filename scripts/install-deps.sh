@@ -10,18 +10,28 @@ set -eu
 # Everything make check builds with or runs: compilers and LLVM 15, the
 # OpenCL loader, headers and PoCL, the store's libraries, cmocka, and what
 # the tests drive (clinfo, PyOpenCL with pytest and NumPy, Python itself),
-# and the remote tier's hiredis with the Redis server and client its tests start.
+# the remote tier's hiredis with the Redis server and client its tests start,
+# and libcurl for its HTTP and S3 backends.
 PACKAGES="build-essential pkg-config clang-15 llvm-15-dev libllvmspirvlib-15-dev llvm-spirv-15
 ocl-icd-opencl-dev ocl-icd-libopencl1 opencl-c-headers pocl-opencl-icd clinfo
 python3 python3-pyopencl python3-pytest python3-numpy
 liblmdb-dev lmdb-utils libcmocka-dev libxxhash-dev libzstd-dev zstd libsodium-dev libclc-15
-libhiredis-dev redis-server redis-tools"
+libhiredis-dev redis-server redis-tools libcurl4-openssl-dev"
+
+# moto's S3 server (PyPI), which integration/test_remote_s3 starts on
+# loopback, for the python3 the tests run (installed here, never at test time).
+install_moto() {
+    python3 -c 'import moto.server, boto3' 2>/dev/null && return 0
+    echo "clshim: installing moto[server] for $(command -v python3)"
+    python3 -m pip install --quiet 'moto[server]>=5,<6' ||
+        { echo "clshim: cannot install moto[server] with pip (needed by integration/test_remote_s3)" >&2; exit 1; }
+}
 
 missing=""
 for p in $PACKAGES "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
-[ -z "$missing" ] && exit 0
+[ -z "$missing" ] && { install_moto; exit 0; }
 
 echo "clshim: installing missing packages:$missing"
 if [ "$(id -u)" -eq 0 ]; then
@@ -38,3 +48,4 @@ $SUDO apt-get update -qq
 # shellcheck disable=SC2086
 $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
 echo "clshim: packages installed"
+install_moto

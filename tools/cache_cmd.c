@@ -997,12 +997,14 @@ static int open_remote(remote **r)
     }
     struct remote_options o = {
         .url = cfg->remote, .password_file = cfg->remote_password_file, .ns = cfg->remote_namespace,
+        .endpoint = cfg->remote_endpoint,
         .timeout_ms = cfg->remote_timeout_ms, .max_value = cfg->remote_max_value, .readonly = 1,
     };
     if (remote_open(&o, r) != CLSHIM_OK) {
         char name[512];
         config_redact_url(cfg->remote, name, sizeof name);
-        fprintf(stderr, "clshim cache: CLSHIM_REMOTE=%s: not a redis:// or unix:// URL, or its password file "
+        fprintf(stderr, "clshim cache: CLSHIM_REMOTE=%s: not a redis://, unix://, http[s]:// or s3:// "
+                        "URL (s3:// needs AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), or its password file "
                         "cannot be read\n", name);
         return 1;
     }
@@ -1099,6 +1101,12 @@ static int cmd_remote(struct cmd_ctx *c, int argc, char **argv)
                    (unsigned long long)st.untrusted);
             print_local_remote_counters(c, 1);
             printf("}\n");
+        } else if (rc == CLSHIM_OK && st.unlisted) {
+            printf("Server                   %s (%s: answers)\n", remote_name(r), st.version);
+            printf("Namespace                %s\n", cfg->remote_namespace);
+            printf("Entries                  not listed (an object store; its size is the store's)\n");
+            printf("Fleet counters           none (kept on Redis only)\n");
+            print_local_remote_counters(c, 0);
         } else if (rc == CLSHIM_OK) {
             char used[32], max[32], bytes[32];
             human_size(st.used_memory, used, sizeof used);

@@ -31,17 +31,8 @@ fake() {
 }
 
 fresh_pocl; run_plain ref "$MK"
-# PoCL's own cache warm, clshim's cold: each run looks up, misses, compiles
-# briefly; the remote lookup is what differs between runs.
-mkdir -p "$TMP/pocl-warm"
-run_shim prime env POCL_CACHE_DIR="$TMP/pocl-warm" CLSHIM_REMOTE= CLSHIM_CACHE_DIR="$TMP/cache-prime" "$MK"
-ms() { local t0 t1; t0=$(date +%s%N); "$@"; t1=$(date +%s%N); echo $(((t1 - t0) / 1000000)); }
-base=999999
-for i in 1 2 3; do
-    t=$(ms run_shim base$i env POCL_CACHE_DIR="$TMP/pocl-warm" CLSHIM_REMOTE= CLSHIM_CACHE_DIR="$TMP/cache-base$i" "$MK")
-    [ "$t" -lt "$base" ] && base=$t
-done
-echo "without a remote tier: $base ms (best of 3)"
+remote_base_ms "$MK"
+base=$BASE_MS
 
 # check MODE KIND TAG [ENV...]: one run against fake MODE; KIND is the
 # counter that must say what happened.

@@ -1,6 +1,8 @@
 /* test_remote.c — the remote tier without a server: URL forms, password
  * redaction, and failing fast (breaker) when the server is not there. The
  * tier against a real redis-server: tests/integration/test_remote.sh. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -43,7 +45,7 @@ static void url_forms(void **state)
     assert_int_equal(opens("unix://user:pw@/run/redis.sock"), CLSHIM_OK);
     assert_int_equal(opens("unix://user:pw@run/redis.sock"), CLSHIM_EINVAL);
     assert_int_equal(opens(""), CLSHIM_EINVAL);
-    assert_int_equal(opens("http://host"), CLSHIM_EINVAL);
+    assert_int_equal(opens("ftp://host"), CLSHIM_EINVAL);
     assert_int_equal(opens("redis://"), CLSHIM_EINVAL);
     assert_int_equal(opens("redis://host:port"), CLSHIM_EINVAL);
     assert_int_equal(opens("redis://host:70000"), CLSHIM_EINVAL);
@@ -55,6 +57,60 @@ static void url_forms(void **state)
     remote *r = NULL;
     assert_int_equal(remote_open(&o, &r), CLSHIM_EINVAL);
     assert_null(r);
+}
+
+/* HTTP and S3 URLs (remote_http.c): a host is needed; s3:// needs a bucket
+ * and the AWS keys */
+static void http_url_forms(void **state)
+{
+    (void)state;
+    assert_int_equal(opens("http://127.0.0.1:8080/ci"), CLSHIM_OK);
+    assert_int_equal(opens("https://cache.example/a/b/"), CLSHIM_OK);
+    assert_int_equal(opens("https://u:pw@cache.example"), CLSHIM_OK);
+    assert_int_equal(opens("http://"), CLSHIM_EINVAL);
+    assert_int_equal(opens("http:///path"), CLSHIM_EINVAL);
+    unsetenv("AWS_ACCESS_KEY_ID");
+    setenv("AWS_SECRET_ACCESS_KEY", "s", 1);
+    assert_int_equal(opens("s3://bucket/prefix"), CLSHIM_EINVAL); /* no key id */
+    setenv("AWS_ACCESS_KEY_ID", "k", 1);
+    assert_int_equal(opens("s3://bucket/prefix"), CLSHIM_OK);
+    assert_int_equal(opens("s3://bucket"), CLSHIM_OK);
+    assert_int_equal(opens("s3://"), CLSHIM_EINVAL);
+    assert_int_equal(opens("s3:///prefix"), CLSHIM_EINVAL);
+    unsetenv("AWS_ACCESS_KEY_ID"), unsetenv("AWS_SECRET_ACCESS_KEY");
+    struct remote_options o = {.url = "http://h/p", .password_file = "/nonexistent/pw"};
+    remote *r = NULL;
+    assert_int_equal(remote_open(&o, &r), CLSHIM_EINVAL);
+    assert_null(r);
+}
+
+/* a dead HTTP server: the lookup fails at once (connection refused), the
+ * breaker opens, later calls cost nothing and push nothing */
+static void http_dead_server_fails_fast(void **state)
+{
+    (void)state;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/ci", ntohs(a.sin_port));
+    close(fd); /* nobody listens there now */
+    struct remote_options o = {.url = url, .timeout_ms = 500};
+    remote *r;
+    assert_int_equal(remote_open(&o, &r), CLSHIM_OK);
+    struct store_record out;
+    void *arena;
+    struct cache_hash h = {1, 2};
+    assert_int_equal(remote_get(r, h, "k", 1, &out, &arena, NULL), CLSHIM_EIO);
+    struct store_record rec = {"binary", 6, "", 1, ENTRY_ORIGIN_SOURCE, "dev", NULL};
+    assert_int_equal(remote_push(r, h, "k", 1, &rec), CLSHIM_EIO); /* the breaker is open */
+    struct remote_counters c;
+    remote_close(r, &c);
+    assert_int_equal(c.errors, 1);
+    assert_int_equal(c.lost, 1);
+    assert_int_equal(c.pushes, 0);
 }
 
 /* what logs and `clshim config` show never holds the password */
@@ -255,7 +311,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(url_forms),          cmocka_unit_test(password_redacted),
         cmocka_unit_test(no_server_fails_fast), cmocka_unit_test(readonly_refuses_push),
-        cmocka_unit_test(push_bounded),
+        cmocka_unit_test(push_bounded),       cmocka_unit_test(http_url_forms),
+        cmocka_unit_test(http_dead_server_fails_fast),
         cmocka_unit_test(trickling_server_is_cut_at_the_deadline),
         cmocka_unit_test(lookups_behind_another_are_bounded),
     };
