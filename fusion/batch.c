@@ -361,11 +361,8 @@ static cl_event *subst_waits(cl_uint n, const cl_event *wl, cl_event *buf, size_
     return out;
 }
 
-/* fb_submit_held; `last`, when not NULL, receives an event of the last
- * kernel's launch (retained for the caller), or NULL. */
-static void submit_held(struct fq *q, struct fb_pending *p, cl_event *last)
+void fb_submit_held(struct fq *q, struct fb_pending *p)
 {
-    if (last) *last = NULL;
     fq_check(q, "submitting held kernels");
     uint32_t n = q->nheld;
     for (uint32_t i = 0; i < n; i++) {
@@ -385,17 +382,13 @@ static void submit_held(struct fq *q, struct fb_pending *p, cl_event *last)
         if (rc == CL_SUCCESS)
             rc = fb_real->clEnqueueNDRangeKernel(q->q, h->k, h->dim, h->has_off ? h->off : NULL, h->gws,
                                                  h->has_lws ? h->lws : NULL, h->nwaits, waits,
-                                                 h->ev || (last && i + 1 == n) ? &rev : NULL);
+                                                 h->ev ? &rev : NULL);
         fk_apply(h->rec, h->args, 1);
         pthread_mutex_unlock(&h->rec->lock);
         if (waits != buf && waits != h->waits) free(waits);
         if (rc != CL_SUCCESS)
             log_msg(LOG_WARN, "fusion: held kernel '%s' failed when submitted (error %d); its event reports it",
                     h->rec->name, rc);
-        if (last && i + 1 == n && rc == CL_SUCCESS) {
-            *last = rev;
-            if (h->ev) fb_real->clRetainEvent(rev); /* one reference for the held event, one for the caller */
-        }
         if (h->ev) {
             if (rc == CL_SUCCESS) __atomic_store_n(&h->ev->real, rev, __ATOMIC_RELEASE);
             h->ev->held = 0;
@@ -408,8 +401,6 @@ static void submit_held(struct fq *q, struct fb_pending *p, cl_event *last)
     __atomic_sub_fetch(&fb_held_total, (int)n, __ATOMIC_RELEASE);
     STAT_ADD(fb_stat_unfused, n);
 }
-
-void fb_submit_held(struct fq *q, struct fb_pending *p) { submit_held(q, p, NULL); }
 
 static void names_of(const struct fq *q, char *out, size_t len)
 {
@@ -706,10 +697,8 @@ static void fuse_or_submit(struct fq *q, int flags, const char *internal_args, i
     uint32_t nparams = 0;
     struct fs_ticket tk = {0, 0};
     int way = seq >= 0 ? fs_way((uint32_t)seq, &tk) : FS_FUSE;
-    if (way == FS_TIME_UNFUSED || way == FS_UNFUSED) { /* never slower: measured, or measured slower fused */
-        cl_event last = NULL;
-        submit_held(q, p, way == FS_TIME_UNFUSED ? &last : NULL);
-        if (way == FS_TIME_UNFUSED) fs_time(q, (uint32_t)seq, &tk, 0, last);
+    if (way == FS_UNFUSED) { /* never slower: measured slower fused */
+        fb_submit_held(q, p);
         return;
     }
     if (seq >= 0 && fb_test_slowdown_us) { /* CLSHIM_FUSION_TEST_SLOWDOWN_US: tests of the never-slower rule */
@@ -729,6 +718,7 @@ static void fuse_or_submit(struct fq *q, int flags, const char *internal_args, i
         if (way == FS_TIME_FUSED && launch) {
             fb_real->clRetainEvent(launch);
             fs_time(q, (uint32_t)seq, &tk, 1, launch);
+            fs_follow_next(q, (uint32_t)seq, &tk);
         }
         if (timed) {
             if (out && *out) fb_real->clRetainEvent(timing = *out);
@@ -934,9 +924,17 @@ cl_int fusion_enqueue_kernel(cl_command_queue queue, cl_kernel k, cl_uint dim, c
             if (noted) fa_note(q, r, dim, gws);
             else fa_break(q);
         }
+        /* Never slower: the unfused occurrence of a measurement, timed as it passes. */
+        uint32_t follow_done = q->fs_follow && r && r->name ? fs_follow(q, r->name) : 0;
         cl_event timing = NULL; /* the report times the run through its last kernel's event */
-        rc = forward(q, r, k, dim, off, gws, lws, nw, wl, noted && fa_reporting && !ev ? &timing : ev, task);
+        rc = forward(q, r, k, dim, off, gws, lws, nw, wl,
+                     ((noted && fa_reporting) || follow_done) && !ev ? &timing : ev, task);
         if (noted && fa_reporting && rc == CL_SUCCESS) fa_note_event(q, timing ? timing : *ev);
+        if (follow_done && rc == CL_SUCCESS) {
+            cl_event last = timing ? timing : *ev;
+            fb_real->clRetainEvent(last);
+            fs_time(q, follow_done - 1, &q->fs_tk, 0, last);
+        }
         if (timing) fb_real->clReleaseEvent(timing);
     }
     kick &= q->nheld > 0; /* still held: the sequence did not complete */

@@ -230,6 +230,12 @@ struct held {
 
 struct fb_memo;
 
+/* A timed occurrence's measurement (fspeed.c). */
+struct fs_ticket {
+    uint32_t gen; /* the measurement it belongs to */
+    int keep;     /* counted (not a warm-up occurrence) */
+};
+
 struct fq {
     pthread_mutex_t lock;
     cl_command_queue q;
@@ -259,6 +265,9 @@ struct fq {
     int checked_gen;      /* ... while fb_mem_gen had this value */
     double fs_t0;         /* when the first held kernel was held, while a measurement runs (fspeed.c) */
     double fs_last_done;  /* when the queue's last timed occurrence completed (under fspeed.c's lock) */
+    uint32_t fs_follow;   /* 1 + the plan sequence whose next occurrence, not held, is timed; 0: none */
+    uint32_t fs_pos;      /* its kernels seen so far */
+    struct fs_ticket fs_tk; /* its measurement */
     struct fa_watch *watch; /* automatic fusion: the run of kernels seen since the last break (fauto.c) */
     uint32_t holds;       /* kernels held here so far (written under lock, read atomically by the idle timer) */
     uint32_t idle_seen;   /* the idle timer's own (fidle.c): holds at its last tick ... */
@@ -307,14 +316,10 @@ void fb_log_kind(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* ---- never slower (fspeed.c) ---- */
 
-/* How a completed plan sequence runs: fused as usual, fused and timed,
- * submitted unfused and timed (a measurement), or unfused (the back-off of
- * a sequence measured slower fused starts). */
-enum { FS_FUSE = 0, FS_TIME_FUSED, FS_TIME_UNFUSED, FS_UNFUSED };
-struct fs_ticket {
-    uint32_t gen; /* the measurement it belongs to */
-    int keep;     /* counted (not a warm-up occurrence) */
-};
+/* How a completed plan sequence runs: fused as usual, fused and timed (a
+ * measurement: the next occurrence is then timed unfused, fs_follow_next),
+ * or unfused (the back-off of a sequence measured slower fused starts). */
+enum { FS_FUSE = 0, FS_TIME_FUSED, FS_UNFUSED };
 extern int fs_sampling; /* sequences being measured (atomic) */
 double fs_now_ms(void);
 int fs_way_slow(uint32_t s, struct fs_ticket *t);
@@ -337,6 +342,13 @@ static inline int fs_way(uint32_t s, struct fs_ticket *t)
  * measurement of ticket tk: from q->fs_t0, or the completion of q's
  * previous timed occurrence when later, to ev's completion. */
 void fs_time(struct fq *q, uint32_t seq, const struct fs_ticket *tk, int fused, cl_event ev);
+/* After a timed fused occurrence of seq on q (caller holds q->lock): its
+ * next occurrence is not held, and timed on q as its kernels pass. */
+void fs_follow_next(struct fq *q, uint32_t seq, const struct fs_ticket *tk);
+/* A kernel not held passes on q while it follows a sequence: 1 + the
+ * sequence when it completes the occurrence (time it through its event),
+ * 0 otherwise (a kernel that does not continue it ends the following). */
+uint32_t fs_follow(struct fq *q, const char *name);
 /* The medians of the last measurement of s, when there was one (1). */
 int fs_measured(uint32_t s, double *fused_ms, double *unfused_ms);
 

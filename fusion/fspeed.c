@@ -7,9 +7,10 @@
  * than the caches hold (docs/fusion.md, "Never slower"). Only a measurement
  * tells. A sequence is fused for its first FS_START occurrences as before
  * (FS_PLAN_START for a plan's);
- * then a measurement alternates fused and unfused occurrences (the held
- * kernels are submitted one by one instead of fused) and times each, from
- * the hold of its first kernel, or the completion of the queue's previous
+ * then a measurement alternates fused and unfused occurrences (after each
+ * fused one the next is not held: it runs as without clshim) and times
+ * each, from the hold or enqueue of its first kernel, or the completion of
+ * the queue's previous
  * timed occurrence when that is later (an application that enqueues without
  * syncs pipelines the occurrences: each then costs the time between two
  * completions), to the completion of its last launch (a completion callback
@@ -33,9 +34,6 @@
 #include "common/log.h"
 #include "fusion/batch_int.h"
 
-#define FS_WARM 2           /* a measurement's first occurrences (one each way), not counted: the first
-                               unfused launches of a plan's kernels compile them on PoCL, and they seed
-                               the queue's last completion */
 #define FS_PERIOD_MIN 64    /* occurrences between measurements, doubled while the verdict stays */
 #define FS_PERIOD_MAX 4096
 #define FS_WAIT_MAX 256     /* occurrences a measurement's callbacks may take before it is given up */
@@ -127,10 +125,13 @@ int fs_way_slow(uint32_t s, struct fs_ticket *t)
         start(f);
         /* fall through */
     case FS_SAMPLE:
-        way = f->i % 2 ? FS_TIME_UNFUSED : FS_TIME_FUSED;
-        t->keep = f->i >= FS_WARM;
+        /* Each held occurrence is fused and timed; the next one is not held
+         * (it runs exactly as without clshim, host and device overlapping)
+         * and timed as it passes (fs_follow). */
+        way = FS_TIME_FUSED;
+        t->keep = f->i >= 1;
         t->gen = f->gen;
-        if (++f->i == FS_WARM + 2 * FS_N) {
+        if (++f->i == 1 + FS_N) {
             f->state = FS_WAIT;
             f->i = 0;
         }
@@ -179,6 +180,29 @@ static void CL_CALLBACK done(cl_event ev, cl_int status, void *arg)
     pthread_mutex_unlock(&fs_lock);
     fb_real->clReleaseEvent(ev);
     free(t);
+}
+
+void fs_follow_next(struct fq *q, uint32_t seq, const struct fs_ticket *tk)
+{
+    fb_backoff_skip(seq, 1);
+    q->fs_follow = seq + 1;
+    q->fs_pos = 0;
+    q->fs_tk = *tk;
+    q->fs_tk.keep = tk->keep;
+}
+
+uint32_t fs_follow(struct fq *q, const char *name)
+{
+    uint32_t seq1 = q->fs_follow;
+    const struct plan_seq *s = &fb_plan->seqs[seq1 - 1];
+    if (strcmp(s->names[q->fs_pos], name)) { /* not the occurrence (another kernel, or one held elsewhere) */
+        q->fs_follow = 0;
+        return 0;
+    }
+    if (!q->fs_pos) q->fs_t0 = fs_now_ms();
+    if (++q->fs_pos < s->n) return 0;
+    q->fs_follow = 0;
+    return seq1;
 }
 
 void fs_time(struct fq *q, uint32_t seq, const struct fs_ticket *tk, int fused, cl_event ev)
