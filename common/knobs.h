@@ -214,6 +214,11 @@
       "are never affected. 0 holds them until the application's next call "   \
       "on the queue. Not for the extension API, which holds until "            \
       "clCompleteFusionCLSHIM as asked (docs/fusion.md).")                     \
+    X(FUSION_TEST_SLOWDOWN_US, UINT, fusion_test_slowdown_us, "0", "0.2",     \
+      "For tests only: each fused launch of a plan or learned sequence first "  \
+      "sleeps this many microseconds, so that a test can make fusion slower "  \
+      "than the unfused kernels on purpose and check that automatic fusion "   \
+      "then runs them unfused (docs/fusion.md, \"Never slower\"). 0: off.")     \
     X(FUSION_REPORT, PATH, fusion_report, "", "0.1",                           \
       "With CLSHIM_FUSION=auto: at exit, append to this file one line per "    \
       "kernel sequence learned (names, work-items, occurrences, verdict, "     \

@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "CL/clshim_ext.h"
 #include "cache/key.h"
@@ -40,6 +41,7 @@ int fb_held_total;
 int fb_mem_gen;
 uint64_t fb_stat_fused, fb_stat_replaced, fb_stat_unfused, fb_stat_refused, fb_stat_replays;
 int fusion_armed = -1;
+static unsigned fb_test_slowdown_us; /* CLSHIM_FUSION_TEST_SLOWDOWN_US */
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static int init_enabled;
@@ -176,13 +178,14 @@ static void do_init(void)
         } else if ((plan && plan->nseqs) || automatic) {
             /* The program layer knows the kernels' source or IL whenever
              * clshim is enabled, also with CLSHIM_CACHE=0. */
-            fb_plan_cap = plan ? plan->nseqs : 0;
+            fb_plan_cap = fb_plan_user = plan ? plan->nseqs : 0;
             if ((automatic && fa_init(&plan) != 0) || !(fb_backoff = calloc(fb_plan_cap, sizeof *fb_backoff))) {
                 plan_free(plan);
                 log_msg(LOG_WARN, "fusion: out of memory at start-up; fusion is off");
             } else {
                 fb_plan = plan;
                 fb_auto = automatic;
+                fb_test_slowdown_us = (unsigned)cfg->fusion_test_slowdown_us;
                 armed = (plan->nseqs ? FUSION_ARMED_PLAN : 0) | (automatic ? FUSION_ARMED_AUTO : 0);
                 if (plan->nseqs)
                     log_msg(LOG_INFO, "fusion plan: %u sequence%s", (unsigned)plan->nseqs,
@@ -600,6 +603,14 @@ static uint32_t backoff_refused(uint32_t s, int lasting)
     return skip;
 }
 
+void fb_backoff_skip(uint32_t s, uint32_t n)
+{
+    uint32_t cur = __atomic_load_n(&fb_backoff[s].skip, __ATOMIC_RELAXED);
+    while (cur != BACKOFF_NEVER &&
+           !__atomic_compare_exchange_n(&fb_backoff[s].skip, &cur, n, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        continue;
+}
+
 static void backoff_fused(uint32_t s)
 {
     if (__atomic_load_n(&fb_backoff[s].refusals, __ATOMIC_RELAXED))
@@ -684,18 +695,36 @@ static void fuse_or_submit(struct fq *q, int flags, const char *internal_args, i
         for (uint32_t i = 0; i < n; i++) nargs += q->held[i].nargs;
     }
     uint32_t nparams = 0;
+    struct fs_ticket tk = {0, 0};
+    int way = seq >= 0 ? fs_way((uint32_t)seq, &tk) : FS_FUSE;
+    if (way == FS_UNFUSED) { /* never slower: measured slower fused */
+        fb_submit_held(q, p);
+        return;
+    }
+    if (seq >= 0 && fb_test_slowdown_us) { /* CLSHIM_FUSION_TEST_SLOWDOWN_US: tests of the never-slower rule */
+        struct timespec ts = {(time_t)(fb_test_slowdown_us / 1000000), (long)(fb_test_slowdown_us % 1000000) * 1000};
+        nanosleep(&ts, NULL);
+    }
     int timed = fa_reporting && seq >= 0; /* the report times the fused launch */
     int lasting = FB_REFUSED_ONCE;
     cl_event timing = NULL;
-    if (fb_fuse_held(q, flags, internal_args, seq, p, out ? out : timed ? &timing : NULL, &nparams, &lasting, why,
-                     sizeof why) == 0) {
+    if (fb_fuse_held(q, flags, internal_args, seq, p, out ? out : timed || way == FS_TIME_FUSED ? &timing : NULL,
+                     &nparams, &lasting, why, sizeof why) == 0) {
         STAT_ADD(fb_stat_fused, 1);
         STAT_ADD(fb_stat_replaced, n);
         if (q->replayed == n) STAT_ADD(fb_stat_replays, 1);
         if (seq >= 0) backoff_fused((uint32_t)seq);
+        cl_event launch = out && *out ? *out : timing;
+        if (way == FS_TIME_FUSED && launch) {
+            fb_real->clRetainEvent(launch);
+            fs_time(q, (uint32_t)seq, &tk, 1, launch);
+            fs_follow_next(q, (uint32_t)seq, &tk);
+        }
         if (timed) {
             if (out && *out) fb_real->clRetainEvent(timing = *out);
             fa_fused(q, seq, timing, NULL);
+        } else if (timing) {
+            fb_real->clReleaseEvent(timing);
         }
         if (log_enabled(LOG_INFO)) /* no call with its variable arguments for nothing */
             fb_log_kind("fused %s into one launch (%u parameters for %u arguments)", names, (unsigned)nparams,
@@ -862,6 +891,7 @@ cl_int fusion_enqueue_kernel(cl_command_queue queue, cl_kernel k, cl_uint dim, c
     int kick = 0;
     if (held) {
         __atomic_store_n(&q->holds, q->holds + 1, __ATOMIC_RELAXED); /* the idle timer's clock */
+        if (q->nheld == 1 && __atomic_load_n(&fs_sampling, __ATOMIC_RELAXED)) q->fs_t0 = fs_now_ms();
         kick = q->nheld == 1 && !q->ext;
         if (fb_auto) {
             fa_break(q);
@@ -894,9 +924,17 @@ cl_int fusion_enqueue_kernel(cl_command_queue queue, cl_kernel k, cl_uint dim, c
             if (noted) fa_note(q, r, dim, gws);
             else fa_break(q);
         }
+        /* Never slower: the unfused occurrence of a measurement, timed as it passes. */
+        uint32_t follow_done = q->fs_follow && r && r->name ? fs_follow(q, r->name) : 0;
         cl_event timing = NULL; /* the report times the run through its last kernel's event */
-        rc = forward(q, r, k, dim, off, gws, lws, nw, wl, noted && fa_reporting && !ev ? &timing : ev, task);
+        rc = forward(q, r, k, dim, off, gws, lws, nw, wl,
+                     ((noted && fa_reporting) || follow_done) && !ev ? &timing : ev, task);
         if (noted && fa_reporting && rc == CL_SUCCESS) fa_note_event(q, timing ? timing : *ev);
+        if (follow_done && rc == CL_SUCCESS) {
+            cl_event last = timing ? timing : *ev;
+            fb_real->clRetainEvent(last);
+            fs_time(q, follow_done - 1, &q->fs_tk, 0, last);
+        }
         if (timing) fb_real->clReleaseEvent(timing);
     }
     kick &= q->nheld > 0; /* still held: the sequence did not complete */

@@ -25,12 +25,32 @@
 
 extern const struct cl_api *fb_real;
 extern struct fusion_plan *fb_plan;
+/* Never slower (fspeed.c): per plan sequence, the measurements of its
+ * occurrences fused against unfused. Under fspeed.c's lock, but for
+ * `sstate` and `count`, which the completion of a sequence reads and
+ * counts without it. */
+#define FS_N 5     /* timed occurrences each way per measurement */
+#define FS_START 8        /* fused occurrences of a learned sequence before its first measurement */
+#define FS_PLAN_START 256 /* of a plan's sequence: the plan is the user's word, measured later */
+struct fs_speed {
+    uint32_t sstate;        /* the state as published to fs_way (atomic) */
+    uint32_t count;         /* fused occurrences since the last measurement (atomic) */
+    uint32_t period;        /* occurrences between measurements (0: none yet; atomic read) */
+    uint32_t state, i, gen; /* the state; occurrences of the measurement so far; its number */
+    uint32_t nf, nu;        /* occurrences timed each way */
+    float fused[FS_N], unfused[FS_N];
+    int slower, measured;   /* the last verdict, and whether there is one */
+    float fused_ms, unfused_ms; /* its medians */
+};
 /* Per plan sequence, the back-off after refused fusions (batch.c): how many
  * of its next occurrences are not held, and its refusals in a row. Atomic. */
 struct fb_backoff {
     uint32_t skip;
     uint32_t refusals;
+    struct fs_speed speed;
 };
+/* Sequence s sits out its next n occurrences unless it sits out all (batch.c). */
+void fb_backoff_skip(uint32_t s, uint32_t n);
 extern struct fb_backoff *fb_backoff;
 extern int fb_held_total;             /* kernels held on all queues (atomic) */
 extern int fb_tracked_events;         /* live struct fev records (atomic) */
@@ -210,6 +230,12 @@ struct held {
 
 struct fb_memo;
 
+/* A timed occurrence's measurement (fspeed.c). */
+struct fs_ticket {
+    uint32_t gen; /* the measurement it belongs to */
+    int keep;     /* counted (not a warm-up occurrence) */
+};
+
 struct fq {
     pthread_mutex_t lock;
     cl_command_queue q;
@@ -237,6 +263,11 @@ struct fq {
     cl_mem *checked;      /* the buffers of the last fusion, found not to alias ... */
     uint32_t nchecked;
     int checked_gen;      /* ... while fb_mem_gen had this value */
+    double fs_t0;         /* when the first held kernel was held, while a measurement runs (fspeed.c) */
+    double fs_last_done;  /* when the queue's last timed occurrence completed (under fspeed.c's lock) */
+    uint32_t fs_follow;   /* 1 + the plan sequence whose next occurrence, not held, is timed; 0: none */
+    uint32_t fs_pos;      /* its kernels seen so far */
+    struct fs_ticket fs_tk; /* its measurement */
     struct fa_watch *watch; /* automatic fusion: the run of kernels seen since the last break (fauto.c) */
     uint32_t holds;       /* kernels held here so far (written under lock, read atomically by the idle timer) */
     uint32_t idle_seen;   /* the idle timer's own (fidle.c): holds at its last tick ... */
@@ -283,7 +314,48 @@ cl_event fb_subst(struct fq *own, cl_event e, const char *why);
  * after that; the exit summary counts the repeats ("again N times: ..."). */
 void fb_log_kind(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* ---- never slower (fspeed.c) ---- */
+
+/* How a completed plan sequence runs: fused as usual, fused and timed (a
+ * measurement: the next occurrence is then timed unfused, fs_follow_next),
+ * or unfused (the back-off of a sequence measured slower fused starts). */
+enum { FS_FUSE = 0, FS_TIME_FUSED, FS_UNFUSED };
+extern int fs_sampling; /* sequences being measured (atomic) */
+double fs_now_ms(void);
+int fs_way_slow(uint32_t s, struct fs_ticket *t);
+extern uint32_t fb_plan_user; /* the user's plan sequences: the plan's first ones (learned ones follow) */
+static inline uint32_t fs_start(uint32_t s) { return s < fb_plan_user ? FS_PLAN_START : FS_START; }
+/* The way the completion of plan sequence s on a queue runs (caller holds
+ * the queue's lock). One load and one add unless a measurement is due. */
+static inline int fs_way(uint32_t s, struct fs_ticket *t)
+{
+    struct fs_speed *f = &fb_backoff[s].speed;
+    uint32_t st = __atomic_load_n(&f->sstate, __ATOMIC_ACQUIRE);
+    if (st == 4 /* FS_DONE */) return FS_FUSE;
+    if (!st) {
+        uint32_t period = __atomic_load_n(&f->period, __ATOMIC_RELAXED);
+        if (__atomic_add_fetch(&f->count, 1, __ATOMIC_RELAXED) < (period ? period : fs_start(s))) return FS_FUSE;
+    }
+    return fs_way_slow(s, t);
+}
+/* Times an occurrence of s on q through ev (taken over) for the
+ * measurement of ticket tk: from q->fs_t0, or the completion of q's
+ * previous timed occurrence when later, to ev's completion. */
+void fs_time(struct fq *q, uint32_t seq, const struct fs_ticket *tk, int fused, cl_event ev);
+/* After a timed fused occurrence of seq on q (caller holds q->lock): its
+ * next occurrence is not held, and timed on q as its kernels pass. */
+void fs_follow_next(struct fq *q, uint32_t seq, const struct fs_ticket *tk);
+/* A kernel not held passes on q while it follows a sequence: 1 + the
+ * sequence when it completes the occurrence (time it through its event),
+ * 0 otherwise (a kernel that does not continue it ends the following). */
+uint32_t fs_follow(struct fq *q, const char *name);
+/* The medians of the last measurement of s, when there was one (1). */
+int fs_measured(uint32_t s, double *fused_ms, double *unfused_ms);
+
 /* ---- automatic fusion (fauto.c) ---- */
+
+/* "a+b+c": the names of plan sequence s. */
+void fa_seq_names(const struct plan_seq *s, char *out, size_t len);
 
 /* Makes room in *plan (allocated here when NULL) for the sequences
  * automatic fusion learns; sets fb_plan_cap. 0, or -1 on OOM. */

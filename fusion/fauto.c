@@ -157,7 +157,7 @@ static void occurrence(const char *names, int fused, double t0, cl_event ev, cl_
     if (ev) fb_real->clReleaseEvent(ev);
 }
 
-static void seq_names(const struct plan_seq *s, char *out, size_t len)
+void fa_seq_names(const struct plan_seq *s, char *out, size_t len)
 {
     size_t o = 0;
     out[0] = 0;
@@ -184,7 +184,7 @@ void fa_held(struct fq *q)
 void fa_fused(struct fq *q, int seq, cl_event launch, const char *why)
 {
     char names[1024];
-    seq_names(&fb_plan->seqs[seq], names, sizeof names);
+    fa_seq_names(&fb_plan->seqs[seq], names, sizeof names);
     const struct fa_watch *w = q->watch;
     occurrence(names, launch != NULL, w ? w->t0 : now_ms(), launch, 0, NULL);
     pthread_mutex_lock(&report_lock);

@@ -1,0 +1,80 @@
+#!/bin/bash
+# pyopencl_arrays.sh BUILD [ROUNDS] — PyOpenCL programs as numerical code
+# writes them (bench/pyopencl_arrays.py: array expressions; the three
+# ElementwiseKernels of issue 33; a step automatic fusion must refuse), each
+# unmodified, under the shim plainly and with CLSHIM_FUSION=auto,
+# interleaved (plain, auto, plain, auto, ...; ROUNDS processes each way,
+# default 3) at 64 Ki, 1 Mi and 8 Mi floats. Prints the median per-step time
+# each way, auto's speed-up (plain / auto; the target is >= 1.3 at 64 Ki for
+# arrays, >= 0.97 everywhere: never slower), and whether every result was
+# bit-identical. Needs python3-pyopencl (the system python3). Private caches.
+#
+# pyopencl_arrays.sh BUILD ROUNDS learning — what automatic fusion's
+# learning costs (issue 33 item 10): the three-ElementwiseKernel program
+# (MODE=three) at 64 Ki floats, a short run (30 chains) and a long one
+# (300), each plainly, with CLSHIM_FUSION=auto and with the plan naming the
+# chain, interleaved, every process with fresh caches. Prints per way and
+# length the median of the total time of the timed chains (ms: learning,
+# measurements, PyOpenCL's compiles at the first chain and the fused
+# program's build included; not the process start) and of the time per
+# chain (us).
+set -eu
+BUILD=$(cd "${1:-build}" && pwd)
+ROUNDS=${2:-3}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PY=${COMPAT_PYTHON:-/usr/bin/python3}
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/clshim-pyarrays.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+export CLSHIM_CACHE_DIR=$TMP/clshim XDG_CACHE_HOME=$TMP/xdg LD_PRELOAD=$BUILD/libclshim.so
+mkdir -p "$XDG_CACHE_HOME"
+median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+# one WAY MODE N: a fresh process (and a fresh PoCL cache: every run
+# compiles as a first run does); appends "time hash" to $TMP/WAY-MODE-N
+one() {
+    rm -rf "$TMP/pocl" && mkdir -p "$TMP/pocl"
+    POCL_CACHE_DIR=$TMP/pocl CLSHIM_FUSION=$1 MODE=$2 N=$3 "$PY" "$ROOT/bench/pyopencl_arrays.py" >>"$TMP/$1-$2-$3"
+}
+learning() {
+    export MODE=three N=65536 WARM=0 STEPS=10 TOTAL=1
+    for blocks in 3 30; do
+        for _ in $(seq "$ROUNDS"); do
+            for way in plain auto plan; do
+                rm -rf "$TMP/pocl" "$TMP/clshim" && mkdir -p "$TMP/pocl" "$XDG_CACHE_HOME"
+                case $way in
+                plain) set -- CLSHIM_FUSION=off ;;
+                auto) set -- CLSHIM_FUSION=auto ;;
+                plan) set -- CLSHIM_FUSE=k_scale+k_square+k_shift ;;
+                esac
+                env "$@" POCL_CACHE_DIR="$TMP/pocl" CLSHIM_CACHE_DIR="$TMP/clshim" BLOCKS=$blocks \
+                    "$PY" "$ROOT/bench/pyopencl_arrays.py" >>"$TMP/$way-$blocks" 2>/dev/null
+            done
+        done
+    done
+    echo "| chains | way | total (ms) | per chain (us) |"
+    echo "|---|---|---|---|"
+    for blocks in 3 30; do
+        for way in plain auto plan; do
+            echo "| $((blocks * 10)) | $way | $(cut -d' ' -f3 "$TMP/$way-$blocks" | median) | $(cut -d' ' -f1 "$TMP/$way-$blocks" | median) |"
+        done
+    done
+    [ "$(cut -d' ' -f2 "$TMP"/*-* | sort -u | wc -l)" = 1 ] && echo "results: identical" || echo "results: DIFFER"
+}
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+if [ "${3:-}" = learning ]; then
+    learning
+    echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+    exit 0
+fi
+echo "| program | N | plain (us per step) | auto (us per step) | plain/auto | results |"
+echo "|---|---|---|---|---|---|"
+for mode in arrays three refused; do
+    for n in 65536 1048576 8388608; do
+        for _ in $(seq "$ROUNDS"); do one off "$mode" "$n"; one auto "$mode" "$n"; done
+        p=$(cut -d' ' -f1 "$TMP/off-$mode-$n" | median)
+        a=$(cut -d' ' -f1 "$TMP/auto-$mode-$n" | median)
+        same=$([ "$(cut -d' ' -f2 "$TMP/off-$mode-$n" "$TMP/auto-$mode-$n" | sort -u | wc -l)" = 1 ] && echo identical || echo DIFFER)
+        awk -v m="$mode" -v n="$n" -v p="$p" -v a="$a" -v s="$same" \
+            'BEGIN { printf "| %s | %d | %.1f | %.1f | %.2f | %s |\n", m, n, p, a, p / a, s }'
+    done
+done
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"

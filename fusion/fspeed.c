@@ -1,0 +1,228 @@
+/* fspeed.c — fusion never makes an application slower: per plan sequence,
+ * occurrences run fused and unfused are timed against each other now and
+ * then, and the faster way is kept.
+ *
+ * A fused kernel is not always faster: on PoCL it can lose the work-group
+ * vectorisation one of its bodies had alone, or stream more buffers at once
+ * than the caches hold (docs/fusion.md, "Never slower"). Only a measurement
+ * tells. A sequence is fused for its first FS_START occurrences as before
+ * (FS_PLAN_START for a plan's);
+ * then a measurement alternates fused and unfused occurrences (after each
+ * fused one the next is not held: it runs as without clshim) and times
+ * each, from the hold or enqueue of its first kernel, or the completion of
+ * the queue's previous
+ * timed occurrence when that is later (an application that enqueues without
+ * syncs pipelines the occurrences: each then costs the time between two
+ * completions), to the completion of its last launch (a completion callback
+ * on an event clshim asks for). With FS_N timed each way, the medians decide:
+ *   - automatic fusion keeps the faster way: a sequence slower fused sits
+ *     out the back-off's next `period` occurrences (not even held: plain
+ *     speed), and is measured again after them; a faster one is fused for
+ *     `period` occurrences and measured again. The period doubles while the
+ *     verdict stays, from FS_PERIOD_MIN to FS_PERIOD_MAX;
+ *   - a plan's sequence is the user's word: it stays fused, measured once,
+ *     and one line says when it measured slower.
+ * Cost outside a measurement: one atomic load and add per completed
+ * sequence, and a load per first held kernel (the clock is read only while
+ * some sequence is measured). Inside one, a callback per occurrence.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/log.h"
+#include "fusion/batch_int.h"
+
+#define FS_PERIOD_MIN 64    /* occurrences between measurements, doubled while the verdict stays */
+#define FS_PERIOD_MAX 4096
+#define FS_WAIT_MAX 256     /* occurrences a measurement's callbacks may take before it is given up */
+
+enum { FS_COUNT = 0, FS_AGAIN, FS_SAMPLE, FS_WAIT, FS_DONE };
+
+int fs_sampling; /* sequences being measured (atomic): the clock is read at holds only then */
+static pthread_mutex_t fs_lock = PTHREAD_MUTEX_INITIALIZER; /* a leaf: measurements and their callbacks only */
+
+double fs_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static float median(float *v, uint32_t n)
+{
+    for (uint32_t i = 1; i < n; i++) /* insertion sort: n is FS_N */
+        for (uint32_t j = i; j && v[j - 1] > v[j]; j--) {
+            float t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+uint32_t fb_plan_user;
+
+static int is_auto(uint32_t s) { return s >= fb_plan_user; }
+
+static void start(struct fs_speed *f)
+{
+    f->state = FS_SAMPLE;
+    f->i = 0;
+    f->nf = f->nu = 0;
+    f->gen++;
+    __atomic_add_fetch(&fs_sampling, 1, __ATOMIC_RELAXED);
+}
+
+/* The measurement of s is complete: keeps the faster way. Caller holds fs_lock. */
+static void decide(uint32_t s, struct fs_speed *f)
+{
+    float fm = median(f->fused, f->nf), um = median(f->unfused, f->nu);
+    int slower = fm > um;
+    __atomic_sub_fetch(&fs_sampling, 1, __ATOMIC_RELAXED);
+    uint32_t period = f->period && slower == f->slower ? f->period * 2 : FS_PERIOD_MIN;
+    __atomic_store_n(&f->period, period > FS_PERIOD_MAX ? FS_PERIOD_MAX : period, __ATOMIC_RELAXED);
+    f->slower = slower;
+    f->fused_ms = fm;
+    f->unfused_ms = um;
+    f->measured = 1;
+    char names[512];
+    fa_seq_names(&fb_plan->seqs[s], names, sizeof names);
+    if (!is_auto(s)) {
+        /* One line, at the default level: the user asked for this fusion. */
+        if (slower)
+            log_msg(LOG_WARN, "fusion: plan %s: %s measured slower fused (median %.3f ms against %.3f ms unfused, "
+                              "%d occurrences each); fused as the plan says", fb_plan->seqs[s].where, names, fm, um,
+                    FS_N);
+        f->state = FS_DONE;
+        return;
+    }
+    if (!slower) {
+        log_msg(LOG_DEBUG, "fusion: auto: %s measured faster fused (median %.3f ms against %.3f ms unfused); "
+                           "measured again after %u occurrences", names, fm, um, (unsigned)f->period);
+        __atomic_store_n(&f->count, 0, __ATOMIC_RELAXED);
+        f->state = FS_COUNT;
+        return;
+    }
+    fb_log_kind("fusion: auto: %s measured slower fused than unfused; it runs unfused and is measured again now "
+                "and then", names);
+    log_msg(LOG_DEBUG, "fusion: auto: %s slower fused (median %.3f ms against %.3f ms unfused); not held for its "
+                       "next %u occurrences", names, fm, um, (unsigned)f->period);
+    fb_backoff_skip(s, f->period);
+    f->state = FS_AGAIN;
+}
+
+int fs_way_slow(uint32_t s, struct fs_ticket *t)
+{
+    struct fs_speed *f = &fb_backoff[s].speed;
+    int way = FS_FUSE;
+    pthread_mutex_lock(&fs_lock);
+    switch (f->state) {
+    case FS_COUNT:
+        if (__atomic_load_n(&f->count, __ATOMIC_RELAXED) < (f->period ? f->period : fs_start(s))) break; /* another thread started it */
+        /* fall through */
+    case FS_AGAIN:
+        start(f);
+        /* fall through */
+    case FS_SAMPLE:
+        /* Each held occurrence is fused and timed; the next one is not held
+         * (it runs exactly as without clshim, host and device overlapping)
+         * and timed as it passes (fs_follow). */
+        way = FS_TIME_FUSED;
+        t->keep = f->i >= 1;
+        t->gen = f->gen;
+        if (++f->i == 1 + FS_N) {
+            f->state = FS_WAIT;
+            f->i = 0;
+        }
+        break;
+    case FS_WAIT:
+        if (f->nf >= FS_N && f->nu >= FS_N) {
+            decide(s, f);
+            if (f->state == FS_AGAIN) way = FS_UNFUSED; /* the back-off starts with the next occurrence */
+        } else if (++f->i > FS_WAIT_MAX) { /* events that never completed: measure again later */
+            __atomic_sub_fetch(&fs_sampling, 1, __ATOMIC_RELAXED);
+            __atomic_store_n(&f->count, 0, __ATOMIC_RELAXED);
+            f->state = FS_COUNT;
+        }
+        break;
+    default:
+        break;
+    }
+    __atomic_store_n(&f->sstate, f->state, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&fs_lock);
+    return way;
+}
+
+struct fs_timing {
+    struct fq *q;
+    uint32_t seq, gen;
+    int fused, keep;
+    double t0;
+};
+
+static void CL_CALLBACK done(cl_event ev, cl_int status, void *arg)
+{
+    struct fs_timing *t = arg;
+    double now = fs_now_ms();
+    pthread_mutex_lock(&fs_lock);
+    double begin = t->t0 > t->q->fs_last_done ? t->t0 : t->q->fs_last_done;
+    t->q->fs_last_done = now;
+    struct fs_speed *f = &fb_backoff[t->seq].speed;
+    if (status == CL_COMPLETE && t->keep && t->gen == f->gen && t->t0 > 0) {
+        uint32_t *n = t->fused ? &f->nf : &f->nu;
+        float *v = t->fused ? f->fused : f->unfused;
+        if (*n < FS_N) v[(*n)++] = (float)(now - begin);
+    }
+    if (t->keep)
+        log_msg(LOG_DEBUG, "fusion: sequence %u measured %s: %.3f ms", (unsigned)t->seq, t->fused ? "fused" : "unfused",
+                now - begin);
+    pthread_mutex_unlock(&fs_lock);
+    fb_real->clReleaseEvent(ev);
+    free(t);
+}
+
+void fs_follow_next(struct fq *q, uint32_t seq, const struct fs_ticket *tk)
+{
+    fb_backoff_skip(seq, 1);
+    q->fs_follow = seq + 1;
+    q->fs_pos = 0;
+    q->fs_tk = *tk;
+    q->fs_tk.keep = tk->keep;
+}
+
+uint32_t fs_follow(struct fq *q, const char *name)
+{
+    uint32_t seq1 = q->fs_follow;
+    const struct plan_seq *s = &fb_plan->seqs[seq1 - 1];
+    if (strcmp(s->names[q->fs_pos], name)) { /* not the occurrence (another kernel, or one held elsewhere) */
+        q->fs_follow = 0;
+        return 0;
+    }
+    if (!q->fs_pos) q->fs_t0 = fs_now_ms();
+    if (++q->fs_pos < s->n) return 0;
+    q->fs_follow = 0;
+    return seq1;
+}
+
+void fs_time(struct fq *q, uint32_t seq, const struct fs_ticket *tk, int fused, cl_event ev)
+{
+    struct fs_timing *t = ev ? malloc(sizeof *t) : NULL;
+    if (t) {
+        *t = (struct fs_timing){q, seq, tk->gen, fused, tk->keep, q->fs_t0};
+        if (fb_real->clSetEventCallback(ev, CL_COMPLETE, done, t) == CL_SUCCESS) return;
+        free(t);
+    }
+    if (ev) fb_real->clReleaseEvent(ev);
+}
+
+int fs_measured(uint32_t s, double *fused_ms, double *unfused_ms)
+{
+    struct fs_speed *f = &fb_backoff[s].speed;
+    pthread_mutex_lock(&fs_lock);
+    int m = f->measured;
+    *fused_ms = f->fused_ms;
+    *unfused_ms = f->unfused_ms;
+    pthread_mutex_unlock(&fs_lock);
+    return m;
+}
