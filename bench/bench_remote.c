@@ -182,9 +182,11 @@ static pid_t spawn(char *const argv[], const char *log)
  * their pids in pids[2] (-1: not started). 0, or -1. */
 static int start_object_stores(struct ctx *c, pid_t pids[2])
 {
-    char dir[4096], store[4300], portf[4300], lifetime[] = "7200";
+    char dir[4096], store[4300], moto_py[4300], portf[4300], lifetime[] = "7200";
     snprintf(dir, sizeof dir, "%s", bu_self());
     snprintf(store, sizeof store, "%s/../../tests/integration/http_store.py", dirname(dir));
+    /* moto lives in the checkout's own virtual environment (install-deps.sh). */
+    snprintf(moto_py, sizeof moto_py, "%s/../../.deps/moto/bin/python", dir);
     snprintf(portf, sizeof portf, "%s/http.port", c->root);
     char *http_argv[] = {"python3", store, "store", portf, lifetime, NULL};
     char log[4300];
@@ -209,7 +211,7 @@ static int start_object_stores(struct ctx *c, pid_t pids[2])
     char portarg[16];
     snprintf(portarg, sizeof portarg, "%d", free_port());
     snprintf(c->s3_endpoint, sizeof c->s3_endpoint, "http://127.0.0.1:%s", portarg);
-    char *moto_argv[] = {"python3", "-m", "moto.server", "-H", "127.0.0.1", "-p", portarg, NULL};
+    char *moto_argv[] = {moto_py, "-m", "moto.server", "-H", "127.0.0.1", "-p", portarg, NULL};
     if ((pids[1] = spawn(moto_argv, log)) < 0) return -1;
     char make_bucket[256];
     snprintf(make_bucket, sizeof make_bucket,
@@ -218,7 +220,7 @@ static int start_object_stores(struct ctx *c, pid_t pids[2])
              "    try: boto3.client('s3', endpoint_url='%s').create_bucket(Bucket='bench'); break\n"
              "    except Exception: time.sleep(0.05)\n",
              c->s3_endpoint);
-    char *mk_argv[] = {"python3", "-c", make_bucket, NULL};
+    char *mk_argv[] = {moto_py, "-c", make_bucket, NULL};
     pid_t mk = spawn(mk_argv, log);
     int st = 1;
     if (mk > 0) waitpid(mk, &st, 0);

@@ -14,17 +14,21 @@ set -eu
 # and libcurl for its HTTP and S3 backends.
 PACKAGES="build-essential pkg-config clang-15 llvm-15-dev libllvmspirvlib-15-dev llvm-spirv-15
 ocl-icd-opencl-dev ocl-icd-libopencl1 opencl-c-headers pocl-opencl-icd clinfo
-python3 python3-pyopencl python3-pytest python3-numpy
+python3 python3-venv python3-pyopencl python3-pytest python3-numpy
 liblmdb-dev lmdb-utils libcmocka-dev libxxhash-dev libzstd-dev zstd libsodium-dev libclc-15
 libhiredis-dev redis-server redis-tools libcurl4-openssl-dev"
 
 # moto's S3 server (PyPI), which integration/test_remote_s3 starts on
-# loopback, for the python3 the tests run (installed here, never at test time).
+# loopback: installed here, never at test time, into a virtual environment
+# of the checkout's own (.deps/moto, ignored by git), because Debian's
+# python3 refuses pip installs outside one (PEP 668).
+MOTO_VENV=$(cd "$(dirname "$0")/.." && pwd)/.deps/moto
 install_moto() {
-    python3 -c 'import moto.server, boto3' 2>/dev/null && return 0
-    echo "clshim: installing moto[server] for $(command -v python3)"
-    python3 -m pip install --quiet 'moto[server]>=5,<6' ||
-        { echo "clshim: cannot install moto[server] with pip (needed by integration/test_remote_s3)" >&2; exit 1; }
+    "$MOTO_VENV/bin/python" -c 'import moto.server, boto3' 2>/dev/null && return 0
+    echo "clshim: installing moto[server] into $MOTO_VENV"
+    rm -rf "$MOTO_VENV"
+    python3 -m venv "$MOTO_VENV" && "$MOTO_VENV/bin/python" -m pip install --quiet 'moto[server]>=5,<6' ||
+        { echo "clshim: cannot install moto[server] into $MOTO_VENV (needed by integration/test_remote_s3)" >&2; exit 1; }
 }
 
 missing=""

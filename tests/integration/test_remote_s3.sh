@@ -13,16 +13,17 @@ export CLSHIM_LOG=info
 MK=$PROGS/multikernel
 TOOL=$CLSHIM_BUILD/clshim-tool
 T=400
-python3 -c 'import moto.server, boto3' 2>/dev/null || fail "moto[server] is not installed: run scripts/install-deps.sh"
+MOTO_PY=$CLSHIM_ROOT/.deps/moto/bin/python # scripts/install-deps.sh made it
+"$MOTO_PY" -c 'import moto.server, boto3' 2>/dev/null || fail "moto[server] is not installed in .deps/moto: run scripts/install-deps.sh"
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-timeout 150 python3 -m moto.server -H 127.0.0.1 -p "$port" >"$TMP/moto.log" 2>&1 &
+timeout 150 "$MOTO_PY" -m moto.server -H 127.0.0.1 -p "$port" >"$TMP/moto.log" 2>&1 &
 MOTO=$!
 trap 'kill $MOTO 2>/dev/null || true' EXIT
 export AWS_ACCESS_KEY_ID=AKIDCLSHIMTEST AWS_SECRET_ACCESS_KEY=clshim-secret-$RANDOM$RANDOM AWS_REGION=us-east-1
 export CLSHIM_REMOTE_ENDPOINT=http://127.0.0.1:$port CLSHIM_REMOTE=s3://ci-cache/clshim CLSHIM_REMOTE_TIMEOUT=3000
 s3() { # python statements with `s3`, a boto3 client on the server
-    python3 -c "import boto3; s3 = boto3.client('s3', endpoint_url='$CLSHIM_REMOTE_ENDPOINT', region_name='us-east-1'); $1"
+    "$MOTO_PY" -c "import boto3; s3 = boto3.client('s3', endpoint_url='$CLSHIM_REMOTE_ENDPOINT', region_name='us-east-1'); $1"
 }
 for _ in $(seq 100); do s3 'pass' 2>/dev/null && s3 "s3.list_buckets()" 2>/dev/null && break; sleep 0.1; done
 s3 "s3.create_bucket(Bucket='ci-cache')" || fail "cannot create the bucket on moto"
