@@ -24,7 +24,7 @@ CFLAGS_C  += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=und
 LDFLAGS_C += -fsanitize=$(SAN)
 endif
 
-CORE_LIBS := -llmdb -lzstd -lhiredis -lcurl -lsodium -lpthread -ldl
+CORE_LIBS := -llmdb -lzstd -lhiredis -lsodium -lpthread -ldl
 
 CORE_SRC   := $(sort $(wildcard common/*.c cache/*.c program/*.c fusion/*.c))
 SHIM_SRC   := $(sort $(wildcard interpose/*.c))

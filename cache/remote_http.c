@@ -22,8 +22,14 @@
  * never logged. TLS peers and host names are verified (libcurl's default).
  * A connection is one curl easy handle, so TCP and TLS sessions are reused
  * between requests of one thread.
+ *
+ * libcurl is loaded (dlopen) at the first HTTP or S3 remote tier, not
+ * linked: with its TLS, HTTP/2, SSH, LDAP and GSSAPI libraries it would add
+ * about 30 shared objects and 9 ms to the start of every process the shim
+ * is preloaded into (bench_passthrough's noop), remote tier or not.
  */
 #include <curl/curl.h>
+#include <dlfcn.h>
 #include <pthread.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -32,6 +38,7 @@
 
 #include "cache/remote_backend.h"
 #include "common/error.h"
+#include "common/log.h"
 
 struct http_be {
     char *base;      /* no trailing '/' */
@@ -61,9 +68,44 @@ struct upload {
     size_t len, pos;
 };
 
+/* The libcurl calls this file makes, resolved at first use. */
+static struct {
+    CURLcode (*global_init)(long flags);
+    CURL *(*easy_init)(void);
+    CURLcode (*easy_setopt)(CURL *curl, CURLoption option, ...);
+    CURLcode (*easy_perform)(CURL *curl);
+    CURLcode (*easy_getinfo)(CURL *curl, CURLINFO info, ...);
+    void (*easy_cleanup)(CURL *curl);
+    const char *(*easy_strerror)(CURLcode code);
+    struct curl_slist *(*slist_append)(struct curl_slist *list, const char *text);
+    void (*slist_free_all)(struct curl_slist *list);
+} lc;
+
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static int curl_ready;
-static void init_curl(void) { curl_ready = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK; }
+
+static void init_curl(void)
+{
+    void *so = dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
+    if (!so) {
+        log_msg(LOG_WARN, "remote: HTTP and S3 need libcurl, which did not load (%s): the remote tier is off; "
+                      "install libcurl4",
+            dlerror());
+        return;
+    }
+#define CURL_SYM(field, name) (*(void **)&lc.field = dlsym(so, name)) != NULL
+    int all = CURL_SYM(global_init, "curl_global_init") && CURL_SYM(easy_init, "curl_easy_init") &&
+              CURL_SYM(easy_setopt, "curl_easy_setopt") && CURL_SYM(easy_perform, "curl_easy_perform") &&
+              CURL_SYM(easy_getinfo, "curl_easy_getinfo") && CURL_SYM(easy_cleanup, "curl_easy_cleanup") &&
+              CURL_SYM(easy_strerror, "curl_easy_strerror") && CURL_SYM(slist_append, "curl_slist_append") &&
+              CURL_SYM(slist_free_all, "curl_slist_free_all");
+#undef CURL_SYM
+    if (!all) {
+        log_msg(LOG_WARN, "remote: libcurl.so.4 lacks a function clshim calls: the remote tier is off");
+        return; /* the library stays loaded: dlclose of a half-used libcurl gains nothing */
+    }
+    curl_ready = lc.global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
+}
 
 static void be_close(void *b)
 {
@@ -147,11 +189,11 @@ static void *be_connect(void *b, uint64_t deadline, uint64_t max_value, enum rio
     struct http_be *h = b;
     (void)deadline; /* libcurl connects within the first request's deadline */
     struct http_conn *c = calloc(1, sizeof *c);
-    if (c) c->curl = curl_easy_init();
+    if (c) c->curl = lc.easy_init();
     /* "Expect:" off: a server that ignores 100-continue would hold a PUT a second. */
-    if (c && c->curl) c->headers = curl_slist_append(NULL, "Expect:");
+    if (c && c->curl) c->headers = lc.slist_append(NULL, "Expect:");
     if (!c || !c->curl || !c->headers) {
-        if (c && c->curl) curl_easy_cleanup(c->curl);
+        if (c && c->curl) lc.easy_cleanup(c->curl);
         free(c);
         *fault = RIO_LOST;
         snprintf(why, why_len, "out of memory");
@@ -159,20 +201,20 @@ static void *be_connect(void *b, uint64_t deadline, uint64_t max_value, enum rio
     }
     c->max_value = max_value;
     CURL *e = c->curl;
-    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L); /* threads: no SIGALRM for name lookups */
-    curl_easy_setopt(e, CURLOPT_HTTPHEADER, c->headers);
-    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
-    curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)max_value);
+    lc.easy_setopt(e, CURLOPT_NOSIGNAL, 1L); /* threads: no SIGALRM for name lookups */
+    lc.easy_setopt(e, CURLOPT_HTTPHEADER, c->headers);
+    lc.easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    lc.easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
+    lc.easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)max_value);
     if (h->userpwd) {
-        curl_easy_setopt(e, CURLOPT_USERPWD, h->userpwd);
-        if (!*h->sigv4) curl_easy_setopt(e, CURLOPT_HTTPAUTH, CURLAUTH_BASIC);
+        lc.easy_setopt(e, CURLOPT_USERPWD, h->userpwd);
+        if (!*h->sigv4) lc.easy_setopt(e, CURLOPT_HTTPAUTH, CURLAUTH_BASIC);
     }
     if (h->bearer) {
-        curl_easy_setopt(e, CURLOPT_XOAUTH2_BEARER, h->bearer);
-        curl_easy_setopt(e, CURLOPT_HTTPAUTH, CURLAUTH_BEARER);
+        lc.easy_setopt(e, CURLOPT_XOAUTH2_BEARER, h->bearer);
+        lc.easy_setopt(e, CURLOPT_HTTPAUTH, CURLAUTH_BEARER);
     }
-    if (*h->sigv4) curl_easy_setopt(e, CURLOPT_AWS_SIGV4, h->sigv4);
+    if (*h->sigv4) lc.easy_setopt(e, CURLOPT_AWS_SIGV4, h->sigv4);
     return c;
 }
 
@@ -180,8 +222,8 @@ static void be_disconnect(void *conn)
 {
     struct http_conn *c = conn;
     if (!c) return;
-    curl_easy_cleanup(c->curl);
-    curl_slist_free_all(c->headers);
+    lc.easy_cleanup(c->curl);
+    lc.slist_free_all(c->headers);
     free(c);
 }
 
@@ -231,14 +273,14 @@ static enum rio_fault perform(struct http_conn *c, uint64_t deadline, long *stat
         return RIO_TIMEOUT;
     }
     long ms = (long)((deadline - now + 999999) / 1000000);
-    curl_easy_setopt(c->curl, CURLOPT_TIMEOUT_MS, ms);
-    curl_easy_setopt(c->curl, CURLOPT_CONNECTTIMEOUT_MS, ms);
-    CURLcode e = curl_easy_perform(c->curl);
+    lc.easy_setopt(c->curl, CURLOPT_TIMEOUT_MS, ms);
+    lc.easy_setopt(c->curl, CURLOPT_CONNECTTIMEOUT_MS, ms);
+    CURLcode e = lc.easy_perform(c->curl);
     if (e == CURLE_OK) {
-        curl_easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE, status);
+        lc.easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE, status);
         return RIO_OK;
     }
-    snprintf(why, why_len, "%s", curl_easy_strerror(e));
+    snprintf(why, why_len, "%s", lc.easy_strerror(e));
     switch (e) {
     case CURLE_OPERATION_TIMEDOUT: return RIO_TIMEOUT;
     case CURLE_FILESIZE_EXCEEDED: return RIO_OVERSIZE;
@@ -279,11 +321,11 @@ static enum rio_fault be_exec(void *b, void *conn, struct rb_req *q, uint64_t de
     case RB_PEEK: q->claim = RB_FREE; return RIO_OK;
     case RB_RELEASE: case RB_COUNT: case RB_TOUCH: return RIO_OK; /* no claims, counters or expiry here */
     case RB_PING: {
-        curl_easy_setopt(e, CURLOPT_URL, h->ping);
-        curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, discard); /* an error page, if any */
-        curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+        lc.easy_setopt(e, CURLOPT_URL, h->ping);
+        lc.easy_setopt(e, CURLOPT_WRITEFUNCTION, discard); /* an error page, if any */
+        lc.easy_setopt(e, CURLOPT_NOBODY, 1L);
         f = perform(c, deadline, &status, why, why_len);
-        curl_easy_setopt(e, CURLOPT_NOBODY, 0L);
+        lc.easy_setopt(e, CURLOPT_NOBODY, 0L);
         /* Any answer of an HTTP server is a round trip, unless it refuses
          * us; an S3 bucket must exist. */
         if (f == RIO_OK && (status == 401 || status == 403 || status < 100 || (*h->sigv4 && status != 200)))
@@ -293,10 +335,10 @@ static enum rio_fault be_exec(void *b, void *conn, struct rb_req *q, uint64_t de
     case RB_GET: {
         struct body body = {.max = (size_t)c->max_value};
         object_url(h, q->hash, url, sizeof url);
-        curl_easy_setopt(e, CURLOPT_URL, url);
-        curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
-        curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, collect);
-        curl_easy_setopt(e, CURLOPT_WRITEDATA, &body);
+        lc.easy_setopt(e, CURLOPT_URL, url);
+        lc.easy_setopt(e, CURLOPT_HTTPGET, 1L);
+        lc.easy_setopt(e, CURLOPT_WRITEFUNCTION, collect);
+        lc.easy_setopt(e, CURLOPT_WRITEDATA, &body);
         f = perform(c, deadline, &status, why, why_len);
         if (f != RIO_OK && body.over) {
             f = RIO_OVERSIZE;
@@ -313,14 +355,14 @@ static enum rio_fault be_exec(void *b, void *conn, struct rb_req *q, uint64_t de
     case RB_PUT: {
         struct upload up = {q->value, q->len, 0};
         object_url(h, q->hash, url, sizeof url);
-        curl_easy_setopt(e, CURLOPT_URL, url);
-        curl_easy_setopt(e, CURLOPT_UPLOAD, 1L);
-        curl_easy_setopt(e, CURLOPT_READFUNCTION, send_body);
-        curl_easy_setopt(e, CURLOPT_READDATA, &up);
-        curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, (curl_off_t)q->len);
-        curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, discard);
+        lc.easy_setopt(e, CURLOPT_URL, url);
+        lc.easy_setopt(e, CURLOPT_UPLOAD, 1L);
+        lc.easy_setopt(e, CURLOPT_READFUNCTION, send_body);
+        lc.easy_setopt(e, CURLOPT_READDATA, &up);
+        lc.easy_setopt(e, CURLOPT_INFILESIZE_LARGE, (curl_off_t)q->len);
+        lc.easy_setopt(e, CURLOPT_WRITEFUNCTION, discard);
         f = perform(c, deadline, &status, why, why_len);
-        curl_easy_setopt(e, CURLOPT_UPLOAD, 0L);
+        lc.easy_setopt(e, CURLOPT_UPLOAD, 0L);
         if (f == RIO_OK && (status < 200 || status > 299)) f = bad_status(status, why, why_len);
         return f;
     }
@@ -362,9 +404,9 @@ static int be_del(void *b, uint64_t timeout_ms, uint64_t max_value, const char *
     char url[4096];
     long status = 0;
     snprintf(url, sizeof url, "%s/%s/%s", h->base, h->ns, prefix);
-    curl_easy_setopt(c->curl, CURLOPT_URL, url);
-    curl_easy_setopt(c->curl, CURLOPT_CUSTOMREQUEST, "DELETE");
-    curl_easy_setopt(c->curl, CURLOPT_WRITEFUNCTION, discard);
+    lc.easy_setopt(c->curl, CURLOPT_URL, url);
+    lc.easy_setopt(c->curl, CURLOPT_CUSTOMREQUEST, "DELETE");
+    lc.easy_setopt(c->curl, CURLOPT_WRITEFUNCTION, discard);
     f = perform(c, rio_now_ns() + timeout_ms * 1000000u, &status, why, why_len);
     be_disconnect(c);
     if (f != RIO_OK) return CLSHIM_EIO;
