@@ -453,7 +453,10 @@ static int put_fn(store *s, MDB_txn *txn, void *arg)
     a.count++, a.bytes += c->len, a.ubytes += c->ubytes;
     if (s->opt.max_size && a.bytes > s->opt.max_size) {
         uint64_t n = 0, target = s->opt.max_size / 100 * STORE_LOW_WATER_PCT;
-        if (!s->thrash_warned && evicts_own(s, txn, c->key)) {
+        /* Only when this handle alone stored more than the limit: other
+         * processes filling a shared cache evict this run's entries too,
+         * and that is no limit below this run's working set. */
+        if (!s->thrash_warned && s->put_bytes + c->len > s->opt.max_size && evicts_own(s, txn, c->key)) {
             /* Kept for the next run's open, which warns where this one's
              * line may not be seen (the capture helper's). */
             uint64_t t[2] = {s->put_bytes + c->len, s->opt.max_size};
