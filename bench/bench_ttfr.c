@@ -21,6 +21,11 @@
  *                the first run under clshim costs (compile + store);
  *   clshim-warm  LD_PRELOAD, CLSHIM_CACHE_DIR filled by an earlier run (the
  *                default capture), empty POCL_CACHE_DIR;
+ *   clshim-warm-dc  LD_PRELOAD, the CLSHIM_CACHE_DIR an earlier run filled,
+ *                with the drivers' caches kept inside it (what a CI job
+ *                that keeps only that directory gets by default:
+ *                CLSHIM_DRIVER_CACHES=auto, cache/driver_caches.h; on
+ *                NVIDIA it keeps the PTX's JIT-compiled code);
  *   limit        no shim, empty POCL_CACHE_DIR, the app itself loads with
  *                clCreateProgramWithBinary the binary an earlier run read
  *                after its first enqueue (PoCL freezes its binary at the
@@ -218,13 +223,15 @@ static int child(const char *mode, const char *file, int program)
 
 /* ---- the parent -------------------------------------------------------- */
 
-enum { M_COLD, M_POCL, M_SHIM_COLD, M_SHIM, M_LIMIT, M_COUNT };
-static const char *const mode_names[M_COUNT] = {"cold", "driver-warm", "clshim-cold", "clshim-warm", "limit"};
+enum { M_COLD, M_POCL, M_SHIM_COLD, M_SHIM, M_SHIM_DC, M_LIMIT, M_COUNT };
+static const char *const mode_names[M_COUNT] = {"cold",        "driver-warm",    "clshim-cold",
+                                                "clshim-warm", "clshim-warm-dc", "limit"};
 static const char *const mode_desc[M_COUNT] = {
     "no shim, empty driver cache (full compile)",
     "no shim, the driver's own cache warm",
     "LD_PRELOAD, empty clshim and driver caches (first run under clshim)",
     "LD_PRELOAD, clshim cache warm, empty driver cache",
+    "LD_PRELOAD, clshim's directory kept, the driver caches inside it",
     "app loads the after-use binary itself, empty driver cache"};
 
 struct ctx {
@@ -284,7 +291,16 @@ static int run_mode(struct ctx *c, int mode, int prime, double f[F_COUNT])
     } else {
         bu_fresh_dir(c->root, "pocl-empty", pocl, sizeof pocl);
     }
-    bu_set_driver_cache(&e, pocl);
+    if (mode == M_SHIM_DC) {
+        /* No driver cache named: clshim keeps them in the directory it is
+         * given, as it does for a CI job (CLSHIM_DRIVER_CACHES=auto). */
+        snprintf(shim_cache, sizeof shim_cache, "%s/clshim-kept", c->root);
+        bu_env_set(&e, "LD_PRELOAD", c->shim);
+        bu_env_set(&e, "CLSHIM_CACHE_DIR", shim_cache);
+        bu_env_set(&e, "CLSHIM_STATS", "1");
+    } else {
+        bu_set_driver_cache(&e, pocl);
+    }
     if (mode == M_SHIM || mode == M_SHIM_COLD)
         bu_env_clshim(&e, c->shim, c->root, mode == M_SHIM, shim_cache, sizeof shim_cache);
     snprintf(log, sizeof log, "%s/child.log", c->root);
@@ -296,7 +312,8 @@ static int run_mode(struct ctx *c, int mode, int prime, double f[F_COUNT])
     /* The capture helper of a clshim run stores after the process ended:
      * waited for (untimed), so the next run finds its entries and never
      * runs beside it. */
-    if (mode == M_SHIM || mode == M_SHIM_COLD) bu_wait_capture(c->shim, shim_cache, NULL);
+    int shim = mode == M_SHIM || mode == M_SHIM_COLD || mode == M_SHIM_DC;
+    if (shim) bu_wait_capture(c->shim, shim_cache, NULL);
     if (rc != 0 || bu_field(out, "ttfr_us", -1) < 0) {
         fprintf(stderr, "bench_ttfr: %s run failed (exit %d); its log:\n", mode_names[mode], rc);
         show_log(log);
@@ -305,9 +322,18 @@ static int run_mode(struct ctx *c, int mode, int prime, double f[F_COUNT])
     }
     for (int i = 0; i < F_COUNT; i++) f[i] = bu_field(out, field_names[i], 0);
     check_sum(c, mode_names[mode], out);
-    if (mode == M_SHIM || mode == M_SHIM_COLD) {
+    if (mode == M_SHIM_DC) {
+        char driver[4300];
+        snprintf(driver, sizeof driver, "%s/driver", shim_cache);
+        if (access(driver, F_OK) != 0) {
+            fprintf(stderr, "bench_ttfr: %s run: no driver caches in %s (CLSHIM_DRIVER_CACHES=auto)\n",
+                    mode_names[mode], shim_cache);
+            c->failures++;
+        }
+    }
+    if (shim) {
         struct bu_summary s;
-        int want_hit = mode == M_SHIM && !prime;
+        int want_hit = (mode == M_SHIM || mode == M_SHIM_DC) && !prime;
         if (bu_log_summary(log, &s) != 0) {
             fprintf(stderr, "bench_ttfr: %s run printed no clshim summary (was the shim loaded?)\n",
                     mode_names[mode]);
@@ -329,6 +355,7 @@ static int time_to_first_result(struct ctx *c, int reps)
     run_mode(c, M_POCL, 1, f);
     double prime_cold = f[F_TTFR];
     run_mode(c, M_SHIM, 1, f);
+    run_mode(c, M_SHIM_DC, 1, f);
     run_mode(c, M_LIMIT, 1, f);
 
     /* v[mode][field][rep] */
@@ -344,7 +371,7 @@ static int time_to_first_result(struct ctx *c, int reps)
     printf("bench_ttfr: time to first result of the %s program (create + build + kernels + first run +\n"
            "  clFinish), each run a fresh process; %d reps per mode, round-robin; the driver's first build %.0f ms\n",
            program_names[c->program], reps, prime_cold / 1e3);
-    printf("  %-13s %10s %10s %10s %9s %11s  %s\n", "mode", "median", "min", "max", "vs cold", "compute*",
+    printf("  %-14s %10s %10s %10s %9s %11s  %s\n", "mode", "median", "min", "max", "vs cold", "compute*",
            "what");
     double med[M_COUNT] = {0};
     char cas[64];
@@ -355,16 +382,16 @@ static int time_to_first_result(struct ctx *c, int reps)
         for (int i = 0; i < n[m]; i++) ms[i] = v[m][F_TTFR][i] / 1e3;
         med[m] = bu_median(ms, (size_t)n[m]);
         bu_csv("ttfr", cas, mode_names[m], "ttfr", "ms", ms, (size_t)n[m]);
-        printf("  %-13s %7.1f ms %7.1f ms %7.1f ms %8.1fx %8.2f ms  %s\n", mode_names[m], med[m],
+        printf("  %-14s %7.1f ms %7.1f ms %7.1f ms %8.1fx %8.2f ms  %s\n", mode_names[m], med[m],
                bu_min(ms, (size_t)n[m]), bu_quantile(ms, (size_t)n[m], 1.0), med[M_COLD] / med[m],
                bu_median(v[m][F_SECOND], (size_t)n[m]) / 1e3, mode_desc[m]);
     }
     printf("  * compute: the median time of a second run of the program in the same process (already compiled)\n");
-    printf("  where the time goes (medians, ms):\n  %-13s %9s %9s %9s %9s\n", "mode", "create", "build",
+    printf("  where the time goes (medians, ms):\n  %-14s %9s %9s %9s %9s\n", "mode", "create", "build",
            "kernels", "first run");
     for (int m = 0; m < M_COUNT; m++)
         if (n[m])
-            printf("  %-13s %9.2f %9.2f %9.2f %9.2f\n", mode_names[m], bu_median(v[m][F_CREATE], (size_t)n[m]) / 1e3,
+            printf("  %-14s %9.2f %9.2f %9.2f %9.2f\n", mode_names[m], bu_median(v[m][F_CREATE], (size_t)n[m]) / 1e3,
                    bu_median(v[m][F_BUILD], (size_t)n[m]) / 1e3, bu_median(v[m][F_KERNELS], (size_t)n[m]) / 1e3,
                    bu_median(v[m][F_RUN], (size_t)n[m]) / 1e3);
     if (n[M_SHIM] && n[M_LIMIT] && n[M_POCL] && c->program == P_MIXED) {
@@ -372,6 +399,9 @@ static int time_to_first_result(struct ctx *c, int reps)
         printf("  clshim-warm / limit        = %5.2fx  (target <= 1.20x)  %s\n", r1, bu_verdict(r1 <= 1.2));
         printf("  driver-warm / clshim-warm  = %5.2fx  (target >= 3.00x)  %s\n", r2, bu_verdict(r2 >= 3.0));
     }
+    if (n[M_SHIM_DC] && n[M_POCL])
+        printf("  driver-warm / clshim-warm-dc = %5.2fx  (a CI job that keeps clshim's directory, by default)\n",
+               med[M_POCL] / med[M_SHIM_DC]);
     if (n[M_SHIM_COLD] && n[M_COLD])
         printf("  clshim-cold / cold         = %5.2fx  (what the first run under clshim costs)\n",
                med[M_SHIM_COLD] / med[M_COLD]);

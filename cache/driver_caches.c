@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cache/driver_caches.h"
 #include "common/log.h"
@@ -39,12 +40,30 @@ static int make_dirs(char *path)
     }
 }
 
+/* Whether CLSHIM_DRIVER_CACHES=auto keeps the drivers' caches: only in a
+ * cache directory the user named (a CI job names the directory it keeps;
+ * with the default one the drivers' default caches persist beside it in the
+ * same home), that this run may write, and that is this user's own and
+ * private (clshim reads a shared administrator's cache without writing). */
+static int auto_applies(const struct clshim_config *cfg)
+{
+    if (!cfg->cache_dir || !*cfg->cache_dir || !cfg->cache || cfg->cache_readonly) return 0;
+    struct stat st;
+    if (stat(cfg->cache_dir, &st) != 0) return errno == ENOENT; /* made private at first open */
+    return S_ISDIR(st.st_mode) && st.st_uid == geteuid() && !(st.st_mode & 022);
+}
+
 void driver_caches_apply(const struct clshim_config *cfg)
 {
-    if (!cfg->driver_caches) return;
+    const char *mode = cfg->driver_caches ? cfg->driver_caches : "auto";
+    if (!strcmp(mode, "0")) return;
+    int automatic = strcmp(mode, "1") != 0;
+    if (automatic && !auto_applies(cfg)) return;
+    /* Under auto a failure is not the user's request failing: quiet. */
+    int level = automatic ? LOG_DEBUG : LOG_WARN;
     char base[4096];
     if (driver_caches_dir(cfg, base, sizeof base) != 0) {
-        log_msg(LOG_WARN, "driver caches: no cache directory; the drivers keep their own");
+        log_msg(level, "driver caches: no cache directory; the drivers keep their own");
         return;
     }
     for (size_t i = 0; i < sizeof drivers / sizeof drivers[0]; i++) {
@@ -53,7 +72,7 @@ void driver_caches_apply(const struct clshim_config *cfg)
         char path[4200];
         snprintf(path, sizeof path, "%s/%s", base, drivers[i].sub);
         if (make_dirs(path) != 0) {
-            log_msg(LOG_WARN, "driver caches: cannot create %s (%s); %s stays unset", path, strerror(errno),
+            log_msg(level, "driver caches: cannot create %s (%s); %s stays unset", path, strerror(errno),
                     drivers[i].var);
             continue;
         }

@@ -5,10 +5,11 @@
  * program); NVIDIA keeps the result in its ComputeCache (~/.nv/ComputeCache,
  * or CUDA_CACHE_PATH), PoCL its kernels in its kcache (POCL_CACHE_DIR). A
  * CI job that restores only clshim's directory loses them. With
- * CLSHIM_DRIVER_CACHES=1 clshim points both variables into its own cache
- * directory when libclshim.so is loaded (before the driver is; in layer
- * mode the loader may have loaded the driver first), and only where the
- * user has not set them:
+ * CLSHIM_DRIVER_CACHES=1, and by default (auto) where the user named the
+ * cache directory (CLSHIM_CACHE_DIR: what a CI job keeps), clshim points
+ * both variables into its own cache directory when libclshim.so is loaded
+ * (before the driver is; in layer mode the loader may have loaded the
+ * driver first), and only where the user has not set them:
  *
  *     <cache dir>/driver/nvidia   CUDA_CACHE_PATH
  *     <cache dir>/driver/pocl     POCL_CACHE_DIR
@@ -28,11 +29,12 @@
  * or it does not fit. */
 int driver_caches_dir(const struct clshim_config *cfg, char *buf, size_t len);
 
-/* Under CLSHIM_DRIVER_CACHES=1: creates the subdirectories (mode 0700)
- * and sets each unset variable (setenv: call it before other threads read
- * the environment, i.e. from the library's constructor). Logs one info line per
- * variable set; a directory that cannot be created leaves its variable
- * unset, with one warning. */
+/* Under CLSHIM_DRIVER_CACHES=1, or auto with a cache directory the user
+ * named, writable and private: creates the subdirectories (mode 0700) and
+ * sets each unset variable (setenv: call it before other threads read the
+ * environment, i.e. from the library's constructor). Logs one info line
+ * per variable set; a directory that cannot be created leaves its variable
+ * unset, with one warning (a debug line under auto). */
 void driver_caches_apply(const struct clshim_config *cfg);
 
 #endif

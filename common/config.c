@@ -134,6 +134,7 @@ static const struct {
     {"CAPTURE", {"auto", "build", "release", NULL}, "auto, build or release"},
     {"FUSION", {"off", "auto", NULL}, "off or auto"},
     {"FUSE_ROUTE", {"auto", "ir", "source", "ptx", NULL}, "auto, ir, source or ptx"},
+    {"DRIVER_CACHES", {"auto", "0", "1", NULL}, "auto, 0 or 1"},
 };
 
 /* What a knob accepts: its choices, else its type's values. NULL *words

@@ -224,11 +224,15 @@
       "kernel sequence learned (names, work-items, occurrences, verdict, "     \
       "time per occurrence unfused and fused). `clshim plan suggest` sets "    \
       "it and turns the lines into a plan.")                                   \
-    X(DRIVER_CACHES, BOOL, driver_caches, "0", "0.2",                         \
-      "1 keeps the drivers' own caches inside clshim's cache directory: "     \
+    X(DRIVER_CACHES, STRING, driver_caches, "auto", "0.2",                    \
+      "Keep the drivers' own caches inside clshim's cache directory: "       \
       "CUDA_CACHE_PATH (NVIDIA's ComputeCache) and POCL_CACHE_DIR (PoCL's "    \
       "kcache) are set to <cache dir>/driver/nvidia and .../pocl when "        \
-      "libclshim.so is loaded, where not set already.")                       \
+      "libclshim.so is loaded, where not set already. 1: always; 0: never; "   \
+      "auto: when CLSHIM_CACHE_DIR (or cache_dir in the config file) names "   \
+      "the cache directory and the cache is writable, as in a CI job that "    \
+      "keeps that directory: on NVIDIA a kept clshim cache without the "       \
+      "ComputeCache still JIT-compiles every PTX binary (docs/cache.md).")    \
     X(FUSE_ROUTE, STRING, fuse_route, "auto", "0.2",                           \
       "How fused kernels are built: ir (a fused SPIR module, for drivers "     \
       "with cl_khr_spir), source (generated OpenCL C that calls the original " \

@@ -1,8 +1,10 @@
 #!/bin/bash
 # The drivers' own caches kept inside clshim's (cache/driver_caches.h): with
-# CLSHIM_DRIVER_CACHES=1 PoCL's kcache (and NVIDIA's ComputeCache, by
-# CUDA_CACHE_PATH) goes to <cache dir>/driver/, unless the user set the
-# variable; `clshim cache export/import --with-driver-caches` carries it.
+# CLSHIM_DRIVER_CACHES=1, and by default (auto) where CLSHIM_CACHE_DIR names
+# the cache directory (a CI job's kept directory), PoCL's kcache (and
+# NVIDIA's ComputeCache, by CUDA_CACHE_PATH) goes to <cache dir>/driver/,
+# unless the user set the variable; `clshim cache export/import
+# --with-driver-caches` carries it.
 source "$(dirname "$0")/lib.sh"
 export CLSHIM_LOG=info
 FC=$PROGS/fusion_chain
@@ -13,9 +15,9 @@ C2=$TMP/c2
 # it compiles, so those are not counted.
 files() { find "$1" -type f ! -name 'tempfile_*' 2>/dev/null | wc -l; }
 
-# 1. The knob on, the variables unset: both point into the cache directory,
-#    and PoCL writes its kcache there.
-run_shim on env -u POCL_CACHE_DIR -u CUDA_CACHE_PATH CLSHIM_CACHE_DIR="$C1" CLSHIM_DRIVER_CACHES=1 "$FC" --mode chain
+# 1. By default, with CLSHIM_CACHE_DIR named and the variables unset: both
+#    point into the cache directory, and PoCL writes its kcache there.
+run_shim on env -u POCL_CACHE_DIR -u CUDA_CACHE_PATH -u CLSHIM_DRIVER_CACHES CLSHIM_CACHE_DIR="$C1" "$FC" --mode chain
 [ "$(cat "$TMP/on.rc")" = 0 ] || fail "knob on: exit code $(cat "$TMP/on.rc")"
 grep -q "driver caches: POCL_CACHE_DIR=$C1/driver/pocl" "$TMP/on.err" || fail "knob on: POCL_CACHE_DIR not set"
 grep -q "driver caches: CUDA_CACHE_PATH=$C1/driver/nvidia" "$TMP/on.err" || fail "knob on: CUDA_CACHE_PATH not set"
@@ -23,7 +25,7 @@ grep -q "driver caches: CUDA_CACHE_PATH=$C1/driver/nvidia" "$TMP/on.err" || fail
 [ "$(stat -c %a "$C1/driver")" = 700 ] || fail "knob on: $C1/driver is not private"
 fresh_pocl; run_plain ref "$FC" --mode chain
 same_output ref on "knob on: same results"
-ok "CLSHIM_DRIVER_CACHES=1: PoCL's kcache lives in the cache directory"
+ok "a named cache directory keeps PoCL's kcache by default (CLSHIM_DRIVER_CACHES=auto)"
 
 # 2. A variable the user set stands; without the knob nothing changes.
 fresh_pocl
@@ -31,16 +33,37 @@ run_shim user env -u CUDA_CACHE_PATH CLSHIM_CACHE_DIR="$TMP/c3" CLSHIM_DRIVER_CA
 [ "$(count 'driver caches: POCL_CACHE_DIR' "$TMP/user.err")" = 0 ] || fail "user's POCL_CACHE_DIR overridden"
 [ "$(files "$TMP/c3/driver/pocl")" = 0 ] || fail "user's POCL_CACHE_DIR: PoCL wrote into clshim's directory"
 [ "$(files "$POCL_CACHE_DIR")" -gt 0 ] || fail "user's POCL_CACHE_DIR: PoCL did not use it"
-run_shim off env -u POCL_CACHE_DIR -u CUDA_CACHE_PATH CLSHIM_CACHE_DIR="$TMP/c4" "$FC" --mode chain
-[ "$(count 'driver caches' "$TMP/off.err")" = 0 ] || fail "knob off: variables set"
-[ ! -e "$TMP/c4/driver" ] || fail "knob off: a driver directory was made"
-ok "a variable the user set is kept; off by default"
+ok "a variable the user set is kept"
+
+# 2b. auto stands aside for the default cache directory (the drivers' own
+#     caches persist beside it in the same home), a read-only cache and 0;
+#     1 applies to the default directory too. (The shim is preloaded after
+#     env's -u: preloaded into env itself, it would act on env's own
+#     environment, which the program inherits.)
+run_plain dflt env -u POCL_CACHE_DIR -u CUDA_CACHE_PATH -u CLSHIM_CACHE_DIR LD_PRELOAD="$SHIM" "$FC" --mode chain
+[ "$(count 'driver caches' "$TMP/dflt.err")" = 0 ] || fail "default cache directory: variables set"
+[ -d "$XDG_CACHE_HOME/clshim" ] && [ ! -e "$XDG_CACHE_HOME/clshim/driver" ] ||
+    fail "default cache directory: a driver directory was made (or no cache)"
+run_plain off env -u POCL_CACHE_DIR -u CUDA_CACHE_PATH CLSHIM_CACHE_DIR="$TMP/c4" CLSHIM_DRIVER_CACHES=0 LD_PRELOAD="$SHIM" "$FC" --mode chain
+[ "$(count 'driver caches' "$TMP/off.err")" = 0 ] || fail "knob 0: variables set"
+[ ! -e "$TMP/c4/driver" ] || fail "knob 0: a driver directory was made"
+cp -a "$C1" "$TMP/c5"
+rm -rf "$TMP/c5/driver"
+run_plain ro env -u POCL_CACHE_DIR -u CUDA_CACHE_PATH CLSHIM_CACHE_DIR="$TMP/c5" CLSHIM_CACHE_READONLY=1 LD_PRELOAD="$SHIM" "$FC" --mode chain
+[ "$(count 'driver caches' "$TMP/ro.err")" = 0 ] || fail "read-only cache: variables set"
+[ ! -e "$TMP/c5/driver" ] || fail "read-only cache: a driver directory was made"
+run_plain one env -u POCL_CACHE_DIR -u CUDA_CACHE_PATH -u CLSHIM_CACHE_DIR CLSHIM_DRIVER_CACHES=1 LD_PRELOAD="$SHIM" "$FC" --mode chain
+grep -q "driver caches: POCL_CACHE_DIR=$XDG_CACHE_HOME/clshim/driver/pocl" "$TMP/one.err" ||
+    fail "knob 1: the default cache directory did not get PoCL's kcache"
+fresh_pocl; run_plain ref2 "$FC" --mode chain
+for t in dflt off ro one; do same_output ref2 $t "$t: same results"; done
+ok "auto stands aside for the default directory, a read-only cache and 0; 1 applies everywhere"
 
 # 3. export/import --with-driver-caches: a fresh cache directory gets clshim's
 #    entries and PoCL's kcache; a run on it compiles nothing in PoCL. (A
 #    second run first: a clshim hit loads a PoCL binary, which PoCL keeps in
 #    its kcache under its own key, once.)
-run_shim second env -u POCL_CACHE_DIR -u CUDA_CACHE_PATH CLSHIM_CACHE_DIR="$C1" CLSHIM_DRIVER_CACHES=1 "$FC" --mode chain
+run_shim second env -u POCL_CACHE_DIR -u CUDA_CACHE_PATH CLSHIM_CACHE_DIR="$C1" "$FC" --mode chain
 same_output ref second "second run: same results"
 "$CLSHIM" cache --dir "$C1" export --with-driver-caches "$TMP/x.export" >"$TMP/export.txt"
 [ -s "$TMP/x.export.drivers.tar.gz" ] || fail "export: no driver archive"
@@ -49,7 +72,7 @@ grep -q "Exported the driver caches" "$TMP/export.txt" || fail "export: no line 
 grep -q "Imported the driver caches" "$TMP/import.txt" || fail "import: no line about the driver caches"
 diff -r "$C1/driver" "$C2/driver" >/dev/null || fail "import: the driver caches differ from the exported ones"
 before=$(files "$C2/driver/pocl")
-run_shim imported env -u POCL_CACHE_DIR -u CUDA_CACHE_PATH CLSHIM_CACHE_DIR="$C2" CLSHIM_DRIVER_CACHES=1 "$FC" --mode chain
+run_shim imported env -u POCL_CACHE_DIR -u CUDA_CACHE_PATH CLSHIM_CACHE_DIR="$C2" "$FC" --mode chain
 same_output ref imported "imported: same results"
 grep -q "hit " "$TMP/imported.err" || fail "imported: no clshim cache hit"
 [ "$(files "$C2/driver/pocl")" = "$before" ] || fail "imported: PoCL compiled again ($before files before, $(files "$C2/driver/pocl") after)"
