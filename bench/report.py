@@ -156,8 +156,8 @@ class Report:
                         "NVIDIA's ComputeCache)"),
         ("clshim-cold", "under clshim, its cache empty: the first run (compile and store)"),
         ("clshim-warm", "under clshim, only clshim's cache kept from an earlier run, the driver's cache empty"),
-        ("clshim-warm-dc", "as clshim-warm, with the drivers' caches kept inside clshim's cache directory "
-                           "(`CLSHIM_DRIVER_CACHES=1`): still one directory for a job to keep"),
+        ("clshim-warm-dc", "under clshim, only clshim's cache directory kept, with the drivers' caches inside "
+                           "it (`CLSHIM_DRIVER_CACHES`): what a CI job that keeps that one directory gets"),
         ("limit", "no clshim: the app itself loads the best binary an earlier run read, with "
                   "`clCreateProgramWithBinary` (what any binary cache could reach; bench/bench_ttfr.c)"),
     ])
@@ -195,7 +195,7 @@ class Report:
             text += " (mixed program: %s against %s)" % (ms("clshim-warm"), ms("driver-warm"))
         text += (". The limit loads PTX too and pays the same JIT. clshim helps on NVIDIA where a job "
                  "keeps one cache directory and nothing else, as a CI "
-                 "job does: with `CLSHIM_DRIVER_CACHES=1` the ComputeCache lives inside clshim's cache "
+                 "job does: with `CLSHIM_DRIVER_CACHES` the ComputeCache lives inside clshim's cache "
                  "directory and travels with it (`clshim cache export --with-driver-caches`)")
         if ms("clshim-warm-dc"):
             text += "; that is clshim-warm-dc here: %s for the mixed program" % ms("clshim-warm-dc")
