@@ -80,9 +80,17 @@ def grouped(rows, key, ways, base_way, ratios):
     return groups, get, body
 
 
+def against(rows, base_way, ratio):
+    """Table body [way, cell, ratio(row, base row)] of one benchmark's rows,
+    each set against the row of `base_way` (the ratio left empty without it)."""
+    base = next((r for r in rows if r.variant == base_way), None)
+    return [[r.variant, cell(r), ratio(r, base) if base else ""] for r in rows]
+
+
 class Report:
     def __init__(self, rows, meta, outdir, imgprefix, section="main"):
         self.rows, self.meta, self.outdir, self.img = rows, meta, outdir, imgprefix
+        self.section = section
         self.title, self.prefix = MARKERS[section][2], MARKERS[section][3]
         self.parts, self.plots = [], []
         try:
@@ -97,18 +105,21 @@ class Report:
     def of(self, bench):
         return [r for r in self.rows if r.bench == bench]
 
-    def save(self, fig, name, caption):
+    def save(self, fig, name, caption, bottom=0.0):
+        """Writes the plot and its markdown line; `bottom`, the share of the
+        figure's height kept free under the axes for a note."""
         name = self.prefix + name
         path = os.path.join(self.outdir, name)
-        fig.tight_layout()
+        fig.tight_layout(rect=(0, bottom, 1, 1))
         fig.savefig(path, dpi=110)
         self.plt.close(fig)
         self.plots.append(name)
         self.parts.append("![%s](%s%s)\n" % (caption, self.img, name))
 
-    def bars(self, groups, ways, get, ylabel, title, name, logy=True):
+    def bars(self, groups, ways, get, ylabel, title, name, logy=True, note=None):
         """Grouped bars: one group per entry of `groups`, one bar per way,
-        min–max as error bars. get(group, way) -> Row or None."""
+        min–max as error bars. get(group, way) -> Row or None; `note`, a
+        line printed under the plot (a definition its legend needs)."""
         if not self.plt:
             return
         fig, ax = self.plt.subplots(figsize=(8, 4))
@@ -130,24 +141,73 @@ class Report:
             ax.set_yscale("log")
         ax.set_ylabel(ylabel)
         ax.set_title(title)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
         ax.grid(axis="y", alpha=0.3)
-        self.save(fig, name, title)
+        if note:
+            fig.text(0.01, 0.01, note, fontsize=8, style="italic")
+        self.save(fig, name, title, bottom=0.05 if note else 0.0)
 
     # ---- sections ------------------------------------------------------
+    # What each mode of bench_ttfr is; the table, the plot's caption and the
+    # GPU section's caption say it, so no figure stands without its set-up.
+    TTFR_MODES = OrderedDict([
+        ("cold", "no clshim, the driver's cache empty: a full compile"),
+        ("driver-warm", "no clshim, the driver's own cache kept from an earlier run (PoCL's kcache; "
+                        "NVIDIA's ComputeCache)"),
+        ("clshim-cold", "under clshim, its cache empty: the first run (compile and store)"),
+        ("clshim-warm", "under clshim, only clshim's cache kept from an earlier run, the driver's cache empty"),
+        ("clshim-warm-dc", "under clshim, only clshim's cache directory kept, with the drivers' caches inside "
+                           "it (`CLSHIM_DRIVER_CACHES`): what a CI job that keeps that one directory gets"),
+        ("limit", "no clshim: the app itself loads the best binary an earlier run read, with "
+                  "`clCreateProgramWithBinary` (what any binary cache could reach; bench/bench_ttfr.c)"),
+    ])
+
     def ttfr(self):
         rows = self.of("ttfr")
         if not rows:
             return
-        modes = ["cold", "driver-warm", "clshim-cold", "clshim-warm", "limit"]
+        present = {r.variant for r in rows}
+        modes = [m for m in self.TTFR_MODES if m in present]
         progs, get, body = grouped(rows, "program", modes, "cold",
                                    lambda r, cold: ["%.2fx" % (cold.med / r.med), "%.2f" % (r.med / cold.med)])
+        legend = "".join("- **%s**: %s\n" % (m, self.TTFR_MODES[m]) for m in modes)
         self.parts.append("### Time to first result\n\nCreate + build + kernels + first run + `clFinish`, "
                           "each run a fresh process, modes round-robin (`bench_ttfr --program P`). "
-                          "ms, median (min–max):\n\n" +
+                          "The modes:\n\n" + legend + "\nms, median (min–max):\n\n" +
                           table(["program", "mode", "ms", "speed-up vs cold", "time / cold"], body) + "\n")
         self.bars(progs, modes, lambda g, w: get.get((g, w)), "ms (log)",
-                  "Time to first result by program and mode", "bench-ttfr.png")
+                  "Time to first result by program and mode", "bench-ttfr.png",
+                  note="limit: the app loads its own best binary with clCreateProgramWithBinary (no clshim)")
+        if self.section == "gpu":
+            self.parts.append(self.gpu_caption(get))
+
+    def gpu_caption(self, get):
+        """What the GPU figures mean: on NVIDIA the driver's own cache is
+        fast, and clshim's binary (PTX) is still JIT-compiled by the driver."""
+        def ms(mode):
+            r = get.get(("mixed", mode))
+            return "%s ms" % fmt(r.med) if r else None
+        text = ("**Reading these figures.** On NVIDIA's driver a program binary is PTX, which the driver "
+                "still compiles (JIT) to machine code when it is loaded; NVIDIA's own ComputeCache keeps "
+                "that machine code. So clshim's cache alone (clshim-warm) saves the OpenCL C compile but "
+                "not the JIT, and is slower than the ComputeCache warm (driver-warm)")
+        if ms("clshim-warm") and ms("driver-warm"):
+            text += " (mixed program: %s against %s)" % (ms("clshim-warm"), ms("driver-warm"))
+        text += (". The limit loads PTX too and pays the same JIT. clshim helps on NVIDIA where a job "
+                 "keeps one cache directory and nothing else, as a CI "
+                 "job does: with `CLSHIM_DRIVER_CACHES` the ComputeCache lives inside clshim's cache "
+                 "directory and travels with it (`clshim cache export --with-driver-caches`)")
+        if ms("clshim-warm-dc"):
+            text += "; that is clshim-warm-dc here: %s for the mixed program" % ms("clshim-warm-dc")
+        text += (". Measured by hand on an H100 (driver 580.159, 2026-11-27), the mixed program: cold 307 ms, "
+                 "the ComputeCache warm 5.6 ms, clshim's cache warm without it 118 ms, both kept 4.8 ms, "
+                 "`CLSHIM_DRIVER_CACHES=1` 4.2 ms; a fresh home importing an export made "
+                 "`--with-driver-caches` 4.4 ms against 6.3 ms with the ComputeCache warm on 2026-11-23 "
+                 "([records](measurements/nvidia-driver-caches-h100.md)).")
+        if not ms("clshim-warm-dc"):
+            text += (" This run predates the clshim-warm-dc mode (bench/bench_ttfr.c), so the plot "
+                     "lacks it.")
+        return text + "\n"
 
     def ci(self):
         rows = self.of("ci")
@@ -180,6 +240,18 @@ class Report:
         self.bars(clients, ways, lambda g, w: get.get((g, w)), "ms (log)", "Real clients: plain vs clshim",
                   "bench-clients.png")
 
+    def against_cold(self, rows, title, intro, way, ratio_head, ratio):
+        """A section of one table: each row's cell and its ratio to the cold row."""
+        if rows:
+            self.parts.append("### %s\n\n%s, ms:\n\n" % (title, intro) +
+                              table([way, "ms", ratio_head], against(rows, "cold", ratio)) + "\n")
+
+    def tuner(self):
+        self.against_cold([r for r in self.of("tuner") if r.metric == "wall"], "A tuner's 100 variants",
+                          "A tuner builds 100 variants of a kernel and runs each once; whole-process wall time "
+                          "(`bench_tuner`, `bench/run.sh BUILD --with-tuner`)", "way", "time / cold",
+                          lambda r, cold: "%.2f" % (r.med / cold.med))
+
     def il(self):
         rows = self.of("il")
         if rows:
@@ -187,14 +259,10 @@ class Report:
                               table(["mode", "ms"], [[r.variant, cell(r)] for r in rows]) + "\n")
 
     def remote(self):
-        rows = self.of("remote")
-        if not rows:
-            return
-        cold = next((r for r in rows if r.variant == "cold"), None)
-        body = [[r.variant, cell(r), "%.1fx" % (cold.med / r.med) if cold else ""] for r in rows]
-        self.parts.append("### The remote tier\n\nTime to first result of the mixed program: cold, a local hit, "
-                          "and a remote (Redis) hit in an empty local cache (`bench_remote`), ms:\n\n" +
-                          table(["mode", "ms", "speed-up vs cold"], body) + "\n")
+        self.against_cold(self.of("remote"), "The remote tier",
+                          "Time to first result of the mixed program: cold, a local hit, and a remote (Redis) hit "
+                          "in an empty local cache (`bench_remote`)", "mode", "speed-up vs cold",
+                          lambda r, cold: "%.1fx" % (cold.med / r.med))
 
     def passthrough(self):
         rows = self.of("passthrough") + self.of("startup")
@@ -255,35 +323,31 @@ class Report:
                               table(["K", "N", "mode", "unfused", "fused", "hand-written", "speed-up"], body) + "\n")
         if not self.plt:
             return
-        fig, ax = self.plt.subplots(figsize=(8, 4))
-        for k in sorted({k for (m, k, n, v) in get if m == "latency"}):
+        # Small multiples: one panel per K, the same four ways in each, so the
+        # legend has four entries and every panel reads on its own.
+        ks = sorted({k for (m, k, n, v) in get if m == "latency"})
+        if not ks:
+            return
+        ways = [("fused", "o-", "fused (plan or extension API)"), ("hand", "x--", "hand-written single kernel"),
+                ("internal", "s-.", "internal (intermediates in registers)"), ("auto", "^:", "auto (no plan)")]
+        fig, axes = self.plt.subplots(1, len(ks), figsize=(3.2 * len(ks), 3.6), sharey=True, squeeze=False)
+        for ax, k in zip(axes[0], ks):
             ns = sorted({n for (m, kk, n, v) in get if m == "latency" and kk == k})
-            pts = [(n, get[("latency", k, n, "unfused")].med / get[("latency", k, n, "fused")].med,
-                    get[("latency", k, n, "unfused")].med / get[("latency", k, n, "hand")].med)
-                   for n in ns if all(("latency", k, n, w) in get for w in ("unfused", "fused", "hand"))]
-            if not pts:
-                continue
-            line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label="K=%d fused" % k)
-            ax.plot([p[0] for p in pts], [p[2] for p in pts], "x--", color=line.get_color(), alpha=0.6,
-                    label="K=%d hand-written" % k)
-            ipts = [(n, get[("latency", k, n, "unfused")].med / get[("latency", k, n, "internal")].med)
-                    for n in ns if ("latency", k, n, "internal") in get and ("latency", k, n, "unfused") in get]
-            if ipts:
-                ax.plot([p[0] for p in ipts], [p[1] for p in ipts], "s-.", color=line.get_color(),
-                        label="K=%d internal" % k)
-            apts = [(n, get[("latency", k, n, "unfused")].med / get[("latency", k, n, "auto")].med)
-                    for n in ns if ("latency", k, n, "auto") in get and ("latency", k, n, "unfused") in get]
-            if apts:
-                ax.plot([p[0] for p in apts], [p[1] for p in apts], "^:", color=line.get_color(),
-                        label="K=%d auto" % k)
-        ax.set_xscale("log", base=2)
-        ax.axhline(1.0, color="grey", lw=0.8)
-        ax.set_xlabel("N (floats, log)")
-        ax.set_ylabel("speed-up over unfused")
-        ax.set_title("Kernel fusion: speed-up vs N (latency mode)")
-        ax.legend(fontsize=8, ncol=2)
-        ax.grid(alpha=0.3)
-        self.save(fig, "bench-fusion.png", "Fusion speed-up vs N")
+            for way, style, label in ways:
+                pts = [(n, get[("latency", k, n, "unfused")].med / get[("latency", k, n, way)].med) for n in ns
+                       if ("latency", k, n, way) in get and ("latency", k, n, "unfused") in get]
+                if pts:
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=label)
+            ax.set_xscale("log", base=2)
+            ax.axhline(1.0, color="grey", lw=0.8)
+            ax.set_xlabel("N (floats, log)")
+            ax.set_title("K = %d kernels" % k)
+            ax.grid(alpha=0.3)
+        axes[0][0].set_ylabel("speed-up over unfused")
+        handles, labels = axes[0][0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8)
+        fig.suptitle("Kernel fusion: speed-up over the unfused chain vs N (latency mode)", fontsize=10)
+        self.save(fig, "bench-fusion.png", "Fusion speed-up over unfused vs N, one panel per K", bottom=0.1)
 
     def store(self):
         rows = self.of("store")
@@ -303,8 +367,8 @@ class Report:
                  m.get("versions", "?"), m.get("load_before", "?"), m.get("load_after", "?"),
                  " **Quick run: fewer repetitions and sizes; a check, not figures to quote.**"
                  if m.get("quick") == "1" else "")]
-        for section in (self.ttfr, self.ci, self.clients, self.remote, self.il, self.passthrough, self.fusion,
-                        self.store):
+        for section in (self.ttfr, self.ci, self.clients, self.tuner, self.remote, self.il, self.passthrough,
+                        self.fusion, self.store):
             section()
         return "\n".join(head + self.parts)
 

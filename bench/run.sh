@@ -27,7 +27,8 @@
 #                                  its own program, plain vs CLSHIM_FUSION=auto
 # Then bench/report.py writes BUILD/bench-report/{results.csv,meta.txt,
 # report.md,*.png}; a full run also rewrites the generated part of
-# docs/benchmarks.md and docs/img/bench-*.png (--no-docs: not). --quick runs
+# docs/benchmarks.md and docs/img/bench-*.png and keeps the CSV and meta.txt
+# in docs/measurements/make-bench/ (--no-docs: none of this). --quick runs
 # fewer repetitions and sizes (under 2 minutes on 2 quiet cores): a check
 # that everything runs and gives right results, not figures to quote.
 # --gpu runs the benchmarks that mean something on NVIDIA's driver (time to
@@ -152,6 +153,10 @@ docs=()
 [ "$DOCS" = 1 ] && docs=(--docs "$ROOT/docs/benchmarks.md")
 [ "$GPU" = 1 ] || /usr/bin/python3 "$ROOT/bench/report.py" "$BENCH_CSV" "$OUT/meta.txt" "$OUT" "${docs[@]}" ||
     failed+=("report.py")
+# The published figures' raw CSV stays beside them, so the report can be made again
+# (bench/report.py docs/measurements/make-bench/results.csv ... --docs docs/benchmarks.md).
+[ "$DOCS" = 1 ] && mkdir -p "$ROOT/docs/measurements/make-bench" &&
+    cp "$BENCH_CSV" "$OUT/meta.txt" "$ROOT/docs/measurements/make-bench/"
 
 if [ ${#failed[@]} -gt 0 ]; then
     echo "bench/run.sh: ${#failed[@]} benchmark(s) failed: ${failed[*]}"

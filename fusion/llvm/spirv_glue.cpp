@@ -1,4 +1,4 @@
-// spirv_glue.cpp — the one C++ file: SPIR-V <-> SPIR bitcode through the
+// spirv_glue.cpp — SPIR-V <-> SPIR bitcode through the
 // SPIRV-LLVM-Translator, behind the extern "C" functions of glue.h.
 //
 // Untrusted bytes never reach the translator unchecked: the header (magic in

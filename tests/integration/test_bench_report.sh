@@ -56,6 +56,22 @@ else
     ok "report.py: without matplotlib the report says there are no plots"
 fi
 
+# 2b. Every time-to-first-result mode is defined beside its table ("limit"
+# too); clshim-warm-dc is listed when the CSV has it; the GPU section says
+# why clshim's cache alone is slower than NVIDIA's there, with the figures.
+grep -q 'clshim-warm-dc' "$R" && fail "clshim-warm-dc listed though the CSV has none"
+{ cat "$TMP/in.csv"; echo 'ttfr,program=mixed,driver-warm,ttfr,ms,5.6,5,6,7'; echo 'ttfr,program=mixed,limit,ttfr,ms,35,30,40,7'; } >"$TMP/gpu.csv"
+"$PY" "$CLSHIM_ROOT/bench/report.py" "$TMP/gpu.csv" "$TMP/meta.txt" "$TMP/gpu" --section gpu >/dev/null || fail "report.py --section gpu failed"
+grep -q '^- \*\*limit\*\*: no clshim: the app itself loads the best binary' "$TMP/gpu/report.md" || fail "limit not defined"
+grep -q 'Reading these figures.*(mixed program: 36.0 ms against 5.60 ms).*predates the clshim-warm-dc mode' \
+    "$TMP/gpu/report.md" || { cat "$TMP/gpu/report.md"; fail "GPU caption without clshim-warm-dc"; }
+echo 'ttfr,program=mixed,clshim-warm-dc,ttfr,ms,4.5,4.2,5,7' >>"$TMP/gpu.csv"
+"$PY" "$CLSHIM_ROOT/bench/report.py" "$TMP/gpu.csv" "$TMP/meta.txt" "$TMP/gpu" --section gpu >/dev/null || fail "report.py --section gpu failed"
+grep -q '^| mixed | clshim-warm-dc | 4.50 (4.20–5.00) | 400.00x | 0.00 |$' "$TMP/gpu/report.md" &&
+    grep -q '^- \*\*clshim-warm-dc\*\*: ' "$TMP/gpu/report.md" &&
+    grep -q 'that is clshim-warm-dc here: 4.50 ms' "$TMP/gpu/report.md" || { cat "$TMP/gpu/report.md"; fail "clshim-warm-dc"; }
+ok "report.py: the modes defined, clshim-warm-dc when measured, the GPU caption"
+
 # 3. --docs rewrites only what lies between the markers.
 cp "$CLSHIM_ROOT/docs/benchmarks.md" "$TMP/page.md"
 "$PY" "$CLSHIM_ROOT/bench/report.py" "$TMP/in.csv" "$TMP/meta.txt" "$TMP/out2" --docs "$TMP/page.md" >/dev/null ||

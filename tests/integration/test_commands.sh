@@ -62,10 +62,10 @@ done
 ok "--help and the man page name every command, run --mode/--wait, CLSHIM_FUSION, CLSHIM_REMOTE"
 
 # The docs name only commands and knobs that exist: every `clshim CMD [SUB]`
-# in README.md and docs/*.md is a row (SUB must be one where CMD has
-# subcommands), and every CLSHIM_ name is a knob, or one of the few other
-# names that exist elsewhere (checked there).
-docs=("$ROOT/README.md" "$ROOT"/docs/*.md)
+# in README.md, docs/*.md and the records of docs/measurements/*.md is a row
+# (SUB must be one where CMD has subcommands), and every CLSHIM_ name is a
+# knob, or one of the few other names that exist elsewhere (checked there).
+docs=("$ROOT/README.md" "$ROOT"/docs/*.md "$ROOT"/docs/measurements/*.md)
 grep -ohE '`clshim [a-z][a-z-]*( [a-z][a-z-]*)?' "${docs[@]}" | sed 's/^`clshim //' | sort -u >"$TMP/doc-cmds"
 [ "$(wc -l <"$TMP/doc-cmds")" -ge 10 ] || fail "found too few commands in the docs"
 while read -r cmd sub; do

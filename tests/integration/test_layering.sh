@@ -1,7 +1,8 @@
 #!/bin/bash
 # The direction of the layers: cache/ (keys, tiers, store) knows nothing of
 # program/ (the app-visible records) or fusion/: no include of their headers,
-# no call into their symbols. program/ and fusion/ may use cache/.
+# no call into their symbols. program/ and fusion/ may use cache/; fusion/
+# uses program/ through origin.h and route_a.h only.
 source "$(dirname "$0")/lib.sh"
 cd "$CLSHIM_ROOT"
 bad=$(grep -n '#include *"\(program\|fusion\|interpose\)/' cache/*.c cache/*.h || true)
@@ -17,4 +18,10 @@ used=$(nm --undefined-only "${objs[@]}" | awk '{ print $NF }' | sort -u)
 calls=$(comm -12 <(echo "$upper") <(echo "$used"))
 [ -z "$calls" ] || fail "cache/ calls into an upper layer: $calls"
 ok "cache/ calls nothing defined in program/, fusion/ or interpose/"
+
+# fusion/ sees the program layer through two headers only (README.md,
+# "Layout"): the origin of a kernel and route (a).
+bad=$(grep -rn '#include *"program/' fusion | grep -v '"program/\(origin\|route_a\)\.h"' || true)
+[ -z "$bad" ] || fail "fusion/ includes more of program/ than origin.h and route_a.h: $bad"
+ok "fusion/ includes only program/origin.h and program/route_a.h of program/"
 finish

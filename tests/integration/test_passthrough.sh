@@ -32,6 +32,17 @@ ok "bad values reported once each, with the knob's name"
 LD_PRELOAD=$SHIM CLSHIM_LOG=debug /bin/true 2>"$TMP/true.err"
 [ ! -s "$TMP/true.err" ] || fail "the shim printed something in a process without OpenCL"
 ok "silent in processes that never call OpenCL"
+# At load the shim reads its configuration (the environment and clshim.conf,
+# README.md: "Using it") and does nothing else: no other file, no thread, no
+# socket until the first OpenCL call.
+if command -v strace >/dev/null; then
+    strace -f -qq -o "$TMP/true.strace" -e trace=openat,open,clone,clone3,socket -E LD_PRELOAD="$SHIM" /bin/true
+    grep -vE '^[0-9]+ +(open|openat)\(.*("[^"]*\.so[.0-9]*"|"/etc/ld\.so\.cache"|"/usr/lib/locale/[^"]*"|/clshim/clshim\.conf")' \
+        "$TMP/true.strace" | grep -E '^[0-9]+ +(open|openat|clone|clone3|socket)\(' >"$TMP/true.extra" || true
+    [ ! -s "$TMP/true.extra" ] || { cat "$TMP/true.extra" >&2; fail "at load the shim did more than read its configuration"; }
+    grep -q 'clshim/clshim\.conf' "$TMP/true.strace" || fail "at load the shim did not look for clshim.conf"
+    ok "at load: the configuration read, no other file, no thread, no socket"
+fi
 
 # clinfo: identical output, but for the cl_clshim_kernel_fusion clshim
 # lists (docs/fusion.md).
