@@ -619,14 +619,39 @@ static void backoff_fused(uint32_t s)
 
 /* ---- plan matching ------------------------------------------------------------------ */
 
+/* Starts matching at a first kernel `name`. A sequence that sits this
+ * occurrence out (back-off, or the unfused half of a measurement) lets its
+ * whole occurrence pass: passes() keeps its later kernels from starting a
+ * hold, which, where kernel names repeat (PyOpenCL names every elementwise
+ * kernel elwise_kernel), would hold the occurrence from its second kernel
+ * on and fuse a rotation of the sequence: another fused program to build,
+ * and a measurement that never sees its unfused occurrence. */
 static int plan_start(struct fq *q, const char *name)
 {
     if (!q->cand && !(q->cand = malloc(fb_plan_cap * sizeof *q->cand))) return 0;
     q->ncand = 0;
-    uint32_t nseqs = fb_plan_nseqs();
-    for (uint32_t s = 0; s < nseqs; s++)
-        if (!strcmp(fb_plan->seqs[s].names[0], name) && !backoff_skips(s)) q->cand[q->ncand++] = s;
+    uint32_t nseqs = fb_plan_nseqs(), passing = 0;
+    for (uint32_t s = 0; s < nseqs; s++) {
+        if (strcmp(fb_plan->seqs[s].names[0], name)) continue;
+        if (!backoff_skips(s)) q->cand[q->ncand++] = s;
+        else if (fb_plan->seqs[s].n > 1 && (!passing || fb_plan->seqs[s].n > fb_plan->seqs[passing - 1].n))
+            passing = s + 1;
+    }
+    q->passing = q->ncand ? 0 : passing;
+    q->passing_pos = 1;
     return q->ncand > 0;
+}
+
+/* Whether kernel `name` belongs to the occurrence passing unheld (plan_start). */
+static int passes(struct fq *q, const char *name)
+{
+    const struct plan_seq *s = &fb_plan->seqs[q->passing - 1];
+    if (q->passing_pos < s->n && !strcmp(s->names[q->passing_pos], name)) {
+        if (++q->passing_pos == s->n) q->passing = 0;
+        return 1;
+    }
+    q->passing = 0;
+    return 0;
 }
 
 /* Keeps the candidates whose next kernel is `name`; returns how many.
@@ -863,6 +888,7 @@ cl_int fusion_enqueue_kernel(cl_command_queue queue, cl_kernel k, cl_uint dim, c
     if (!q->nheld) q->replayed = 0;
     if (fb_auto && !q->ext) fa_before_kernel(q, r);
     int want = !task && r && !q->off && (q->ext || (fb_plan && (r->in_plan || fb_auto) && q->in_order));
+    if (want && q->passing && !q->ext && !q->nheld && passes(q, r->name)) want = 0;
     int seq = FB_NO_REPEAT;
     int held = want && may_replay(q, nw, wl, &seq) && replay(q, seq, r, k, dim, off, gws, lws, ev);
     if (want && !held && !q->ext) {

@@ -265,6 +265,9 @@ struct fq {
     int checked_gen;      /* ... while fb_mem_gen had this value */
     double fs_t0;         /* when the first held kernel was held, while a measurement runs (fspeed.c) */
     double fs_last_done;  /* when the queue's last timed occurrence completed (under fspeed.c's lock) */
+    uint32_t passing;     /* 1 + the plan sequence whose occurrence passes unheld (back-off or
+                             measurement): its kernels start no hold; 0: none */
+    uint32_t passing_pos; /* its kernels seen so far */
     uint32_t fs_follow;   /* 1 + the plan sequence whose next occurrence, not held, is timed; 0: none */
     uint32_t fs_pos;      /* its kernels seen so far */
     struct fs_ticket fs_tk; /* its measurement */

@@ -52,4 +52,22 @@ grep -q "clshim: fusion: plan CLSHIM_FUSE:1:1: k1+k2+k3+k4 measured slower fused
     "$TMP/plan.err" || fail "plan: the line does not say what was measured"
 [ "$(fused k1+k2+k3+k4 plan)" = 284 ] || fail "plan: expected 284 fused launches, got $(fused k1+k2+k3+k4 plan)"
 ok "plan: a sequence slower fused is said so in one line and stays fused"
+# 4. Kernels of one name, as PyOpenCL names every elementwise kernel
+#    (elwise_progs: three programs, each kernel elwise_kernel): the unfused
+#    occurrence of a measurement passes whole. Before, only its first kernel
+#    passed and its second started a hold of the sequence's rotation: the
+#    measurement never saw an unfused occurrence, so no verdict came and
+#    fusion stayed on (32 of 40 fused), and on a driver without LLVM the
+#    rotation's fused program, never primed, ended fusion for the process.
+EP=$PROGS/elwise_progs
+fresh_pocl; run_plain ref_elwise "$EP" --n 4096 --iterations 40
+fresh_pocl; run_shim names env CLSHIM_FUSION=auto CLSHIM_FUSION_TEST_SLOWDOWN_US=20000 "$EP" --n 4096 --iterations 40
+same_output ref_elwise names "one name: results as without clshim"
+grep -qF "elwise_kernel+elwise_kernel+elwise_kernel measured slower fused than unfused" "$TMP/names.err" ||
+    fail "one name: the measurement reached no verdict (no unfused occurrence timed)"
+[ "$(count 'miss derived program' "$TMP/names.err")" = 1 ] || fail "one name: more than one fused program built"
+n=$(fused elwise_kernel+elwise_kernel+elwise_kernel names)
+[ "$n" -le 16 ] || fail "one name: $n of 38 occurrences fused, expected at most 16 (7 + 6 + a late callback or two)"
+ok "kernels of one name: the unfused occurrence passes whole; measured slower, $n of 38 fused"
+
 finish
