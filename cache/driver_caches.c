@@ -10,6 +10,11 @@
 #include "cache/driver_caches.h"
 #include "common/log.h"
 
+/* What driver_caches_apply set, for driver_caches_report: written by the
+ * constructor before any other thread runs, read once later. */
+static char applied[9000];
+static size_t applied_len;
+
 static const struct {
     const char *var;
     const char *sub;
@@ -76,6 +81,15 @@ void driver_caches_apply(const struct clshim_config *cfg)
                     drivers[i].var);
             continue;
         }
-        if (setenv(drivers[i].var, path, 0) == 0) log_msg(LOG_INFO, "driver caches: %s=%s", drivers[i].var, path);
+        if (setenv(drivers[i].var, path, 0) == 0 && applied_len < sizeof applied) {
+            int n = snprintf(applied + applied_len, sizeof applied - applied_len, "%s%s=%s",
+                             applied_len ? " " : "", drivers[i].var, path);
+            if (n > 0) applied_len += (size_t)n;
+        }
     }
+}
+
+void driver_caches_report(void)
+{
+    if (applied_len) log_msg(LOG_INFO, "driver caches: %s", applied);
 }

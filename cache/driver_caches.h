@@ -32,9 +32,13 @@ int driver_caches_dir(const struct clshim_config *cfg, char *buf, size_t len);
 /* Under CLSHIM_DRIVER_CACHES=1, or auto with a cache directory the user
  * named, writable and private: creates the subdirectories (mode 0700) and
  * sets each unset variable (setenv: call it before other threads read the
- * environment, i.e. from the library's constructor). Logs one info line
- * per variable set; a directory that cannot be created leaves its variable
- * unset, with one warning (a debug line under auto). */
+ * environment, i.e. from the library's constructor). A directory that
+ * cannot be created leaves its variable unset, with one warning (a debug
+ * line under auto). Nothing else is logged here: a process that never
+ * calls OpenCL (a shell the app starts) stays silent. */
 void driver_caches_apply(const struct clshim_config *cfg);
+
+/* One info line naming the variables set, at the first OpenCL call. */
+void driver_caches_report(void);
 
 #endif

@@ -41,6 +41,7 @@ static void init_modules(void)
         entry_enabled = 1;
     }
     log_msg(LOG_DEBUG, "clshim %s active%s", CLSHIM_VERSION, entry_enabled ? "" : " (disabled: pass-through)");
+    driver_caches_report();
     __atomic_store_n(&entry_initialized, 1, __ATOMIC_RELEASE);
 }
 
