@@ -76,7 +76,10 @@ struct pc_program {
     struct spec_value *specs;
     size_t nspecs;
     cl_program effective;
-    int answers_options;    /* a link served from the cache: options are ours to answer */
+    int answers_options;    /* a compile served from the cache: the driver never saw the options */
+    int arg_info_added;     /* clshim added -cl-kernel-arg-info (fusion armed): not the app's */
+    char *compile_options;  /* a compile hit's options as the driver would have had them */
+    char *compile_answer;   /* what the driver answers for them (options_answer), once asked */
     int failed;             /* the last build's failure was shared: status is CL_BUILD_ERROR */
     char *options;
     char *driver_options;   /* what the driver was given (the key's), for a capture's build */
@@ -364,6 +367,8 @@ static void free_record(struct pc_program *rec)
     free(rec->scan);
     free(rec->specs);
     free(rec->options);
+    free(rec->compile_options);
+    free(rec->compile_answer);
     free(rec->driver_options);
     free(rec->cwd);
     pthread_mutex_destroy(&rec->lock);
@@ -980,6 +985,7 @@ static cl_int build_program(cl_program prog, cl_uint num_devices, const cl_devic
     pthread_mutex_lock(&rec->lock);
     free(rec->options);
     rec->options = strdup(options ? options : "");
+    rec->answers_options = rec->arg_info_added = 0;
     free(rec->driver_options);
     rec->driver_options = strdup(options ? options : "");
     free(rec->cwd);
@@ -1223,6 +1229,11 @@ static cl_int compile_program(cl_program prog, cl_uint num_devices, const cl_dev
     set_effective(rec, NULL);
     free(rec->options);
     rec->options = strdup(options ? options : "");
+    rec->answers_options = rec->arg_info_added = 0;
+    free(rec->compile_options);
+    free(rec->compile_answer);
+    rec->compile_options = strdup(options ? options : "");
+    rec->compile_answer = NULL;
     if (new_devs(rec, ndev, devs, KEY_COMPILE) != 0) {
         pthread_mutex_unlock(&rec->lock);
         free(owned);
@@ -1258,6 +1269,7 @@ static cl_int compile_program(cl_program prog, cl_uint num_devices, const cl_dev
         cl_program p = program_from_hits(rec->context, fl, ndev, devs, NULL, 0, &err);
         if (p) {
             set_effective(rec, p);
+            rec->answers_options = 1;
             /* PoCL refuses binary queries on the unbuilt stand-in: they are
              * answered from these bytes. */
             for (cl_uint i = 0; i < ndev; i++) {
@@ -1365,7 +1377,7 @@ static void restore_app_options(cl_program prog, const char *options)
     pthread_mutex_lock(&rec->lock);
     free(rec->options);
     rec->options = app;
-    rec->answers_options = 1;
+    rec->arg_info_added = 1;
     pthread_mutex_unlock(&rec->lock);
 }
 
@@ -1464,7 +1476,6 @@ static cl_program link_program(cl_context ctx, cl_uint num_devices, const cl_dev
     if (cacheable && pipeline_begin(fl, ndev, 0) == PIPELINE_HIT) {
         result = program_from_hits(ctx, fl, ndev, devs, options, 1, &err);
         if (result) {
-            out->answers_options = 1;
             logs_from_hits(out);
             pipeline_hit(fl, ndev);
         } else {
@@ -1615,15 +1626,93 @@ cl_int pc_get_program_info(cl_program prog, cl_program_info param, size_t size, 
     return rc;
 }
 
+/* A driver's CL_PROGRAM_BUILD_OPTIONS of program p, NUL-terminated (NULL
+ * with *rc set when the driver refuses). */
+static char *driver_options_answer(cl_program p, cl_device_id dev, cl_int *rc)
+{
+    size_t n = 0;
+    char *text = NULL;
+    *rc = real->clGetProgramBuildInfo(p, dev, CL_PROGRAM_BUILD_OPTIONS, 0, NULL, &n);
+    if (*rc == CL_SUCCESS && !(text = malloc(n + 1))) *rc = CL_OUT_OF_HOST_MEMORY;
+    if (*rc == CL_SUCCESS) *rc = real->clGetProgramBuildInfo(p, dev, CL_PROGRAM_BUILD_OPTIONS, n, text, NULL);
+    if (*rc != CL_SUCCESS) {
+        free(text);
+        return NULL;
+    }
+    text[n] = 0;
+    return text;
+}
+
+/* What the driver answers for a compile with `options`, asked of a blank
+ * program of its own: a compile hit's stand-in was never compiled. Done
+ * once, when the application first asks. NULL when the driver refuses. */
+static char *compile_options_answer(cl_context ctx, cl_device_id dev, const char *options)
+{
+    static const char *blank = "\n";
+    cl_int rc;
+    cl_program p = real->clCreateProgramWithSource(ctx, 1, &blank, NULL, &rc);
+    if (!p) return NULL;
+    char *text = NULL;
+    if (real->clCompileProgram(p, 1, &dev, options, 0, NULL, NULL, NULL, NULL) == CL_SUCCESS)
+        text = driver_options_answer(p, dev, &rc);
+    real->clReleaseProgram(p);
+    return text;
+}
+
+/* CL_PROGRAM_BUILD_OPTIONS of a program clshim built, compiled or loaded:
+ * the driver's answer for the options the application gave (a hit's key
+ * holds them), normalised as the driver does (PoCL collapses spaces and
+ * drops -create-library), less the -cl-kernel-arg-info clshim adds at the
+ * end to arm fusion. From the built program; for a compile hit, from a
+ * blank program compiled with the same options. Where the driver cannot
+ * tell, or clshim's token is not the answer's last, the application's
+ * text. */
+static cl_int options_answer(struct pc_program *rec, cl_device_id dev, size_t size, void *value, size_t *size_ret)
+{
+    static const char arg_info[] = "-cl-kernel-arg-info";
+    cl_program p;
+    cl_int rc = program_for(rec, 1, &p);
+    if (rc != CL_SUCCESS) return rc;
+    char *text = NULL;
+    if (!__atomic_load_n(&rec->answers_options, __ATOMIC_RELAXED)) {
+        text = driver_options_answer(p, dev, &rc);
+    } else {
+        rc = real->clGetProgramBuildInfo(p, dev, CL_PROGRAM_BUILD_STATUS, 0, NULL, NULL); /* validates */
+        pthread_mutex_lock(&rec->lock);
+        if (rc == CL_SUCCESS && !rec->compile_answer && rec->compile_options)
+            rec->compile_answer = compile_options_answer(rec->context, dev, rec->compile_options);
+        text = rc == CL_SUCCESS && rec->compile_answer ? strdup(rec->compile_answer) : NULL;
+        pthread_mutex_unlock(&rec->lock);
+    }
+    real->clReleaseProgram(p);
+    if (rc != CL_SUCCESS) return rc;
+    pthread_mutex_lock(&rec->lock);
+    if (text && rec->arg_info_added) {
+        size_t len = strlen(text), tl = sizeof arg_info - 1;
+        if (len >= tl && !strcmp(text + len - tl, arg_info) && (len == tl || text[len - tl - 1] == ' ')) {
+            text[len > tl ? len - tl - 1 : 0] = 0;
+        } else {
+            free(text);
+            text = NULL;
+        }
+    }
+    if (!text) text = strdup(rec->options ? rec->options : ""); /* the application's own words */
+    pthread_mutex_unlock(&rec->lock);
+    if (!text) return CL_OUT_OF_HOST_MEMORY;
+    rc = answer(text, strlen(text) + 1, size, value, size_ret);
+    free(text);
+    return rc;
+}
+
 cl_int pc_get_build_info(cl_program prog, cl_device_id dev, cl_program_build_info param, size_t size, void *value,
                          size_t *size_ret)
 {
     struct pc_program *rec = objmap_get(programs, prog);
     if (!rec) return real->clGetProgramBuildInfo(prog, dev, param, size, value, size_ret);
-    if (param == CL_PROGRAM_BUILD_OPTIONS || param == CL_PROGRAM_BUILD_LOG) {
+    if (param == CL_PROGRAM_BUILD_OPTIONS) return options_answer(rec, dev, size, value, size_ret);
+    if (param == CL_PROGRAM_BUILD_LOG) {
         pthread_mutex_lock(&rec->lock);
         const char *text = NULL;
-        if (param == CL_PROGRAM_BUILD_OPTIONS && (rec->effective || rec->answers_options)) text = rec->options;
         for (size_t i = 0; param == CL_PROGRAM_BUILD_LOG && i < rec->ndevs; i++)
             if (rec->devs[i].dev == dev && rec->devs[i].log) text = rec->devs[i].log;
         cl_int rc;

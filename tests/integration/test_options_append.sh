@@ -39,4 +39,20 @@ key=$(sed -n 's/^clshim: miss \([0-9a-f]*\) .*compiled object.*/\1/p' "$TMP/miss
 "$TOOL" cache show "$key" >"$TMP/show.out" || fail "cache show $key"
 grep -qx '    options=-DW=1 -DV=2' "$TMP/show.out" || { cat "$TMP/show.out" >&2; fail "cache show lacks the options"; }
 ok "clshim cache show: options=-DW=1 -DV=2"
+
+# 4. CL_PROGRAM_BUILD_OPTIONS is the driver's answer on a hit too: PoCL
+#    collapses spaces and drops -create-library, which a hit used to answer
+#    as the application wrote them (build, compile and link alike). With
+#    fusion armed (-cl-kernel-arg-info added) the same.
+for run in "off|-DV=2   -DX=1 |-DX=1  -create-library " "off|  -DV=2|" "auto|-DV=2   -DX=1 |"; do
+    armed=${run%%|*} opts=${run#*|}
+    b=${opts%%|*} l=${opts#*|}
+    fresh_pocl; run_plain o_plain "$P" "$b" "$l"
+    rm -rf "$CLSHIM_CACHE_DIR"; fresh_pocl
+    CLSHIM_FUSION=$armed run_shim o_miss "$P" "$b" "$l"
+    fresh_pocl; CLSHIM_FUSION=$armed run_shim o_hit "$P" "$b" "$l"
+    [ "$(count 'clshim: hit ' "$TMP/o_hit.err")" = 3 ] || { cat "$TMP/o_hit.err" >&2; fail "'$b' / '$l': not three hits"; }
+    same_output o_plain o_miss "fusion $armed, '$b' / '$l', a miss: the driver's options answers"
+    same_output o_plain o_hit "fusion $armed, '$b' / '$l', hits: the driver's options answers"
+done
 finish
