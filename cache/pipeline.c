@@ -10,6 +10,7 @@
  */
 #include "cache/pipeline.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -273,6 +274,7 @@ static void open_remote(void)
         .url = cfg->remote,
         .password_file = cfg->remote_password_file,
         .endpoint = cfg->remote_endpoint,
+        .ca_file = cfg->remote_ca,
         .ns = cfg->remote_namespace,
         .timeout_ms = cfg->remote_timeout_ms,
         .max_value = cfg->remote_max_value,
@@ -282,12 +284,20 @@ static void open_remote(void)
         .sign_key = signing > 0 ? sk : NULL,
         .trust = trust,
     };
+    if (cfg->remote_ca && *cfg->remote_ca && access(cfg->remote_ca, R_OK) != 0) {
+        log_msg(LOG_WARN, "CLSHIM_REMOTE_CA=%s: cannot be read (%s); remote tier off", cfg->remote_ca,
+                strerror(errno));
+        sodium_memzero(sk, sizeof sk);
+        the_remote = NULL;
+        return;
+    }
     int rc = remote_open(&opt, &the_remote);
     sodium_memzero(sk, sizeof sk);
     if (rc != CLSHIM_OK) {
         char name[512];
         config_redact_url(cfg->remote, name, sizeof name);
-        log_msg(LOG_WARN, "CLSHIM_REMOTE=%s: not a redis:// or unix:// URL, or its password file cannot be "
+        log_msg(LOG_WARN, "CLSHIM_REMOTE=%s: not a redis://, unix://, http(s):// or s3:// URL, an s3:// URL "
+                          "without AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or its password file cannot be "
                           "read; remote tier off", name);
         the_remote = NULL;
     }

@@ -85,6 +85,7 @@ struct remote_options {
                                   s3://bucket/prefix (remote_http.c) */
     const char *password_file; /* first line is the password; NULL or "": none */
     const char *endpoint;      /* s3://: the service's URL; NULL or "": AWS's for AWS_REGION */
+    const char *ca_file;       /* https://, s3://: a PEM file of the CAs to trust; NULL or "": the system's */
     const char *ns;            /* key namespace; NULL or "": "clshim" */
     uint64_t timeout_ms;       /* the deadline of a whole lookup; 0: 50 */
     uint64_t max_value;        /* largest encoded value read or written; 0: 64 MiB */

@@ -47,6 +47,7 @@ struct http_be {
     char *userpwd;   /* "user:password" (basic, or S3's key:secret); NULL: none */
     char *bearer;    /* a token; NULL: none */
     char sigv4[128]; /* "aws:amz:<region>:s3" for S3; "": not signed */
+    char *ca_file;   /* CURLOPT_CAINFO; NULL: the system's */
 };
 
 struct http_conn {
@@ -113,7 +114,7 @@ static void be_close(void *b)
     if (!h) return;
     if (h->userpwd) sodium_memzero(h->userpwd, strlen(h->userpwd));
     if (h->bearer) sodium_memzero(h->bearer, strlen(h->bearer));
-    free(h->base), free(h->ping), free(h->ns), free(h->userpwd), free(h->bearer);
+    free(h->base), free(h->ping), free(h->ns), free(h->userpwd), free(h->bearer), free(h->ca_file);
     free(h);
 }
 
@@ -161,6 +162,7 @@ static int be_open(const struct remote_options *opt, const char *ns, void **out)
         if (!*host || *host == '/') rc = CLSHIM_EINVAL;
         else if (!(h->base = strdup(opt->url))) rc = CLSHIM_ENOMEM;
     }
+    if (rc == CLSHIM_OK && opt->ca_file && *opt->ca_file && !(h->ca_file = strdup(opt->ca_file))) rc = CLSHIM_ENOMEM;
     char *secret = NULL;
     if (rc == CLSHIM_OK && opt->password_file && *opt->password_file &&
         remote_read_secret(opt->password_file, &secret) != 0)
@@ -215,6 +217,7 @@ static void *be_connect(void *b, uint64_t deadline, uint64_t max_value, enum rio
         lc.easy_setopt(e, CURLOPT_HTTPAUTH, CURLAUTH_BEARER);
     }
     if (*h->sigv4) lc.easy_setopt(e, CURLOPT_AWS_SIGV4, h->sigv4);
+    if (h->ca_file) lc.easy_setopt(e, CURLOPT_CAINFO, h->ca_file);
     return c;
 }
 

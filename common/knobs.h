@@ -79,6 +79,10 @@
       "https://s3.<AWS_REGION>.amazonaws.com. Requests are signed (AWS "      \
       "SigV4) with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY for "          \
       "AWS_REGION (default us-east-1).")                                       \
+    X(REMOTE_CA, PATH, remote_ca, "", "0.2",                                  \
+      "For an https:// or s3:// remote: a PEM file of the certificate "       \
+      "authorities to trust (a fleet's private CA) instead of the system's. " \
+      "The server's certificate and name are always verified.")              \
     X(REMOTE_TIMEOUT, UINT, remote_timeout_ms, "50", "0.1",                    \
       "Milliseconds a whole remote lookup may take: resolving the host, "     \
       "connecting, authenticating, every command and every byte of every "    \

@@ -998,6 +998,7 @@ static int open_remote(remote **r)
     struct remote_options o = {
         .url = cfg->remote, .password_file = cfg->remote_password_file, .ns = cfg->remote_namespace,
         .endpoint = cfg->remote_endpoint,
+        .ca_file = cfg->remote_ca,
         .timeout_ms = cfg->remote_timeout_ms, .max_value = cfg->remote_max_value, .readonly = 1,
     };
     if (remote_open(&o, r) != CLSHIM_OK) {

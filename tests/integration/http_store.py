@@ -15,10 +15,13 @@ MODE:
   garbage  answers bytes that are not HTTP
 It stops by itself after LIFETIME_S seconds (default 60), or as soon as the
 process that started it is gone, so a failed test never leaves it behind.
+With HTTP_STORE_TLS=CERT:KEY in the environment a store speaks HTTPS with
+that certificate (PEM files).
 """
 import http.server
 import os
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -117,6 +120,11 @@ def main():
     if MODE == "store":
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Store)
         port = server.server_address[1]
+        tls = os.environ.get("HTTP_STORE_TLS")
+        if tls:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(*tls.split(":", 1))
+            server.socket = ctx.wrap_socket(server.socket, server_side=True)
     else:
         server = socket.socket()
         server.bind(("127.0.0.1", 0))

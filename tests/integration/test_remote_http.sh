@@ -132,4 +132,36 @@ same_output ref dead "dead server: same results"
 [ $((t - base)) -le $((2 * T)) ] || fail "dead server: $((t - base)) ms longer"
 "$TOOL" cache --dir "$TMP/cache-dead" stats --json | grep -q '"remote_lost": 1,' || fail "dead server: not counted"
 ok "dead server: +$((t - base)) ms, same results, counted as lost"
+
+# HTTPS (CLSHIM_REMOTE_CA): the server's certificate is always verified. One
+# from a CA the client was not given is refused before any request (same
+# results, a compile, reported); with the CA's file the tier works; a CA
+# file that cannot be read turns the tier off with one line.
+openssl req -x509 -newkey rsa:2048 -nodes -keyout "$TMP/tls.key" -out "$TMP/tls.pem" -days 1 \
+    -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 2>/dev/null || fail "openssl made no certificate"
+HTTP_STORE_TLS=$TMP/tls.pem:$TMP/tls.key serve store tls
+HTTPS=https://${URL#http://}
+tls_run() { # TAG [VAR=VALUE...]
+    local tag=$1
+    shift
+    fresh_pocl
+    run_shim "$tag" env CLSHIM_REMOTE="$HTTPS" CLSHIM_REMOTE_PASSWORD_FILE= CLSHIM_REMOTE_TIMEOUT=2000 \
+        CLSHIM_CACHE_DIR="$TMP/cache-$tag" "$@" "$MK"
+    same_output ref "$tag" "https, $tag: same results"
+}
+tls_run tls_untrusted
+[ "$(count 'miss ' "$TMP/tls_untrusted.err")" = 1 ] || fail "https, CA not given: expected a compile"
+grep -qi 'certificate' "$TMP/tls_untrusted.err" || fail "https, CA not given: no word of the certificate: $(grep clshim "$TMP/tls_untrusted.err")"
+[ ! -s "$TMP/tls.port.log" ] || fail "https, CA not given: a request reached the store: $(cat "$TMP/tls.port.log")"
+ok "https: a certificate from a CA not given is refused before any request"
+tls_run tls_a CLSHIM_REMOTE_CA="$TMP/tls.pem"
+[ "$(grep -c '^PUT /ci/clshim/' "$TMP/tls.port.log")" = 1 ] || fail "https, CA given: expected one PUT"
+tls_run tls_b CLSHIM_REMOTE_CA="$TMP/tls.pem"
+[ "$(count 'miss ' "$TMP/tls_b.err")" = 0 ] && [ "$(count 'hit .*(remote)' "$TMP/tls_b.err")" = 1 ] ||
+    fail "https, CA given: expected a remote hit and no compile"
+ok "https with CLSHIM_REMOTE_CA: pushed by one runner, a remote hit for the next"
+tls_run tls_noca CLSHIM_REMOTE_CA="$TMP/no-such-ca.pem"
+[ "$(count "CLSHIM_REMOTE_CA=$TMP/no-such-ca.pem: cannot be read" "$TMP/tls_noca.err")" = 1 ] ||
+    fail "https, CA file missing: expected one line naming it"
+ok "https: a CA file that cannot be read is said once; the tier is off"
 finish
