@@ -11,12 +11,13 @@ set -eu
 # OpenCL loader, headers and PoCL, the store's libraries, cmocka, and what
 # the tests drive (clinfo, PyOpenCL with pytest and NumPy, Python itself),
 # the remote tier's hiredis with the Redis server and client its tests start,
-# and libcurl for its HTTP and S3 backends.
+# libcurl for its HTTP and S3 backends, and openssl for the throwaway
+# certificate of the HTTPS test.
 PACKAGES="build-essential pkg-config clang-15 llvm-15-dev libllvmspirvlib-15-dev llvm-spirv-15
 ocl-icd-opencl-dev ocl-icd-libopencl1 opencl-c-headers pocl-opencl-icd clinfo
 python3 python3-venv python3-pyopencl python3-pytest python3-numpy
 liblmdb-dev lmdb-utils libcmocka-dev libxxhash-dev libzstd-dev zstd libsodium-dev libclc-15
-libhiredis-dev redis-server redis-tools libcurl4-openssl-dev"
+libhiredis-dev redis-server redis-tools libcurl4-openssl-dev openssl"
 
 # moto's S3 server (PyPI), which integration/test_remote_s3 starts on
 # loopback: installed here, never at test time, into a virtual environment
