@@ -568,7 +568,7 @@ static int hold(struct fq *q, struct fk_kernel *r, cl_kernel k, cl_uint dim, con
  * queue holds nothing. A refusal that no occurrence can escape
  * (FB_REFUSED_ALWAYS: printf, images, no LLVM, ...) ends it: the sequence
  * is never held again in this process (BACKOFF_NEVER, which nothing lowers).
- * Two words per sequence. */
+ * A few words per sequence (struct fb_backoff). */
 #define BACKOFF_LASTING 1024u
 #define BACKOFF_TRANSIENT 16u
 #define BACKOFF_NEVER FB_BACKOFF_NEVER

@@ -8,6 +8,8 @@
  *     queue lock (struct fq.lock)  ->  kernel lock (struct fk_kernel.lock)
  *     queue lock  ->  fused-program lock (struct fb_memo.lock)
  *     queue lock  ->  memo list lock (briefly, never calling out while held)
+ *     queue lock  ->  automatic fusion's learn lock (fauto.c; a leaf but for
+ *                     the log's) and report lock (a leaf)
  * No lock is held while calling anything that can run application code:
  * user-event status changes and event-callback registrations are collected
  * in a struct fb_pending and run after the queue lock is dropped.

@@ -152,7 +152,17 @@ done
     fail "windows: expected 3 refusals, each retiring its sequence"
 ok "windows: the refused k1+k2+blur+k3+k4 fuses as k1+k2 and blur+k3+k4"
 
-# 5c. The bundled demo (examples/pipeline), no plan: its five-kernel run is
+# 5c. A learned sequence the program stops completing: k1+k2 learned in the
+#     first two iterations, then k1 blur. Held k1 broken off by blur costs
+#     the wait for nothing, so k1+k2 backs off as after a refusal, doubling:
+#     of 38 occurrences it is held at the 1st, 3rd, 6th, 11th, 20th and 37th
+#     (without the back-off, at all 38).
+auto_vs_plain broken --mode broken --iterations 40
+[ "$(occurrences "'blur' breaks the sequence (expected 'k2')" "$TMP/broken.err")" = 6 ] ||
+    fail "broken: k1+k2 held $(occurrences "'blur' breaks the sequence" "$TMP/broken.err") times, not 6 (a doubling back-off)"
+ok "broken: a learned sequence broken off backs off (held 6 times in 38)"
+
+# 5d. The bundled demo (examples/pipeline), no plan: its five-kernel run is
 #     refused (partial_sum has a local size); the window standardize+gain+
 #     clamp01+histogram16 fuses, the part the shipped plan fuses with it.
 fresh_pocl; run_plain ref_demo "$CLSHIM_BUILD/examples/pipeline" 65536 8
@@ -162,7 +172,7 @@ same_output ref_demo demo "demo: as without clshim"
     fail "demo: standardize+gain+clamp01 was not fused ($(occurrences 'fused standardize+gain+clamp01' "$TMP/demo.err") launches)"
 ok "demo: auto fuses a window with standardize+gain+clamp01 ($(grep -o 'fused standardize[a-z0-9+]*' "$TMP/demo.err" | sort -u | tr '\n' ' '))"
 
-# 5b. Kernel objects created and released in every iteration: learned by
+# 5e. Kernel objects created and released in every iteration: learned by
 #     name, fused.
 auto_vs_plain recreate --mode recreate --iterations 6
 [ "$(fused k1+k2+k3 recreate)" = 4 ] || fail "recreate: expected 4 fused launches, got $(fused k1+k2+k3 recreate)"

@@ -56,7 +56,8 @@ ok "sync: suggested only k3+k4, which the plan fuses"
 
 # 3b. Windows: k1 k2 blur k3 k4 recurs, refused whole (needs a barrier);
 #     the plan fuses its windows k1+k2 and blur+k3+k4, says so per recurring
-#     run, and lists each refused window with the reason.
+#     run, and lists each refused window with the reason (a plan's use is
+#     checked with chain4 and sync).
 suggest windows --mode windows --iterations 12
 grep -Eq '^# recurring: k1 k2 blur k3 k4 \(4096 work-items; ran 12 times back to back, each occurrence waited for\): fused k1 k2, blur k3 k4$' \
     "$TMP/windows.plan" || { cat "$TMP/windows.plan" >&2; fail "windows: no summary of what fused of the recurring run"; }
@@ -66,11 +67,7 @@ for w in "k1 k2 blur k3 k4" "k1 k2 blur k3" "k1 k2 blur"; do
     grep -q "^# not fusable: $w (4096 work-items, ran [0-9]* times): needs a barrier" "$TMP/windows.plan" ||
         { cat "$TMP/windows.plan" >&2; fail "windows: the refusal of $w is not listed with its reason"; }
 done
-use windows --mode windows --iterations 12
-[ "$(occurrences 'fused k1+k2 into one launch' "$TMP/windows.err")" = 12 ] &&
-    [ "$(occurrences 'fused blur+k3+k4 into one launch' "$TMP/windows.err")" = 12 ] ||
-    fail "windows: the suggested plan did not fuse both windows in every occurrence"
-ok "windows: suggested k1+k2 and blur+k3+k4 with the refusals of the longer windows; the plan fuses both"
+ok "windows: suggested k1+k2 and blur+k3+k4 with the refusals of the longer windows"
 
 # 3c. The bundled demo as `make demo` runs it (3 iterations): its run
 #     recurred, but too few times to be tried; the plan says so instead of
@@ -93,7 +90,7 @@ ok "demo: 3 iterations: recurring, not tried; 12: the fused window, and why part
 # 3d. Issued without syncs (the pair loop): the fuse line says so, and its
 #     gain is the never-slower measurement's (both ways interleaved, as the
 #     program issues them), not latencies of overlapping occurrences.
-suggest pairs --mode pairs --iterations 60
+suggest pairs --mode pairs --iterations 40
 grep -Eq '^fuse k1 k2 +# .*expected gain [0-9.]+x \([0-9.-]+ ms less per occurrence; measured: [0-9.]+ ms unfused, [0-9.]+ ms fused, medians, interleaved, enqueued back to back without syncs\)' \
     "$TMP/pairs.plan" || { cat "$TMP/pairs.plan" >&2; fail "pairs: the gain is not the measured one of a pipelined sequence"; }
 ok "pairs: a pipelined sequence's gain is measured as the program issues it"
