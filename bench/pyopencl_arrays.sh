@@ -31,8 +31,9 @@ median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] 
 # one WAY MODE N: a fresh process (and a fresh PoCL cache: every run
 # compiles as a first run does); appends "time hash" to $TMP/WAY-MODE-N
 one() {
-    rm -rf "$TMP/pocl" && mkdir -p "$TMP/pocl"
-    POCL_CACHE_DIR=$TMP/pocl CLSHIM_FUSION=$1 MODE=$2 N=$3 "$PY" "$ROOT/bench/pyopencl_arrays.py" >>"$TMP/$1-$2-$3"
+    # a directory of its own: a capture helper of the previous process may still write into its own
+    local pocl; pocl=$(mktemp -d "$TMP/pocl.XXXXXX")
+    POCL_CACHE_DIR=$pocl CLSHIM_FUSION=$1 MODE=$2 N=$3 "$PY" "$ROOT/bench/pyopencl_arrays.py" >>"$TMP/$1-$2-$3"
 }
 learning() {
     export MODE=three N=65536 WARM=0 STEPS=10 TOTAL=1

@@ -225,9 +225,10 @@
       "then runs them unfused (docs/fusion.md, \"Never slower\"). 0: off.")     \
     X(FUSION_REPORT, PATH, fusion_report, "", "0.1",                           \
       "With CLSHIM_FUSION=auto: at exit, append to this file one line per "    \
-      "kernel sequence learned (names, work-items, occurrences, verdict, "     \
-      "time per occurrence unfused and fused). `clshim plan suggest` sets "    \
-      "it and turns the lines into a plan.")                                   \
+      "kernel sequence that recurred or was learned (names, the run it is a "  \
+      "window of, how it was issued, work-items, occurrences, verdict, time "  \
+      "per occurrence unfused and fused, measured or timed). `clshim plan "    \
+      "suggest` sets it and turns the lines into a plan.")                     \
     X(DRIVER_CACHES, STRING, driver_caches, "auto", "0.2",                    \
       "Keep the drivers' own caches inside clshim's cache directory: "       \
       "CUDA_CACHE_PATH (NVIDIA's ComputeCache) and POCL_CACHE_DIR (PoCL's "    \

@@ -568,10 +568,10 @@ static int hold(struct fq *q, struct fk_kernel *r, cl_kernel k, cl_uint dim, con
  * queue holds nothing. A refusal that no occurrence can escape
  * (FB_REFUSED_ALWAYS: printf, images, no LLVM, ...) ends it: the sequence
  * is never held again in this process (BACKOFF_NEVER, which nothing lowers).
- * Two words per sequence. */
+ * A few words per sequence (struct fb_backoff). */
 #define BACKOFF_LASTING 1024u
 #define BACKOFF_TRANSIENT 16u
-#define BACKOFF_NEVER UINT32_MAX
+#define BACKOFF_NEVER FB_BACKOFF_NEVER
 
 /* Whether sequence s sits out this occurrence (counting it). */
 static int backoff_skips(uint32_t s)
@@ -611,10 +611,29 @@ void fb_backoff_skip(uint32_t s, uint32_t n)
         continue;
 }
 
+/* Automatic fusion: another kernel broke the held kernels off before they
+ * completed a learned candidate; holding them cost the application the
+ * time they waited, for nothing. Each learned candidate backs off as after
+ * a refusal that holds for one occurrence (1, 2, 4, ... up to
+ * BACKOFF_TRANSIENT occurrences, reset when it fuses), so a learned
+ * sequence the application does not complete where it starts stops being
+ * held. A user's plan is the user's word: not backed off. Caller holds
+ * q->lock, before the held kernels are submitted. */
+static void backoff_broken(const struct fq *q)
+{
+    if (!fb_auto || q->ext) return;
+    for (uint32_t c = 0; c < q->ncand; c++)
+        if (q->cand[c] >= fb_plan_user) backoff_refused(q->cand[c], FB_REFUSED_ONCE);
+}
+
 static void backoff_fused(uint32_t s)
 {
     if (__atomic_load_n(&fb_backoff[s].refusals, __ATOMIC_RELAXED))
         __atomic_store_n(&fb_backoff[s].refusals, 0, __ATOMIC_RELAXED);
+    if (!__atomic_load_n(&fb_backoff[s].fused, __ATOMIC_RELAXED)) { /* once: a window search goes on after it */
+        __atomic_store_n(&fb_backoff[s].fused, 1, __ATOMIC_RELAXED);
+        if (fb_auto) fa_first_fused(s);
+    }
 }
 
 /* ---- plan matching ------------------------------------------------------------------ */
@@ -634,8 +653,9 @@ static int plan_start(struct fq *q, const char *name)
     for (uint32_t s = 0; s < nseqs; s++) {
         if (strcmp(fb_plan->seqs[s].names[0], name)) continue;
         if (!backoff_skips(s)) q->cand[q->ncand++] = s;
-        else if (fb_plan->seqs[s].n > 1 && (!passing || fb_plan->seqs[s].n > fb_plan->seqs[passing - 1].n))
-            passing = s + 1;
+        else if (fb_plan->seqs[s].n > 1 && __atomic_load_n(&fb_backoff[s].skip, __ATOMIC_RELAXED) != BACKOFF_NEVER &&
+                 (!passing || fb_plan->seqs[s].n > fb_plan->seqs[passing - 1].n))
+            passing = s + 1; /* a retired one (BACKOFF_NEVER) lets its windows start anywhere in it */
     }
     q->passing = q->ncand ? 0 : passing;
     q->passing_pos = 1;
@@ -721,7 +741,10 @@ static void fuse_or_submit(struct fq *q, int flags, const char *internal_args, i
     }
     uint32_t nparams = 0;
     struct fs_ticket tk = {0, 0};
-    int way = seq >= 0 ? fs_way((uint32_t)seq, &tk) : FS_FUSE;
+    /* One measurement follows an occurrence on a queue at a time: windows
+     * of one run complete one after the other, and a second one's
+     * fs_follow_next would end the first's. */
+    int way = seq >= 0 && (!q->fs_follow || q->fs_follow == (uint32_t)seq + 1) ? fs_way((uint32_t)seq, &tk) : FS_FUSE;
     if (way == FS_UNFUSED) { /* never slower: measured slower fused */
         fb_submit_held(q, p);
         return;
@@ -760,8 +783,11 @@ static void fuse_or_submit(struct fq *q, int flags, const char *internal_args, i
     if (timed) fa_fused(q, seq, NULL, why);
     if (seq >= 0) {
         uint32_t skip = backoff_refused((uint32_t)seq, lasting);
+        int windowed = fb_auto && lasting != FB_REFUSED_ONCE && fa_refused((uint32_t)seq);
         fb_log_kind("fusion of %s (plan %s) refused: %s; submitted unfused, %s", names, fb_plan->seqs[seq].where, why,
-                    skip == BACKOFF_NEVER ? "not tried again in this process" : "tried again after a back-off");
+                    windowed ? "not tried again: a shorter window of it is learned instead"
+                    : skip == BACKOFF_NEVER ? "not tried again in this process" : "tried again after a back-off");
+        if (windowed) skip = BACKOFF_NEVER;
         if (skip != BACKOFF_NEVER)
             log_msg(LOG_DEBUG, "fusion: %s (plan %s) is not held for its next %u occurrence%s", names,
                     fb_plan->seqs[seq].where, (unsigned)skip, skip == 1 ? "" : "s");
@@ -775,15 +801,18 @@ static void fuse_or_submit(struct fq *q, int flags, const char *internal_args, i
 
 /* Whether plan sequence s is the only one starting with its first kernel,
  * so that a kernel starting it finds no other candidate. Remembered per
- * queue until the plan grows (automatic fusion). Caller holds q->lock. */
+ * queue until the plan grows (automatic fusion; a sequence that stops
+ * being held for good only makes s more alone). Caller holds q->lock. */
 static int seq_alone(struct fq *q, uint32_t s)
 {
     uint32_t nseqs = fb_plan_nseqs();
     if (s >= nseqs) return 0;
     if (q->alone_nseqs == nseqs && q->alone_seq == s) return 1;
     const char *first = fb_plan->seqs[s].names[0];
-    for (uint32_t t = 0; t < nseqs; t++)
-        if (t != s && !strcmp(fb_plan->seqs[t].names[0], first)) return 0;
+    for (uint32_t t = 0; t < nseqs; t++) /* one never held again (BACKOFF_NEVER) is no candidate */
+        if (t != s && __atomic_load_n(&fb_backoff[t].skip, __ATOMIC_RELAXED) != BACKOFF_NEVER &&
+            !strcmp(fb_plan->seqs[t].names[0], first))
+            return 0;
     q->alone_seq = s;
     q->alone_nseqs = nseqs;
     return 1;
@@ -901,6 +930,7 @@ cl_int fusion_enqueue_kernel(cl_command_queue queue, cl_kernel k, cl_uint dim, c
                 fb_log_kind("fusion: held %s submitted unfused: '%s' breaks the sequence (expected %s)",
                         names, r->name, next[0] ? next : "the sequence to end");
             }
+            backoff_broken(q);
             fb_submit_held(q, &p);
         }
         if (!q->nheld && !plan_start(q, r->name)) want = 0;
@@ -919,10 +949,7 @@ cl_int fusion_enqueue_kernel(cl_command_queue queue, cl_kernel k, cl_uint dim, c
         __atomic_store_n(&q->holds, q->holds + 1, __ATOMIC_RELAXED); /* the idle timer's clock */
         if (q->nheld == 1 && __atomic_load_n(&fs_sampling, __ATOMIC_RELAXED)) q->fs_t0 = fs_now_ms();
         kick = q->nheld == 1 && !q->ext;
-        if (fb_auto) {
-            fa_break(q);
-            fa_held(q);
-        }
+        if (fb_auto) fa_held(q, r, dim, gws);
         int done = q->ext ? -1 : plan_done(q);
         if (done >= 0)
             fuse_or_submit(q, plan_flags(&fb_plan->seqs[done]), fb_plan->seqs[done].internal_args, done, &p, NULL);
@@ -937,6 +964,7 @@ cl_int fusion_enqueue_kernel(cl_command_queue queue, cl_kernel k, cl_uint dim, c
             names_of(q, names, sizeof names);
             fb_log_kind("fusion: held %s submitted unfused: '%s' cannot be held (%s)", names,
                     r && r->name ? r->name : "?", why ? why : task ? "clEnqueueTask" : "not in the sequence");
+            backoff_broken(q);
             fb_submit_held(q, &p);
         }
         if (q->ext) {

@@ -8,6 +8,8 @@
  *     queue lock (struct fq.lock)  ->  kernel lock (struct fk_kernel.lock)
  *     queue lock  ->  fused-program lock (struct fb_memo.lock)
  *     queue lock  ->  memo list lock (briefly, never calling out while held)
+ *     queue lock  ->  automatic fusion's learn lock (fauto.c; a leaf but for
+ *                     the log's) and report lock (a leaf)
  * No lock is held while calling anything that can run application code:
  * user-event status changes and event-callback registrations are collected
  * in a struct fb_pending and run after the queue lock is dropped.
@@ -45,10 +47,12 @@ struct fs_speed {
 /* Per plan sequence, the back-off after refused fusions (batch.c): how many
  * of its next occurrences are not held, and its refusals in a row. Atomic. */
 struct fb_backoff {
-    uint32_t skip;
+    uint32_t skip;       /* FB_BACKOFF_NEVER: never held again (a lasting refusal, a retired learned sequence) */
     uint32_t refusals;
+    uint32_t fused;      /* it fused at least once */
     struct fs_speed speed;
 };
+#define FB_BACKOFF_NEVER UINT32_MAX
 /* Sequence s sits out its next n occurrences unless it sits out all (batch.c). */
 void fb_backoff_skip(uint32_t s, uint32_t n);
 extern struct fb_backoff *fb_backoff;
@@ -352,7 +356,8 @@ void fs_follow_next(struct fq *q, uint32_t seq, const struct fs_ticket *tk);
  * sequence when it completes the occurrence (time it through its event),
  * 0 otherwise (a kernel that does not continue it ends the following). */
 uint32_t fs_follow(struct fq *q, const char *name);
-/* The medians of the last measurement of s, when there was one (1). */
+/* The medians of the last measurement of s, when there was one, or of
+ * the one in progress when it has most of its occurrences (1). */
 int fs_measured(uint32_t s, double *fused_ms, double *unfused_ms);
 
 /* ---- automatic fusion (fauto.c) ---- */
@@ -364,28 +369,29 @@ void fa_seq_names(const struct plan_seq *s, char *out, size_t len);
  * automatic fusion learns; sets fb_plan_cap. 0, or -1 on OOM. */
 int fa_init(struct fusion_plan **plan);
 /* Before a kernel enqueue on q is matched against the plan: a repeat of
- * the run's first kernel ends the run (a loop enqueueing a chain without
- * syncs), so a run learned here is matched from this kernel on. Caller
- * holds q->lock. */
+ * the run's first kernel may complete the run's period (fa_repeat), which
+ * is then learned and matched from this kernel on. Caller holds q->lock. */
 void fa_before_kernel(struct fq *q, const struct fk_kernel *r);
-/* A kernel that could be held was submitted as it came (not held): it
- * extends q's current run. Caller holds q->lock. */
+/* A kernel that could be held was submitted as it came (fa_note) or was
+ * held (fa_held): either way it extends q's current run (a run held in
+ * part is learned as a whole, but is not an unfused occurrence for the
+ * report). Held under the extension API, it ends the run. Caller holds
+ * q->lock. */
 void fa_note(struct fq *q, struct fk_kernel *r, cl_uint dim, const size_t *gws);
+void fa_held(struct fq *q, struct fk_kernel *r, cl_uint dim, const size_t *gws);
 
 /* The report (CLSHIM_FUSION_REPORT; fa_reporting is set when it is on):
  * fa_note_event gives the event of the kernel just noted (retained here);
- * fa_held is called after each kernel held (the first one starts the
- * occurrence's clock); fa_fused after plan sequence `seq` completed on q
+ * fa_held's first kernel held starts the fused occurrence's clock; fa_fused after plan sequence `seq` completed on q
  * and was fused (`launch`: the fused launch's event, taken over) or refused
  * (`launch` NULL, `why` the reason). Callers hold q->lock.
  * fa_write_report appends the entries to the file (at exit). */
 extern int fa_reporting;
 void fa_note_event(struct fq *q, cl_event ev);
-void fa_held(struct fq *q);
 void fa_fused(struct fq *q, int seq, cl_event launch, const char *why);
 void fa_write_report(void);
 /* Anything else on q (another command, a sync, a kernel that cannot be
- * held, held kernels): the current run ends. A run of 2 or more kernels
+ * held): the current run ends. A run of 2 or more kernels
  * seen twice on q is learned as a plan sequence, so that its next
  * occurrences are held and fused (when the analysis proves it safe).
  * Caller holds q->lock. */
@@ -394,6 +400,19 @@ void fa_break(struct fq *q);
  * holds it (a run's records are then always alive under q->lock). Caller
  * holds q->lock. */
 void fa_forget_kernel(struct fq *q, cl_kernel k);
+/* The run's first kernel is enqueued again with no sync since it (a loop
+ * enqueueing its step without syncs): learns the run's period when the
+ * run so far repeats one. Caller holds q->lock. */
+void fa_repeat(struct fq *q);
+/* Learned sequence `seq` was refused for a lasting reason (FB_REFUSED_KEY
+ * or _ALWAYS). When it never fused, it is retired (never held again) and
+ * its next window is learned instead (docs/fusion.md, "Automatic fusion"):
+ * 1 then, 0 when nothing changed. Caller holds a queue lock. */
+int fa_refused(uint32_t seq);
+/* Learned sequence `seq` fused for the first time: when it is a window of
+ * a longer run, the kernels of the run after it are learned as the next
+ * window. Caller holds a queue lock. */
+void fa_first_fused(uint32_t seq);
 /* Whether q has a run in progress (no lock; a hint to skip fa_break). */
 int fa_running(const struct fq *q);
 

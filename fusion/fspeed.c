@@ -195,8 +195,11 @@ uint32_t fs_follow(struct fq *q, const char *name)
 {
     uint32_t seq1 = q->fs_follow;
     const struct plan_seq *s = &fb_plan->seqs[seq1 - 1];
-    if (strcmp(s->names[q->fs_pos], name)) { /* not the occurrence (another kernel, or one held elsewhere) */
-        q->fs_follow = 0;
+    if (strcmp(s->names[q->fs_pos], name)) {
+        /* Before its first kernel, other kernels may pass: the rest of the
+         * run the sequence is a window of (fauto.c). Once begun, another
+         * kernel ends the occurrence (or one held elsewhere). */
+        if (q->fs_pos) q->fs_follow = 0;
         return 0;
     }
     if (!q->fs_pos) q->fs_t0 = fs_now_ms();
@@ -223,6 +226,14 @@ int fs_measured(uint32_t s, double *fused_ms, double *unfused_ms)
     int m = f->measured;
     *fused_ms = f->fused_ms;
     *unfused_ms = f->unfused_ms;
+    if (!m && f->nf >= FS_N / 2 + 1 && f->nu >= FS_N / 2 + 1) { /* a measurement the process ended in: most of it */
+        float fused[FS_N], unfused[FS_N];
+        memcpy(fused, f->fused, sizeof fused);
+        memcpy(unfused, f->unfused, sizeof unfused);
+        *fused_ms = median(fused, f->nf);
+        *unfused_ms = median(unfused, f->nu);
+        m = 1;
+    }
     pthread_mutex_unlock(&fs_lock);
     return m;
 }

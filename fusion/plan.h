@@ -38,7 +38,10 @@
  *                   naming the plan position). Not with `internal` alone.
  * A sequence has 2..PLAN_MAX_SEQ kernels (a name may repeat); a plan has at
  * most PLAN_MAX_SEQS sequences. A sequence may not repeat another, nor be a
- * prefix of another (the batcher could not tell where it ends).
+ * prefix of another (the batcher could not tell where it ends). Automatic
+ * fusion keeps the rule among the sequences that can still be held: a
+ * window it learns may be the prefix of a learned sequence it retired,
+ * which is never a candidate again (fusion/fauto.c).
  *
  * Parsing never trusts its input (it is fuzzed): any byte sequence yields a
  * plan or one error "ORIGIN:LINE:COLUMN: message" (ORIGIN is the file path

@@ -34,8 +34,9 @@
       "cache hits and misses of each, and print the `clshim run` line to use.")                     \
     C("plan suggest", "[--] CMD [ARGS...]",                                                         \
       "Run CMD once with automatic fusion (its output goes to standard error) and print a fusion "  \
-      "plan of the kernel sequences that ran back to back and that clshim fused, with the time "    \
-      "each took unfused and fused (docs/fusion.md).")                                              \
+      "plan of the kernel sequences that clshim fused, grouped by the recurring run each is part "  \
+      "of, with what of that run fused, why the rest did not, and the expected gain as the "        \
+      "program issues the sequence (docs/fusion.md).")                                              \
     C("config", "[--docs]",                                                                         \
       "Print every knob's effective value and where it came from (default, config file or "         \
       "environment).")                                                                              \

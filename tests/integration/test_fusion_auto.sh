@@ -18,6 +18,8 @@ auto_vs_plain() {
     same_output "ref_$tag" "$tag" "$tag: every buffer bit for bit as without clshim"
 }
 fused() { occurrences "fused $1 into one launch" "$TMP/$2.err"; }
+# summary_says TAG TEXT WHAT: the exit summary of TAG's run begins with TEXT, else fails saying WHAT
+summary_says() { grep -q "fusion summary: $2" "$TMP/$1.err" || fail "$1: $3"; }
 # refused TAG: the lines saying a fusion was refused (each kind once; not
 # the exit summary's repeat counts)
 refused() { grep 'refused' "$TMP/$1.err" | grep -v 'fusion summary\|fusion: again [0-9]* times' || true; }
@@ -108,17 +110,69 @@ auto_vs_plain waitmid --mode waitmid --iterations 6
 [ "$(count 'learned k1' "$TMP/waitmid.err")" = 0 ] || fail "waitmid: a sequence across clWaitForEvents was learned"
 [ "$(count 'auto: learned k2+k3' "$TMP/waitmid.err")" = 1 ] || fail "waitmid: k2+k3 not learned"
 [ "$(fused k2+k3 waitmid)" = 4 ] || fail "waitmid: expected k2+k3 fused 4 times, got $(fused k2+k3 waitmid)"
-grep -q "fusion summary: 4 fused launches replaced 8 kernel launches; 0 held kernels submitted unfused" \
-    "$TMP/waitmid.err" || fail "waitmid: kernels were held and submitted at the wait"
+summary_says waitmid "4 fused launches replaced 8 kernel launches; 0 held kernels submitted unfused" \
+    "kernels were held and submitted at the wait"
 ok "waitmid: clWaitForEvents ends the run; k2+k3 after it fused 4 times, nothing held across the wait"
 
-# 5. The same pair enqueued over and over without syncs: runs split where
-#    their first kernel comes again.
+# 5. The same pair enqueued over and over without syncs: the run's period
+#    is learned when the pair has come twice.
 auto_vs_plain pairs --mode pairs --iterations 8
 [ "$(fused k1+k2 pairs)" = 6 ] || fail "pairs: expected 6 fused launches, got $(fused k1+k2 pairs)"
 ok "pairs: a loop without syncs is learned and fused"
 
-# 5b. Kernel objects created and released in every iteration: learned by
+# 5a. A step whose first kernel recurs inside it (k1 k1 k2 k3 per iteration,
+#     no syncs; PyOpenCL's `s*x + c` is two kernels of one name): the run's
+#     period, the whole step, is learned after two steps and fused from the
+#     third; nothing held is ever broken off.
+auto_vs_plain steps --mode steps --iterations 10
+[ "$(grep 'auto: learned' "$TMP/steps.err")" = \
+  "clshim: fusion: auto: learned k1+k1+k2+k3 (the period of a run enqueued without syncs); its next occurrences are fused if proven safe" ] ||
+    fail "steps: not the whole step k1+k1+k2+k3 alone learned, as the run's period"
+summary_says steps "8 fused launches replaced 32 kernel launches; 0 held kernels submitted unfused" \
+    "not 8 steps fused whole, or held kernels submitted unfused"
+ok "steps: the period k1+k1+k2+k3 learned, 8 of 10 steps fused whole"
+
+# 5b. Windows of a refused sequence: k1 k2 blur k3 k4 needs a barrier
+#     (blur reads k2's output around its index). Refused at its 3rd
+#     occurrence, its windows are learned longest first from the left, one
+#     an occurrence: k1+k2+blur+k3 (refused), k1+k2+blur (refused), k1+k2
+#     (fused from the 6th on); the rest after it, blur+k3+k4, is learned as
+#     k1+k2 first fuses, and fuses from that same occurrence on.
+auto_vs_plain windows --mode windows --iterations 10
+for w in k1+k2+blur+k3 k1+k2+blur k1+k2; do
+    [ "$(count "auto: learned $w (a window of " "$TMP/windows.err")" = 1 ] || fail "windows: window $w not learned once"
+done
+[ "$(count 'auto: learned blur+k3+k4 (the rest of a run after k1+k2, which fused)' "$TMP/windows.err")" = 1 ] ||
+    fail "windows: the rest after the fused window was not learned"
+[ "$(count 'auto: learned k2+\|auto: learned blur+k3 \|auto: learned k3' "$TMP/windows.err")" = 0 ] ||
+    fail "windows: a window past the fused ones was learned"
+[ "$(fused k1+k2 windows)" = 5 ] || fail "windows: expected k1+k2 fused 5 times, got $(fused k1+k2 windows)"
+[ "$(fused blur+k3+k4 windows)" = 5 ] || fail "windows: expected blur+k3+k4 fused 5 times, got $(fused blur+k3+k4 windows)"
+[ "$(refused windows | grep -c 'not tried again: a shorter window of it is learned instead')" = 3 ] ||
+    fail "windows: expected 3 refusals, each retiring its sequence"
+ok "windows: the refused k1+k2+blur+k3+k4 fuses as k1+k2 and blur+k3+k4"
+
+# 5c. A learned sequence the program stops completing: k1+k2 learned in the
+#     first two iterations, then k1 blur. Held k1 broken off by blur costs
+#     the wait for nothing, so k1+k2 backs off as after a refusal, doubling:
+#     of 38 occurrences it is held at the 1st, 3rd, 6th, 11th, 20th and 37th
+#     (without the back-off, at all 38).
+auto_vs_plain broken --mode broken --iterations 40
+[ "$(occurrences "'blur' breaks the sequence (expected 'k2')" "$TMP/broken.err")" = 6 ] ||
+    fail "broken: k1+k2 held $(occurrences "'blur' breaks the sequence" "$TMP/broken.err") times, not 6 (a doubling back-off)"
+ok "broken: a learned sequence broken off backs off (held 6 times in 38)"
+
+# 5d. The bundled demo (examples/pipeline), no plan: its five-kernel run is
+#     refused (partial_sum has a local size); the window standardize+gain+
+#     clamp01+histogram16 fuses, the part the shipped plan fuses with it.
+fresh_pocl; run_plain ref_demo "$CLSHIM_BUILD/examples/pipeline" 65536 8
+fresh_pocl; run_shim demo env CLSHIM_FUSION=auto "$CLSHIM_BUILD/examples/pipeline" 65536 8
+same_output ref_demo demo "demo: as without clshim"
+[ "$(occurrences 'fused standardize+gain+clamp01' "$TMP/demo.err")" -ge 4 ] ||
+    fail "demo: standardize+gain+clamp01 was not fused ($(occurrences 'fused standardize+gain+clamp01' "$TMP/demo.err") launches)"
+ok "demo: auto fuses a window with standardize+gain+clamp01 ($(grep -o 'fused standardize[a-z0-9+]*' "$TMP/demo.err" | sort -u | tr '\n' ' '))"
+
+# 5e. Kernel objects created and released in every iteration: learned by
 #     name, fused.
 auto_vs_plain recreate --mode recreate --iterations 6
 [ "$(fused k1+k2+k3 recreate)" = 4 ] || fail "recreate: expected 4 fused launches, got $(fused k1+k2+k3 recreate)"

@@ -13,8 +13,16 @@
  *   sync     k1, clFinish, k2, clFinish, k3, k4 (the chain broken by syncs)
  *   waitmid  k1, clWaitForEvents on k1's event, k2, k3 (a host wait
  *            splits the chain as a clFinish would)
- *   pairs    k1 k2 k1 k2 ... without syncs in between (runs split at the
- *            repeat of their first kernel)
+ *   pairs    k1 k2 k1 k2 ... without syncs in between (the run's period
+ *            is learned: k1+k2)
+ *   steps    k1 k1 k2 k3 per iteration without syncs in between: the
+ *            step's first kernel recurs inside it (as PyOpenCL's array
+ *            expressions do), its period is still the whole step
+ *   windows  k1 k2 blur k3 k4, clFinish: refused whole (blur reads k2's
+ *            output around its own index), its windows k1+k2 and
+ *            blur+k3+k4 fuse
+ *   broken   k1 k2 in the first 2 iterations (learned), then k1 blur: the
+ *            learned k1+k2 is broken off wherever it is held
  *   recreate k1 k2 k3 from kernel objects created for the iteration and
  *            released after its clFinish (the driver may hand the next
  *            ones the same handles)
@@ -94,7 +102,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--iterations") && i + 1 < argc) iters = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--n") && i + 1 < argc) n_elems = (size_t)atol(argv[++i]);
         else {
-            fprintf(stderr, "usage: fusion_auto --mode chain4|stencil|alias|unalias|sync|waitmid|pairs|recreate "
+            fprintf(stderr, "usage: fusion_auto --mode chain4|stencil|alias|unalias|sync|waitmid|pairs|steps|windows|broken|recreate "
                             "[--iterations N] [--n N]\n");
             return 2;
         }
@@ -155,6 +163,22 @@ int main(int argc, char **argv)
             CHECK(clReleaseKernel(f1));
             CHECK(clReleaseKernel(f2));
             CHECK(clReleaseKernel(f3));
+        } else if (!strcmp(mode, "steps")) {
+            run(k1, in, t1, a, n);
+            run(k1, t1, t2, a, n);
+            run(k2, t2, t3, a, n);
+            run(k3, t3, out, a, n);
+            if (it + 1 < iters) continue; /* no sync between iterations */
+        } else if (!strcmp(mode, "windows")) {
+            run(k1, in, t1, a, n);
+            run(k2, t1, t2, a, n);
+            run(blur, t2, t3, a, n);
+            run(k3, t3, out, a, n);
+            run(k4, out, t1, a, n);
+        } else if (!strcmp(mode, "broken")) {
+            run(k1, in, t1, a, n);
+            if (it < 2) run(k2, t1, t2, a, n);
+            else run(blur, t1, out, a, n);
         } else if (!strcmp(mode, "pairs")) {
             run(k1, in, t1, a, n);
             run(k2, t1, t2, a, n);
