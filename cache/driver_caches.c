@@ -45,17 +45,47 @@ static int make_dirs(char *path)
     }
 }
 
+/* Whether every directory from `dir` up to / that exists is a real
+ * directory (no symbolic link), owned by root or this user, and not
+ * writable by group or others unless sticky; and `dir` itself, if it
+ * exists, this user's and not writable by others. The store applies the
+ * same rule before it uses or creates a cache directory
+ * (cache/store_open.c): a directory another user could swap would let them
+ * choose the code the drivers load from their caches. */
+static int safe_ancestry(const char *dir)
+{
+    char path[4096];
+    if (dir[0] != '/' || snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) return 0;
+    int first = 1;
+    for (;;) {
+        struct stat st;
+        if (lstat(path, &st) == 0) {
+            if (!S_ISDIR(st.st_mode)) return 0;
+            if (first ? st.st_uid != geteuid() || (st.st_mode & 022)
+                      : (st.st_uid != 0 && st.st_uid != geteuid()) ||
+                            ((st.st_mode & 022) && !(st.st_mode & S_ISVTX)))
+                return 0;
+        } else if (errno != ENOENT) {
+            return 0;
+        }
+        first = 0;
+        char *slash = strrchr(path, '/');
+        if (slash == path) {
+            if (!path[1]) return 1;
+            path[1] = 0;
+        } else {
+            *slash = 0;
+        }
+    }
+}
+
 /* Whether CLSHIM_DRIVER_CACHES=auto keeps the drivers' caches: only in a
  * cache directory the user named (a CI job names the directory it keeps;
  * with the default one the drivers' default caches persist beside it in the
- * same home), that this run may write, and that is this user's own and
- * private (clshim reads a shared administrator's cache without writing). */
+ * same home), that this run may write. */
 static int auto_applies(const struct clshim_config *cfg)
 {
-    if (!cfg->cache_dir || !*cfg->cache_dir || !cfg->cache || cfg->cache_readonly) return 0;
-    struct stat st;
-    if (stat(cfg->cache_dir, &st) != 0) return errno == ENOENT; /* made private at first open */
-    return S_ISDIR(st.st_mode) && st.st_uid == geteuid() && !(st.st_mode & 022);
+    return cfg->cache_dir && *cfg->cache_dir && cfg->cache && !cfg->cache_readonly;
 }
 
 void driver_caches_apply(const struct clshim_config *cfg)
@@ -66,9 +96,14 @@ void driver_caches_apply(const struct clshim_config *cfg)
     if (automatic && !auto_applies(cfg)) return;
     /* Under auto a failure is not the user's request failing: quiet. */
     int level = automatic ? LOG_DEBUG : LOG_WARN;
-    char base[4096];
-    if (driver_caches_dir(cfg, base, sizeof base) != 0) {
+    char base[4096], dir[4096];
+    if (driver_caches_dir(cfg, base, sizeof base) != 0 || config_cache_dir(cfg, dir, sizeof dir) != 0) {
         log_msg(level, "driver caches: no cache directory; the drivers keep their own");
+        return;
+    }
+    if (!safe_ancestry(dir)) {
+        log_msg(level, "driver caches: %s, or a directory on its way, is not private (or is a symbolic "
+                       "link); the drivers keep their own caches", dir);
         return;
     }
     for (size_t i = 0; i < sizeof drivers / sizeof drivers[0]; i++) {

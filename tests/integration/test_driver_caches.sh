@@ -61,6 +61,21 @@ fresh_pocl; run_plain ref2 "$FC" --mode chain
 for t in dflt off ro one; do same_output ref2 $t "$t: same results"; done
 ok "auto stands aside for the default directory, a read-only cache and 0; 1 applies everywhere"
 
+# 2c. A cache directory another user could swap (below an open parent, or a
+#     symbolic link) never gets them, even with 1: they would choose the
+#     code the drivers load. 1 says so in one line.
+mkdir -p "$TMP/open"; chmod 0777 "$TMP/open"
+run_plain openp env -u POCL_CACHE_DIR -u CUDA_CACHE_PATH CLSHIM_CACHE_DIR="$TMP/open/c" CLSHIM_DRIVER_CACHES=1 \
+    LD_PRELOAD="$SHIM" "$FC" --mode chain
+[ ! -e "$TMP/open/c" ] || fail "open parent: a directory was made below it"
+[ "$(count "driver caches: $TMP/open/c, or a directory on its way, is not private" "$TMP/openp.err")" = 1 ] ||
+    fail "open parent: not one line saying why"
+mkdir -p "$TMP/real"; chmod 700 "$TMP/real"; ln -s "$TMP/real" "$TMP/link"
+run_plain linkc env -u POCL_CACHE_DIR -u CUDA_CACHE_PATH CLSHIM_CACHE_DIR="$TMP/link" LD_PRELOAD="$SHIM" "$FC" --mode chain
+[ ! -e "$TMP/real/driver" ] || fail "a cache directory that is a symbolic link got the driver caches"
+for t in openp linkc; do same_output ref2 $t "$t: same results"; done
+ok "not below an open parent nor through a symbolic link, even with 1"
+
 # 3. export/import --with-driver-caches: a fresh cache directory gets clshim's
 #    entries and PoCL's kcache; a run on it compiles nothing in PoCL. (A
 #    second run first: a clshim hit loads a PoCL binary, which PoCL keeps in
