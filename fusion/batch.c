@@ -619,13 +619,23 @@ static void backoff_fused(uint32_t s)
 
 /* ---- plan matching ------------------------------------------------------------------ */
 
-static int plan_start(struct fq *q, const char *name)
+/* Finds the sequences kernel r starts (not backing off) as candidates.
+ * A kernel that starts none is remembered as such with the plan's size
+ * (sequences are only ever appended), so that under automatic fusion a
+ * kernel enqueued again and again compares no names until the plan grows. */
+static int plan_start(struct fq *q, struct fk_kernel *r)
 {
-    if (!q->cand && !(q->cand = malloc(fb_plan_cap * sizeof *q->cand))) return 0;
     q->ncand = 0;
     uint32_t nseqs = fb_plan_nseqs();
+    if (__atomic_load_n(&r->starts_none, __ATOMIC_RELAXED) == nseqs + 1) return 0;
+    if (!q->cand && !(q->cand = malloc(fb_plan_cap * sizeof *q->cand))) return 0;
+    int starts = 0;
     for (uint32_t s = 0; s < nseqs; s++)
-        if (!strcmp(fb_plan->seqs[s].names[0], name) && !backoff_skips(s)) q->cand[q->ncand++] = s;
+        if (!strcmp(fb_plan->seqs[s].names[0], r->name)) {
+            starts = 1;
+            if (!backoff_skips(s)) q->cand[q->ncand++] = s;
+        }
+    if (!starts) __atomic_store_n(&r->starts_none, nseqs + 1, __ATOMIC_RELAXED);
     return q->ncand > 0;
 }
 
@@ -830,7 +840,15 @@ static cl_int forward(struct fq *q, struct fk_kernel *r, cl_kernel k, cl_uint di
 {
     cl_event buf[16];
     cl_event *waits = wl && __atomic_load_n(&fb_tracked_events, __ATOMIC_ACQUIRE) ? subst_waits(nw, wl, buf, 16) : (cl_event *)wl;
-    int locked = r && r->track;
+    /* The kernel lock keeps a held kernel's submission (fb_submit_held,
+     * maybe on the idle timer's thread) from changing the driver's
+     * arguments under this launch. While nothing is held anywhere no such
+     * submission runs, nor can start with arguments other than the
+     * driver's: a kernel held later was snapshotted with the arguments it
+     * has now (changing them meanwhile, on another thread, would race with
+     * this launch in the plain driver as well). So the common case, a
+     * kernel that is not fused, takes no lock of its own. */
+    int locked = r && r->track && __atomic_load_n(&fb_held_total, __ATOMIC_ACQUIRE);
     if (locked) pthread_mutex_lock(&r->lock);
     cl_int rc = task ? fb_real->clEnqueueTask(q ? q->q : NULL, k, nw, waits, ev)
                      : fb_real->clEnqueueNDRangeKernel(q ? q->q : NULL, k, dim, off, gws, lws, nw, waits, ev);
@@ -877,7 +895,7 @@ cl_int fusion_enqueue_kernel(cl_command_queue queue, cl_kernel k, cl_uint dim, c
             }
             fb_submit_held(q, &p);
         }
-        if (!q->nheld && !plan_start(q, r->name)) want = 0;
+        if (!q->nheld && !plan_start(q, r)) want = 0;
     }
     if (want && !held) {
         pthread_mutex_lock(&r->lock);

@@ -122,6 +122,8 @@ struct fk_kernel {
                              without it by replays (fk_args_gen) */
     int all_set;          /* fk_complete found every argument set; cleared with any of them */
     cl_uint nheap;        /* arguments whose value is on the heap (size > 16) */
+    uint32_t starts_none; /* 1 + the plan's sequence count when none of them started with this kernel
+                             (atomic: plan_start on any queue) */
     cl_device_id wg_dev;  /* CL_KERNEL_WORK_GROUP_SIZE cached for this device */
     size_t wg_max;
 };

@@ -252,13 +252,17 @@ int fa_running(const struct fq *q)
 void fa_before_kernel(struct fq *q, const struct fk_kernel *r)
 {
     const struct fa_watch *w = q->watch;
-    if (w && w->n && w->run[0] == r) fa_break(q);
+    /* A run of r alone that r continues stays that run (fa_note keeps it):
+     * breaking it would learn nothing, and a kernel enqueued over and over
+     * costs no more than one comparison. The report records each run's
+     * start, so it breaks. */
+    if (w && w->n && w->run[0] == r && (w->n > 1 || fa_reporting)) fa_break(q);
 }
 
 void fa_note(struct fq *q, struct fk_kernel *r, cl_uint dim, const size_t *gws)
 {
     struct fa_watch *w = watch_of(q);
-    if (!w) return;
+    if (!w || (w->n == 1 && w->run[0] == r && !fa_reporting)) return; /* the same run (fa_before_kernel) */
     if (!w->n) {
         w->dim = dim;
         for (cl_uint d = 0; d < 3; d++) w->gws[d] = d < dim ? gws[d] : 1;
