@@ -271,6 +271,9 @@ struct fq {
     uint32_t fs_pos;      /* its kernels seen so far */
     struct fs_ticket fs_tk; /* its measurement */
     struct fa_watch *watch; /* automatic fusion: the run of kernels seen since the last break (fauto.c) */
+    struct fk_kernel *steady; /* automatic fusion: an enqueue of this kernel here would change nothing but
+                                 be forwarded (fusion_enqueue_kernel's fast path). Set at the end of an
+                                 enqueue, cleared whenever q->lock is taken (fq_lock); read without it */
     uint32_t holds;       /* kernels held here so far (written under lock, read atomically by the idle timer) */
     uint32_t idle_seen;   /* the idle timer's own (fidle.c): holds at its last tick ... */
     int idle_valid;       /* ... while work was held */
@@ -393,6 +396,8 @@ void fa_break(struct fq *q);
  * holds it (a run's records are then always alive under q->lock). Caller
  * holds q->lock. */
 void fa_forget_kernel(struct fq *q, cl_kernel k);
+/* Whether q's run is kernel r alone (caller holds q->lock). */
+int fa_run_is(const struct fq *q, const struct fk_kernel *r);
 /* Whether q has a run in progress (no lock; a hint to skip fa_break). */
 int fa_running(const struct fq *q);
 

@@ -249,6 +249,12 @@ int fa_running(const struct fq *q)
     return w && __atomic_load_n(&w->n, __ATOMIC_RELAXED) > 0;
 }
 
+int fa_run_is(const struct fq *q, const struct fk_kernel *r)
+{
+    const struct fa_watch *w = q->watch;
+    return w && w->n == 1 && w->run[0] == r;
+}
+
 void fa_before_kernel(struct fq *q, const struct fk_kernel *r)
 {
     const struct fa_watch *w = q->watch;
