@@ -71,6 +71,21 @@ regress replay "k0+k1+k2" --sequence k0,k1,k2 --iterations 30
 grep -q "fusion summary: 30 fused launches replaced 90 kernel launches; 0 held kernels submitted unfused; 0 fusions refused; 29 replays$" \
     "$TMP/replay.err" || fail "replay: $(grep 'fusion summary' "$TMP/replay.err")"
 
+# 1d. Automatic fusion's fast path (fusion/batch.c, fq.steady): a kernel
+#     enqueued again and again, alone in the queue's run, is forwarded
+#     without the queue lock, and stops being so once it starts a learned
+#     sequence. k0 three times, then k1 and k2, ten times: k0+k1+k2 is
+#     learned at the third iteration and fused in each of the 8 after; the
+#     first two k0 of those are held, and submitted unfused when the next
+#     k0 breaks them. CLSHIM_FUSION_HOLD_MS=0: no idle submission, so the
+#     counts do not depend on the machine's load.
+run_ref ref_steady "$FM" --sequence k0,k0,k0,k1,k2 --iterations 10
+run_shim steady env CLSHIM_FUSION=auto CLSHIM_FUSION_HOLD_MS=0 "$FM" --sequence k0,k0,k0,k1,k2 --iterations 10
+same_output ref_steady steady "steady: k0 again and again, then k0+k1+k2: same results as without clshim"
+grep -q "fusion summary: 8 fused launches replaced 24 kernel launches; 16 held kernels submitted unfused; 0 fusions refused" \
+    "$TMP/steady.err" || fail "steady: $(grep 'fusion summary' "$TMP/steady.err")"
+ok "steady: a kernel enqueued again and again is held again once it starts a learned sequence"
+
 # 2. The model. Failures found by it stay as fixed seeds (PLAN:FIRST:COUNT):
 #    1:0:1   a held prefix broken by a kernel starting no sequence (the abort above);
 #    6:0:32  case 31 (under load, about 1 run in 30): a buffer differed: a new kernel
