@@ -51,6 +51,15 @@ static pthread_mutex_t create_lock = PTHREAD_MUTEX_INITIALIZER;
 
 #define STAT_ADD(v, n) __atomic_add_fetch(&(v), (n), __ATOMIC_RELAXED)
 
+/* Takes q's lock. Whoever takes it may change what an enqueue would do
+ * there: the fast path of automatic fusion's steady state (fq.steady) ends
+ * until an enqueue finds it again. */
+static void fq_lock(struct fq *q)
+{
+    pthread_mutex_lock(&q->lock);
+    __atomic_store_n(&q->steady, NULL, __ATOMIC_RELAXED);
+}
+
 /* The first broken invariant of q (see the top of this file), or NULL.
  * Cheap: run before every submission or fusion of held kernels, never on
  * the path of a kernel that is only held. Caller holds q->lock. */
@@ -293,7 +302,7 @@ static void unwatch_kernel(cl_kernel k)
     if (!fb_auto) return;
     for (struct fq *q = __atomic_load_n(&all_queues, __ATOMIC_ACQUIRE); q; q = q->next_all) {
         if (!fa_running(q)) continue;
-        pthread_mutex_lock(&q->lock);
+        fq_lock(q);
         fa_forget_kernel(q, k);
         pthread_mutex_unlock(&q->lock);
     }
@@ -314,7 +323,7 @@ void fusion_release_queue(cl_command_queue q)
     if (!r) return;
     struct fb_pending p = {0};
     cl_uint refs = 0;
-    pthread_mutex_lock(&r->lock);
+    fq_lock(r);
     if (r->nheld) fb_submit_held(r, &p);
     fa_break(r);
     r->ext = 0;
@@ -418,6 +427,7 @@ int fb_submit_idle(struct fq *q, uint32_t holds, unsigned period_ms)
     struct fb_pending p = {0};
     int idle = 0;
     if (pthread_mutex_trylock(&q->lock) != 0) return 0; /* someone works on the queue (fusing it): not idle */
+    __atomic_store_n(&q->steady, NULL, __ATOMIC_RELAXED); /* as fq_lock */
     if (q->nheld && !q->ext && q->holds == holds) { /* nothing held since the timer looked */
         idle = 1;
         if (log_enabled(LOG_INFO)) {
@@ -437,7 +447,7 @@ int fb_submit_idle(struct fq *q, uint32_t holds, unsigned period_ms)
 void fb_cancel(struct fq *q, const char *why)
 {
     struct fb_pending p = {0};
-    pthread_mutex_lock(&q->lock);
+    fq_lock(q);
     if (q->nheld) {
         if (log_enabled(LOG_INFO)) {
             char names[512];
@@ -638,25 +648,33 @@ static void backoff_fused(uint32_t s)
 
 /* ---- plan matching ------------------------------------------------------------------ */
 
-/* Starts matching at a first kernel `name`. A sequence that sits this
- * occurrence out (back-off, or the unfused half of a measurement) lets its
- * whole occurrence pass: passes() keeps its later kernels from starting a
- * hold, which, where kernel names repeat (PyOpenCL names every elementwise
- * kernel elwise_kernel), would hold the occurrence from its second kernel
- * on and fuse a rotation of the sequence: another fused program to build,
- * and a measurement that never sees its unfused occurrence. */
-static int plan_start(struct fq *q, const char *name)
+/* Starts matching at a first kernel r: the sequences r starts (not backing
+ * off) become the candidates. A kernel that starts none is remembered as
+ * such with the plan's size (sequences are only ever appended), so that
+ * under automatic fusion a kernel enqueued again and again compares no
+ * names until the plan grows. A sequence that sits this occurrence out
+ * (back-off, or the unfused half of a measurement) lets its whole
+ * occurrence pass: passes() keeps its later kernels from starting a hold,
+ * which, where kernel names repeat (PyOpenCL names every elementwise kernel
+ * elwise_kernel), would hold the occurrence from its second kernel on and
+ * fuse a rotation of the sequence: another fused program to build, and a
+ * measurement that never sees its unfused occurrence. */
+static int plan_start(struct fq *q, struct fk_kernel *r)
 {
-    if (!q->cand && !(q->cand = malloc(fb_plan_cap * sizeof *q->cand))) return 0;
     q->ncand = 0;
     uint32_t nseqs = fb_plan_nseqs(), passing = 0;
+    if (__atomic_load_n(&r->starts_none, __ATOMIC_RELAXED) == nseqs + 1) return 0;
+    if (!q->cand && !(q->cand = malloc(fb_plan_cap * sizeof *q->cand))) return 0;
+    int starts = 0;
     for (uint32_t s = 0; s < nseqs; s++) {
-        if (strcmp(fb_plan->seqs[s].names[0], name)) continue;
+        if (strcmp(fb_plan->seqs[s].names[0], r->name)) continue;
+        starts = 1;
         if (!backoff_skips(s)) q->cand[q->ncand++] = s;
         else if (fb_plan->seqs[s].n > 1 && __atomic_load_n(&fb_backoff[s].skip, __ATOMIC_RELAXED) != BACKOFF_NEVER &&
                  (!passing || fb_plan->seqs[s].n > fb_plan->seqs[passing - 1].n))
             passing = s + 1; /* a retired one (BACKOFF_NEVER) lets its windows start anywhere in it */
     }
+    if (!starts) __atomic_store_n(&r->starts_none, nseqs + 1, __ATOMIC_RELAXED);
     q->passing = q->ncand ? 0 : passing;
     q->passing_pos = 1;
     return q->ncand > 0;
@@ -884,7 +902,15 @@ static cl_int forward(struct fq *q, struct fk_kernel *r, cl_kernel k, cl_uint di
 {
     cl_event buf[16];
     cl_event *waits = wl && __atomic_load_n(&fb_tracked_events, __ATOMIC_ACQUIRE) ? subst_waits(nw, wl, buf, 16) : (cl_event *)wl;
-    int locked = r && r->track;
+    /* The kernel lock keeps a held kernel's submission (fb_submit_held,
+     * maybe on the idle timer's thread) from changing the driver's
+     * arguments under this launch. While nothing is held anywhere no such
+     * submission runs, nor can start with arguments other than the
+     * driver's: a kernel held later was snapshotted with the arguments it
+     * has now (changing them meanwhile, on another thread, would race with
+     * this launch in the plain driver as well). So the common case, a
+     * kernel that is not fused, takes no lock of its own. */
+    int locked = r && r->track && __atomic_load_n(&fb_held_total, __ATOMIC_ACQUIRE);
     if (locked) pthread_mutex_lock(&r->lock);
     cl_int rc = task ? fb_real->clEnqueueTask(q ? q->q : NULL, k, nw, waits, ev)
                      : fb_real->clEnqueueNDRangeKernel(q ? q->q : NULL, k, dim, off, gws, lws, nw, waits, ev);
@@ -903,6 +929,10 @@ static void unhold_foreign(struct fq *own, cl_uint nw, const cl_event *wl)
     }
 }
 
+static cl_int enqueue_locked(struct fq *q, struct fk_kernel *r, cl_kernel k, cl_uint dim, const size_t *off,
+                             const size_t *gws, const size_t *lws, cl_uint nw, const cl_event *wl, cl_event *ev,
+                             int task);
+
 cl_int fusion_enqueue_kernel(cl_command_queue queue, cl_kernel k, cl_uint dim, const size_t *off, const size_t *gws,
                              const size_t *lws, cl_uint nw, const cl_event *wl, cl_event *ev, int task)
 {
@@ -910,10 +940,32 @@ cl_int fusion_enqueue_kernel(cl_command_queue queue, cl_kernel k, cl_uint dim, c
     struct fq *q = fq_get(queue, 1);
     if (!q) return forward(NULL, r, k, dim, off, gws, lws, nw, wl, ev, task);
     unhold_foreign(q, nw, wl);
+    /* Automatic fusion's steady state: the kernel enqueued last here comes
+     * again (a loop of one kernel, nothing to fuse). Its enqueue would hold
+     * nothing, leave the queue's run as it is and only be forwarded, so it
+     * is, without the queue lock: fq.steady says the queue is as the last
+     * enqueue of r left it (anything taking the lock since cleared it), and
+     * the plan has not grown a sequence that r starts since. Other threads
+     * changing the queue meanwhile are concurrent with this call: it is
+     * ordered before them. */
+    if (r && !task && __atomic_load_n(&q->steady, __ATOMIC_ACQUIRE) == r &&
+        __atomic_load_n(&r->starts_none, __ATOMIC_RELAXED) == fb_plan_nseqs() + 1 && gws && dim - 1u <= 2u) {
+        fa_again(q);
+        return forward(q, r, k, dim, off, gws, lws, nw, wl, ev, 0);
+    }
+    return enqueue_locked(q, r, k, dim, off, gws, lws, nw, wl, ev, task);
+}
+
+/* The enqueue under q's lock: held, fused, or forwarded and watched. Not
+ * inlined: the fast path above pays no stack frame of its own. */
+__attribute__((noinline)) static cl_int enqueue_locked(struct fq *q, struct fk_kernel *r, cl_kernel k, cl_uint dim,
+                                                       const size_t *off, const size_t *gws, const size_t *lws,
+                                                       cl_uint nw, const cl_event *wl, cl_event *ev, int task)
+{
     struct fb_pending p = {0};
     cl_int rc = CL_SUCCESS;
     const char *why = NULL;
-    pthread_mutex_lock(&q->lock);
+    fq_lock(q);
     if (!q->nheld) q->replayed = 0;
     if (fb_auto && !q->ext) fa_before_kernel(q, r);
     int want = !task && r && !q->off && (q->ext || (fb_plan && (r->in_plan || fb_auto) && q->in_order));
@@ -933,7 +985,7 @@ cl_int fusion_enqueue_kernel(cl_command_queue queue, cl_kernel k, cl_uint dim, c
             backoff_broken(q);
             fb_submit_held(q, &p);
         }
-        if (!q->nheld && !plan_start(q, r->name)) want = 0;
+        if (!q->nheld && !plan_start(q, r)) want = 0;
     }
     if (want && !held) {
         pthread_mutex_lock(&r->lock);
@@ -990,6 +1042,12 @@ cl_int fusion_enqueue_kernel(cl_command_queue queue, cl_kernel k, cl_uint dim, c
             fs_time(q, follow_done - 1, &q->fs_tk, 0, last);
         }
         if (timing) fb_real->clReleaseEvent(timing);
+        /* The next enqueue of r here may take the fast path (above) when
+         * it would find what this one found: nothing held, no measurement
+         * following, r alone in the run and starting no sequence. */
+        if (noted && !fa_reporting && !follow_done && !q->nheld && !q->ext && !q->fs_follow && fa_run_is(q, r) &&
+            __atomic_load_n(&r->starts_none, __ATOMIC_RELAXED) == fb_plan_nseqs() + 1)
+            __atomic_store_n(&q->steady, r, __ATOMIC_RELEASE);
     }
     kick &= q->nheld > 0; /* still held: the sequence did not complete */
     pthread_mutex_unlock(&q->lock);
@@ -1043,7 +1101,7 @@ void fusion_host_wait(cl_uint n, const cl_event *list)
         if (!q && fb_real->clGetEventInfo(list[i], CL_EVENT_COMMAND_QUEUE, sizeof cq, &cq, NULL) == CL_SUCCESS && cq)
             q = fq_get(cq, 0);
         if (!q || !fa_running(q)) continue;
-        pthread_mutex_lock(&q->lock);
+        fq_lock(q);
         fa_break(q);
         pthread_mutex_unlock(&q->lock);
     }
@@ -1063,7 +1121,7 @@ void fusion_before_command(cl_command_queue queue, cl_uint n, const cl_event *li
     if (queue && fb_auto) { /* another command: the queue's run of kernels ends */
         struct fq *q = fq_get(queue, 0);
         if (q && fa_running(q)) {
-            pthread_mutex_lock(&q->lock);
+            fq_lock(q);
             fa_break(q);
             pthread_mutex_unlock(&q->lock);
         }
@@ -1095,7 +1153,7 @@ static void cancel_where(int (*match)(const struct held *, const void *), const 
     for (struct fq *q = __atomic_load_n(&all_queues, __ATOMIC_ACQUIRE); q; q = q->next_all) {
         if (!__atomic_load_n(&q->nheld, __ATOMIC_ACQUIRE)) continue;
         int hit = 0;
-        pthread_mutex_lock(&q->lock);
+        fq_lock(q);
         for (uint32_t i = 0; i < q->nheld && !hit; i++) hit = match(&q->held[i], what);
         pthread_mutex_unlock(&q->lock);
         if (hit) fb_cancel(q, why);
@@ -1139,7 +1197,7 @@ static cl_int CL_API_CALL ext_start(cl_command_queue queue)
     if (!q) return CL_INVALID_COMMAND_QUEUE;
     struct fb_pending p = {0};
     cl_int rc = CL_SUCCESS;
-    pthread_mutex_lock(&q->lock);
+    fq_lock(q);
     if (q->ext) {
         rc = CL_INVALID_OPERATION;
     } else if (q->in_order && !q->off) {
@@ -1175,7 +1233,7 @@ static cl_int CL_API_CALL ext_cancel(cl_command_queue queue)
     struct fq *q = fq_get(queue, 1);
     if (!q) return CL_INVALID_COMMAND_QUEUE;
     struct fb_pending p = {0};
-    pthread_mutex_lock(&q->lock);
+    fq_lock(q);
     if (q->ext && q->nheld) fb_submit_held(q, &p);
     q->ext = 0;
     int report = ext_close(q);
@@ -1192,7 +1250,7 @@ static cl_int CL_API_CALL ext_query(cl_command_queue queue, cl_bool *in_fusion_m
     struct fq *q = fq_get(queue, 1);
     if (!q) return CL_INVALID_COMMAND_QUEUE;
     /* Read under the lock: ext changes under it (an early end on another thread). */
-    pthread_mutex_lock(&q->lock);
+    fq_lock(q);
     *in_fusion_mode = q->ext ? CL_TRUE : CL_FALSE;
     pthread_mutex_unlock(&q->lock);
     return CL_SUCCESS;
@@ -1222,7 +1280,7 @@ static cl_int CL_API_CALL ext_complete(cl_command_queue queue, const cl_fusion_p
     if (!q) return CL_INVALID_COMMAND_QUEUE;
     struct fb_pending p = {0};
     cl_event out = NULL;
-    pthread_mutex_lock(&q->lock);
+    fq_lock(q);
     if (q->ext && q->nheld >= 2) fuse_or_submit(q, flags, internal_args, -1, &p, event ? &out : NULL);
     else if (q->nheld) fb_submit_held(q, &p);
     q->ext = 0;

@@ -126,6 +126,8 @@ struct fk_kernel {
                              without it by replays (fk_args_gen) */
     int all_set;          /* fk_complete found every argument set; cleared with any of them */
     cl_uint nheap;        /* arguments whose value is on the heap (size > 16) */
+    uint32_t starts_none; /* 1 + the plan's sequence count when none of them started with this kernel
+                             (atomic: plan_start on any queue) */
     cl_device_id wg_dev;  /* CL_KERNEL_WORK_GROUP_SIZE cached for this device */
     size_t wg_max;
 };
@@ -276,6 +278,9 @@ struct fq {
     uint32_t fs_pos;      /* its kernels seen so far */
     struct fs_ticket fs_tk; /* its measurement */
     struct fa_watch *watch; /* automatic fusion: the run of kernels seen since the last break (fauto.c) */
+    struct fk_kernel *steady; /* automatic fusion: an enqueue of this kernel here would change nothing but
+                                 be forwarded (fusion_enqueue_kernel's fast path). Set at the end of an
+                                 enqueue, cleared whenever q->lock is taken (fq_lock); read without it */
     uint32_t holds;       /* kernels held here so far (written under lock, read atomically by the idle timer) */
     uint32_t idle_seen;   /* the idle timer's own (fidle.c): holds at its last tick ... */
     int idle_valid;       /* ... while work was held */
@@ -413,6 +418,11 @@ int fa_refused(uint32_t seq);
  * a longer run, the kernels of the run after it are learned as the next
  * window. Caller holds a queue lock. */
 void fa_first_fused(uint32_t seq);
+/* Kernel run[0] of q's run, its only kernel, came again (the steady fast
+ * path, without q->lock): counted, appended when another kernel comes. */
+void fa_again(struct fq *q);
+/* Whether q's run is kernel r alone (caller holds q->lock). */
+int fa_run_is(const struct fq *q, const struct fk_kernel *r);
 /* Whether q has a run in progress (no lock; a hint to skip fa_break). */
 int fa_running(const struct fq *q);
 

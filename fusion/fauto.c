@@ -103,6 +103,9 @@ struct fa_watch {
     double done_ms; /* when the queue's last timed occurrence completed (report; under report_lock) */
     int overflow;  /* the run had more than FA_RUN_MAX kernels */
     int held;      /* some of its kernels were held for fusion (its time is not an unfused one) */
+    uint32_t alone; /* times run[0], the run's only kernel, came again and was not appended yet
+                       (atomic: fa_again counts them without the lock; run_append appends them
+                       once another kernel comes, so a period such as k1 k1 k2 is kept) */
     uint64_t period_hash; /* of the names of the last period found here (fa_repeat) */
     struct fa_rep rep[FA_REPEATS]; /* the last repeats of the run's first kernel (report) */
     uint32_t next_rep;
@@ -386,11 +389,20 @@ int fa_running(const struct fq *q)
     return w && __atomic_load_n(&w->n, __ATOMIC_RELAXED) > 0;
 }
 
+int fa_run_is(const struct fq *q, const struct fk_kernel *r)
+{
+    const struct fa_watch *w = q->watch;
+    return w && w->n == 1 && w->run[0] == r;
+}
 
 void fa_before_kernel(struct fq *q, const struct fk_kernel *r)
 {
     const struct fa_watch *w = q->watch;
-    if (w && w->n && w->run[0] == r) fa_repeat(q);
+    /* A run of r alone that r continues stays that run (run_append keeps
+     * it): it has no period to learn, and a kernel enqueued over and over
+     * costs no more than one comparison. The report records each run's
+     * start, so it goes on to fa_repeat. */
+    if (w && w->n && w->run[0] == r && (w->n > 1 || fa_reporting)) fa_repeat(q);
 }
 
 /* Appends kernel r to q's run; `held`: it was held for fusion. */
@@ -398,6 +410,18 @@ static void run_append(struct fq *q, struct fk_kernel *r, cl_uint dim, const siz
 {
     struct fa_watch *w = watch_of(q);
     if (!w) return;
+    if (w->n == 1 && w->run[0] == r && !fa_reporting) { /* the same run (fa_before_kernel): counted only */
+        fa_again(q);
+        return;
+    }
+    for (uint32_t a = __atomic_exchange_n(&w->alone, 0, __ATOMIC_RELAXED); a && w->n; a--) {
+        if (w->n == FA_RUN_MAX) {
+            w->overflow = 1;
+            break;
+        }
+        w->run[w->n] = w->run[0];
+        __atomic_store_n(&w->n, w->n + 1, __ATOMIC_RELAXED);
+    }
     if (!w->n) {
         w->dim = dim;
         for (cl_uint d = 0; d < 3; d++) w->gws[d] = d < dim ? gws[d] : 1;
@@ -411,6 +435,12 @@ static void run_append(struct fq *q, struct fk_kernel *r, cl_uint dim, const siz
     }
     w->run[w->n] = r;
     __atomic_store_n(&w->n, w->n + 1, __ATOMIC_RELAXED);
+}
+
+void fa_again(struct fq *q)
+{
+    struct fa_watch *w = q->watch;
+    if (w && __atomic_load_n(&w->alone, __ATOMIC_RELAXED) < FA_RUN_MAX) __atomic_add_fetch(&w->alone, 1, __ATOMIC_RELAXED);
 }
 
 void fa_note(struct fq *q, struct fk_kernel *r, cl_uint dim, const size_t *gws) { run_append(q, r, dim, gws, 0); }
@@ -680,6 +710,7 @@ void fa_break(struct fq *q)
     uint32_t n = w->n;
     int usable = n >= 2 && !w->overflow;
     __atomic_store_n(&w->n, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&w->alone, 0, __ATOMIC_RELAXED);
     w->overflow = 0;
     cl_event last = w->last;
     w->last = NULL;

@@ -10,8 +10,8 @@
  *
  * The record's lock also guards the driver's copy of the arguments: the
  * batcher temporarily sets a held kernel's snapshot to submit it, so every
- * armed enqueue of a tracked kernel and every clSetKernelArg on it happens
- * under this lock.
+ * clSetKernelArg on a tracked kernel, and every armed enqueue of one while
+ * any kernel is held (batch.c, forward), happens under this lock.
  */
 #include <stdlib.h>
 #include <string.h>

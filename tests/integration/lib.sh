@@ -32,6 +32,11 @@ occurrences() {
 }
 
 fresh_pocl() { rm -rf "$POCL_CACHE_DIR"; mkdir -p "$POCL_CACHE_DIR"; }
+# The plain reference run of a comparison with the shim: the driver alone,
+# on a PoCL cache of its own that the test's reference runs share (what the
+# driver caches of its own compiles changes no result, and a cold PoCL
+# compile costs seconds: a fresh cache is for the runs under the shim).
+run_ref() { local tag=$1; shift; mkdir -p "$TMP/pocl-ref"; POCL_CACHE_DIR=$TMP/pocl-ref run_plain "$tag" "$@"; }
 
 finish() { echo "$checks checks passed"; }
 

@@ -11,7 +11,7 @@ PLAN="offset+scale+square;blend+offset+square"
 # shim_vs_plain TAG PLAN ARGS...: runs ARGS plainly and under the plan, compares.
 shim_vs_plain() {
     local tag=$1 plan=$2; shift 2
-    fresh_pocl; run_plain "ref_$tag" "$@"
+    run_ref "ref_$tag" "$@"
     fresh_pocl; run_shim "$tag" env CLSHIM_FUSE="$plan" "$@"
     same_output "ref_$tag" "$tag" "$tag: same results as without clshim"
 }
@@ -86,7 +86,7 @@ ok "il: kernels of a SPIR-V program fuse"
 #     clshim.
 PY=${COMPAT_PYTHON:-/usr/bin/python3}
 "$PY" -c 'import pyopencl, numpy' || fail "pyopencl: python3-pyopencl is missing (make check installs it)"
-fresh_pocl; run_plain ref_py "$PY" "$CLSHIM_ROOT/tests/integration/progs/pyopencl_chain.py"
+run_ref ref_py "$PY" "$CLSHIM_ROOT/tests/integration/progs/pyopencl_chain.py"
 # A sanitized shim in an uninstrumented interpreter: its runtime must come
 # first, or PoCL's threads start unseen by TSan (make check-sanitize).
 SANRT=$(ldd "$SHIM" | awk '/lib[at]san\.so/ && !found {print $3; found = 1}')
@@ -180,7 +180,7 @@ shim_vs_plain threads "$PLAN" "$FC" --mode threads --iterations 8
 ok "threads: two queues fuse concurrently"
 
 # 11. The extension API (the program falls back when the lookup gives NULL).
-fresh_pocl; run_plain ref_ext "$FE"
+run_ref ref_ext "$FE"
 fresh_pocl; run_shim ext "$FE"
 same_output ref_ext ext "extension: same results as without clshim"
 grep -q "ext: absent" "$TMP/ref_ext.err" || fail "extension: lookup without the shim did not return NULL"

@@ -11,7 +11,7 @@ FA=$PROGS/fusion_auto
 # auto_vs_plain TAG ARGS...: ARGS plainly and under CLSHIM_FUSION=auto, compared.
 auto_vs_plain() {
     local tag=$1; shift
-    fresh_pocl; run_plain "ref_$tag" "$FA" "$@"
+    run_ref "ref_$tag" "$FA" "$@"
     fresh_pocl; run_shim "$tag" env CLSHIM_FUSION=auto "$FA" "$@"
     [ "$(cat "$TMP/$tag.rc")" = 0 ] || fail "$tag: exit code $(cat "$TMP/$tag.rc")"
     [ "$(wc -l <"$TMP/$tag.out")" -ge 5 ] || fail "$tag: missing output lines"
@@ -43,7 +43,7 @@ ok "automatic fusion is off by default"
 
 # 1c. An invalid value is reported as any other invalid knob, fusion stays off.
 fresh_pocl; run_shim chain4_bad env CLSHIM_FUSION=always "$FA" --mode chain4 --iterations 4
-fresh_pocl; run_plain ref_chain4_4 "$FA" --mode chain4 --iterations 4
+run_ref ref_chain4_4 "$FA" --mode chain4 --iterations 4
 same_output ref_chain4_4 chain4_bad "CLSHIM_FUSION=always: as without clshim"
 grep -q 'CLSHIM_FUSION' "$TMP/chain4_bad.err" || fail "CLSHIM_FUSION=always: not reported"
 [ "$(count 'fused \|auto: learned' "$TMP/chain4_bad.err")" = 0 ] || fail "CLSHIM_FUSION=always: something fused"

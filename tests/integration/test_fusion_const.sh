@@ -11,7 +11,7 @@ FC=$PROGS/fusion_const
 baked() { count 'const: .* baked in' "$TMP/$1.err"; }
 
 # 1. The same values every iteration: baked once, reused, bit for bit.
-fresh_pocl; run_plain ref_same "$FC" --values same --iterations 3
+run_ref ref_same "$FC" --values same --iterations 3
 fresh_pocl; run_shim same env CLSHIM_FUSE="c1+c2+c3:const" "$FC" --values same --iterations 3
 same_output ref_same same "same values: every buffer of every iteration as plain"
 [ "$(occurrences 'fused c1+c2+c3 into one launch' "$TMP/same.err")" = 3 ] || fail "same: expected 3 fused launches"
@@ -22,7 +22,7 @@ grep -q 'fused c1+c2+c3 into one launch (6 parameters for 14 arguments)' "$TMP/s
 ok "const: 6 of 8 scalars baked (the two factors of a contracted a*b+c stay arguments), 6 parameters"
 
 # 2. Two sets of values, alternating: a program per set, never the other's.
-fresh_pocl; run_plain ref_alt "$FC" --values alternate --iterations 4
+run_ref ref_alt "$FC" --values alternate --iterations 4
 fresh_pocl; run_shim alt env CLSHIM_CACHE_DIR="$TMP/alt-cache" CLSHIM_FUSE="c1+c2+c3:const" "$FC" --values alternate --iterations 4
 same_output ref_alt alt "alternating values: every iteration as plain"
 [ "$(awk '$2 == "out" { print $3 }' "$TMP/alt.out" | sort -u | wc -l)" = 2 ] || fail "alt: the two sets give the same output (test is blind)"
@@ -47,7 +47,7 @@ ok "const is part of the key: the plain fusion keeps its 11 parameters"
 
 # 5. A new value every iteration: at most 8 baked programs, then the scalars
 #    are passed as arguments (one line), results always as plain.
-fresh_pocl; run_plain ref_new "$FC" --values new --iterations 11
+run_ref ref_new "$FC" --values new --iterations 11
 fresh_pocl; run_shim new env CLSHIM_CACHE_DIR="$TMP/new-cache" CLSHIM_FUSE="c1+c2+c3:const" "$FC" --values new --iterations 11
 same_output ref_new new "a new value each iteration: as plain"
 [ "$(baked new)" = 8 ] || fail "new: expected 8 baked programs, got $(baked new)"
@@ -56,7 +56,7 @@ same_output ref_new new "a new value each iteration: as plain"
 ok "const: 8 baked programs per sequence at most, then its scalars are arguments"
 
 # 6. The extension API's property CL_FUSION_CONST_CLSHIM.
-fresh_pocl; run_plain ref_ext "$FC" --values alternate --iterations 2
+run_ref ref_ext "$FC" --values alternate --iterations 2
 fresh_pocl; run_shim ext env CLSHIM_CACHE_DIR="$TMP/ext-cache" "$FC" --values alternate --iterations 2 --ext 1
 grep -q 'ext: present' "$TMP/ext.err" || fail "ext: the extension is absent"
 same_output ref_ext ext "extension API with CL_FUSION_CONST_CLSHIM: as plain"
@@ -75,7 +75,7 @@ ok "route (b): const not applied, one line"
 #    1-D range and fused, bit for bit. The same with the 2-D kernel writing
 #    column-major (not pointwise in the linear id), with local sizes, or on
 #    route (b): refused with the reason in the one line, results as plain.
-fresh_pocl; run_plain ref_dims "$FC" --mode dims --iterations 2
+run_ref ref_dims "$FC" --mode dims --iterations 2
 fresh_pocl; run_shim dims env CLSHIM_FUSE="d2+d1" "$FC" --mode dims --iterations 2
 same_output ref_dims dims "2-D then 1-D: as plain"
 [ "$(occurrences 'fused d2+d1 into one launch (5 parameters for 6 arguments)' "$TMP/dims.err")" = 2 ] ||
@@ -83,7 +83,7 @@ same_output ref_dims dims "2-D then 1-D: as plain"
 ok "2-D then 1-D over the same elements: remapped, fused, bit for bit"
 dims_refused() { # tag mode plan pattern [env...]
     local tag=$1 mode=$2 plan=$3 pattern=$4; shift 4
-    fresh_pocl; run_plain "ref_$tag" "$FC" --mode "$mode" --iterations 2
+    run_ref "ref_$tag" "$FC" --mode "$mode" --iterations 2
     fresh_pocl; run_shim "$tag" env CLSHIM_FUSE="$plan" "$@" "$FC" --mode "$mode" --iterations 2
     same_output "ref_$tag" "$tag" "$tag: as plain"
     [ "$(count "fusion of ${plan} (plan CLSHIM_FUSE:1:1) refused: $pattern" "$TMP/$tag.err")" = 1 ] ||

@@ -15,7 +15,7 @@ FH=$PROGS/fusion_held
 
 # 1. The four waits, plan and auto.
 for mode in callback poll wait idle; do
-    fresh_pocl; run_plain "ref_$mode" "$FH" --mode "$mode" --learn 2
+    run_ref "ref_$mode" "$FH" --mode "$mode" --learn 2
     grep -qx "first: complete" "$TMP/ref_$mode.out" || fail "$mode: the plain run did not complete"
 done
 held_case() { # how mode reason

@@ -13,13 +13,13 @@ FI=$PROGS/fusion_internal
 # lines BUFFERS TAG: the output lines of the named buffers
 lines() { grep -E "^($1) " "$TMP/$2.out"; }
 # zero HASH: the hash of a zeroed buffer (the program's u buffer is never zero)
-zero_hash() { fresh_pocl; run_plain zeros "$FI" --mode chain4 --iterations 0; lines t1 zeros | cut -d' ' -f2; }
+zero_hash() { run_ref zeros "$FI" --mode chain4 --iterations 0; lines t1 zeros | cut -d' ' -f2; }
 ZERO=$(zero_hash)
 kept_lines() { count 'internal: stored as without the option' "$TMP/$1.err"; }
 
 # 1. A 4-kernel chain in -> t1 -> t2 -> t3 -> out, internalised: in, u, out
 #    bit for bit; t1..t3 never stored.
-fresh_pocl; run_plain ref_chain4 "$FI" --mode chain4
+run_ref ref_chain4 "$FI" --mode chain4
 fresh_pocl; run_shim chain4 env CLSHIM_FUSE="k1+k2+k3+k4:internal" "$FI" --mode chain4
 [ "$(cat "$TMP/chain4.rc")" = 0 ] || fail "chain4: exit code $(cat "$TMP/chain4.rc")"
 [ "$(lines 'in|u|out' chain4)" = "$(lines 'in|u|out' ref_chain4)" ] || fail "chain4: in/u/out differ from the plain run"
@@ -56,7 +56,7 @@ ok "extension API: CL_FUSION_INTERNAL_CLSHIM internalises t1..t3"
 # plain run, exactly one line saying why, matching PATTERN.
 kept() {
     local tag=$1 mode=$2 plan=$3 pattern=$4
-    fresh_pocl; run_plain "ref_$tag" "$FI" --mode "$mode"
+    run_ref "ref_$tag" "$FI" --mode "$mode"
     fresh_pocl; run_shim "$tag" env CLSHIM_FUSE="$plan" "$FI" --mode "$mode"
     same_output "ref_$tag" "$tag" "$tag: every buffer as in the plain run"
     [ "$(occurrences "fused ${plan%%:*} into one launch" "$TMP/$tag.err")" = 2 ] || fail "$tag: expected 2 fused launches"
@@ -139,9 +139,9 @@ ok "extension API: CL_FUSION_INTERNAL_ARGS_CLSHIM=\"k2.t2\" keeps only t2 in reg
 #    shared among them (not per work-group) gives another `out` (PoCL takes
 #    a __local global as per work-group only when named KERNEL.VAR).
 NBR_N=4194304
-fresh_pocl; run_plain zeros_nbr "$FI" --mode nbr --iterations 0 --n $NBR_N
+run_ref zeros_nbr "$FI" --mode nbr --iterations 0 --n $NBR_N
 ZERO_NBR=$(lines t1 zeros_nbr | cut -d' ' -f2)
-fresh_pocl; run_plain ref_nbr "$FI" --mode nbr --n $NBR_N
+run_ref ref_nbr "$FI" --mode nbr --n $NBR_N
 [ "$(lines t1 ref_nbr | cut -d' ' -f2)" != "$ZERO_NBR" ] || fail "nbr: t1 is zero in the plain run (test is blind)"
 for plan in "k1+nbr:force-barrier,internal" "k1+nbr:force-barrier,internal=nbr.t1"; do
     fresh_pocl; run_shim nbr env CLSHIM_FUSE="$plan" "$FI" --mode nbr --n $NBR_N
@@ -163,7 +163,7 @@ done
 #     kernel using it ("KERNEL.VAR"), and grp's was named "grp.first" in
 #     clshim_fused (shared among work-groups: out differed in most runs).
 #     6 iterations fold into out, so one race in any of them shows.
-fresh_pocl; run_plain ref_ownlocal "$FI" --mode ownlocal --n $NBR_N --iterations 6
+run_ref ref_ownlocal "$FI" --mode ownlocal --n $NBR_N --iterations 6
 for plan in "k1+grp:force-barrier" "k1+grp:force-barrier,internal"; do
     fresh_pocl; run_shim ownlocal env CLSHIM_FUSE="$plan" "$FI" --mode ownlocal --n $NBR_N --iterations 6
     [ "$(occurrences 'fused k1+grp into one launch' "$TMP/ownlocal.err")" = 6 ] || fail "ownlocal ($plan): expected 6 fused launches"

@@ -19,7 +19,7 @@ vs_plain() {
     shift
     while [ "$1" != -- ]; do envs+=("$1"); shift; done
     shift
-    fresh_pocl; run_plain "ref_$tag" "$EP" "$@"
+    run_ref "ref_$tag" "$EP" "$@"
     [ "$(cat "$TMP/ref_$tag.rc")" = 0 ] || fail "$tag: the plain run failed: $(head -3 "$TMP/ref_$tag.err")"
     fresh_pocl; run_shim "$tag" env "${envs[@]}" "$EP" "$@"
     [ "$(cat "$TMP/$tag.rc")" = 0 ] || fail "$tag: exit code $(cat "$TMP/$tag.rc"): $(head -3 "$TMP/$tag.err")"

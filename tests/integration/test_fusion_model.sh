@@ -9,8 +9,10 @@
 # no abort (run-all.sh sets CLSHIM_STRICT=1: a broken internal invariant
 # aborts) and no internal error logged. Section 4 runs
 # the same streams under CLSHIM_FUSION=auto with no plan.
-#   make check: PLANS plan seeds x CASES cases (a few hundred, fixed);
-#   CLSHIM_LONG=1 (make check-long): 40 plans x 125 cases = 5,000 cases.
+#   make check: PLANS plan seeds x CASES cases (140 per section, fixed),
+#   LOCAL_CASES per local-family plan;
+#   CLSHIM_LONG=1 (make check-long): 40 plans x 125 cases = 5,000 cases,
+#   30 per local-family plan.
 source "$(dirname "$0")/lib.sh"
 export CLSHIM_LOG=info
 FM=$PROGS/fusion_model
@@ -18,10 +20,13 @@ FM=$PROGS/fusion_model
 # 1. Regressions: plans never completed by the application. A held prefix
 #    broken by a kernel that starts no sequence once aborted the process
 #    (fusion/batch.c: "Assertion 'q->ncand > 0' failed").
+# The batcher's state machine is what these exercise: the runs under the
+# shim share the test's PoCL cache, as the model's below do (a cold PoCL
+# compile of the program per run cost seconds and checked nothing more).
 regress() { # tag plan args...
     local tag=$1 plan=$2; shift 2
-    fresh_pocl; run_plain "ref_$tag" "$FM" "$@"
-    fresh_pocl; run_shim "$tag" env CLSHIM_FUSE="$plan" "$FM" "$@"
+    run_ref "ref_$tag" "$FM" "$@"
+    run_shim "$tag" env CLSHIM_FUSE="$plan" "$FM" "$@"
     same_output "ref_$tag" "$tag" "$tag: same results as without clshim, no abort"
     ! grep -q "internal error" "$TMP/$tag.err" || fail "$tag: an internal error was logged"
 }
@@ -66,24 +71,42 @@ regress replay "k0+k1+k2" --sequence k0,k1,k2 --iterations 30
 grep -q "fusion summary: 30 fused launches replaced 90 kernel launches; 0 held kernels submitted unfused; 0 fusions refused; 29 replays$" \
     "$TMP/replay.err" || fail "replay: $(grep 'fusion summary' "$TMP/replay.err")"
 
+# 1d. Automatic fusion's fast path (fusion/batch.c, fq.steady): a kernel
+#     enqueued again and again, alone in the queue's run, is forwarded
+#     without the queue lock (counted, not appended: fauto.c's `alone`),
+#     and stops being so once it starts a learned sequence. k0 three times,
+#     then k1 and k2, ten times: the whole step k0+k0+k0+k1+k2 is learned
+#     at the second iteration (the repeats the fast path counted are part of
+#     the run) and fused in each of the 8 after, nothing held in vain.
+#     CLSHIM_FUSION_HOLD_MS=0: no idle submission, so the counts do not
+#     depend on the machine's load.
+run_ref ref_steady "$FM" --sequence k0,k0,k0,k1,k2 --iterations 10
+run_shim steady env CLSHIM_FUSION=auto CLSHIM_FUSION_HOLD_MS=0 "$FM" --sequence k0,k0,k0,k1,k2 --iterations 10
+same_output ref_steady steady "steady: k0 again and again, then k0+k1+k2: same results as without clshim"
+grep -q "fusion summary: 8 fused launches replaced 40 kernel launches; 0 held kernels submitted unfused; 0 fusions refused" \
+    "$TMP/steady.err" || fail "steady: $(grep 'fusion summary' "$TMP/steady.err")"
+grep -q "learned k0+k0+k0+k1+k2 " "$TMP/steady.err" || fail "steady: the whole step was not learned"
+ok "steady: a kernel enqueued again and again is held again once it starts a learned sequence"
+
 # 2. The model. Failures found by it stay as fixed seeds (PLAN:FIRST:COUNT):
 #    1:0:1   a held prefix broken by a kernel starting no sequence (the abort above);
 #    6:0:32  case 31 (under load, about 1 run in 30): a buffer differed: a new kernel
 #            inherited the record of a released one with the same handle (1b).
 REGRESSIONS="1:0:1 6:0:32"
-if [ "${CLSHIM_LONG:-0}" = 1 ]; then PLANS=40; CASES=125; else PLANS=7; CASES=40; fi
+if [ "${CLSHIM_LONG:-0}" = 1 ]; then PLANS=40; CASES=125; LOCAL_CASES=30; else PLANS=7; CASES=20; LOCAL_CASES=15; fi
 model() { # plan_seed first count
-    local ps=$1 first=$2 n=$3 plan tag=m$1_$2
+    local ps=$1 first=$2 n=$3 plan tag=m$1_$2 ref=ref_$1_$2_$3
     plan=$("$FM" --plan "$ps")
     [ "${AUTO:-0}" = 1 ] && tag=a$1_$2 && plan="CLSHIM_FUSION=auto"
-    run_plain "ref_$tag" "$FM" --plan-seed "$ps" --cases "$first" "$n"
+    # The plain run depends on the seeds only: section 4 compares with section 2's.
+    [ -f "$TMP/$ref.out" ] || run_ref "$ref" "$FM" --plan-seed "$ps" --cases "$first" "$n"
     if [ "${AUTO:-0}" = 1 ]; then # no plan: what automatic fusion learns
         run_shim "$tag" env CLSHIM_FUSION=auto "$FM" --plan-seed "$ps" --cases "$first" "$n"
     else
         run_shim "$tag" env CLSHIM_FUSE="$plan" "$FM" --plan-seed "$ps" --cases "$first" "$n"
     fi
-    if ! cmp -s "$TMP/ref_$tag.out" "$TMP/$tag.out" || ! cmp -s "$TMP/ref_$tag.rc" "$TMP/$tag.rc"; then
-        diff "$TMP/ref_$tag.out" "$TMP/$tag.out" | head -6 >&2
+    if ! cmp -s "$TMP/$ref.out" "$TMP/$tag.out" || ! cmp -s "$TMP/$ref.rc" "$TMP/$tag.rc"; then
+        diff "$TMP/$ref.out" "$TMP/$tag.out" | head -6 >&2
         tail -3 "$TMP/$tag.err" >&2
         fail "model: plan seed $ps ('$plan'), cases $first..$((first + n - 1)): differs from the plain run"
     fi
@@ -161,7 +184,6 @@ ok "model: internal= lists leave every other buffer and event as without clshim"
 #     clshim's 16 KiB budget (two at 4096 items), different local sizes (the
 #     fusion refused: run unfused).
 LOCAL_PLANS="1001 1004 1009 1012 1013"
-LOCAL_CASES=30
 cases=0; fused=0
 grep -q 'force-barrier,internal' <<<"$(for ps in $LOCAL_PLANS; do "$FM" --plan "$ps"; done)" ||
     fail "local model: no plan has a force-barrier,internal sequence (the generator changed)"

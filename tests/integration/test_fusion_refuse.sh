@@ -20,7 +20,7 @@ summary() { grep 'fusion summary' "$TMP/$1.err"; }
 
 # 1. printf, under a plan and under automatic fusion (which finds the
 #    refusal the plan's run left in the cache: the same key).
-fresh_pocl; run_plain ref_printf "$FH" --mode printf --iterations 8
+run_ref ref_printf "$FH" --mode printf --iterations 8
 [ "$(grep -c '^p[ab] [0-3]$' "$TMP/ref_printf.out")" = 64 ] || fail "printf: the plain run printed no kernel lines"
 for how in plan auto; do
     knob=CLSHIM_FUSE=pa+pb
@@ -36,7 +36,7 @@ ok "printf: refused once (plan and auto), never held again, the output as plainl
 
 # 2. Ranges and the analysis, cold then again (one cache for both runs).
 PLAN="offset+scale;square+other;other+shifted"
-fresh_pocl; run_plain ref_ranges "$FC" --mode ranges --iterations 6
+run_ref ref_ranges "$FC" --mode ranges --iterations 6
 for run in 1 2; do
     fresh_pocl; run_shim "ranges$run" env CLSHIM_CACHE_DIR="$TMP/ranges-cache" CLSHIM_FUSE="$PLAN" "$FC" --mode ranges --iterations 6
     same_output ref_ranges "ranges$run" "ranges, run $run: as plainly"
@@ -63,7 +63,7 @@ ok "ranges: refused before compiling, 0 failed builds; a second process makes no
 
 # 3. Without libclshim-llvm.so (and a cache without the fused program):
 #    8 occurrences of a planned pair, held once.
-fresh_pocl; run_plain ref_nollvm "$FH" --mode poll --learn 8
+run_ref ref_nollvm "$FH" --mode poll --learn 8
 fresh_pocl; run_shim nollvm env CLSHIM_FUSE=first+second CLSHIM_LLVM_LIB="$TMP/absent.so" \
     CLSHIM_CACHE_DIR="$TMP/nollvm-cache" "$FH" --mode poll --learn 8
 same_output ref_nollvm nollvm "no LLVM: as plainly"

@@ -13,7 +13,7 @@ CLSHIM=$CLSHIM_BUILD/clshim
 # vs_plain TAG PLAN PROG ARGS...: plain run and run under the plan, compared bit for bit.
 vs_plain() {
     local tag=$1 plan=$2; shift 2
-    fresh_pocl; run_plain "ref_$tag" "$@"
+    run_ref "ref_$tag" "$@"
     [ "$(cat "$TMP/ref_$tag.rc")" = 0 ] || fail "$tag: the plain run failed"
     fresh_pocl; run_shim "$tag" env CLSHIM_FUSE="$plan" "$@"
     [ "$(cat "$TMP/$tag.rc")" = 0 ] || fail "$tag: exit code $(cat "$TMP/$tag.rc")"

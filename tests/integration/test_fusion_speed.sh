@@ -16,7 +16,7 @@ SLOWER='k1+k2+k3+k4 measured slower fused than unfused; it runs unfused and is m
 #    warm-up; 6 unfused), found slower, run unfused (not even held) for the
 #    next 64, measured again (12), found slower again. Without the rule all
 #    108 later occurrences would be fused.
-fresh_pocl; run_plain ref_chain4 "$FA" --mode chain4 --iterations 110
+run_ref ref_chain4 "$FA" --mode chain4 --iterations 110
 fresh_pocl; run_shim slow env CLSHIM_FUSION=auto CLSHIM_FUSION_TEST_SLOWDOWN_US=20000 "$FA" --mode chain4 --iterations 110
 [ "$(cat "$TMP/slow.rc")" = 0 ] || fail "slow: exit code $(cat "$TMP/slow.rc")"
 same_output ref_chain4 slow "slow: every buffer bit for bit as without clshim"
@@ -45,7 +45,7 @@ ok "auto: a sequence as fast fused is still fused ($n of 108 occurrences)"
 #    of them.)
 fresh_pocl; run_shim plan env CLSHIM_FUSE="k1+k2+k3+k4" CLSHIM_FUSION_TEST_SLOWDOWN_US=5000 \
     "$FA" --mode chain4 --iterations 290
-fresh_pocl; run_plain ref_chain4_290 "$FA" --mode chain4 --iterations 290
+run_ref ref_chain4_290 "$FA" --mode chain4 --iterations 290
 same_output ref_chain4_290 plan "plan: every buffer bit for bit as without clshim"
 [ "$(count 'measured slower fused' "$TMP/plan.err")" = 1 ] || fail "plan: expected one line saying it measured slower"
 grep -q "clshim: fusion: plan CLSHIM_FUSE:1:1: k1+k2+k3+k4 measured slower fused (median [0-9.]* ms against [0-9.]* ms unfused, 5 occurrences each); fused as the plan says" \
