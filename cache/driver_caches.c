@@ -14,6 +14,7 @@
  * constructor before any other thread runs, read once later. */
 static char applied[9000];
 static size_t applied_len;
+static int applied_asked; /* CLSHIM_DRIVER_CACHES=1, not auto */
 
 static const struct {
     const char *var;
@@ -93,6 +94,7 @@ void driver_caches_apply(const struct clshim_config *cfg)
     const char *mode = cfg->driver_caches ? cfg->driver_caches : "auto";
     if (!strcmp(mode, "0")) return;
     int automatic = strcmp(mode, "1") != 0;
+    applied_asked = !automatic;
     if (automatic && !auto_applies(cfg)) return;
     /* Under auto a failure is not the user's request failing: quiet. */
     int level = automatic ? LOG_DEBUG : LOG_WARN;
@@ -126,5 +128,7 @@ void driver_caches_apply(const struct clshim_config *cfg)
 
 void driver_caches_report(void)
 {
-    if (applied_len) log_msg(LOG_INFO, "driver caches: %s", applied);
+    /* Asked for (1): info. By default (auto): debug, or every run at info
+     * would print it. */
+    if (applied_len) log_msg(applied_asked ? LOG_INFO : LOG_DEBUG, "driver caches: %s", applied);
 }

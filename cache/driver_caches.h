@@ -38,7 +38,8 @@ int driver_caches_dir(const struct clshim_config *cfg, char *buf, size_t len);
  * calls OpenCL (a shell the app starts) stays silent. */
 void driver_caches_apply(const struct clshim_config *cfg);
 
-/* One info line naming the variables set, at the first OpenCL call. */
+/* One line naming the variables set, at the first OpenCL call: info
+ * under CLSHIM_DRIVER_CACHES=1, debug under auto. */
 void driver_caches_report(void);
 
 #endif

@@ -16,8 +16,10 @@ C2=$TMP/c2
 files() { find "$1" -type f ! -name 'tempfile_*' 2>/dev/null | wc -l; }
 
 # 1. By default, with CLSHIM_CACHE_DIR named and the variables unset: both
-#    point into the cache directory, and PoCL writes its kcache there.
-run_shim on env -u POCL_CACHE_DIR -u CUDA_CACHE_PATH -u CLSHIM_DRIVER_CACHES CLSHIM_CACHE_DIR="$C1" "$FC" --mode chain
+#    point into the cache directory, and PoCL writes its kcache there
+#    (the line naming them is a debug line by default, info with 1).
+run_shim on env -u POCL_CACHE_DIR -u CUDA_CACHE_PATH -u CLSHIM_DRIVER_CACHES CLSHIM_CACHE_DIR="$C1" CLSHIM_LOG=debug \
+    "$FC" --mode chain
 [ "$(cat "$TMP/on.rc")" = 0 ] || fail "knob on: exit code $(cat "$TMP/on.rc")"
 set_line() { grep "^clshim: driver caches: " "$1" || true; } # the one line naming what was set
 set_line "$TMP/on.err" | grep -q " POCL_CACHE_DIR=$C1/driver/pocl" || fail "knob on: POCL_CACHE_DIR not set"
