@@ -8,6 +8,8 @@
 # each way, auto's speed-up (plain / auto; the target is >= 1.3 at 64 Ki for
 # arrays, >= 0.97 everywhere: never slower), and whether every result was
 # bit-identical. Needs python3-pyopencl (the system python3). Private caches.
+# MODES and SIZES (environment) choose programs and sizes; WARM, BLOCKS and
+# STEPS reach bench/pyopencl_arrays.py (shorter runs at 8 Mi).
 #
 # pyopencl_arrays.sh BUILD ROUNDS learning — what automatic fusion's
 # learning costs (issue 33 item 10): the three-ElementwiseKernel program
@@ -68,8 +70,8 @@ if [ "${3:-}" = learning ]; then
 fi
 echo "| program | N | plain (us per step) | auto (us per step) | plain/auto | results |"
 echo "|---|---|---|---|---|---|"
-for mode in arrays three refused; do
-    for n in 65536 1048576 8388608; do
+for mode in ${MODES:-arrays three refused}; do
+    for n in ${SIZES:-65536 1048576 8388608}; do
         for _ in $(seq "$ROUNDS"); do one off "$mode" "$n"; one auto "$mode" "$n"; done
         p=$(cut -d' ' -f1 "$TMP/off-$mode-$n" | median)
         a=$(cut -d' ' -f1 "$TMP/auto-$mode-$n" | median)
