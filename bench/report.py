@@ -195,8 +195,9 @@ class Report:
             text += " (mixed program: %s against %s)" % (ms("clshim-warm"), ms("driver-warm"))
         text += (". The limit loads PTX too and pays the same JIT. clshim helps on NVIDIA where a job "
                  "keeps one cache directory and nothing else, as a CI "
-                 "job does: with `CLSHIM_DRIVER_CACHES` the ComputeCache lives inside clshim's cache "
-                 "directory and travels with it (`clshim cache export --with-driver-caches`)")
+                 "job does: by default, in a cache directory the job names (`CLSHIM_CACHE_DIR`; "
+                 "`CLSHIM_DRIVER_CACHES=auto`), the ComputeCache lives inside clshim's cache "
+                 "directory and travels with it (`clshim cache export --with-driver-caches` too)")
         if ms("clshim-warm-dc"):
             text += "; that is clshim-warm-dc here: %s for the mixed program" % ms("clshim-warm-dc")
         text += (". Measured by hand on an H100 (driver 580.159, 2026-11-27), the mixed program: cold 307 ms, "
