@@ -487,6 +487,22 @@ static int relation(const struct plan_seq *s, const char *const *names, uint32_t
  * it can be told apart from it. */
 static int retired(uint32_t s) { return __atomic_load_n(&fb_backoff[s].skip, __ATOMIC_RELAXED) == FB_BACKOFF_NEVER; }
 
+/* Whether the names are plan sequence s, once or more, begun at another of
+ * its kernels: the same loop, its period found from another place (the
+ * occurrences of s not held while a measurement or a back-off lets them
+ * pass), or two of its steps back to back. Two such sequences would take
+ * each other's kernels and build a fused program each. */
+static int rotation_of(const struct plan_seq *s, const char *const *names, uint32_t n)
+{
+    if (!s->n || n % s->n) return 0;
+    for (uint32_t r = 0; r < s->n; r++) {
+        uint32_t i = 0;
+        while (i < n && !strcmp(s->names[(i + r) % s->n], names[i])) i++;
+        if (i == n) return 1;
+    }
+    return 0;
+}
+
 /* Appends the sequence of `names` to the plan (once per process, whichever
  * queue saw it) as a window of learned sequence `root` starting at `start`
  * (root FA_NEW: a recurring run, its own root); `how` says why, for the
@@ -504,6 +520,11 @@ static int learn_locked(const char *const *names, uint32_t n, uint32_t root, uin
         if (rel == 1) return -1; /* another queue learned it, the user's plan has it, or it was retired */
         if (rel == 2 && !retired(s)) {
             fb_log_kind("fusion: auto: %s not learned: it and the sequence at %s are one the other's prefix", joined,
+                        fb_plan->seqs[s].where);
+            return -1;
+        }
+        if (rotation_of(&fb_plan->seqs[s], names, n) && !retired(s)) {
+            fb_log_kind("fusion: auto: %s not learned: the sequence at %s is the same loop begun elsewhere", joined,
                         fb_plan->seqs[s].where);
             return -1;
         }

@@ -132,6 +132,21 @@ summary_says steps "8 fused launches replaced 32 kernel launches; 0 held kernels
     "not 8 steps fused whole, or held kernels submitted unfused"
 ok "steps: the period k1+k1+k2+k3 learned, 8 of 10 steps fused whole"
 
+# 5a'. The same loop found from two places (PyOpenCL array code in blocks
+#     of steps ended by a sync): the period is learned from a lone k3 on
+#     (k3+k1+k1+k2+k1+k2); while a measurement lets occurrences pass unheld
+#     (the never-slower rule) a block starts at k1 and the run's period is
+#     found again as k1+k1+k2+k1+k2+k3, and later as two of its steps. Each
+#     is the learned loop begun elsewhere: learned, it would build a second
+#     fused program and take the first one's kernels. Before, it was.
+auto_vs_plain exprblocks --mode exprblocks --iterations 60
+[ "$(grep -c 'auto: learned' "$TMP/exprblocks.err")" = 1 ] ||
+    fail "exprblocks: expected k3+k1+k1+k2+k1+k2 alone learned, got: $(grep 'auto: learned' "$TMP/exprblocks.err")"
+grep -qF 'auto: k1+k1+k2+k1+k2+k3 not learned: the sequence at auto is the same loop begun elsewhere' \
+    "$TMP/exprblocks.err" || fail "exprblocks: the loop begun at k1 was not found and refused"
+[ "$(count 'derived program' "$TMP/exprblocks.err")" = 1 ] || fail "exprblocks: more than one fused program"
+ok "exprblocks: the loop found again from another kernel is not learned twice"
+
 # 5b. Windows of a refused sequence: k1 k2 blur k3 k4 needs a barrier
 #     (blur reads k2's output around its index). Refused at its 3rd
 #     occurrence, its windows are learned longest first from the left, one

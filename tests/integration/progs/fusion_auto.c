@@ -18,6 +18,13 @@
  *   steps    k1 k1 k2 k3 per iteration without syncs in between: the
  *            step's first kernel recurs inside it (as PyOpenCL's array
  *            expressions do), its period is still the whole step
+ *   expr     k1 k1 k2 k1 k2 k3 per iteration without syncs in between, as
+ *            PyOpenCL's `y = s*x + c; z = y*y - 0.5; w = z*y + x` (k1+k2
+ *            runs twice back to back inside the step)
+ *   exprblocks  as expr, after one k3 before the first iteration, with a
+ *            clFinish after every 10th: the run's period is first found
+ *            from the k3 on (k3+k1+k1+k2+k1+k2), and from a block's start
+ *            on (k1 first) whenever the learned one is not held
  *   windows  k1 k2 blur k3 k4, clFinish: refused whole (blur reads k2's
  *            output around its own index), its windows k1+k2 and
  *            blur+k3+k4 fuse
@@ -102,7 +109,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--iterations") && i + 1 < argc) iters = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--n") && i + 1 < argc) n_elems = (size_t)atol(argv[++i]);
         else {
-            fprintf(stderr, "usage: fusion_auto --mode chain4|stencil|alias|unalias|sync|waitmid|pairs|steps|windows|broken|recreate "
+            fprintf(stderr, "usage: fusion_auto --mode chain4|stencil|alias|unalias|sync|waitmid|pairs|steps|expr|exprblocks|windows|broken|recreate "
                             "[--iterations N] [--n N]\n");
             return 2;
         }
@@ -169,6 +176,16 @@ int main(int argc, char **argv)
             run(k2, t2, t3, a, n);
             run(k3, t3, out, a, n);
             if (it + 1 < iters) continue; /* no sync between iterations */
+        } else if (!strcmp(mode, "expr") || !strcmp(mode, "exprblocks")) {
+            int blocks = !strcmp(mode, "exprblocks");
+            if (blocks && it == 0) run(k3, t2, out, a, n);
+            run(k1, in, t1, a, n);
+            run(k1, t1, t2, a, n);
+            run(k2, t2, t3, a, n);
+            run(k1, t3, t1, a, n);
+            run(k2, t1, t2, a, n);
+            run(k3, t2, out, a, n);
+            if (it + 1 < iters && (!blocks || (it + 1) % 10)) continue; /* no sync between iterations */
         } else if (!strcmp(mode, "windows")) {
             run(k1, in, t1, a, n);
             run(k2, t1, t2, a, n);
