@@ -784,7 +784,7 @@ static void fuse_or_submit(struct fq *q, int flags, const char *internal_args, i
         if (way == FS_TIME_FUSED && launch) {
             fb_real->clRetainEvent(launch);
             fs_time(q, (uint32_t)seq, &tk, 1, launch);
-            fs_follow_next(q, (uint32_t)seq, &tk);
+            if (tk.follow) fs_follow_next(q, (uint32_t)seq, &tk);
         }
         if (timed) {
             if (out && *out) fb_real->clRetainEvent(timing = *out);
@@ -999,7 +999,6 @@ __attribute__((noinline)) static cl_int enqueue_locked(struct fq *q, struct fk_k
     int kick = 0;
     if (held) {
         __atomic_store_n(&q->holds, q->holds + 1, __ATOMIC_RELAXED); /* the idle timer's clock */
-        if (q->nheld == 1 && __atomic_load_n(&fs_sampling, __ATOMIC_RELAXED)) q->fs_t0 = fs_now_ms();
         kick = q->nheld == 1 && !q->ext;
         if (fb_auto) fa_held(q, r, dim, gws);
         int done = q->ext ? -1 : plan_done(q);

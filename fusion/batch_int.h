@@ -238,8 +238,8 @@ struct fb_memo;
 
 /* A timed occurrence's measurement (fspeed.c). */
 struct fs_ticket {
-    uint32_t gen; /* the measurement it belongs to */
-    int keep;     /* counted (not a warm-up occurrence) */
+    uint32_t gen;    /* the measurement it belongs to */
+    uint32_t follow; /* after this fused occurrence, this many are timed unfused (fs_follow_next) */
 };
 
 struct fq {
@@ -269,13 +269,15 @@ struct fq {
     cl_mem *checked;      /* the buffers of the last fusion, found not to alias ... */
     uint32_t nchecked;
     int checked_gen;      /* ... while fb_mem_gen had this value */
-    double fs_t0;         /* when the first held kernel was held, while a measurement runs (fspeed.c) */
-    double fs_last_done;  /* when the queue's last timed occurrence completed (under fspeed.c's lock) */
+    double fs_last_done;  /* when the queue's last timed occurrence completed ... (under fspeed.c's lock) */
+    uint32_t fs_last_seq, fs_last_gen; /* ... 1 + its sequence (0: it failed), its measurement ... */
+    int fs_last_fused;    /* ... and its way */
     uint32_t passing;     /* 1 + the plan sequence whose occurrence passes unheld (back-off or
                              measurement): its kernels start no hold; 0: none */
     uint32_t passing_pos; /* its kernels seen so far */
-    uint32_t fs_follow;   /* 1 + the plan sequence whose next occurrence, not held, is timed; 0: none */
-    uint32_t fs_pos;      /* its kernels seen so far */
+    uint32_t fs_follow;   /* 1 + the plan sequence whose next occurrences, not held, are timed; 0: none */
+    uint32_t fs_pos;      /* the current one's kernels seen so far */
+    uint32_t fs_left;     /* occurrences still to time */
     struct fs_ticket fs_tk; /* its measurement */
     struct fa_watch *watch; /* automatic fusion: the run of kernels seen since the last break (fauto.c) */
     struct fk_kernel *steady; /* automatic fusion: an enqueue of this kernel here would change nothing but
@@ -329,10 +331,10 @@ void fb_log_kind(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* ---- never slower (fspeed.c) ---- */
 
 /* How a completed plan sequence runs: fused as usual, fused and timed (a
- * measurement: the next occurrence is then timed unfused, fs_follow_next),
+ * measurement: after its last fused one, the next occurrences are timed
+ * unfused, fs_follow_next),
  * or unfused (the back-off of a sequence measured slower fused starts). */
 enum { FS_FUSE = 0, FS_TIME_FUSED, FS_UNFUSED };
-extern int fs_sampling; /* sequences being measured (atomic) */
 double fs_now_ms(void);
 int fs_way_slow(uint32_t s, struct fs_ticket *t);
 extern uint32_t fb_plan_user; /* the user's plan sequences: the plan's first ones (learned ones follow) */
@@ -351,15 +353,16 @@ static inline int fs_way(uint32_t s, struct fs_ticket *t)
     return fs_way_slow(s, t);
 }
 /* Times an occurrence of s on q through ev (taken over) for the
- * measurement of ticket tk: from q->fs_t0, or the completion of q's
- * previous timed occurrence when later, to ev's completion. */
+ * measurement of ticket tk: from the completion of q's previous timed
+ * occurrence, when it was of that measurement and way, to ev's. */
 void fs_time(struct fq *q, uint32_t seq, const struct fs_ticket *tk, int fused, cl_event ev);
-/* After a timed fused occurrence of seq on q (caller holds q->lock): its
- * next occurrence is not held, and timed on q as its kernels pass. */
+/* After the last timed fused occurrence of seq on q (caller holds
+ * q->lock): its next tk->follow occurrences are not held, and are timed on
+ * q as their kernels pass. */
 void fs_follow_next(struct fq *q, uint32_t seq, const struct fs_ticket *tk);
 /* A kernel not held passes on q while it follows a sequence: 1 + the
- * sequence when it completes the occurrence (time it through its event),
- * 0 otherwise (a kernel that does not continue it ends the following). */
+ * sequence when it completes an occurrence (time it through its event),
+ * 0 otherwise (a kernel that breaks an occurrence off ends the following). */
 uint32_t fs_follow(struct fq *q, const char *name);
 /* The medians of the last measurement of s, when there was one, or of
  * the one in progress when it has most of its occurrences (1). */
