@@ -999,6 +999,7 @@ __attribute__((noinline)) static cl_int enqueue_locked(struct fq *q, struct fk_k
     int kick = 0;
     if (held) {
         __atomic_store_n(&q->holds, q->holds + 1, __ATOMIC_RELAXED); /* the idle timer's clock */
+        if (q->nheld == 1 && __atomic_load_n(&fs_sampling, __ATOMIC_RELAXED)) q->fs_t0 = fs_now_ms();
         kick = q->nheld == 1 && !q->ext;
         if (fb_auto) fa_held(q, r, dim, gws);
         int done = q->ext ? -1 : plan_done(q);

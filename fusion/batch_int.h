@@ -40,7 +40,7 @@ struct fs_speed {
     uint32_t period;        /* occurrences between measurements (0: none yet; atomic read) */
     uint32_t state, i, gen; /* the state; occurrences of the measurement so far; its number */
     uint32_t nf, nu;        /* occurrences timed each way */
-    float fused[FS_N], unfused[FS_N];
+    float fused[FS_N], unfused[FS_N];       /* each occurrence's time: the later of its two intervals */
     int slower, measured;   /* the last verdict, and whether there is one */
     float fused_ms, unfused_ms; /* its medians */
 };
@@ -269,7 +269,9 @@ struct fq {
     cl_mem *checked;      /* the buffers of the last fusion, found not to alias ... */
     uint32_t nchecked;
     int checked_gen;      /* ... while fb_mem_gen had this value */
+    double fs_t0;         /* when the current occurrence began (its first hold or enqueue), while measuring */
     double fs_last_done;  /* when the queue's last timed occurrence completed ... (under fspeed.c's lock) */
+    double fs_last_t0;    /* ... when it began ... */
     uint32_t fs_last_seq, fs_last_gen; /* ... 1 + its sequence (0: it failed), its measurement ... */
     int fs_last_fused;    /* ... and its way */
     uint32_t passing;     /* 1 + the plan sequence whose occurrence passes unheld (back-off or
@@ -335,6 +337,7 @@ void fb_log_kind(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * unfused, fs_follow_next),
  * or unfused (the back-off of a sequence measured slower fused starts). */
 enum { FS_FUSE = 0, FS_TIME_FUSED, FS_UNFUSED };
+extern int fs_sampling; /* sequences being measured (atomic): the clock is read at first holds only then */
 double fs_now_ms(void);
 int fs_way_slow(uint32_t s, struct fs_ticket *t);
 extern uint32_t fb_plan_user; /* the user's plan sequences: the plan's first ones (learned ones follow) */
@@ -352,9 +355,10 @@ static inline int fs_way(uint32_t s, struct fs_ticket *t)
     }
     return fs_way_slow(s, t);
 }
-/* Times an occurrence of s on q through ev (taken over) for the
- * measurement of ticket tk: from the completion of q's previous timed
- * occurrence, when it was of that measurement and way, to ev's. */
+/* Times an occurrence of s on q, begun at q->fs_t0, through ev (taken
+ * over) for the measurement of ticket tk, against q's previous timed
+ * occurrence when it was of that measurement and way: the later of the
+ * times between their beginnings and between their completions. */
 void fs_time(struct fq *q, uint32_t seq, const struct fs_ticket *tk, int fused, cl_event ev);
 /* After the last timed fused occurrence of seq on q (caller holds
  * q->lock): its next tk->follow occurrences are not held, and are timed on

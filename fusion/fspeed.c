@@ -9,15 +9,21 @@
  * (FS_PLAN_START for a plan's); then a measurement runs 1 + FS_N
  * occurrences fused, then 1 + FS_N not held (they run as without clshim,
  * host and device overlapping) and timed as their kernels pass. Each is
- * timed from the completion of the previous occurrence on its queue, when
- * that was of the same measurement and the same way, to the completion of
- * its last launch (a completion callback on an event clshim asks for):
- * the time one more occurrence costs in the application's own rhythm. An
- * application that enqueues without syncs pipelines the occurrences, and
- * one way's host work then overlaps the other's device work: timing them
- * alternately, or from the first enqueue, charged the fused way with its
- * device time twice (measured 1.2 against 0.43 ms unfused on PyOpenCL array
- * code 1.7x faster fused). With FS_N timed each way, the medians decide:
+ * timed against the previous occurrence on its queue, when that was of the
+ * same measurement and the same way: the time between their completions
+ * (a completion callback on an event clshim asks for) or between their
+ * beginnings (the first hold or enqueue), whichever is longer. That is
+ * what one more occurrence costs in the application's own rhythm: the
+ * device's time where it is the bottleneck, the host's where the
+ * application issues slower than the device runs (PyOpenCL on an H200: a
+ * held kernel costs the host more than an enqueue, which saves the device
+ * time nobody waits for; completions on a driver's callback thread come in
+ * bursts). An application that enqueues without syncs pipelines the
+ * occurrences, and one way's host work then overlaps the other's device
+ * work: timing them alternately, or from the first enqueue to the
+ * completion, charged the fused way with its device time twice (measured
+ * 1.2 against 0.43 ms unfused on PyOpenCL array code 1.7x faster fused).
+ * With FS_N timed each way, the medians decide:
  *   - automatic fusion keeps the faster way: a sequence slower fused sits
  *     out the back-off's next `period` occurrences (not even held: plain
  *     speed), and is measured again after them; a faster one is fused for
@@ -26,7 +32,8 @@
  *   - a plan's sequence is the user's word: it stays fused, measured once,
  *     and one line says when it measured slower.
  * Cost outside a measurement: one atomic load and add per completed
- * sequence. Inside one, a callback per occurrence.
+ * sequence, and a load per first held kernel (the clock is read only while
+ * some sequence is measured). Inside one, a callback per occurrence.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +48,8 @@
 #define FS_WAIT_MAX 256     /* occurrences a measurement's callbacks may take before it is given up */
 
 enum { FS_COUNT = 0, FS_AGAIN, FS_SAMPLE, FS_WAIT, FS_DONE };
+
+int fs_sampling;
 
 static pthread_mutex_t fs_lock = PTHREAD_MUTEX_INITIALIZER; /* a leaf: measurements and their callbacks only */
 
@@ -72,6 +81,7 @@ static void start(struct fs_speed *f)
     f->i = 0;
     f->nf = f->nu = 0;
     f->gen++;
+    __atomic_add_fetch(&fs_sampling, 1, __ATOMIC_RELAXED);
 }
 
 /* The measurement of s is complete: keeps the faster way. Caller holds fs_lock. */
@@ -79,6 +89,7 @@ static void decide(uint32_t s, struct fs_speed *f)
 {
     float fm = median(f->fused, f->nf), um = median(f->unfused, f->nu);
     int slower = fm > um;
+    __atomic_sub_fetch(&fs_sampling, 1, __ATOMIC_RELAXED);
     uint32_t period = f->period && slower == f->slower ? f->period * 2 : FS_PERIOD_MIN;
     __atomic_store_n(&f->period, period > FS_PERIOD_MAX ? FS_PERIOD_MAX : period, __ATOMIC_RELAXED);
     f->slower = slower;
@@ -142,6 +153,7 @@ int fs_way_slow(uint32_t s, struct fs_ticket *t)
             decide(s, f);
             if (f->state == FS_AGAIN) way = FS_UNFUSED; /* the back-off starts with the next occurrence */
         } else if (++f->i > FS_WAIT_MAX) { /* events that never completed, occurrences broken off: later */
+            __atomic_sub_fetch(&fs_sampling, 1, __ATOMIC_RELAXED);
             __atomic_store_n(&f->count, 0, __ATOMIC_RELAXED);
             f->state = FS_COUNT;
         }
@@ -158,6 +170,7 @@ struct fs_timing {
     struct fq *q;
     uint32_t seq, gen;
     int fused;
+    double t0; /* when the occurrence began */
 };
 
 static void CL_CALLBACK done(cl_event ev, cl_int status, void *arg)
@@ -171,8 +184,13 @@ static void CL_CALLBACK done(cl_event ev, cl_int status, void *arg)
      * occurrence's cost in that way. */
     int follows = q->fs_last_seq == t->seq + 1 && q->fs_last_gen == t->gen && q->fs_last_fused == t->fused &&
                   now >= q->fs_last_done;
-    double took = now - q->fs_last_done;
+    /* The first occurrence of a measurement began before the clock was
+     * read at holds (its t0 is 0): the next is timed by completions only. */
+    double done_gap = now - q->fs_last_done;
+    double begin_gap = t->t0 > 0 && q->fs_last_t0 > 0 && t->t0 > q->fs_last_t0 ? t->t0 - q->fs_last_t0 : 0;
+    double took = done_gap > begin_gap ? done_gap : begin_gap;
     q->fs_last_done = now;
+    q->fs_last_t0 = t->t0;
     q->fs_last_seq = status == CL_COMPLETE ? t->seq + 1 : 0;
     q->fs_last_gen = t->gen;
     q->fs_last_fused = t->fused;
@@ -181,8 +199,8 @@ static void CL_CALLBACK done(cl_event ev, cl_int status, void *arg)
         uint32_t *n = t->fused ? &f->nf : &f->nu;
         float *v = t->fused ? f->fused : f->unfused;
         if (*n < FS_N) v[(*n)++] = (float)took;
-        log_msg(LOG_DEBUG, "fusion: sequence %u measured %s: %.3f ms", (unsigned)t->seq, t->fused ? "fused" : "unfused",
-                took);
+        log_msg(LOG_DEBUG, "fusion: sequence %u measured %s: %.3f ms (%.3f between completions, %.3f between beginnings)",
+                (unsigned)t->seq, t->fused ? "fused" : "unfused", took, done_gap, begin_gap);
     }
     pthread_mutex_unlock(&fs_lock);
     fb_real->clReleaseEvent(ev);
@@ -209,6 +227,7 @@ uint32_t fs_follow(struct fq *q, const char *name)
         if (q->fs_pos) q->fs_follow = 0;
         return 0;
     }
+    if (!q->fs_pos) q->fs_t0 = fs_now_ms();
     if (++q->fs_pos < s->n) return 0;
     q->fs_pos = 0;
     if (--q->fs_left == 0) q->fs_follow = 0;
@@ -219,7 +238,8 @@ void fs_time(struct fq *q, uint32_t seq, const struct fs_ticket *tk, int fused, 
 {
     struct fs_timing *t = ev ? malloc(sizeof *t) : NULL;
     if (t) {
-        *t = (struct fs_timing){q, seq, tk->gen, fused};
+        *t = (struct fs_timing){q, seq, tk->gen, fused, q->fs_t0};
+        q->fs_t0 = 0; /* used: a later occurrence without a reading of its own gets none */
         if (fb_real->clSetEventCallback(ev, CL_COMPLETE, done, t) == CL_SUCCESS) return;
         free(t);
     }
