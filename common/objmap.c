@@ -71,6 +71,23 @@ void *objmap_get(objmap *m, const void *key)
     return v;
 }
 
+int objmap_with(objmap *m, const void *key, void (*fn)(void *value, void *ctx), void *ctx)
+{
+    uint64_t h = hash_ptr(key);
+    struct stripe *s = stripe_of(m, h);
+    int found = 0;
+    pthread_mutex_lock(&s->lock);
+    if (s->nbuckets)
+        for (struct node *n = s->buckets[(h / STRIPES) % s->nbuckets]; n; n = n->next)
+            if (n->key == key) {
+                fn(n->value, ctx);
+                found = 1;
+                break;
+            }
+    pthread_mutex_unlock(&s->lock);
+    return found;
+}
+
 static int grow(struct stripe *s)
 {
     size_t nb = s->nbuckets ? s->nbuckets * 2 : 16;

@@ -17,6 +17,12 @@ void objmap_free(objmap *m);
 /* The record for `key`, or NULL. */
 void *objmap_get(objmap *m, const void *key);
 
+/* Calls fn(record, ctx) with `key`'s stripe locked, if `key` is there,
+ * and returns 1; 0 if absent. A record removed (objmap_remove) before it is
+ * freed stays valid during fn: fn may read it, but must not call back into
+ * the map. */
+int objmap_with(objmap *m, const void *key, void (*fn)(void *value, void *ctx), void *ctx);
+
 /* Sets the record for `key` (replacing any). Returns 0, -1 on out-of-memory. */
 int objmap_put(objmap *m, const void *key, void *value);
 

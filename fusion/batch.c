@@ -356,18 +356,29 @@ void fb_held_clear(struct held *h)
     h->ev = NULL;
 }
 
-/* A wait list with our user events replaced by the real events behind them. */
+/* A wait list with our user events replaced by the real events behind
+ * them, each retained (a held command's wait list is held by clshim alone:
+ * a completion callback may drop the record's real event at any time);
+ * done_waits releases them. */
 static cl_event *subst_waits(cl_uint n, const cl_event *wl, cl_event *buf, size_t buf_len)
 {
     if (!n) return NULL;
     cl_event *out = n <= buf_len ? buf : malloc(n * sizeof *out);
     if (!out) return (cl_event *)wl;
     for (cl_uint i = 0; i < n; i++) {
-        struct fev *ev = fev_find(wl[i]);
-        cl_event real = ev ? __atomic_load_n(&ev->real, __ATOMIC_ACQUIRE) : NULL;
-        out[i] = real ? real : wl[i];
+        struct fev_look v;
+        fev_look(wl[i], &v);
+        out[i] = v.real ? v.real : wl[i];
     }
     return out;
+}
+
+static void done_waits(cl_uint n, const cl_event *wl, cl_event *waits, cl_event *buf)
+{
+    if (!waits || waits == wl) return;
+    for (cl_uint i = 0; i < n; i++)
+        if (waits[i] != wl[i]) fb_real->clReleaseEvent(waits[i]);
+    if (waits != buf) free(waits);
 }
 
 void fb_submit_held(struct fq *q, struct fb_pending *p)
@@ -394,7 +405,7 @@ void fb_submit_held(struct fq *q, struct fb_pending *p)
                                                  h->ev ? &rev : NULL);
         fk_apply(h->rec, h->args, 1);
         pthread_mutex_unlock(&h->rec->lock);
-        if (waits != buf && waits != h->waits) free(waits);
+        done_waits(h->nwaits, h->waits, waits, buf);
         if (rc != CL_SUCCESS)
             log_msg(LOG_WARN, "fusion: held kernel '%s' failed when submitted (error %d); its event reports it",
                     h->rec->name, rc);
@@ -915,7 +926,7 @@ static cl_int forward(struct fq *q, struct fk_kernel *r, cl_kernel k, cl_uint di
     cl_int rc = task ? fb_real->clEnqueueTask(q ? q->q : NULL, k, nw, waits, ev)
                      : fb_real->clEnqueueNDRangeKernel(q ? q->q : NULL, k, dim, off, gws, lws, nw, waits, ev);
     if (locked) pthread_mutex_unlock(&r->lock);
-    if (waits != buf && waits != wl) free(waits);
+    if (waits != wl) done_waits(nw, wl, waits, buf);
     return rc;
 }
 

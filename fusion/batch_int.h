@@ -186,8 +186,21 @@ struct fev {
     int done;             /* the completion callback ran (atomic) */
 };
 
-/* A held event for `e`, or NULL (also when none are tracked). */
+/* A held event for `e`, or NULL (also when none are tracked). Only for an
+ * event the application holds (one it passes in): the record can be freed
+ * by a completion callback on another thread once only clshim holds the
+ * event, as for the wait list of a held command; read those with fev_look. */
 struct fev *fev_find(cl_event e);
+/* What a held event `e` stands for, read safely whoever holds it: whether
+ * it is one (0: not tracked), its queue, whether its command is still held
+ * (meaningful under that queue's lock), and the driver's event behind it,
+ * retained for the caller (release it), or NULL while none. */
+struct fev_look {
+    struct fq *q;
+    int held;
+    cl_event real;
+};
+int fev_look(cl_event e, struct fev_look *out);
 /* New held event for a command of `type` on q; NULL on failure. */
 struct fev *fev_new(struct fq *q, cl_command_type type);
 /* Drops one reference; frees at zero. */

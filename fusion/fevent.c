@@ -32,6 +32,26 @@ struct fev *fev_find(cl_event e)
     return objmap_get(events, e);
 }
 
+/* Under the map's stripe lock: fev_unref removes the record from the map
+ * before it releases the real event and frees the record, so both outlive
+ * this call; the retain keeps the real event for the caller. */
+static void look(void *value, void *ctx)
+{
+    const struct fev *ev = value;
+    struct fev_look *out = ctx;
+    out->q = ev->q;
+    out->held = ev->held;
+    out->real = __atomic_load_n(&ev->real, __ATOMIC_ACQUIRE);
+    if (out->real) fb_real->clRetainEvent(out->real);
+}
+
+int fev_look(cl_event e, struct fev_look *out)
+{
+    *out = (struct fev_look){NULL, 0, NULL};
+    if (!e || !__atomic_load_n(&fb_tracked_events, __ATOMIC_ACQUIRE) || !events) return 0;
+    return objmap_with(events, e, look, out);
+}
+
 struct fev *fev_new(struct fq *q, cl_command_type type)
 {
     pthread_once(&events_once, events_init);

@@ -919,14 +919,6 @@ static struct fb_memo *memo_build(const struct fq *q, int flags, const char *int
     return e;
 }
 
-/* ---- the launch --------------------------------------------------------------------------- */
-
-static int is_internal(const struct fq *q, cl_event e)
-{
-    struct fev *ev = fev_find(e);
-    return ev && ev->q == q && ev->held;
-}
-
 /* ---- the fused kernel's arguments ------------------------------------------------------ */
 
 struct fb_repeat;
@@ -978,15 +970,29 @@ static cl_int launch(struct fq *q, struct fb_memo *e, const struct fb_repeat *re
     cl_event buf[16];
     cl_event *waits = total <= 16 ? buf : malloc(total * sizeof *waits);
     if (!waits) return CL_OUT_OF_HOST_MEMORY;
-    cl_uint nw = 0;
+    cl_uint nw = 0, nreal = 0; /* the first nreal waits are real events retained here */
     for (uint32_t i = 0; i < q->nheld; i++)
         for (cl_uint j = 0; j < q->held[i].nwaits; j++) {
+            /* Only clshim holds these events now: fev_look, not fev_find. */
             cl_event w = q->held[i].waits[j];
-            if (is_internal(q, w)) continue;
-            struct fev *ev = fev_find(w);
-            cl_event real = ev ? __atomic_load_n(&ev->real, __ATOMIC_ACQUIRE) : NULL;
-            if (real) w = real;
+            struct fev_look v;
+            int tracked = fev_look(w, &v);
             cl_uint k;
+            if (tracked && v.q == q && v.held) { /* a command of this launch */
+                if (v.real) fb_real->clReleaseEvent(v.real);
+                continue;
+            }
+            if (v.real) {
+                for (k = 0; k < nw && waits[k] != v.real; k++) continue;
+                if (k < nw) {
+                    fb_real->clReleaseEvent(v.real);
+                    continue;
+                }
+                if (nreal < nw) waits[nw] = waits[nreal]; /* keep the retained ones first */
+                waits[nreal++] = v.real;
+                nw++;
+                continue;
+            }
             for (k = 0; k < nw && waits[k] != w; k++) continue;
             if (k == nw) waits[nw++] = w;
         }
@@ -998,6 +1004,7 @@ static cl_int launch(struct fq *q, struct fb_memo *e, const struct fb_repeat *re
         rc = fb_real->clEnqueueNDRangeKernel(q->q, e->kernel, e->dim, has_off ? e->off : NULL, e->gws,
                                              has_lws ? e->lws : NULL, nw, nw ? waits : NULL, rev);
     pthread_mutex_unlock(&e->lock);
+    for (cl_uint i = 0; i < nreal; i++) fb_real->clReleaseEvent(waits[i]);
     if (waits != buf) free(waits);
     return rc;
 }
