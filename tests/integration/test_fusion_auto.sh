@@ -147,6 +147,19 @@ grep -qF 'auto: k1+k1+k2+k1+k2+k3 not learned: the sequence at auto is the same 
 [ "$(count 'derived program' "$TMP/exprblocks.err")" = 1 ] || fail "exprblocks: more than one fused program"
 ok "exprblocks: the loop found again from another kernel is not learned twice"
 
+# 5a''. Wait lists that name events of launches fused before, held by
+#     clshim alone (the application released them, as PyOpenCL does), whose
+#     completion callbacks run on the driver's thread while the next fused
+#     launch is made. The launch read such an event's record and real event
+#     unretained: a callback could free both in between (a crash inside the
+#     driver's clEnqueueNDRangeKernel on an H200 in 2 of 9 PyOpenCL runs;
+#     under make check-sanitize a use after free). 2000 iterations of tiny
+#     kernels make the completions come during launches.
+auto_vs_plain events --mode events --iterations 2000 --n 256
+n=$(fused k1+k2+k3 events)
+[ "$n" -ge 100 ] || fail "events: expected k1+k2+k3 fused at least 100 times, got $n"
+ok "events: $n fused launches waiting on events of earlier ones, results as without clshim"
+
 # 5b. Windows of a refused sequence: k1 k2 blur k3 k4 needs a barrier
 #     (blur reads k2's output around its index). Refused at its 3rd
 #     occurrence, its windows are learned longest first from the left, one

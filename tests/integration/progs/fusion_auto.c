@@ -25,6 +25,13 @@
  *            clFinish after every 10th: the run's period is first found
  *            from the k3 on (k3+k1+k1+k2+k1+k2), and from a block's start
  *            on (k1 first) whenever the learned one is not held
+ *   events   k1 k2 k3 per iteration without syncs (a clFinish after every
+ *            50th), each waiting for the kernel before it, the previous
+ *            iteration's k3 included, and asking for an event it releases
+ *            once the next enqueue named it, as PyOpenCL's arrays do: the
+ *            wait lists of held kernels name events of launches fused
+ *            before, which only clshim still holds and which complete on
+ *            the driver's thread while the next fused launch is made
  *   windows  k1 k2 blur k3 k4, clFinish: refused whole (blur reads k2's
  *            output around its own index), its windows k1+k2 and
  *            blur+k3+k4 fuse
@@ -89,6 +96,19 @@ static void report(cl_mem m, size_t n, const char *what)
     free(h);
 }
 
+/* Sets k's arguments and enqueues it after *wait (when not NULL, then
+ * released and replaced by k's event). */
+static void run_after(cl_kernel k, cl_mem in, cl_mem out, float a, size_t n, cl_event *wait)
+{
+    CHECK(clSetKernelArg(k, 0, sizeof in, &in));
+    CHECK(clSetKernelArg(k, 1, sizeof out, &out));
+    CHECK(clSetKernelArg(k, 2, sizeof a, &a));
+    cl_event ev = NULL;
+    CHECK(clEnqueueNDRangeKernel(q, k, 1, NULL, &n, NULL, *wait ? 1 : 0, *wait ? wait : NULL, &ev));
+    if (*wait) CHECK(clReleaseEvent(*wait));
+    *wait = ev;
+}
+
 /* Sets k's arguments and enqueues it; its event in *ev when not NULL. */
 static void run_ev(cl_kernel k, cl_mem in, cl_mem out, float a, size_t n, cl_event *ev)
 {
@@ -109,7 +129,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--iterations") && i + 1 < argc) iters = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--n") && i + 1 < argc) n_elems = (size_t)atol(argv[++i]);
         else {
-            fprintf(stderr, "usage: fusion_auto --mode chain4|stencil|alias|unalias|sync|waitmid|pairs|steps|expr|exprblocks|windows|broken|recreate "
+            fprintf(stderr, "usage: fusion_auto --mode chain4|stencil|alias|unalias|sync|waitmid|pairs|steps|expr|exprblocks|events|windows|broken|recreate "
                             "[--iterations N] [--n N]\n");
             return 2;
         }
@@ -186,6 +206,13 @@ int main(int argc, char **argv)
             run(k2, t1, t2, a, n);
             run(k3, t2, out, a, n);
             if (it + 1 < iters && (!blocks || (it + 1) % 10)) continue; /* no sync between iterations */
+        } else if (!strcmp(mode, "events")) {
+            static cl_event last;
+            run_after(k1, in, t1, a, n, &last);
+            run_after(k2, t1, t2, a, n, &last);
+            run_after(k3, t2, out, a, n, &last);
+            if (it + 1 == iters) CHECK(clReleaseEvent(last));
+            if (it + 1 < iters && (it + 1) % 50) continue; /* no sync between iterations */
         } else if (!strcmp(mode, "windows")) {
             run(k1, in, t1, a, n);
             run(k2, t1, t2, a, n);
