@@ -11,7 +11,10 @@ N (env) floats. Runs WARM steps, then BLOCKS blocks of STEPS steps each
 ended by queue.finish(); prints the median time per step (us) of the
 blocks and a hash of the result, which must be equal with and without
 fusion; with TOTAL=1 also the time of all timed steps (ms), learning and
-the fused program's build included when WARM=0.
+the fused program's build included when WARM=0; with ISSUE=1 also the
+median time per step the host spent issuing the steps (us, up to the
+block's queue.finish(): a step can take no less wherever fusion leaves
+the application's own calls as they are).
 """
 import hashlib
 import os
@@ -64,14 +67,18 @@ else:
 for _ in range(warm):
     out = step()
 q.finish()
-times = []
+times, issue = [], []
 for _ in range(blocks):
     t0 = time.perf_counter()
     for _ in range(steps):
         out = step()
+    t1 = time.perf_counter()
     q.finish()
     times.append((time.perf_counter() - t0) / steps)
+    issue.append((t1 - t0) / steps)
 times.sort()
+issue.sort()
 total = sum(times) * steps  # the timed steps, compiles of a first fusion included (TOTAL=1 prints it, ms)
-print("%.1f %s%s" % (times[len(times) // 2] * 1e6, hashlib.sha256(out.get().tobytes()).hexdigest()[:16],
-                     " %.2f" % (total * 1e3) if os.environ.get("TOTAL") == "1" else ""))
+print("%.1f %s%s%s" % (times[len(times) // 2] * 1e6, hashlib.sha256(out.get().tobytes()).hexdigest()[:16],
+                       " %.2f" % (total * 1e3) if os.environ.get("TOTAL") == "1" else "",
+                       " issue %.1f" % (issue[len(issue) // 2] * 1e6) if os.environ.get("ISSUE") == "1" else ""))

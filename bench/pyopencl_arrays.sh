@@ -20,6 +20,15 @@
 # measurements, PyOpenCL's compiles at the first chain and the fused
 # program's build included; not the process start) and of the time per
 # chain (us).
+#
+# On the GPU machine BUILD is a pack from bench/gpu-pack.sh: with
+# ARRAYS_EXPORT naming a cache export (the fused sources primed on PoCL for
+# the GPU's ND-range, bench/gpu-pack.sh), it is imported first, and
+# COMPAT_PYTHON names a python3 with numpy and PyOpenCL. PIN (a command
+# prefix, such as "taskset -c 3") pins every process to one core: on the
+# 16-core GPU machine an unpinned Python thread that migrates between
+# cores runs its host-bound steps 1.5x slower in some processes than in
+# others, which hides any difference between the ways.
 set -eu
 BUILD=$(cd "${1:-build}" && pwd)
 ROUNDS=${2:-3}
@@ -29,13 +38,16 @@ TMP=$(mktemp -d "${TMPDIR:-/tmp}/clshim-pyarrays.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 export CLSHIM_CACHE_DIR=$TMP/clshim XDG_CACHE_HOME=$TMP/xdg LD_PRELOAD=$BUILD/libclshim.so
 mkdir -p "$XDG_CACHE_HOME"
+if [ -n "${ARRAYS_EXPORT:-}" ]; then
+    "$BUILD/clshim-tool" cache --dir "$CLSHIM_CACHE_DIR" import "$ARRAYS_EXPORT" >/dev/null
+fi
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 # one WAY MODE N: a fresh process (and a fresh PoCL cache: every run
 # compiles as a first run does); appends "time hash" to $TMP/WAY-MODE-N
 one() {
     # a directory of its own: a capture helper of the previous process may still write into its own
     local pocl; pocl=$(mktemp -d "$TMP/pocl.XXXXXX")
-    POCL_CACHE_DIR=$pocl CLSHIM_FUSION=$1 MODE=$2 N=$3 "$PY" "$ROOT/bench/pyopencl_arrays.py" >>"$TMP/$1-$2-$3"
+    POCL_CACHE_DIR=$pocl CLSHIM_FUSION=$1 MODE=$2 N=$3 ${PIN:-} "$PY" "$ROOT/bench/pyopencl_arrays.py" >>"$TMP/$1-$2-$3"
 }
 learning() {
     export MODE=three N=65536 WARM=0 STEPS=10 TOTAL=1
