@@ -76,7 +76,7 @@ clang-15 -x cl -target spir64 -cl-std=CL1.2 -emit-llvm -c -Xclang -no-opaque-poi
 llvm-spirv-15 "$TMP/chain.bc" -o "$TMP/chain.spv" || fail "il: llvm-spirv-15 failed"
 fresh_pocl; run_shim il env CLSHIM_FUSE="$PLAN" "$FC" --mode chain --il "$TMP/chain.spv"
 same_output ref_chain il "il: same results as the source program without clshim"
-[ "$(fused offset+scale+square il)" = 3 ] || fail "il: expected 3 fused launches"
+[ "$(fused offset+scale+square il)" = 3 ] || { grep -v "^clshim: \(lookup\|hit\|miss\)" "$TMP/il.err" >&2; fail "il: expected 3 fused launches"; }
 grep -q 'translated SPIR-V program' "$TMP/il.err" || fail "il: the program was not translated"
 ok "il: kernels of a SPIR-V program fuse"
 
