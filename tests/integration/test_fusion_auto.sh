@@ -154,10 +154,13 @@ ok "exprblocks: the loop found again from another kernel is not learned twice"
 #     unretained: a callback could free both in between (a crash inside the
 #     driver's clEnqueueNDRangeKernel on an H200 in 2 of 9 PyOpenCL runs;
 #     under make check-sanitize a use after free). 2000 iterations of tiny
-#     kernels make the completions come during launches.
+#     kernels make the completions come during launches. At 256 floats the
+#     never-slower rule may find the chain slower fused and run it unfused
+#     between measurements: then 7 + 6 fused launches and 6 per later
+#     measurement (after 64, 128, ... occurrences), at least 30 in all.
 auto_vs_plain events --mode events --iterations 2000 --n 256
 n=$(fused k1+k2+k3 events)
-[ "$n" -ge 100 ] || fail "events: expected k1+k2+k3 fused at least 100 times, got $n"
+[ "$n" -ge 30 ] || fail "events: expected k1+k2+k3 fused at least 30 times, got $n"
 ok "events: $n fused launches waiting on events of earlier ones, results as without clshim"
 
 # 5b. Windows of a refused sequence: k1 k2 blur k3 k4 needs a barrier
