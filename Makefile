@@ -20,16 +20,16 @@ CFLAGS_C := -std=c11 $(OPT) -g $(WARN) -fPIC -fvisibility=hidden -D_GNU_SOURCE \
             -DCLSHIM_VERSION='"$(VERSION)"' -I. -Iinclude $(EXTRA_CFLAGS)
 LDFLAGS_C := $(EXTRA_LDFLAGS)
 ifneq ($(SAN),)
-CFLAGS_C  += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+CFLAGS_C  += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=undefined -DCLSHIM_ASSERT_FATAL
 LDFLAGS_C += -fsanitize=$(SAN)
 endif
 
 CORE_LIBS := -llmdb -lzstd -lhiredis -lsodium -lpthread -ldl
 
-CORE_SRC   := $(sort $(wildcard common/*.c cache/*.c program/*.c fusion/*.c))
+CORE_SRC   := $(sort $(wildcard common/*.c cache/*.c compiler/*.c program/*.c fusion/*.c))
 SHIM_SRC   := $(sort $(wildcard interpose/*.c))
-LLVM_C     := $(sort $(wildcard fusion/llvm/*.c))
-LLVM_CXX   := $(sort $(wildcard fusion/llvm/*.cpp))
+LLVM_C     := $(sort $(wildcard compiler/llvm/*.c))
+LLVM_CXX   := $(sort $(wildcard compiler/llvm/*.cpp))
 TOOL_SRC   := $(sort $(wildcard tools/*.c))
 UNIT_SRC   := $(sort $(wildcard tests/unit/test_*.c))
 PROG_SRC   := $(sort $(wildcard tests/integration/progs/*.c))
@@ -78,10 +78,10 @@ $(BUILD)/obj/%.o: %.c
 	$(CC) $(CFLAGS_C) -MMD -MP -c $< -o $@
 
 # The LLVM side: C against the LLVM C API, one small C++ file for the translator.
-$(BUILD)/obj/fusion/llvm/%.o: fusion/llvm/%.c
+$(BUILD)/obj/compiler/llvm/%.o: compiler/llvm/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_C) $$($(LLVM_CONFIG) --cflags | sed 's/-std=[^ ]*//') -MMD -MP -c $< -o $@
-$(BUILD)/obj/fusion/llvm/%.o: fusion/llvm/%.cpp
+$(BUILD)/obj/compiler/llvm/%.o: compiler/llvm/%.cpp
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++17 $(OPT) -g $(WARN) -Wno-unused-parameter -fPIC -fvisibility=hidden -I. \
 	  $$($(LLVM_CONFIG) --cxxflags | sed 's/-std=[^ ]*//; s/-fno-exceptions//') -I/usr/include/LLVMSPIRVLib \
@@ -123,8 +123,8 @@ $(BUILD)/tests/progs/dlopen_app: tests/integration/progs/dlopen_app.c tests/inte
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_C) -o $@ $< $(LDFLAGS_C) -ldl
 
-$(LLVMLIB): $(LLVM_OBJ) fusion/llvm/exports.map
-	$(CXX) -shared -o $@ $(LLVM_OBJ) $(LDFLAGS_C) -Wl,--version-script=fusion/llvm/exports.map \
+$(LLVMLIB): $(LLVM_OBJ) compiler/llvm/exports.map
+	$(CXX) -shared -o $@ $(LLVM_OBJ) $(LDFLAGS_C) -Wl,--version-script=compiler/llvm/exports.map \
 	  -L$$($(LLVM_CONFIG) --libdir) -lLLVMSPIRVLib -lLLVM-15 -lpthread
 
 $(TOOL): $(TOOL_OBJ) $(CORE_A)

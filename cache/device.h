@@ -19,7 +19,7 @@ struct device_info {
     int has_native_il;  /* CL_DEVICE_IL_VERSION non-empty */
     int has_spir;       /* cl_khr_spir */
     int takes_ptx;      /* program binaries are PTX text (NVIDIA's driver):
-                           SPIR-V goes through route (a), fusion/llvm/ptx.c */
+                           SPIR-V goes through route (a), compiler/llvm/ptx.c */
     uint32_t nv_sm;     /* NVIDIA's compute capability, major*10+minor; 0 unknown */
     int lazy_codegen;   /* PoCL: compiles work-group functions at first
                            enqueue and freezes its binary at the first read */

@@ -10,7 +10,7 @@
  * clCompleteFusionCLSHIM). A held enqueue keeps a snapshot of the kernel's
  * arguments, its ND-range and its wait list, and returns a user event that
  * completes when the real command carrying its work completes. When the
- * sequence is complete, the kernels are fused (fusion/llvm_api.h) into one
+ * sequence is complete, the kernels are fused (compiler/llvm_api.h) into one
  * program built through the cache (pc_build_derived) and launched once;
  * otherwise — and whenever anything could observe the held work — they are
  * submitted individually, in order, exactly as the application asked

@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "common/clapi.h"
-#include "fusion/llvm_api.h"
+#include "compiler/llvm_api.h"
 #include "fusion/plan.h"
 
 extern const struct cl_api *fb_real;
@@ -474,7 +474,7 @@ enum {
  * p; *out_event gets a retained event of the launch when not NULL; *nparams
  * the fused kernel's parameter count), or -1 with nothing submitted, `why`
  * set and *lasting one of FB_REFUSED_*. Nothing is compiled or built for a
- * request whose ranges alone refuse it (fusion/fuse_ranges.h), nor for one
+ * request whose ranges alone refuse it (compiler/fuse_ranges.h), nor for one
  * refused before (in this process, or in the cache on this driver).
  * `seq` is the plan sequence index or
  * -1 for the extension API; `flags` holds FB_* options; `internal_args` is

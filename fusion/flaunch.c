@@ -5,7 +5,7 @@
  *    parameter; every local-memory argument is a class of its own.
  *    Sub-buffers, images, SVM arguments and buffers over overlapping host
  *    memory (CL_MEM_USE_HOST_PTR) are refused: distinct classes must never
- *    alias (fusion/llvm_api.h).
+ *    alias (compiler/llvm_api.h).
  * 2. Key material: a format tag, the plan options (FB_* flags), and per kernel its
  *    program's origin hash (kind, options, input bytes), name, ND-range,
  *    and argument classes and kinds. Scalar values and buffers are not in
@@ -24,7 +24,7 @@
  *    frontend_compile_source, IL through spirv_to_spir), then fuse(). The
  *    metadata stored beside the binary is the parameter mapping and the
  *    fused ND-range (format below). Before any of it, the held kernels'
- *    ND-ranges are checked by the fuser's own rules (fusion/fuse_ranges.h):
+ *    ND-ranges are checked by the fuser's own rules (compiler/fuse_ranges.h):
  *    what they refuse costs no compile. A failed request is remembered in
  *    the memo and never built again in this process; one refused by its
  *    key (the analysis, or the driver's build of the fused program) also
@@ -62,9 +62,9 @@
 #include "fusion/batch_int.h"
 #include "fusion/froute.h"
 #include "fusion/frontend.h"
-#include "fusion/fuse_ranges.h"
+#include "compiler/fuse_ranges.h"
 #include "fusion/fuse_source.h"
-#include "fusion/llvmload.h"
+#include "compiler/llvmload.h"
 
 #define FUSED_NAME "clshim_fused"
 #define META_MAGIC 0x46534c43u /* "CLSF" */

@@ -11,7 +11,7 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "common/log.h"
-#include "program/route_a.h"
+#include "compiler/route_a.h"
 
 /* What q->route holds once decided: the device's part of the choice. */
 enum {

@@ -10,7 +10,7 @@
  *             construction, but it needs the program's source and stores
  *             every intermediate (no `internal`);
  *   route (a) FB_PTX: clshim's fused IR (`internal` and `const` honoured)
- *             lowered to PTX (program/route_a.h), which NVIDIA's driver loads
+ *             lowered to PTX (compiler/route_a.h), which NVIDIA's driver loads
  *             with clCreateProgramWithBinary. Results are bit-identical where
  *             the built-ins are matched to NVIDIA's (docs/spirv.md); an
  *             unmatched one is refused unless CLSHIM_PTX_BUILTINS opts in.
@@ -42,7 +42,7 @@
 #include <stdint.h>
 
 #include "fusion/batch_int.h"
-#include "fusion/llvm_api.h"
+#include "compiler/llvm_api.h"
 
 /* The route flag for fusing q's held kernels with the plan options `flags`:
  * 0 (IR), FB_SOURCE or FB_PTX. Caller holds q->lock. */

@@ -1,7 +1,7 @@
 /* fuse_source.h — route (b) of fusion: the fused kernel as generated
  * OpenCL C, for drivers that take neither SPIR nor SPIR-V (NVIDIA).
  *
- * The IR route (fusion/llvm_api.h `fuse`) hands the driver a fused SPIR
+ * The IR route (compiler/llvm_api.h `fuse`) hands the driver a fused SPIR
  * module. A driver without cl_khr_spir cannot load it, so for programs
  * built from source the fused kernel is written in OpenCL C instead: the
  * program's own source, unchanged, followed by
@@ -73,7 +73,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "fusion/llvm_api.h"
+#include "compiler/llvm_api.h"
 
 /* The generated program. */
 struct fs_program {

@@ -34,10 +34,10 @@
 #include "common/extstr.h"
 #include "common/log.h"
 #include "common/objmap.h"
-#include "fusion/llvmload.h"
+#include "compiler/llvmload.h"
 #include "program/capture.h"
 #include "program/capture_proc.h"
-#include "program/route_a.h"
+#include "compiler/route_a.h"
 
 struct pc_dev {
     cl_device_id dev;
@@ -66,7 +66,7 @@ struct pc_program {
     cl_context context;
     enum key_kind kind;     /* KEY_SOURCE or KEY_IL */
     int translated;         /* IL for a device without IL: the handle is a placeholder */
-    int to_ptx;             /* translated IL for devices that take PTX: route (a) (program/route_a.h) */
+    int to_ptx;             /* translated IL for devices that take PTX: route (a) (compiler/route_a.h) */
     char *input;            /* source (concatenated) or IL bytes */
     size_t input_len;
     struct spirv_scan *scan; /* translated IL: its spec ids */
@@ -700,6 +700,18 @@ static char *read_build_log(cl_program prog, cl_device_id dev)
     return log;
 }
 
+/* The lowest NVIDIA compute capability among the devices (0: unknown), the
+ * one route (a) lowers for so the PTX loads on every device. */
+static uint32_t lowest_nv_sm(const struct cl_api *real, cl_uint ndev, const cl_device_id *devs)
+{
+    uint32_t sm = 0;
+    for (cl_uint i = 0; i < ndev; i++) {
+        const struct device_info *d = device_info(real, devs[i]);
+        if (d && d->nv_sm && (!sm || d->nv_sm < sm)) sm = d->nv_sm;
+    }
+    return sm;
+}
+
 /* Translates the IL of rec to SPIR (and, for devices that take PTX, to PTX
  * by route (a)) and creates the program from it. */
 static cl_program translate_il(struct pc_program *rec, cl_uint ndev, const cl_device_id *devs, const char *options,
@@ -733,7 +745,8 @@ static cl_program translate_il(struct pc_program *rec, cl_uint ndev, const cl_de
         char *ptx = NULL;
         size_t ptx_size = 0;
         t0 = now_ns();
-        rc = route_a_ptx(real, api, bc, bc_size, ndev, devs, options, &ptx, &ptx_size, why, why_len);
+        rc = route_a_ptx_sm(api, bc, bc_size, lowest_nv_sm(real, ndev, devs), options, &ptx, &ptx_size, why,
+                            why_len);
         api->free(bc);
         if (rc != 0) {
             *err = CL_BUILD_PROGRAM_FAILURE;

@@ -13,7 +13,7 @@ int ptx_cmd_main(int argc, char **argv);  /* tools/ptx_cmd.c */
  * (tools/ptx_cmd.c). */
 #include <stdint.h>
 #include <stddef.h>
-#include "fusion/llvm_api.h"
+#include "compiler/llvm_api.h"
 struct ptx_cmd_opts {
     uint32_t sm;         /* 0: LLVM's newest */
     const char *options; /* the build options (their -cl-fast-relaxed-math, -cl-denorms-are-zero) */

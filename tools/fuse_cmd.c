@@ -27,7 +27,7 @@
 
 #include "fusion/frontend.h"
 #include "fusion/fuse_source.h"
-#include "fusion/llvmload.h"
+#include "compiler/llvmload.h"
 #include "fusion/plan.h"
 #include "tools/commands.h"
 

@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #include "fusion/frontend.h"
-#include "fusion/llvmload.h"
+#include "compiler/llvmload.h"
 #include "tools/commands.h"
 
 static int usage(void)

@@ -1,6 +1,6 @@
 #!/bin/bash
 # nvidia_builtins.sh — route (a)'s built-ins against NVIDIA's own, bit for bit
-# (the table in docs/spirv.md; what matches goes into fusion/llvm/ptx_builtins.c).
+# (the table in docs/spirv.md; what matches goes into compiler/llvm/ptx_builtins.c).
 #
 #   nvidia_builtins.sh --pack BUILD DEST   here: route (a)'s PTX of the kernels, packed
 #   nvidia_builtins.sh DIR OUTDIR          on the GPU machine (DIR: the pack)

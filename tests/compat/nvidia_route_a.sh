@@ -15,7 +15,7 @@
 # device up to the PTX, which is cached apart from the device; the H100 and
 # H200 are sm_90), one process per size, for both plans below, and the cache
 # travels as an export. The SPIR-V program itself is translated and lowered
-# to PTX on the GPU machine when the app builds it (program/route_a.h), so
+# to PTX on the GPU machine when the app builds it (compiler/route_a.h), so
 # the pack also carries libclshim-llvm.so with its libraries compressed
 # (llvm.tar.zst) and libclc's NVPTX library, as nvidia_spirv.sh does.
 #

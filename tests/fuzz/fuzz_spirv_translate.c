@@ -11,7 +11,7 @@
  * Needs CLSHIM_LLVM_LIB=<build>/libclshim-llvm.so in the environment. */
 #include "cache/spirv_scan.h"
 #include "common/error.h"
-#include "fusion/llvmload.h"
+#include "compiler/llvmload.h"
 #include "tests/fuzz/fuzz.h"
 
 static const struct clshim_llvm_api *api;

@@ -1,27 +1,95 @@
 #!/bin/bash
-# The direction of the layers: cache/ (keys, tiers, store) knows nothing of
-# program/ (the app-visible records) or fusion/: no include of their headers,
-# no call into their symbols. program/ and fusion/ may use cache/; fusion/
-# uses program/ through origin.h and route_a.h only.
+# The rooms and the edges between them (HACKING.md, "Rooms"). Edges only go
+# down: every room may use its own files and the rooms or headers the table
+# names, nothing else. Checked twice: the #include lines of every .c/.h, and
+# the symbols each room's objects leave undefined against the rooms that
+# define them. An entry naming one header (program/origin.h) allows that
+# header and the functions it declares, not the rest of its room.
 source "$(dirname "$0")/lib.sh"
 cd "$CLSHIM_ROOT"
-bad=$(grep -n '#include *"\(program\|fusion\|interpose\)/' cache/*.c cache/*.h || true)
-[ -z "$bad" ] || fail "cache/ includes an upper layer: $bad"
-ok "cache/ includes nothing from program/, fusion/ or interpose/"
 
-# Symbols: what cache/ objects leave undefined must not be defined above it.
-upper=$(nm --defined-only -g "$CLSHIM_BUILD"/obj/program/*.o "$CLSHIM_BUILD"/obj/fusion/*.o \
-        "$CLSHIM_BUILD"/obj/interpose/*.o 2>/dev/null | awk 'NF == 3 { print $3 }' | sort -u)
-[ -n "$upper" ] || fail "no symbols found in the upper layers' objects (was $CLSHIM_BUILD built?)"
-objs=(); for c in cache/*.c; do objs+=("$CLSHIM_BUILD/obj/${c%.c}.o"); done # not stale objects of moved files
-used=$(nm --undefined-only "${objs[@]}" | awk '{ print $NF }' | sort -u)
-calls=$(comm -12 <(echo "$upper") <(echo "$used"))
-[ -z "$calls" ] || fail "cache/ calls into an upper layer: $calls"
-ok "cache/ calls nothing defined in program/, fusion/ or interpose/"
+# room           may use (rooms, or single headers)
+EDGES='
+interpose        program fusion compiler cache common
+tools            program/capture_proc.h fusion/plan.h fusion/frontend.h fusion/fuse_source.h compiler cache common
+program          compiler cache common
+fusion           program/origin.h compiler cache common
+compiler         common
+compiler/llvm    compiler/llvm_api.h compiler/fuse_ranges.h common/error.h
+cache            common
+common
+'
+ROOMS=$(awk 'NF { print $1 }' <<<"$EDGES")
 
-# fusion/ sees the program layer through two headers only (README.md,
-# "Layout"): the origin of a kernel and route (a).
-bad=$(grep -rn '#include *"program/' fusion | grep -v '"program/\(origin\|route_a\)\.h"' || true)
-[ -z "$bad" ] || fail "fusion/ includes more of program/ than origin.h and route_a.h: $bad"
-ok "fusion/ includes only program/origin.h and program/route_a.h of program/"
+allowed() { awk -v r="$1" '$1 == r { $1 = ""; print }' <<<"$EDGES"; }
+# The room a header or object path belongs to: its longest room prefix.
+room_of() {
+    local best=
+    for r in $ROOMS; do
+        case $1 in "$r"/*) [ ${#r} -gt ${#best} ] && best=$r ;; esac
+    done
+    echo "$best"
+}
+# The files of a room, not of a room inside it (compiler/ vs compiler/llvm/).
+files_of() { find "$1" -maxdepth 1 -type f \( -name '*.c' -o -name '*.h' -o -name '*.cpp' \) | sort; }
+may_use() { # room target-path: 0 when the table allows room -> target
+    local from=$1 path=$2 to
+    to=$(room_of "$path")
+    [ "$to" = "$from" ] && return 0
+    for a in $(allowed "$from"); do
+        [ "$a" = "$to" ] || [ "$a" = "$path" ] && return 0
+    done
+    return 1
+}
+
+# 1. Includes.
+for r in $ROOMS; do
+    bad=
+    for f in $(files_of "$r"); do
+        for h in $(sed -n 's/^#include *"\([a-z_]*\/[a-z_/]*\.h\)".*/\1/p' "$f"); do
+            [ -n "$(room_of "$h")" ] || continue # include/CL/… and the like: not a room
+            may_use "$r" "$h" || bad="$bad $f->$h"
+        done
+    done
+    [ -z "$bad" ] || fail "an edge the table does not allow (tests/integration/test_layering.sh):$bad"
+    ok "$r/ includes only its own files and: $(allowed "$r" | xargs)"
+done
+
+# 2. Symbols: objects built from the room's current sources (not stale
+# objects of files that moved).
+objs_of() { for f in $(files_of "$1" | grep -E '\.(c|cpp)$'); do echo "$CLSHIM_BUILD/obj/${f%.*}.o"; done; }
+declare -A defined_in
+for r in $ROOMS; do
+    for o in $(objs_of "$r"); do
+        [ -f "$o" ] || fail "$o is missing (was $CLSHIM_BUILD built?)"
+        for s in $(nm --defined-only -g "$o" | awk 'NF == 3 && $2 ~ /[TDBRV]/ { print $3 }'); do
+            defined_in[$s]=$r
+        done
+    done
+done
+[ ${#defined_in[@]} -gt 100 ] || fail "only ${#defined_in[@]} symbols found in the rooms' objects"
+for r in $ROOMS; do
+    bad=
+    objs=$(objs_of "$r")
+    [ -n "$objs" ] || continue
+    for s in $(nm --undefined-only $objs | awk '{ print $NF }' | sort -u); do
+        to=${defined_in[$s]:-}
+        [ -n "$to" ] && [ "$to" != "$r" ] || continue
+        okay=0
+        for a in $(allowed "$r"); do
+            if [ "$a" = "$to" ]; then okay=1; break; fi
+            # One header of a room: only the functions that header declares.
+            case $a in "$to"/*.h) grep -qw -- "$s" "$a" && { okay=1; break; } ;; esac
+        done
+        [ $okay = 1 ] || bad="$bad $r->$to:$s"
+    done
+    [ -z "$bad" ] || fail "a call the table does not allow:$bad"
+    ok "$r/ calls only into what the table allows"
+done
+
+# The table is complete: every directory with C sources is a room.
+for d in $(find interpose program fusion compiler cache common tools -name '*.c' -printf '%h\n' | sort -u); do
+    grep -qx "$d" <<<"$ROOMS" || fail "$d/ holds C sources but is not a room of the table"
+done
+ok "every source directory is a room of the table"
 finish

@@ -22,8 +22,8 @@
 #include <cmocka.h>
 
 #include "common/error.h"
-#include "fusion/llvm_api.h"
-#include "fusion/llvmload.h"
+#include "compiler/llvm_api.h"
+#include "compiler/llvmload.h"
 
 extern char **environ;
 

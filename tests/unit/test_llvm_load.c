@@ -9,7 +9,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "fusion/llvmload.h"
+#include "compiler/llvmload.h"
 
 static char log_path[4096];
 

@@ -1,7 +1,7 @@
-/* api.c — the function table libclshim-llvm.so exports (fusion/llvm_api.h).
+/* api.c — the function table libclshim-llvm.so exports (compiler/llvm_api.h).
  *
  * The only exported symbol is clshim_llvm_api(); everything else in the
- * module is hidden (-fvisibility=hidden and fusion/llvm/exports.map). The
+ * module is hidden (-fvisibility=hidden and compiler/llvm/exports.map). The
  * entries check their arguments, clear the out-parameters and forward to the
  * translator glue (spirv_glue.cpp), the fuser (fuse.c) or the PTX route (ptx.c).
  */
@@ -10,8 +10,8 @@
 #include <string.h>
 
 #include "common/error.h"
-#include "fusion/llvm/glue.h"
-#include "fusion/llvm_api.h"
+#include "compiler/llvm/glue.h"
+#include "compiler/llvm_api.h"
 
 static int api_spirv_to_spir(const void *spirv, size_t size, const struct llvm_spec_const *consts,
                              size_t num_consts, void **bitcode, size_t *bitcode_size, char *err,

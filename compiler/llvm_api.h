@@ -2,7 +2,7 @@
  *
  * Everything that needs LLVM (SPIR-V translation, IR fusion) lives in a
  * separate shared object, build/libclshim-llvm.so, which links libLLVM-15 and
- * libLLVMSPIRVLib. libclshim.so never links LLVM: fusion/llvmload.c dlopens
+ * libLLVMSPIRVLib. libclshim.so never links LLVM: compiler/llvmload.c dlopens
  * the module on first need and looks up one symbol,
  *     const struct clshim_llvm_api *clshim_llvm_api(void);
  * so programs that never use IL or fusion never load LLVM. A missing or
@@ -109,7 +109,7 @@ struct fuse_result {
     char internal_done[512];/* `internal`: the classes kept in registers,
                                "'t1' of 'k1', ..." */
     uint32_t internalised_local; /* of `internalised`, those kept in __local
-                               arrays (fusion/llvm/fuse_local.c) */
+                               arrays (compiler/llvm/fuse_local.c) */
     char internal_local[512];/* their labels, as internal_done */
     char reason[512];       /* why fusion was refused, or why a barrier was needed */
     int permanent;          /* the refusal follows from the kernels alone, whatever
@@ -146,7 +146,7 @@ struct kernel_info {
 };
 
 /* Route (a): a SPIR module (spir64: the SPIR-V translator's output, or a fused
- * module) as PTX for NVIDIA's OpenCL driver (fusion/llvm/ptx.c says how).
+ * module) as PTX for NVIDIA's OpenCL driver (compiler/llvm/ptx.c says how).
  * CLSHIM_PTX_ROUTE_VERSION changes whenever the same module may give other
  * PTX: it belongs in the key of anything cached from this route. */
 #define CLSHIM_PTX_ROUTE_VERSION 1

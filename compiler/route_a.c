@@ -1,12 +1,11 @@
 /* route_a.c — SPIR-V on NVIDIA's driver through route (a) (route_a.h). */
-#include "program/route_a.h"
+#include "compiler/route_a.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "cache/device.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -37,18 +36,6 @@ static const char *libdevice(char *path, size_t len)
     if (knob[0]) snprintf(path, len, "%s", knob);
     else snprintf(path, len, "%s/nvvm/libdevice/libdevice.10.bc", cuda && *cuda ? cuda : "/usr/local/cuda");
     return access(path, R_OK) == 0 ? path : NULL;
-}
-
-int route_a_ptx(const struct cl_api *real, const struct clshim_llvm_api *api, const void *bc, size_t bc_size, cl_uint ndev,
-                const cl_device_id *devs, const char *options, char **ptx, size_t *ptx_size, char *why,
-                size_t why_len)
-{
-    uint32_t sm = 0;
-    for (cl_uint i = 0; i < ndev; i++) {
-        const struct device_info *d = device_info(real, devs[i]);
-        if (d && d->nv_sm && (!sm || d->nv_sm < sm)) sm = d->nv_sm;
-    }
-    return route_a_ptx_sm(api, bc, bc_size, sm, options, ptx, ptx_size, why, why_len);
 }
 
 int route_a_ptx_sm(const struct clshim_llvm_api *api, const void *bc, size_t bc_size, uint32_t sm, const char *options,

@@ -18,7 +18,7 @@
 // records errors (LLVM's default handler would exit the process on one);
 // every C++ exception is caught. The output is what `llvm-spirv -r` gives:
 // spir64, OpenCL 1.2 builtin names.
-#include "fusion/llvm/glue.h"
+#include "compiler/llvm/glue.h"
 
 #include <algorithm>
 #include <atomic>

@@ -77,9 +77,9 @@
 #include <llvm-c/Transforms/PassBuilder.h>
 
 #include "common/error.h"
-#include "fusion/fuse_ranges.h"
-#include "fusion/llvm/fuse_int.h"
-#include "fusion/llvm/glue.h"
+#include "compiler/fuse_ranges.h"
+#include "compiler/llvm/fuse_int.h"
+#include "compiler/llvm/glue.h"
 
 enum { CC_SPIR_FUNC = 75, CC_SPIR_KERNEL = 76 };
 enum { CLK_GLOBAL_MEM_FENCE = 2 };

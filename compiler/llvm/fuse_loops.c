@@ -36,7 +36,7 @@
 
 #include <llvm-c/Core.h>
 
-#include "fusion/llvm/fuse_int.h"
+#include "compiler/llvm/fuse_int.h"
 
 #define MAX_LOOP_BLOCKS 64
 

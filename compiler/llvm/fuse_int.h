@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "fusion/llvm_api.h"
+#include "compiler/llvm_api.h"
 
 #define FUSE_MAX_KERNELS 64
 #define FUSE_MAX_PARAMS 256

@@ -16,8 +16,8 @@
 #include <llvm-c/Core.h>
 
 #include "common/error.h"
-#include "fusion/llvm/fuse_int.h"
-#include "fusion/llvm/glue.h"
+#include "compiler/llvm/fuse_int.h"
+#include "compiler/llvm/glue.h"
 
 struct diag {
     char text[256];

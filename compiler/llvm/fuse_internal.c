@@ -52,7 +52,7 @@
 #include <llvm-c/Core.h>
 
 #include "common/error.h"
-#include "fusion/llvm/fuse_int.h"
+#include "compiler/llvm/fuse_int.h"
 
 /* Appends "'name' of 'kernel': reason" to ip->kept, '; '-separated. */
 static void keep(struct internal_plan *ip, const char *label, const char *fmt, ...)

@@ -47,7 +47,7 @@
 #include <llvm-c/Core.h>
 #include <llvm-c/Target.h>
 
-#include "fusion/llvm/fuse_int.h"
+#include "compiler/llvm/fuse_int.h"
 
 #define LOCAL_BUDGET 16384u /* bytes of __local arrays clshim adds to one kernel */
 enum { CLK_LOCAL_MEM_FENCE = 1 };

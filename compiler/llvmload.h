@@ -9,7 +9,7 @@
 #ifndef CLSHIM_LLVMLOAD_H
 #define CLSHIM_LLVMLOAD_H
 
-#include "fusion/llvm_api.h"
+#include "compiler/llvm_api.h"
 
 const struct clshim_llvm_api *llvm_api(void);
 

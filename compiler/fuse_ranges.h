@@ -1,6 +1,6 @@
 /* fuse_ranges.h — the ND-range rules of a fused launch, in one place for
  * both sides of the fuser: libclshim-llvm.so checks its request with them
- * (fusion/llvm/fuse.c, step 1), and the batcher (fusion/flaunch.c) checks
+ * (compiler/llvm/fuse.c, step 1), and the batcher (fusion/flaunch.c) checks
  * the held kernels with them before anything is compiled or built, so a
  * sequence refused for its ranges alone costs no compile and no failed
  * build. Header-only (static inline): the two libraries share no object.
@@ -19,7 +19,7 @@
 #include <stdio.h>
 
 #include "common/error.h"
-#include "fusion/llvm_api.h"
+#include "compiler/llvm_api.h"
 
 struct fuse_ranges {
     size_t fused_gs[3]; /* the fused global size (remapped: the work-items, then 1, 1) */

@@ -9,7 +9,7 @@
 // context left to itself takes the pointer mode of the first bitcode it
 // reads (typed, for SPIR), after which libclc cannot be read. Every C++ exception is caught here: nothing
 // unwinds into C.
-#include "fusion/llvm/glue.h"
+#include "compiler/llvm/glue.h"
 
 #include <exception>
 #include <memory>

@@ -55,7 +55,7 @@
 #include <llvm-c/Transforms/PassBuilder.h>
 
 #include "common/error.h"
-#include "fusion/llvm/glue.h"
+#include "compiler/llvm/glue.h"
 
 #define NVPTX_TRIPLE "nvptx64-nvidia-nvcl"
 #define NVPTX_LAYOUT "e-i64:64-i128:128-v16:16-v32:32-n16:32:64"

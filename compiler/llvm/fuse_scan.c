@@ -25,7 +25,7 @@
 #include <string.h>
 
 #include "common/error.h"
-#include "fusion/llvm/fuse_int.h"
+#include "compiler/llvm/fuse_int.h"
 
 const char *fuse_builtin_name(const char *mangled, size_t *len)
 {

@@ -2,7 +2,7 @@
  * (spirv_glue.cpp, the only C++ file) and the fuser (fuse.c).
  *
  * Private to libclshim-llvm.so; the rest of clshim sees only
- * fusion/llvm_api.h. Every function returns 0 or a clshim_err and writes a
+ * compiler/llvm_api.h. Every function returns 0 or a clshim_err and writes a
  * one-line reason into err (when not NULL) on failure; out buffers are
  * malloc'd and owned by the caller.
  */
@@ -14,7 +14,7 @@
 
 #include <llvm-c/Types.h>
 
-#include "fusion/llvm_api.h"
+#include "compiler/llvm_api.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -7,7 +7,7 @@
  * reach the application's scope, and is never closed. One attempt per
  * process (pthread_once); a failure is logged once and remembered.
  */
-#include "fusion/llvmload.h"
+#include "compiler/llvmload.h"
 
 #include <dlfcn.h>
 #include <limits.h>

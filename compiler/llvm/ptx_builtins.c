@@ -26,7 +26,7 @@
 #include <string.h>
 
 #include "common/error.h"
-#include "fusion/llvm/glue.h"
+#include "compiler/llvm/glue.h"
 
 #define P PTX_MODE_PLAIN
 #define D PTX_MODE_DAZ
