@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/check.h"
+
 enum slot_state { SLOT_EMPTY, SLOT_FILLING, SLOT_FILLED };
 
 struct memtier_entry {
@@ -64,6 +66,8 @@ static size_t entry_cost(const struct memtier_entry *e)
 
 static void unlink_entry(struct memtier_entry *e)
 {
+    (void)CLSHIM_ASSERT_HELD(&lock);
+    (void)CLSHIM_ASSERT(entry_count > 0 && !e->discarded);
     for (struct memtier_entry **p = &table[bucket(e->key)]; *p; p = &(*p)->hnext)
         if (*p == e) { *p = e->hnext; break; }
     lru_unlink(e);
@@ -74,8 +78,8 @@ static void unlink_entry(struct memtier_entry *e)
 
 static void remove_entry(struct memtier_entry *e)
 {
+    (void)CLSHIM_ASSERT_HELD(&lock); /* the release callback must not re-enter */
     if (!e->discarded) unlink_entry(e);
-    /* Called with the lock held: the release callback must not re-enter. */
     if (e->object && e->object_release) e->object_release(e->object);
     free(e->binary);
     free(e->build_log);
@@ -90,6 +94,7 @@ static void evict_to_limit(void)
 
 static int grow_table(void)
 {
+    (void)CLSHIM_ASSERT_HELD(&lock);
     size_t ns = table_size ? table_size * 2 : 64;
     struct memtier_entry **nt = calloc(ns, sizeof *nt);
     if (!nt) return -1;
@@ -109,6 +114,7 @@ static int grow_table(void)
 
 static struct memtier_entry *find(struct cache_hash k)
 {
+    (void)CLSHIM_ASSERT_HELD(&lock);
     if (!table_size) return NULL;
     for (struct memtier_entry *e = table[bucket(k)]; e; e = e->hnext)
         if (e->key.lo == k.lo && e->key.hi == k.hi) return e;
