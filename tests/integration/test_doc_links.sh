@@ -22,7 +22,7 @@ for h in sys.stdin.read().splitlines():
     print(a if n == 0 else "%s-%d" % (a, n))'
 }
 
-pages=("$ROOT/README.md" "$ROOT"/docs/*.md "$ROOT"/docs/measurements/*.md)
+pages=("$ROOT/README.md" "$ROOT/HACKING.md" "$ROOT"/docs/*.md "$ROOT"/docs/measurements/*.md)
 links=0
 : >"$TMP/targets"
 for page in "${pages[@]}"; do

@@ -92,4 +92,13 @@ for d in $(find interpose program fusion compiler cache common tools -name '*.c'
     grep -qx "$d" <<<"$ROOMS" || fail "$d/ holds C sources but is not a room of the table"
 done
 ok "every source directory is a room of the table"
+# HACKING.md's room table is a copy of EDGES: the same edges, room by room.
+for r in $ROOMS; do
+    row=$(grep -F "| \`$r/\` |" HACKING.md | head -1)
+    [ -n "$row" ] || fail "HACKING.md's room table has no row for $r/"
+    doc=$(awk -F'|' '{ print $(NF - 1) }' <<<"$row" | tr -d '`,' | tr ' ' '\n' | { grep -v '^—\?$' || true; } | sort | xargs)
+    want=$(allowed "$r" | tr ' ' '\n' | { grep . || true; } | sort | xargs)
+    [ "$doc" = "$want" ] || fail "HACKING.md says $r/ may use '$doc', the table says '$want'"
+done
+ok "HACKING.md's room table matches the edge table"
 finish
