@@ -1218,6 +1218,7 @@ static cl_int compile_program(cl_program prog, cl_uint num_devices, const cl_dev
                     (num_devices == 0) == (device_list_in == NULL) && (notify || !user_data) &&
                     (num_headers == 0) == (headers == NULL) && (num_headers == 0) == (header_names == NULL);
     const struct pc_program **hrecs = num_headers ? calloc(num_headers, sizeof *hrecs) : NULL;
+    if (num_headers && !hrecs) cacheable = 0; /* out of memory: the driver compiles */
     for (cl_uint i = 0; cacheable && i < num_headers; i++) {
         hrecs[i] = objmap_get(programs, headers[i]);
         cacheable = hrecs[i] && hrecs[i]->kind == KEY_SOURCE && header_names[i];
@@ -1225,7 +1226,7 @@ static cl_int compile_program(cl_program prog, cl_uint num_devices, const cl_dev
     cl_device_id *owned = NULL;
     cl_uint ndev = 0;
     const cl_device_id *devs = NULL;
-    if (!cacheable || (num_headers && !hrecs) ||
+    if (!cacheable ||
         device_list(rec->context, num_devices, device_list_in, &owned, &ndev, &devs) != 0) {
         free(hrecs);
         return real->clCompileProgram(prog, num_devices, device_list_in, options, num_headers, headers, header_names,
