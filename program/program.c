@@ -5,7 +5,7 @@
  *     substituted kernels hold it; the record dies with the handle.
  *  2. rec->effective, when set, is a built program holding one reference
  *     of ours; kernels created from it hold their own (driver) references.
- *  3. A memtier entry acquired with MEMTIER_FILL is filled or abandoned, and
+ *  3. A flight that pipeline_begin() left filling is filled or abandoned, and
  *     a cross-process claim released, before pc_build returns.
  */
 #include "program/program.h"
@@ -22,11 +22,9 @@
 
 #include "cache/device.h"
 #include "cache/key.h"
-#include "cache/memtier.h"
 #include "cache/pipeline.h"
 #include "cache/quirks.h"
 #include "cache/preproc.h"
-#include "cache/remote.h"
 #include "cache/spirv_scan.h"
 #include "cache/store.h"
 #include "common/config.h"
@@ -183,8 +181,7 @@ void pc_init(const struct cl_api *real_api)
     real = real_api;
     programs = objmap_new();
     kernels = objmap_new();
-    memtier_set_limit(config_get()->mem_cache_max);
-    memtier_set_keep(config_get()->mem_cache);
+    pipeline_memory_setup(config_get()->mem_cache_max, config_get()->mem_cache);
     pthread_atfork(NULL, NULL, after_fork_in_child);
     capture_init(&(struct capture_ops){run_capture, capture_done});
     capture_set_exit_budget(config_get()->capture_exit_budget);
@@ -347,7 +344,7 @@ void pc_sync_point(void)
 static void free_devs(struct pc_program *rec)
 {
     for (size_t i = 0; i < rec->ndevs; i++) {
-        if (rec->devs[i].attached) memtier_detach(rec->flights[i].hash, rec->devs[i].attached);
+        if (rec->devs[i].attached) pipeline_detach(&rec->flights[i], rec->devs[i].attached);
         pipeline_flight_free(&rec->flights[i]); /* a claim still held for a late store goes */
         free(rec->devs[i].log);
         free(rec->devs[i].object);
@@ -403,7 +400,7 @@ static struct pc_program *new_record(cl_program handle, cl_context ctx, enum key
 static int retry_after_emptying_tier(cl_int err, const char *what)
 {
     if (err != CL_OUT_OF_RESOURCES && err != CL_OUT_OF_HOST_MEMORY) return 0;
-    uint64_t dropped = memtier_clear();
+    uint64_t dropped = pipeline_memory_clear();
     if (dropped)
         log_msg(LOG_INFO, "%s: the driver is out of %s; emptied the in-memory tier (%llu entries), retrying once",
                 what, err == CL_OUT_OF_RESOURCES ? "resources" : "host memory", (unsigned long long)dropped);
@@ -824,13 +821,13 @@ static int retain_program_object(void *program)
 static const unsigned char *entry_binary(struct pipeline_flight *f, cl_device_id dev, size_t *size)
 {
     const unsigned char *bin = pipeline_binary(f, size);
-    if (bin || !f->entry) return bin;
-    cl_program other = memtier_any_object_retain(f->entry, retain_program_object);
+    if (bin) return bin;
+    cl_program other = pipeline_attached_retain(f, retain_program_object);
     if (!other) return NULL;
     struct pc_dev want = {.dev = dev};
     void *b = NULL;
     size_t n = 0;
-    if (read_binaries(other, 1, &want, &b, &n) == 0) memtier_refill(f->entry, b, n);
+    if (read_binaries(other, 1, &want, &b, &n) == 0) pipeline_refill(f, b, n);
     real->clReleaseProgram(other);
     free(b);
     return pipeline_binary(f, size);
@@ -1063,38 +1060,11 @@ static cl_int build_program(cl_program prog, cl_uint num_devices, const cl_devic
     return err;
 }
 
-/* Gives the in-memory tier the bytes of a program it was lent, before the
- * program goes, so later builds in this process still hit. */
-static void keep_bytes_in_memory(struct cache_hash hash, const void *bin, size_t size)
-{
-    memtier_entry *e;
-    if (memtier_acquire(hash, 0, &e) != MEMTIER_HIT) {
-        if (e) memtier_abandon(e);
-        return;
-    }
-    size_t have;
-    if (!memtier_binary(e, &have)) memtier_refill(e, bin, size);
-    memtier_release(e);
-}
-
 /* The capture helper stored a binary it was handed: the in-process tier
  * keeps its bytes (a program released and built again is a memory hit). */
 static void keep_reply_in_memory(const struct capture_reply *r)
 {
-    memtier_entry *e;
-    switch (memtier_acquire(r->hash, 0, &e)) {
-    case MEMTIER_FILL:
-        if (memtier_fill(e, r->binary, r->size, r->log, r->compile_ns) == 0) memtier_release(e);
-        break;
-    case MEMTIER_HIT: {
-        size_t have;
-        if (!memtier_failure(e) && !memtier_binary(e, &have)) memtier_refill(e, r->binary, r->size);
-        memtier_release(e);
-        break;
-    }
-    default:
-        break; /* being filled by a build right now: that build decides */
-    }
+    pipeline_keep_stored(r->hash, r->binary, r->size, r->log, r->compile_ns);
 }
 
 /* Whether capture() has anything to do (rec->lock held). */
@@ -1174,7 +1144,7 @@ static void capture(struct pc_program *rec)
         for (size_t i = 0; i < rec->ndevs; i++) {
             struct pc_dev *d = &rec->devs[i];
             struct pipeline_flight *f = &rec->flights[i];
-            if (d->attached) keep_bytes_in_memory(f->hash, bins[i], sizes[i]);
+            if (d->attached) pipeline_keep_bytes(f->hash, bins[i], sizes[i]);
             if (!st || !d->needs_capture || !f->key || sizes[i] == f->stored_size) continue;
             char *log = read_build_log(built, d->dev);
             pipeline_store_late(f, bins[i], sizes[i], log, read_cpu);
