@@ -134,88 +134,127 @@ static cl_program derived_from_hit(cl_context ctx, cl_device_id dev, const char 
     return p;
 }
 
+/* A derived program being made: make() and what it returned. */
+struct derived_job {
+    cl_device_id dev;
+    pc_make_fn make;
+    void *arg;
+    void **meta;         /* the caller's: a hit's or a build's metadata */
+    size_t *meta_size;
+    void *m;             /* make()'s metadata (freed by the caller) */
+    size_t m_size;
+    struct cache_hash hash; /* for the log line when not cached */
+};
+
+static cl_program derived_hit(struct run *r, cl_int *err)
+{
+    struct derived_job *j = r->arg;
+    return derived_from_hit(r->ctx, j->dev, r->options, r->fl, j->meta, j->meta_size, err);
+}
+
+/* Miss: make the bitcode (or OpenCL C), build it. make() may refuse:
+ * nothing was built then, nothing failed to build, nothing is stored. */
+static cl_program derived_make(struct run *r, cl_int *err)
+{
+    struct derived_job *j = r->arg;
+    void *bc = NULL;
+    size_t bc_size = 0;
+    int made = j->make(j->arg, &bc, &bc_size, &j->m, &j->m_size);
+    r->nothing_built = made != 0 && made != 1;
+    if (r->nothing_built) {
+        *err = CL_BUILD_PROGRAM_FAILURE;
+        return NULL;
+    }
+    const unsigned char *bin = bc;
+    const char *text = bc;
+    cl_program p = made == 1 ? real->clCreateProgramWithSource(r->ctx, 1, &text, &bc_size, err) /* OpenCL C */
+                             : real->clCreateProgramWithBinary(r->ctx, 1, &j->dev, &bc_size, &bin, NULL, err);
+    free(bc);
+    if (p && (*err = real->clBuildProgram(p, 1, &j->dev, r->options, NULL, NULL)) != CL_SUCCESS) {
+        real->clReleaseProgram(p);
+        p = NULL;
+    }
+    return p;
+}
+
+/* The caller gets a copy of make()'s metadata with the program. */
+static cl_program derived_finish(struct run *r, cl_program p, cl_int *err)
+{
+    struct derived_job *j = r->arg;
+    if (p && !(*j->meta = malloc(j->m_size ? j->m_size : 1))) {
+        real->clReleaseProgram(p);
+        *err = CL_OUT_OF_HOST_MEMORY;
+        return NULL;
+    }
+    if (p) {
+        memcpy(*j->meta, j->m, j->m_size);
+        *j->meta_size = j->m_size;
+    }
+    return p;
+}
+
+/* Stored now (a late capture would have to wait for a release the fusion
+ * layer only makes at exit): the metadata, then the binary. */
+static void *derived_stored(struct run *r, const void *bin, size_t size, size_t *total)
+{
+    const struct derived_job *j = r->arg;
+    return derived_value(j->m, j->m_size, bin, size, total);
+}
+
+static void derived_uncached(struct run *r, const struct pipeline_clock *clk)
+{
+    const struct derived_job *j = r->arg;
+    char hex[33];
+    key_hash_hex(j->hash, hex);
+    hex[16] = 0;
+    log_msg(LOG_INFO, "derived program %s made and built in %.1f ms (CLSHIM_CACHE=0: not cached)", hex,
+            clk->wall_ns / 1e6);
+}
+
+static const struct run_kind derived_kind = {
+    .no_program = CL_SUCCESS,
+    .from_hits = derived_hit,
+    .driver = derived_make,
+    .finish = derived_finish,
+    .value = derived_stored,
+    .uncached = derived_uncached,
+};
+
+/* The derived program's key on the device: 0, or -1 with *errcode_ret
+ * set (out of memory, an unknown device). */
+static int derived_key(struct key_buf *k, const struct device_info *info, const char *options, const void *key,
+                       size_t key_len, cl_int *errcode_ret)
+{
+    key_begin(k, KEY_FUSION, options);
+    key_add_text(k, "device", info ? info->identity : "");
+    key_add_blob(k, "derived", key, key_len);
+    if (!k->oom && info) return 0;
+    key_free(k);
+    if (errcode_ret) *errcode_ret = info ? CL_OUT_OF_HOST_MEMORY : CL_INVALID_DEVICE;
+    return -1;
+}
+
 cl_program pc_build_derived(cl_context ctx, cl_device_id dev, const char *options, const void *key, size_t key_len,
                             pc_make_fn make, void *arg, void **meta, size_t *meta_size, cl_int *errcode_ret)
 {
-    cl_int err = CL_OUT_OF_HOST_MEMORY;
     *meta = NULL;
     *meta_size = 0;
     const struct device_info *info = device_info(real, dev);
     struct key_buf k;
-    key_begin(&k, KEY_FUSION, options);
-    key_add_text(&k, "device", info ? info->identity : "");
-    key_add_blob(&k, "derived", key, key_len);
-    if (k.oom || !info) {
-        key_free(&k);
-        if (errcode_ret) *errcode_ret = info ? CL_OUT_OF_HOST_MEMORY : CL_INVALID_DEVICE;
-        return NULL;
-    }
+    if (derived_key(&k, info, options, key, key_len, errcode_ret) != 0) return NULL;
     need_exit_handler();
     struct pipeline_flight fl = {.device = info->name, .kind = KEY_FUSION};
-    struct cache_hash hash = key_hash(k.data, k.len); /* for the log line when not cached */
+    struct pc_dev want = {.dev = dev};
+    struct derived_job j = {.dev = dev, .make = make, .arg = arg, .meta = meta, .meta_size = meta_size,
+                            .hash = key_hash(k.data, k.len)};
     int cached = 0;
     if (config_get()->cache && !stands_aside(info)) cached = pipeline_key(&fl, &k, NULL, NULL, NULL, 0, NULL) == 0;
     else key_free(&k);
-    cl_program p = NULL;
-    if (cached && pipeline_begin(&fl, 1, 0) == PIPELINE_HIT) {
-        p = derived_from_hit(ctx, dev, options, &fl, meta, meta_size, &err);
-        if (p) pipeline_hit(&fl, 1);
-        else pipeline_rejected(&fl, 1, err, NULL);
-    }
-    if (!p) {
-        /* Miss: make the bitcode, build it, keep it for the store. */
-        void *bc = NULL, *m = NULL;
-        size_t bc_size = 0, m_size = 0;
-        struct pipeline_clock clk;
-        pipeline_clock_start(&clk);
-        int made = make(arg, &bc, &bc_size, &m, &m_size);
-        if (made == 0 || made == 1) {
-            const unsigned char *bin = bc;
-            const char *text = bc;
-            p = made == 1 ? real->clCreateProgramWithSource(ctx, 1, &text, &bc_size, &err) /* OpenCL C */
-                          : real->clCreateProgramWithBinary(ctx, 1, &dev, &bc_size, &bin, NULL, &err);
-            free(bc);
-            if (p && (err = real->clBuildProgram(p, 1, &dev, options, NULL, NULL)) != CL_SUCCESS) {
-                real->clReleaseProgram(p);
-                p = NULL;
-            }
-        } else {
-            err = CL_BUILD_PROGRAM_FAILURE;
-        }
-        pipeline_clock_stop(&clk);
-        int refused = made != 0 && made != 1; /* make() said no: nothing was built, nothing failed to build */
-        if (p && !(*meta = malloc(m_size ? m_size : 1))) {
-            real->clReleaseProgram(p);
-            p = NULL;
-            err = CL_OUT_OF_HOST_MEMORY;
-        }
-        if (p) {
-            memcpy(*meta, m, m_size);
-            *meta_size = m_size;
-        }
-        /* Stored now: a late capture would have to wait for a release the
-         * fusion layer only makes at exit. */
-        struct pc_dev want = {.dev = dev};
-        void *bin = NULL, *value = NULL;
-        size_t size = 0, total = 0;
-        if (p && fl.filling && read_binaries(p, 1, &want, &bin, &size) == 0)
-            value = derived_value(m, m_size, bin, size, &total);
-        const void *values[1] = {value};
-        struct pipeline_output out = {.error = p ? CL_SUCCESS : err, .binaries = value ? values : NULL,
-                                      .sizes = &total, .clock = &clk};
-        if (cached && !refused) pipeline_built(&fl, 1, &out); /* a refused flight is let go by pipeline_end */
-        else if (p) {
-            char hex[33];
-            key_hash_hex(hash, hex);
-            hex[16] = 0;
-            log_msg(LOG_INFO, "derived program %s made and built in %.1f ms (CLSHIM_CACHE=0: not cached)", hex,
-                    clk.wall_ns / 1e6);
-        }
-        free(value);
-        free(bin);
-        free(m);
-    }
-    if (cached) pipeline_end(&fl, 1);
+    struct run r = {.kind = &derived_kind, .fl = &fl, .devs = &want, .n = 1, .cached = cached, .ctx = ctx,
+                    .devlist = &dev, .options = options, .arg = &j};
+    cl_int err = CL_OUT_OF_HOST_MEMORY;
+    cl_program p = run_pipeline(&r, &err);
+    free(j.m);
     pipeline_flight_free(&fl);
     if (errcode_ret) *errcode_ret = p ? CL_SUCCESS : err;
     return p;

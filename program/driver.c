@@ -141,12 +141,3 @@ char *read_build_log(cl_program prog, cl_device_id dev)
     if (log && real->clGetProgramBuildInfo(prog, dev, CL_PROGRAM_BUILD_LOG, n, log, NULL) != CL_SUCCESS) log[0] = 0;
     return log;
 }
-
-void release_program_object(void *program) { real->clReleaseProgram((cl_program)program); }
-
-/* The binary of a hit entry; read from the attached program of another
- * context when only that is there. NULL when none can be had. */
-int retain_program_object(void *program)
-{
-    return real->clRetainProgram((cl_program)program) == CL_SUCCESS ? 0 : -1;
-}

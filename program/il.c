@@ -14,14 +14,16 @@
 #include "compiler/llvmload.h"
 #include "compiler/route_a.h"
 
-cl_program pc_create_with_il(cl_context ctx, const void *il, size_t length, cl_int *errcode_ret)
+/* Whether IL in ctx is translated at build (*to_ptx: by route (a)): some
+ * device lacks IL but every one takes SPIR, or every one takes PTX. */
+static int translates_il(cl_context ctx, const void *il, size_t length, int *to_ptx)
 {
-    const struct clshim_config *cfg = config_get();
     cl_device_id *devs = NULL;
     cl_uint ndev = 0;
-    int translate = 0, to_ptx = 0, all_ptx = 1;
-    if (cfg->spirv && il && length && context_devices(ctx, &devs, &ndev) == 0) {
-        int all_native = 1, all_spir = 1;
+    int translate = 0;
+    *to_ptx = 0;
+    if (config_get()->spirv && il && length && context_devices(ctx, &devs, &ndev) == 0) {
+        int all_native = 1, all_spir = 1, all_ptx = 1;
         for (cl_uint i = 0; i < ndev; i++) {
             const struct device_info *d = device_info(real, devs[i]);
             all_native &= d && d->has_native_il;
@@ -29,32 +31,42 @@ cl_program pc_create_with_il(cl_context ctx, const void *il, size_t length, cl_i
             all_ptx &= d && d->takes_ptx;
         }
         translate = !all_native && (all_spir || all_ptx);
-        to_ptx = translate && !all_spir;
+        *to_ptx = translate && !all_spir;
         if (!all_native && !all_spir && !all_ptx)
             LOG_ONCE(LOG_INFO, "a device without IL, SPIR or PTX support: clCreateProgramWithIL is passed to "
                                "the driver unchanged");
     }
     free(devs);
-    if (!translate) {
-        if (!real->clCreateProgramWithIL) {
-            LOG_ONCE(LOG_WARN, "the OpenCL loader has no clCreateProgramWithIL");
-            if (errcode_ret) *errcode_ret = CL_INVALID_OPERATION;
-            return NULL;
-        }
-        cl_int err;
-        cl_program prog = real->clCreateProgramWithIL(ctx, il, length, &err);
-        if (!prog && retry_after_emptying_tier(err, "clCreateProgramWithIL"))
-            prog = real->clCreateProgramWithIL(ctx, il, length, &err);
-        if (errcode_ret) *errcode_ret = err;
-        if (prog) {
-            char *copy = malloc(length);
-            if (copy) {
-                memcpy(copy, il, length);
-                if (!new_record(prog, ctx, KEY_IL, copy, length)) free(copy);
-            }
-        }
-        return prog;
+    return translate;
+}
+
+/* IL the driver takes itself: its program, recorded with a copy of the IL. */
+static cl_program native_il_program(cl_context ctx, const void *il, size_t length, cl_int *errcode_ret)
+{
+    if (!real->clCreateProgramWithIL) {
+        LOG_ONCE(LOG_WARN, "the OpenCL loader has no clCreateProgramWithIL");
+        if (errcode_ret) *errcode_ret = CL_INVALID_OPERATION;
+        return NULL;
     }
+    cl_int err;
+    cl_program prog = real->clCreateProgramWithIL(ctx, il, length, &err);
+    if (!prog && retry_after_emptying_tier(err, "clCreateProgramWithIL"))
+        prog = real->clCreateProgramWithIL(ctx, il, length, &err);
+    if (errcode_ret) *errcode_ret = err;
+    if (prog) {
+        char *copy = malloc(length);
+        if (copy) {
+            memcpy(copy, il, length);
+            if (!new_record(prog, ctx, KEY_IL, copy, length)) free(copy);
+        }
+    }
+    return prog;
+}
+
+/* IL translated at build: a placeholder handle and the IL's spec ids. */
+static cl_program translated_il_program(cl_context ctx, const void *il, size_t length, int to_ptx,
+                                        cl_int *errcode_ret)
+{
     struct spirv_scan *scan = malloc(sizeof *scan);
     char *copy = malloc(length);
     if (!scan || !copy) {
@@ -94,6 +106,13 @@ cl_program pc_create_with_il(cl_context ctx, const void *il, size_t length, cl_i
     log_msg(LOG_DEBUG, "IL program %p: SPIR-V %u.%u, translated at build%s", (void *)prog, scan->version >> 16,
             (scan->version >> 8) & 0xff, to_ptx ? " to PTX (route (a))" : "");
     return prog;
+}
+
+cl_program pc_create_with_il(cl_context ctx, const void *il, size_t length, cl_int *errcode_ret)
+{
+    int to_ptx;
+    if (!translates_il(ctx, il, length, &to_ptx)) return native_il_program(ctx, il, length, errcode_ret);
+    return translated_il_program(ctx, il, length, to_ptx, errcode_ret);
 }
 
 cl_int pc_set_spec_constant(cl_program prog, cl_uint spec_id, size_t spec_size, const void *spec_value)

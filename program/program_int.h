@@ -105,7 +105,10 @@ struct pc_program *new_record(cl_program handle, cl_context ctx, enum key_kind k
 int context_devices(cl_context ctx, cl_device_id **devs, cl_uint *n);
 void set_effective(struct pc_program *rec, cl_program p);
 int new_devs(struct pc_program *rec, cl_uint ndev, const cl_device_id *devs, enum key_kind kind);
-int device_list(cl_context ctx, cl_uint n, const cl_device_id *list, cl_device_id **owned, cl_uint *ndev, const cl_device_id **devs);
+/* The call's devices, or (list NULL) the context's in *owned (freed by
+ * the caller); -1 when they cannot be had. */
+int device_list(cl_context ctx, cl_uint n, const cl_device_id *list, cl_device_id **owned, cl_uint *ndev,
+                const cl_device_id **devs);
 void before_last_reference(struct pc_program *rec);
 void drop_reference(struct pc_program *rec);
 
@@ -116,8 +119,6 @@ int retry_after_emptying_tier(cl_int err, const char *what);
 int binaries_unsafe(cl_program prog, size_t n, const struct pc_dev *want);
 int read_binaries(cl_program prog, size_t n, const struct pc_dev *want, void **bins, size_t *sizes);
 char *read_build_log(cl_program prog, cl_device_id dev);
-void release_program_object(void *program);
-int retain_program_object(void *program);
 
 /* exit.c: exit handlers and fork. */
 void need_exit_handler(void);
@@ -137,9 +138,10 @@ void capture_owed_at_exit(unsigned budget_ms);
 
 /* il.c: IL translation. */
 int cmp_spec(const void *a, const void *b);
-cl_program translate_il(struct pc_program *rec, cl_uint ndev, const cl_device_id *devs, const char *options, cl_int *err, char *why, size_t why_len);
+cl_program translate_il(struct pc_program *rec, cl_uint ndev, const cl_device_id *devs, const char *options,
+                        cl_int *err, char *why, size_t why_len);
 
-/* build.c: builds, compiles and links. */
+/* build.c: a device clshim caches nothing on (also compile.c, derived.c). */
 int stands_aside(const struct device_info *info);
 
 /* options.c: added build options. */
@@ -154,5 +156,65 @@ cl_int program_for(struct pc_program *rec, int about_build, cl_program *out);
 /* kernel.c: kernel records. */
 struct pc_kernel_rec *kernel_record(cl_kernel k);
 struct pc_program *kernel_program(struct pc_kernel_rec *kr);
+
+/* run.c: the pipeline protocol (cache/pipeline.h), once for every kind
+ * of cached program. A run is one build, compile, link or derived program
+ * on n devices; its kind says, as data, how each step is done. */
+struct run;
+struct run_kind {
+    unsigned begin_flags; /* pipeline_begin()'s */
+    unsigned store;       /* RUN_* below */
+    cl_int no_program;    /* stored as the error when the driver said CL_SUCCESS but made nothing */
+    /* A failure of this key shared with this run; NULL: the kind builds. */
+    void (*failed)(struct run *r, cl_int *err);
+    /* Every flight hit: the program from the cached binaries, or NULL with
+     * *err (the driver refused them); took_hit (may be NULL): the record
+     * keeps what it answers queries with. */
+    cl_program (*from_hits)(struct run *r, cl_int *err);
+    void (*took_hit)(struct run *r, cl_program p);
+    /* The driver's work (timed): the program built, or NULL with *err. */
+    cl_program (*driver)(struct run *r, cl_int *err);
+    /* Right after the driver, before the outputs are stored (may be NULL):
+     * returns the program (or NULL, *err set, having released it). */
+    cl_program (*finish)(struct run *r, cl_program p, cl_int *err);
+    /* The stored value made of a device's binary (NULL: the binary). */
+    void *(*value)(struct run *r, const void *bin, size_t size, size_t *total);
+    /* Built while the cache takes no part (may be NULL). */
+    void (*uncached)(struct run *r, const struct pipeline_clock *clk);
+};
+#define RUN_SHARE_FAILURE 1u /* a failed build is shared with the threads waiting for it */
+#define RUN_CAPTURE 2u       /* rec's program: stored late where its driver wants it (late_capture.c),
+                              * its binaries checked for the read quirk, an unreadable one logged */
+#define RUN_LOGS 4u          /* build logs are stored with the binaries */
+struct run {
+    const struct run_kind *kind;
+    struct pc_program *rec;     /* the record built; NULL for a derived program */
+    struct pipeline_flight *fl; /* n flights, parallel to devs */
+    struct pc_dev *devs;
+    size_t n;
+    int cached;                 /* the pipeline takes part (begin ... end) */
+    int nothing_built;          /* set by the driver step: nothing to store (a refused make()) */
+    int built;                  /* set by the run: the driver built */
+    cl_context ctx;
+    const cl_device_id *devlist; /* n devices */
+    const char *options;
+    const void *handle;         /* named in pipeline_rejected()'s line */
+    void *arg;                  /* the kind's own */
+};
+cl_program run_pipeline(struct run *r, cl_int *err);
+
+/* The devices, options and callback of the application's compile or link
+ * call, as it made it (compile.c, link.c). */
+struct app_call {
+    cl_uint num_devices;
+    const cl_device_id *devices;
+    const char *options;
+    void(CL_CALLBACK *notify)(cl_program, void *);
+    void *user_data;
+};
+cl_program program_from_hits(cl_context ctx, struct pipeline_flight *fl, cl_uint ndev, const cl_device_id *devs,
+                             const char *options, int build, cl_int *err);
+void logs_from_hits(struct pc_program *rec);
+cl_program run_hits_built(struct run *r, cl_int *err);
 
 #endif
