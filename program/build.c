@@ -117,6 +117,7 @@ static const struct run_kind build_kind = {
  * the driver, the working directory, fresh flights. -1 when out of memory. */
 static int start_build(struct pc_program *rec, cl_uint ndev, const cl_device_id *devs, const char *options)
 {
+    (void)CLSHIM_ASSERT_HELD(&rec->lock);
     free(rec->options);
     rec->options = strdup(options ? options : "");
     rec->answers_options = rec->arg_info_added = 0;
@@ -133,6 +134,7 @@ static int start_build(struct pc_program *rec, cl_uint ndev, const cl_device_id 
 static cl_int build_record(struct pc_program *rec, cl_uint ndev, const cl_device_id *devs, const char *options,
                            int *late)
 {
+    (void)CLSHIM_ASSERT_HELD(&rec->lock);
     need_exit_handler(); /* the driver is loaded by now */
     capture_proc_poll(keep_reply_in_memory);
     for (cl_uint i = 0; i < ndev; i++)

@@ -109,6 +109,7 @@ static int compile_cacheable(const struct pc_program *rec, const struct compile_
  * hit never answers for this one. -1 when out of memory. */
 static int start_compile(struct pc_program *rec, cl_uint ndev, const cl_device_id *devs, const char *options)
 {
+    (void)CLSHIM_ASSERT_HELD(&rec->lock);
     set_effective(rec, NULL);
     free(rec->options);
     rec->options = strdup(options ? options : "");
@@ -146,6 +147,7 @@ static void compile_key(struct pc_program *rec, size_t i, const struct compile_c
 static cl_int compile_record(struct pc_program *rec, cl_uint ndev, const cl_device_id *devs,
                              struct compile_call *c, const struct pc_program **hrecs)
 {
+    (void)CLSHIM_ASSERT_HELD(&rec->lock);
     struct key_embedded *embedded = c->num_headers ? calloc(c->num_headers, sizeof *embedded) : NULL;
     need_exit_handler();
     for (cl_uint i = 0; i < ndev; i++) compile_key(rec, i, c, hrecs, embedded);

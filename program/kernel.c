@@ -6,6 +6,7 @@
  */
 #include "program/program_int.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -136,7 +137,11 @@ cl_int pc_release_kernel(cl_kernel k)
     int last_kernel_ref = __atomic_load_n(&kr->refs, __ATOMIC_ACQUIRE) == 1;
     if (last_kernel_ref) before_last_reference(rec);
     cl_int rc = real->clReleaseKernel(k);
-    if (rc != CL_SUCCESS || __atomic_sub_fetch(&kr->refs, 1, __ATOMIC_ACQ_REL) != 0) return rc;
+    if (rc != CL_SUCCESS) return rc;
+    unsigned left = __atomic_sub_fetch(&kr->refs, 1, __ATOMIC_ACQ_REL);
+    /* Never below zero: a kernel record released more often than it was
+     * retained is left alone (the driver answered the release itself). */
+    if (!CLSHIM_ASSERT(left != UINT_MAX) || left != 0) return rc;
     objmap_remove(kernels, k);
     if (kr->substituted) real->clReleaseProgram(rec->handle);
     free(kr);

@@ -24,6 +24,7 @@ pthread_mutex_t pending_lock = PTHREAD_MUTEX_INITIALIZER;
 /* Called without rec->lock held (sync points take pending_lock, then it). */
 void add_pending(struct pc_program *rec)
 {
+    (void)CLSHIM_ASSERT_NOT_HELD(&rec->lock);
     pthread_mutex_lock(&pending_lock);
     if (!rec->pending) {
         if (npending == pending_cap) {
@@ -54,8 +55,10 @@ void pending_captures_reset(void)
     __atomic_store_n(&pc_pending_captures, 0, __ATOMIC_RELAXED);
 }
 
+/* pending_lock held. */
 static void remove_pending_locked(struct pc_program *rec)
 {
+    (void)CLSHIM_ASSERT_HELD(&pending_lock);
     for (size_t i = 0; i < npending; i++)
         if (pending[i] == rec) {
             pending[i] = pending[--npending];
@@ -104,6 +107,7 @@ void capture_done(void *item)
 /* With pending_lock held: 0 when the worker took rec (or has it already). */
 static int queue_capture_locked(struct pc_program *rec)
 {
+    (void)CLSHIM_ASSERT_HELD(&pending_lock);
     if (rec->queued) return 0;
     pthread_mutex_lock(&rec->lock);
     int handed = hand_to_helper(rec) == 0;
@@ -180,6 +184,7 @@ void keep_reply_in_memory(const struct capture_reply *r)
 /* Whether capture() has anything to do (rec->lock held). */
 static int capture_wanted(const struct pc_program *rec)
 {
+    (void)CLSHIM_ASSERT_HELD(&rec->lock);
     int any = 0;
     for (size_t i = 0; i < rec->ndevs; i++)
         any |= (rec->devs[i].needs_capture && rec->flights[i].key) || (rec->devs[i].attached && !rec->handed_off);
@@ -194,6 +199,7 @@ static int capture_wanted(const struct pc_program *rec)
  * reading its bytes is the very code generation the helper saves. */
 static int hand_to_helper(struct pc_program *rec)
 {
+    (void)CLSHIM_ASSERT_HELD(&rec->lock);
     const struct clshim_config *cfg = config_get();
     if (!cfg->capture_process || !rec->source_build || cfg->cache_readonly || !pipeline_store())
         return -1;
@@ -240,9 +246,10 @@ static int hand_to_helper(struct pc_program *rec)
 }
 
 /* Reads the built binaries and hands those still owed to the pipeline
- * (stored when they changed since the build). */
+ * (stored when they changed since the build). rec->lock held. */
 void capture(struct pc_program *rec)
 {
+    (void)CLSHIM_ASSERT_HELD(&rec->lock);
     if (!capture_wanted(rec) || hand_to_helper(rec) == 0) return;
     store *st = pipeline_store();
     cl_program built = rec->effective ? rec->effective : rec->handle;

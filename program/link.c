@@ -95,6 +95,7 @@ static struct key_buf *begin_link_keys(const char *options, cl_uint ndev, const 
  * none (not cacheable). in->lock held. */
 static int add_input_keys(const struct pc_program *in, struct key_buf *kb, cl_uint ndev, const cl_device_id *devs)
 {
+    if (in) (void)CLSHIM_ASSERT_HELD(&in->lock);
     for (cl_uint d = 0; d < ndev; d++) {
         const struct pipeline_flight *found = NULL;
         for (size_t j = 0; in && j < in->ndevs; j++)
@@ -162,6 +163,7 @@ static cl_program link_program(struct link_call *c, cl_int *errcode_ret)
     /* The record of the linked program, keyed per device by the options,
      * the device and every input's compile key. */
     struct pc_program *out = new_link_record(c->ctx, c->app.options);
+    if (out) pthread_mutex_lock(&out->lock); /* not shared yet; held as a build holds its record's */
     cacheable = cacheable && out && new_devs(out, ndev, devs, KEY_LINK) == 0;
     cacheable = link_keys(c, out, ndev, devs, cacheable);
     need_exit_handler();
@@ -170,6 +172,7 @@ static cl_program link_program(struct link_call *c, cl_int *errcode_ret)
                     .devlist = devs, .options = c->app.options, .arg = c};
     cl_int err = CL_SUCCESS;
     cl_program result = run_pipeline(&r, &err);
+    if (out) pthread_mutex_unlock(&out->lock);
     if (!(result && cacheable && keep_link_record(out, result, ndev) == 0) && out) free_link_record(out);
     for (cl_uint i = 0; i < c->num_inputs; i++)
         if (c->mapped[i] != c->inputs[i]) real->clReleaseProgram(c->mapped[i]);

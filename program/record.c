@@ -8,6 +8,7 @@
  */
 #include "program/program_int.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -138,6 +139,7 @@ void set_effective(struct pc_program *rec, cl_program p)
  * lock held); -1 when out of memory. */
 int new_devs(struct pc_program *rec, cl_uint ndev, const cl_device_id *devs, enum key_kind kind)
 {
+    (void)CLSHIM_ASSERT_HELD(&rec->lock);
     free_devs(rec);
     rec->devs = calloc(ndev, sizeof *rec->devs);
     rec->flights = calloc(ndev, sizeof *rec->flights);
@@ -193,7 +195,10 @@ void before_last_reference(struct pc_program *rec)
 
 void drop_reference(struct pc_program *rec)
 {
-    if (__atomic_sub_fetch(&rec->refs, 1, __ATOMIC_ACQ_REL) != 0) return;
+    unsigned left = __atomic_sub_fetch(&rec->refs, 1, __ATOMIC_ACQ_REL);
+    /* Never below zero: a record dropped more often than referenced is
+     * left alone (the driver answered the release itself). */
+    if (!CLSHIM_ASSERT(left != UINT_MAX) || left != 0) return;
     objmap_remove(programs, rec->handle);
     pthread_mutex_lock(&pending_lock);
     int queued = rec->queued;

@@ -217,6 +217,9 @@ static cl_program run_driver(struct run *r, cl_int *err)
 cl_program run_pipeline(struct run *r, cl_int *err)
 {
     const struct run_kind *k = r->kind;
+    /* A cached run has its flights and devices; else the driver builds,
+     * uncached. */
+    r->cached = r->cached && CLSHIM_ASSERT(r->fl && r->devs);
     enum pipeline_result res = r->cached ? pipeline_begin(r->fl, r->n, k->begin_flags) : PIPELINE_BUILD;
     cl_program p = NULL;
     if (res == PIPELINE_FAILED && k->failed) {
