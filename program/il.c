@@ -165,17 +165,11 @@ static uint32_t lowest_nv_sm(const struct cl_api *real, cl_uint ndev, const cl_d
     return sm;
 }
 
-/* Translates the IL of rec to SPIR (and, for devices that take PTX, to PTX
- * by route (a)) and creates the program from it. */
-cl_program translate_il(struct pc_program *rec, cl_uint ndev, const cl_device_id *devs, const char *options,
-                               cl_int *err, char *why, size_t why_len)
+/* The IL of rec as SPIR bitcode (api->free() frees it): 0, or -1 with
+ * `why`. */
+static int spirv_to_spir(const struct clshim_llvm_api *api, const struct pc_program *rec, void **bc, size_t *size,
+                         char *why, size_t why_len)
 {
-    const struct clshim_llvm_api *api = llvm_api();
-    if (!api) {
-        snprintf(why, why_len, "libclshim-llvm.so cannot be loaded");
-        *err = CL_BUILD_PROGRAM_FAILURE;
-        return NULL;
-    }
     struct llvm_spec_const consts[64];
     size_t n = rec->nspecs < 64 ? rec->nspecs : 64;
     for (size_t i = 0; i < n; i++) {
@@ -183,33 +177,40 @@ cl_program translate_il(struct pc_program *rec, cl_uint ndev, const cl_device_id
         consts[i].size = (uint32_t)rec->specs[i].size;
         memcpy(&consts[i].value, rec->specs[i].value, 8);
     }
-    void *bc = NULL;
-    size_t bc_size = 0;
     uint64_t t0 = now_ns();
-    int rc = api->spirv_to_spir(rec->input, rec->input_len, consts, n, &bc, &bc_size, why, why_len);
-    if (rc != 0) {
-        *err = CL_BUILD_PROGRAM_FAILURE;
-        return NULL;
-    }
+    if (api->spirv_to_spir(rec->input, rec->input_len, consts, n, bc, size, why, why_len) != 0) return -1;
     pipeline_count_translation();
-    log_msg(LOG_INFO, "translated SPIR-V program %p to SPIR (%zu bytes) in %.1f ms", (void *)rec->handle,
-            bc_size, (now_ns() - t0) / 1e6);
-    if (rec->to_ptx) {
-        char *ptx = NULL;
-        size_t ptx_size = 0;
-        t0 = now_ns();
-        rc = route_a_ptx_sm(api, bc, bc_size, lowest_nv_sm(real, ndev, devs), options, &ptx, &ptx_size, why,
+    log_msg(LOG_INFO, "translated SPIR-V program %p to SPIR (%zu bytes) in %.1f ms", (void *)rec->handle, *size,
+            (now_ns() - t0) / 1e6);
+    return 0;
+}
+
+/* Route (a): the SPIR bitcode *bc (freed here) lowered to PTX for the
+ * lowest compute capability of the devices (*bc then malloc'd). 0, or -1
+ * with `why`. */
+static int spir_to_ptx(const struct clshim_llvm_api *api, const struct pc_program *rec, cl_uint ndev,
+                       const cl_device_id *devs, const char *options, void **bc, size_t *size, char *why,
+                       size_t why_len)
+{
+    char *ptx = NULL;
+    size_t ptx_size = 0;
+    uint64_t t0 = now_ns();
+    int rc = route_a_ptx_sm(api, *bc, *size, lowest_nv_sm(real, ndev, devs), options, &ptx, &ptx_size, why,
                             why_len);
-        api->free(bc);
-        if (rc != 0) {
-            *err = CL_BUILD_PROGRAM_FAILURE;
-            return NULL;
-        }
-        log_msg(LOG_INFO, "lowered SPIR-V program %p to PTX (%zu bytes, route (a)) in %.1f ms", (void *)rec->handle,
-                ptx_size, (now_ns() - t0) / 1e6);
-        bc = ptx;
-        bc_size = ptx_size;
-    }
+    api->free(*bc);
+    if (rc != 0) return -1;
+    log_msg(LOG_INFO, "lowered SPIR-V program %p to PTX (%zu bytes, route (a)) in %.1f ms", (void *)rec->handle,
+            ptx_size, (now_ns() - t0) / 1e6);
+    *bc = ptx;
+    *size = ptx_size;
+    return 0;
+}
+
+/* The program of rec's context made from the same translated bytes for
+ * every device. */
+static cl_program program_from_translation(const struct pc_program *rec, cl_uint ndev, const cl_device_id *devs,
+                                           const void *bc, size_t bc_size, cl_int *err)
+{
     const unsigned char **bins = calloc(ndev, sizeof *bins);
     size_t *sizes = calloc(ndev, sizeof *sizes);
     cl_program p = NULL;
@@ -224,8 +225,32 @@ cl_program translate_il(struct pc_program *rec, cl_uint ndev, const cl_device_id
     }
     free(bins);
     free(sizes);
+    return p;
+}
+
+/* Translates the IL of rec to SPIR (and, for devices that take PTX, to PTX
+ * by route (a)) and creates the program from it. */
+cl_program translate_il(struct pc_program *rec, cl_uint ndev, const cl_device_id *devs, const char *options,
+                        cl_int *err, char *why, size_t why_len)
+{
+    const struct clshim_llvm_api *api = llvm_api();
+    if (!api) {
+        snprintf(why, why_len, "libclshim-llvm.so cannot be loaded");
+        *err = CL_BUILD_PROGRAM_FAILURE;
+        return NULL;
+    }
+    void *bc = NULL;
+    size_t bc_size = 0;
+    if (spirv_to_spir(api, rec, &bc, &bc_size, why, why_len) != 0 ||
+        (rec->to_ptx && spir_to_ptx(api, rec, ndev, devs, options, &bc, &bc_size, why, why_len) != 0)) {
+        *err = CL_BUILD_PROGRAM_FAILURE;
+        return NULL;
+    }
+    cl_program p = program_from_translation(rec, ndev, devs, bc, bc_size, err);
     if (rec->to_ptx) free(bc);
     else api->free(bc);
-    if (!p) snprintf(why, why_len, "the driver refused the translated %s (error %d)", rec->to_ptx ? "PTX" : "SPIR", *err);
+    if (!p)
+        snprintf(why, why_len, "the driver refused the translated %s (error %d)", rec->to_ptx ? "PTX" : "SPIR",
+                 *err);
     return p;
 }
