@@ -799,6 +799,57 @@ int pipeline_attach(struct pipeline_flight *f, void *object, const void *tag, vo
     return 0;
 }
 
+void pipeline_detach(const struct pipeline_flight *f, void *object) { memtier_detach(f->hash, object); }
+
+void *pipeline_attached_retain(struct pipeline_flight *f, int (*retain)(void *object))
+{
+    return f->entry ? memtier_any_object_retain(f->entry, retain) : NULL;
+}
+
+void pipeline_refill(struct pipeline_flight *f, const void *binary, size_t size)
+{
+    if (f->entry) memtier_refill(f->entry, binary, size);
+}
+
+void pipeline_keep_bytes(struct cache_hash hash, const void *binary, size_t size)
+{
+    memtier_entry *e;
+    if (memtier_acquire(hash, 0, &e) != MEMTIER_HIT) {
+        if (e) memtier_abandon(e);
+        return;
+    }
+    size_t have;
+    if (!memtier_binary(e, &have)) memtier_refill(e, binary, size);
+    memtier_release(e);
+}
+
+void pipeline_keep_stored(struct cache_hash hash, const void *binary, size_t size, const char *log,
+                          uint64_t compile_ns)
+{
+    memtier_entry *e;
+    switch (memtier_acquire(hash, 0, &e)) {
+    case MEMTIER_FILL:
+        if (memtier_fill(e, binary, size, log, compile_ns) == 0) memtier_release(e);
+        break;
+    case MEMTIER_HIT: {
+        size_t have;
+        if (!memtier_failure(e) && !memtier_binary(e, &have)) memtier_refill(e, binary, size);
+        memtier_release(e);
+        break;
+    }
+    default:
+        break; /* being filled by a build right now: that build decides */
+    }
+}
+
+void pipeline_memory_setup(uint64_t limit, int keep)
+{
+    memtier_set_limit(limit);
+    memtier_set_keep(keep);
+}
+
+uint64_t pipeline_memory_clear(void) { return memtier_clear(); }
+
 static void built_failed(struct pipeline_flight *f, size_t n, const struct pipeline_output *out, unsigned share)
 {
     STAT_ADD(stat_failed, 1);

@@ -180,6 +180,31 @@ struct pipeline_output {
  * then owns the caller's reference and calls `release` when it drops it,
  * or at memtier_detach()); -1 when the flight does not fill. */
 int pipeline_attach(struct pipeline_flight *f, void *object, const void *tag, void (*release)(void *object));
+/* The owner of an object lent with pipeline_attach() takes it back (and
+ * the tier releases it) before the object's own lifetime ends. */
+void pipeline_detach(const struct pipeline_flight *f, void *object);
+/* A pinned hit flight that holds only an attached object (pipeline_binary()
+ * NULL): that object, retained through `retain` (the caller owns the
+ * reference); NULL when there is none. pipeline_refill() then gives the
+ * entry the bytes the caller read from it. */
+void *pipeline_attached_retain(struct pipeline_flight *f, int (*retain)(void *object));
+void pipeline_refill(struct pipeline_flight *f, const void *binary, size_t size);
+
+/* The in-process tier outside a flight. keep_bytes: the bytes of a program
+ * lent to it, before the program goes, so later builds in this process
+ * still hit (kept where the filled entry of `hash` has none). keep_stored:
+ * a binary stored on this process's behalf (the capture helper): fills an
+ * empty key, or gives a filled entry without bytes its bytes; a key being
+ * filled is left to its filler. */
+void pipeline_keep_bytes(struct cache_hash hash, const void *binary, size_t size);
+void pipeline_keep_stored(struct cache_hash hash, const void *binary, size_t size, const char *log,
+                          uint64_t compile_ns);
+/* The tier's byte limit and keeping (cache/memtier.h: memtier_set_limit(),
+ * memtier_set_keep()). */
+void pipeline_memory_setup(uint64_t limit, int keep);
+/* Drops every unpinned entry of the tier (a driver out of resources);
+ * returns how many went. */
+uint64_t pipeline_memory_clear(void);
 
 void pipeline_built(struct pipeline_flight *f, size_t n, const struct pipeline_output *out);
 

@@ -2,10 +2,10 @@
  * (route (a), compiler/llvm/ptx.c; docs/spirv.md).
  *
  * NVIDIA's OpenCL takes neither IL nor SPIR, but loads PTX through
- * clCreateProgramWithBinary. program.c translates the app's SPIR-V to SPIR
+ * clCreateProgramWithBinary. program/il.c translates the app's SPIR-V to SPIR
  * as for other drivers; for devices whose binaries are PTX
  * (device_info()->takes_ptx) route_a_ptx_sm() then makes the PTX the driver
- * builds. Its result is the device binary program.c caches like any other,
+ * builds. Its result is the device binary program/ caches like any other,
  * under a key that names the route (route_a_key_part). */
 #ifndef CLSHIM_ROUTE_A_H
 #define CLSHIM_ROUTE_A_H

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/busy.h"
+#include "common/check.h"
 #include "common/log.h"
 
 static struct capture_ops ops;
@@ -40,6 +41,7 @@ void capture_set_defer_max(unsigned seconds) { defer_max_s = seconds; }
  * 455-812 us instead of 5-19 us). */
 static void wait_until_idle(void)
 {
+    (void)CLSHIM_ASSERT_HELD(&lock);
     if (!defer_max_s) return;
     struct busy_watch w;
     if (busy_watch_start(&w, getpid(), (pid_t)syscall(SYS_gettid)) != 0) return;
@@ -92,6 +94,7 @@ static void quiesce_at_exit(void) { (void)capture_exit(exit_budget_ms); }
 /* Called with lock held. */
 static int start_worker(void)
 {
+    (void)CLSHIM_ASSERT_HELD(&lock);
     if (worker_started) return 0;
     if (worker_failed) return -1;
     pthread_condattr_t attr;

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "cache/key.h"
+#include "common/check.h"
 #include "common/childenv.h"
 #include "common/config.h"
 #include "common/log.h"
@@ -218,6 +219,7 @@ static int same_hash(struct cache_hash a, struct cache_hash b) { return a.lo == 
 
 static int handed_find(struct cache_hash h)
 {
+    (void)CLSHIM_ASSERT_HELD(&lock);
     for (size_t i = handed_slot(h), n = 0; n < HANDED_MAX && !is_empty(handed[i]); i = (i + 1) % HANDED_MAX, n++)
         if (same_hash(handed[i], h)) return (int)i;
     return -1;
@@ -281,6 +283,7 @@ static int helper_path(char *out, size_t len)
 /* Starts the helper (lock held): 0, or -1 after one line. */
 static int start_helper(void)
 {
+    (void)CLSHIM_ASSERT_HELD(&lock);
     char path[PATH_MAX];
     if (helper_path(path, sizeof path) != 0) {
         log_msg(LOG_WARN, "no capture helper (%s): binaries are captured in this process", path);

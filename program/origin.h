@@ -88,7 +88,7 @@ void pc_derived_refusal_put(cl_device_id dev, const char *options, const void *k
  * CLSHIM_CAPTURE_EXIT_BUDGET). A program that neither ran nor was released
  * is read at exit, within the same budget, by an exit handler registered
  * again after each such build and first run, so it runs before the
- * teardown of the driver state they created (program.c).
+ * teardown of the driver state they created (program/exit.c).
  * The enqueue and sync wrappers call these only while pc_capture_pending()
  * (one relaxed load). */
 extern int pc_pending_captures;

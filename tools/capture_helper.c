@@ -225,7 +225,7 @@ static uint64_t thread_cpu_ns(void)
 }
 
 /* Whether the key the application sent is the one its inputs give here and
- * now: the key of a source build (program.c's derive_key: the options the
+ * now: the key of a source build (program/build.c's derive_key: the options the
  * driver got, device, then the headers and the source) is made again, so a
  * header changed, or a new one that would be found first, since the
  * application's build never stores this build under the old key. */
@@ -234,7 +234,7 @@ static int same_key(const struct capture_request *rq)
     struct key_buf k;
     key_begin(&k, KEY_SOURCE, rq->options);
     key_add_text(&k, "device", rq->identity);
-    /* the driver's source directory, as program.c names it (the helper
+    /* the driver's source directory, as program/build.c names it (the helper
      * runs in the application's environment) */
     char platform[512] = "", ddir[4096];
     const char *pn = strstr(rq->identity, "platform.name=");

@@ -1,0 +1,261 @@
+/* derived.c — programs clshim derives itself (fused kernels), through the cache.
+ *
+ * Fusion's programs have no app handle and no record: keyed by the caller's
+ * key material, made by its make() on a miss, their metadata stored beside
+ * the binary (program/origin.h).
+ */
+#include "program/program_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The device-independent half of a derived program (origin.h). */
+static int derived_any_key(struct key_buf *k, const void *key, size_t key_len)
+{
+    if (!config_get()->cache) return -1;
+    key_begin(k, KEY_FUSION, "");
+    key_add_text(k, "device", "any");
+    key_add_blob(k, "derived-any-device", key, key_len);
+    return 0;
+}
+
+int pc_derived_get(const void *key, size_t key_len, void **value, size_t *size)
+{
+    struct key_buf k;
+    *value = NULL;
+    *size = 0;
+    if (derived_any_key(&k, key, key_len) != 0) return -1;
+    int rc = pipeline_record_get(&k, value, size);
+    key_free(&k);
+    return rc;
+}
+
+void pc_derived_put(const void *key, size_t key_len, const void *value, size_t size, uint64_t make_ns)
+{
+    struct key_buf k;
+    if (derived_any_key(&k, key, key_len) != 0) return;
+    pipeline_record_put(&k, value, size, KEY_FUSION, "any device", make_ns);
+    key_free(&k);
+}
+
+/* A refused derived program (origin.h): its key on that device. */
+static int derived_refusal_key(struct key_buf *k, cl_device_id dev, const char *options, const void *key,
+                               size_t key_len, const char *by)
+{
+    const struct device_info *info = config_get()->cache ? device_info(real, dev) : NULL;
+    if (!info) return -1;
+    key_begin(k, KEY_FUSION, options);
+    key_add_text(k, "device", info->identity);
+    key_add_text(k, "refused-by", by);
+    key_add_blob(k, "derived-refused", key, key_len);
+    return 0;
+}
+
+int pc_derived_refusal_get(cl_device_id dev, const char *options, const void *key, size_t key_len, const char *by,
+                           char **reason, int *permanent)
+{
+    struct key_buf k;
+    void *v = NULL;
+    size_t n = 0;
+    *reason = NULL;
+    if (derived_refusal_key(&k, dev, options, key, key_len, by) != 0) return -1;
+    int rc = pipeline_record_get(&k, &v, &n);
+    key_free(&k);
+    if (rc != 0) return -1;
+    /* A flag byte, then the reason (not NUL-terminated). */
+    if (n < 2 || !(*reason = malloc(n))) {
+        free(v);
+        return -1;
+    }
+    *permanent = ((const unsigned char *)v)[0] == 1;
+    memcpy(*reason, (const char *)v + 1, n - 1);
+    (*reason)[n - 1] = 0;
+    free(v);
+    return 0;
+}
+
+void pc_derived_refusal_put(cl_device_id dev, const char *options, const void *key, size_t key_len, const char *by,
+                            const char *reason, int permanent)
+{
+    struct key_buf k;
+    size_t len = strlen(reason);
+    unsigned char *v = len ? malloc(len + 1) : NULL;
+    if (!v || derived_refusal_key(&k, dev, options, key, key_len, by) != 0) {
+        free(v);
+        return;
+    }
+    v[0] = permanent ? 1 : 0;
+    memcpy(v + 1, reason, len);
+    pipeline_record_put(&k, v, len + 1, KEY_FUSION, device_info(real, dev)->name, 0);
+    key_free(&k);
+    free(v);
+}
+
+/* A derived program's cached value: the caller's metadata, then the binary
+ * (8-byte metadata length first). */
+static void *derived_value(const void *meta, size_t meta_size, const void *bin, size_t size, size_t *total)
+{
+    *total = 8 + meta_size + size;
+    unsigned char *value = malloc(*total);
+    if (!value) return NULL;
+    uint64_t m = meta_size;
+    memcpy(value, &m, 8);
+    memcpy(value + 8, meta, meta_size);
+    memcpy(value + 8 + meta_size, bin, size);
+    return value;
+}
+
+/* A hit: the program from the cached value, its metadata to *meta. */
+static cl_program derived_from_hit(cl_context ctx, cl_device_id dev, const char *options,
+                                   const struct pipeline_flight *fl, void **meta, size_t *meta_size, cl_int *err)
+{
+    size_t total = 0;
+    const unsigned char *value = pipeline_binary(fl, &total);
+    uint64_t m = 0;
+    *err = CL_INVALID_BINARY;
+    if (!value || total < 8) return NULL;
+    memcpy(&m, value, 8);
+    if (m > total - 8 || !(*meta = malloc(m ? m : 1))) return NULL;
+    const unsigned char *bin = value + 8 + m;
+    size_t bin_size = total - 8 - m;
+    memcpy(*meta, value + 8, m);
+    *meta_size = m;
+    cl_program p = real->clCreateProgramWithBinary(ctx, 1, &dev, &bin_size, &bin, NULL, err);
+    if (p && (*err = real->clBuildProgram(p, 1, &dev, options, NULL, NULL)) != CL_SUCCESS) {
+        real->clReleaseProgram(p);
+        p = NULL;
+    }
+    if (!p) {
+        free(*meta);
+        *meta = NULL;
+        *meta_size = 0;
+    }
+    return p;
+}
+
+/* A derived program being made: make() and what it returned. */
+struct derived_job {
+    cl_device_id dev;
+    pc_make_fn make;
+    void *arg;
+    void **meta;         /* the caller's: a hit's or a build's metadata */
+    size_t *meta_size;
+    void *m;             /* make()'s metadata (freed by the caller) */
+    size_t m_size;
+    struct cache_hash hash; /* for the log line when not cached */
+};
+
+static cl_program derived_hit(struct run *r, cl_int *err)
+{
+    struct derived_job *j = r->arg;
+    return derived_from_hit(r->ctx, j->dev, r->options, r->fl, j->meta, j->meta_size, err);
+}
+
+/* Miss: make the bitcode (or OpenCL C), build it. make() may refuse:
+ * nothing was built then, nothing failed to build, nothing is stored. */
+static cl_program derived_make(struct run *r, cl_int *err)
+{
+    struct derived_job *j = r->arg;
+    void *bc = NULL;
+    size_t bc_size = 0;
+    int made = j->make(j->arg, &bc, &bc_size, &j->m, &j->m_size);
+    r->nothing_built = made != 0 && made != 1;
+    if (r->nothing_built) {
+        *err = CL_BUILD_PROGRAM_FAILURE;
+        return NULL;
+    }
+    const unsigned char *bin = bc;
+    const char *text = bc;
+    cl_program p = made == 1 ? real->clCreateProgramWithSource(r->ctx, 1, &text, &bc_size, err) /* OpenCL C */
+                             : real->clCreateProgramWithBinary(r->ctx, 1, &j->dev, &bc_size, &bin, NULL, err);
+    free(bc);
+    if (p && (*err = real->clBuildProgram(p, 1, &j->dev, r->options, NULL, NULL)) != CL_SUCCESS) {
+        real->clReleaseProgram(p);
+        p = NULL;
+    }
+    return p;
+}
+
+/* The caller gets a copy of make()'s metadata with the program. */
+static cl_program derived_finish(struct run *r, cl_program p, cl_int *err)
+{
+    struct derived_job *j = r->arg;
+    if (p && !(*j->meta = malloc(j->m_size ? j->m_size : 1))) {
+        real->clReleaseProgram(p);
+        *err = CL_OUT_OF_HOST_MEMORY;
+        return NULL;
+    }
+    if (p) {
+        memcpy(*j->meta, j->m, j->m_size);
+        *j->meta_size = j->m_size;
+    }
+    return p;
+}
+
+/* Stored now (a late capture would have to wait for a release the fusion
+ * layer only makes at exit): the metadata, then the binary. */
+static void *derived_stored(struct run *r, const void *bin, size_t size, size_t *total)
+{
+    const struct derived_job *j = r->arg;
+    return derived_value(j->m, j->m_size, bin, size, total);
+}
+
+static void derived_uncached(struct run *r, const struct pipeline_clock *clk)
+{
+    const struct derived_job *j = r->arg;
+    char hex[33];
+    key_hash_hex(j->hash, hex);
+    hex[16] = 0;
+    log_msg(LOG_INFO, "derived program %s made and built in %.1f ms (CLSHIM_CACHE=0: not cached)", hex,
+            clk->wall_ns / 1e6);
+}
+
+static const struct run_kind derived_kind = {
+    .no_program = CL_SUCCESS,
+    .from_hits = derived_hit,
+    .driver = derived_make,
+    .finish = derived_finish,
+    .value = derived_stored,
+    .uncached = derived_uncached,
+};
+
+/* The derived program's key on the device: 0, or -1 with *errcode_ret
+ * set (out of memory, an unknown device). */
+static int derived_key(struct key_buf *k, const struct device_info *info, const char *options, const void *key,
+                       size_t key_len, cl_int *errcode_ret)
+{
+    key_begin(k, KEY_FUSION, options);
+    key_add_text(k, "device", info ? info->identity : "");
+    key_add_blob(k, "derived", key, key_len);
+    if (!k->oom && info) return 0;
+    key_free(k);
+    if (errcode_ret) *errcode_ret = info ? CL_OUT_OF_HOST_MEMORY : CL_INVALID_DEVICE;
+    return -1;
+}
+
+cl_program pc_build_derived(cl_context ctx, cl_device_id dev, const char *options, const void *key, size_t key_len,
+                            pc_make_fn make, void *arg, void **meta, size_t *meta_size, cl_int *errcode_ret)
+{
+    *meta = NULL;
+    *meta_size = 0;
+    const struct device_info *info = device_info(real, dev);
+    struct key_buf k;
+    if (derived_key(&k, info, options, key, key_len, errcode_ret) != 0) return NULL;
+    need_exit_handler();
+    struct pipeline_flight fl = {.device = info->name, .kind = KEY_FUSION};
+    struct pc_dev want = {.dev = dev};
+    struct derived_job j = {.dev = dev, .make = make, .arg = arg, .meta = meta, .meta_size = meta_size,
+                            .hash = key_hash(k.data, k.len)};
+    int cached = 0;
+    if (config_get()->cache && !stands_aside(info)) cached = pipeline_key(&fl, &k, NULL, NULL, NULL, 0, NULL) == 0;
+    else key_free(&k);
+    struct run r = {.kind = &derived_kind, .fl = &fl, .devs = &want, .n = 1, .cached = cached, .ctx = ctx,
+                    .devlist = &dev, .options = options, .arg = &j};
+    cl_int err = CL_OUT_OF_HOST_MEMORY;
+    cl_program p = run_pipeline(&r, &err);
+    free(j.m);
+    pipeline_flight_free(&fl);
+    if (errcode_ret) *errcode_ret = p ? CL_SUCCESS : err;
+    return p;
+}

@@ -1,0 +1,329 @@
+/* late_capture.c — the pending late captures and the capture itself.
+ *
+ * PoCL's binary grows at first use, so a program built here is stored after
+ * use: it waits on the pending list until a synchronisation after one of
+ * its kernels ran, its release, or exit; then the background worker
+ * (program/capture.h), the capture helper (program/capture_proc.h) or the
+ * calling thread reads and stores it.
+ */
+#include "program/program_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "program/capture.h"
+#include "program/capture_proc.h"
+
+static int hand_to_helper(struct pc_program *rec);
+
+int pc_pending_captures;
+static struct pc_program **pending;
+static size_t npending, pending_cap;
+pthread_mutex_t pending_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Called without rec->lock held (sync points take pending_lock, then it). */
+void add_pending(struct pc_program *rec)
+{
+    (void)CLSHIM_ASSERT_NOT_HELD(&rec->lock);
+    pthread_mutex_lock(&pending_lock);
+    if (!rec->pending) {
+        if (npending == pending_cap) {
+            size_t cap = pending_cap ? pending_cap * 2 : 16;
+            struct pc_program **np = realloc(pending, cap * sizeof *np);
+            if (np) {
+                pending = np;
+                pending_cap = cap;
+            }
+        }
+        if (npending < pending_cap) {
+            pending[npending++] = rec;
+            rec->pending = 1;
+        }
+    }
+    __atomic_store_n(&pc_pending_captures, npending > 0, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&pending_lock);
+}
+
+/* The child of fork() forgets the parent's pending captures (it never
+ * stores the parent's programs). Single-threaded there: the lock is
+ * reinitialised, as another thread may have held it at the fork. */
+void pending_captures_reset(void)
+{
+    pending_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    for (size_t i = 0; i < npending; i++) pending[i]->pending = 0;
+    npending = 0;
+    __atomic_store_n(&pc_pending_captures, 0, __ATOMIC_RELAXED);
+}
+
+/* pending_lock held. */
+static void remove_pending_locked(struct pc_program *rec)
+{
+    (void)CLSHIM_ASSERT_HELD(&pending_lock);
+    for (size_t i = 0; i < npending; i++)
+        if (pending[i] == rec) {
+            pending[i] = pending[--npending];
+            break;
+        }
+    rec->pending = 0;
+    __atomic_store_n(&pc_pending_captures, npending > 0, __ATOMIC_RELAXED);
+}
+
+void remove_pending(struct pc_program *rec)
+{
+    if (!__atomic_load_n(&rec->pending, __ATOMIC_RELAXED)) return;
+    pthread_mutex_lock(&pending_lock);
+    remove_pending_locked(rec);
+    pthread_mutex_unlock(&pending_lock);
+}
+
+/* The background capture (program/capture.h).
+ * A queued record holds a driver reference on its handle, so the program
+ * outlives an app release; a record released by the app meanwhile
+ * ("orphaned") is freed by the worker when its capture is done. */
+
+void run_capture(void *item)
+{
+    struct pc_program *rec = item;
+    pthread_mutex_lock(&rec->lock);
+    capture(rec);
+    pthread_mutex_unlock(&rec->lock);
+}
+
+void capture_done(void *item)
+{
+    struct pc_program *rec = item;
+    cl_program handle = rec->handle; /* rec may be freed by the app once unqueued */
+    pthread_mutex_lock(&pending_lock);
+    rec->queued = 0;
+    int orphaned = rec->orphaned;
+    pthread_mutex_unlock(&pending_lock);
+    real->clReleaseProgram(handle);
+    if (orphaned) {
+        set_effective(rec, NULL);
+        free_record(rec);
+    }
+}
+
+/* With pending_lock held: 0 when the worker took rec (or has it already). */
+static int queue_capture_locked(struct pc_program *rec)
+{
+    (void)CLSHIM_ASSERT_HELD(&pending_lock);
+    if (rec->queued) return 0;
+    pthread_mutex_lock(&rec->lock);
+    int handed = hand_to_helper(rec) == 0;
+    pthread_mutex_unlock(&rec->lock);
+    if (handed) {
+        remove_pending_locked(rec);
+        return 0;
+    }
+    if (!config_get()->capture_background) return -1;
+    if (real->clRetainProgram(rec->handle) != CL_SUCCESS) return -1;
+    rec->queued = 1;
+    if (capture_submit(rec) == 0) {
+        remove_pending_locked(rec);
+        return 0;
+    }
+    rec->queued = 0;
+    real->clReleaseProgram(rec->handle);
+    return -1;
+}
+
+void pc_note_enqueue(cl_kernel kernel)
+{
+    struct pc_kernel_rec *kr = kernel_record(kernel);
+    if (kr) __atomic_store_n(&kernel_program(kr)->ran, 1, __ATOMIC_RELAXED);
+}
+
+void pc_sync_point(void)
+{
+    /* Capture under pending_lock: a record cannot be freed meanwhile (its
+     * last release removes it from this list first, under the same lock). */
+    int ran = 0;
+    pthread_mutex_lock(&pending_lock);
+    for (size_t i = 0; i < npending;) {
+        struct pc_program *rec = pending[i];
+        if (!__atomic_load_n(&rec->ran, __ATOMIC_RELAXED)) {
+            i++;
+            continue;
+        }
+        ran = 1;
+        remove_pending_locked(rec);
+        if (queue_capture_locked(rec) == 0) continue;
+        pthread_mutex_lock(&rec->lock);
+        capture(rec);
+        pthread_mutex_unlock(&rec->lock);
+    }
+    int still_owed = npending > 0;
+    pthread_mutex_unlock(&pending_lock);
+    /* A first run generated code: the exit handler goes after its state. */
+    if (ran && still_owed) arm_owed_capture_at_exit();
+}
+
+/* Whether this build's binary is stored later (see CLSHIM_CAPTURE). */
+int capture_late(const struct pc_program *rec)
+{
+    const char *policy = config_get()->capture;
+    if (!strcmp(policy, "build")) return 0;
+    if (!strcmp(policy, "release")) return 1;
+    /* "auto": the configuration accepts no other word. */
+    int lazy = rec->ndevs > 0;
+    for (size_t i = 0; i < rec->ndevs; i++) {
+        const struct device_info *info = device_info(real, rec->devs[i].dev);
+        lazy &= info && info->lazy_codegen;
+    }
+    return lazy;
+}
+
+/* The capture helper stored a binary it was handed: the in-process tier
+ * keeps its bytes (a program released and built again is a memory hit). */
+void keep_reply_in_memory(const struct capture_reply *r)
+{
+    pipeline_keep_stored(r->hash, r->binary, r->size, r->log, r->compile_ns);
+}
+
+/* Whether capture() has anything to do (rec->lock held). */
+static int capture_wanted(const struct pc_program *rec)
+{
+    (void)CLSHIM_ASSERT_HELD(&rec->lock);
+    int any = 0;
+    for (size_t i = 0; i < rec->ndevs; i++)
+        any |= (rec->devs[i].needs_capture && rec->flights[i].key) || (rec->devs[i].attached && !rec->handed_off);
+    return any;
+}
+
+/* Hands the captures rec still owes to the capture helper
+ * (program/capture_proc.h; rec->lock held): 0 when none is owed here any
+ * more, -1 when the caller captures (not a program built from source here,
+ * a device whose code cache other processes do not share, no helper, its
+ * queue full). The in-process tier keeps only the attached program then:
+ * reading its bytes is the very code generation the helper saves. */
+static int hand_to_helper(struct pc_program *rec)
+{
+    (void)CLSHIM_ASSERT_HELD(&rec->lock);
+    const struct clshim_config *cfg = config_get();
+    if (!cfg->capture_process || !rec->source_build || cfg->cache_readonly || !pipeline_store())
+        return -1;
+    int owed = 0;
+    if (!rec->driver_options || !rec->cwd) return -1;
+    for (size_t i = 0; i < rec->ndevs; i++) {
+        if (!rec->devs[i].needs_capture || !rec->flights[i].key) continue;
+        const struct device_info *info = device_info(real, rec->devs[i].dev);
+        if (!info || !info->shared_codegen_cache) return -1;
+        owed = 1;
+    }
+    if (!owed) return -1;
+    cl_program built = rec->effective ? rec->effective : rec->handle;
+    for (size_t i = 0; i < rec->ndevs; i++) {
+        struct pc_dev *d = &rec->devs[i];
+        struct pipeline_flight *f = &rec->flights[i];
+        if (!d->needs_capture || !f->key) continue;
+        char *log = read_build_log(built, d->dev);
+        struct capture_request rq = {.identity = device_info(real, d->dev)->identity, .device = f->device,
+                                     .kind = rec->kind, .options = rec->driver_options,
+                                     .source = rec->input, .source_len = rec->input_len, .key = f->key,
+                                     .key_len = f->key_len, .compile_ns = f->compile_ns, .log = log,
+                                     .cwd = rec->cwd};
+        int rc = capture_proc_send(&rq);
+        free(log);
+        if (rc < 0) return -1;
+        /* 1: built again before the helper answered; the helper, asked to
+         * hurry, answers with the bytes (capture_proc.h says why they are
+         * not read here). */
+        if (rc == 0) pipeline_count_handed();
+        d->needs_capture = 0;
+        pipeline_let_go(f); /* waiting processes build: a hit in the driver's cache */
+        if (log_enabled(LOG_INFO)) {
+            char hex[33];
+            key_hash_hex(f->hash, hex);
+            log_msg(LOG_INFO, rc == 0 ? "capture of %.16s handed to the capture helper"
+                                      : "capture of %.16s: built again before the capture helper stored it: "
+                                        "the helper captures it now",
+                    hex);
+        }
+    }
+    rec->handed_off = 1;
+    return 0;
+}
+
+/* Reads the built binaries and hands those still owed to the pipeline
+ * (stored when they changed since the build). rec->lock held. */
+void capture(struct pc_program *rec)
+{
+    (void)CLSHIM_ASSERT_HELD(&rec->lock);
+    if (!capture_wanted(rec) || hand_to_helper(rec) == 0) return;
+    store *st = pipeline_store();
+    cl_program built = rec->effective ? rec->effective : rec->handle;
+    void **bins = calloc(rec->ndevs, sizeof *bins);
+    size_t *sizes = calloc(rec->ndevs, sizeof *sizes);
+    uint64_t cpu0 = thread_cpu_ns();
+    if (bins && sizes && read_binaries(built, rec->ndevs, rec->devs, bins, sizes) == 0) {
+        uint64_t read_cpu = (thread_cpu_ns() - cpu0) / rec->ndevs;
+        for (size_t i = 0; i < rec->ndevs; i++) {
+            struct pc_dev *d = &rec->devs[i];
+            struct pipeline_flight *f = &rec->flights[i];
+            if (d->attached) pipeline_keep_bytes(f->hash, bins[i], sizes[i]);
+            if (!st || !d->needs_capture || !f->key || sizes[i] == f->stored_size) continue;
+            char *log = read_build_log(built, d->dev);
+            pipeline_store_late(f, bins[i], sizes[i], log, read_cpu);
+            free(log);
+            d->needs_capture = 0;
+        }
+    }
+    /* Stored or not, waiting processes have nothing more to wait for. */
+    for (size_t i = 0; i < rec->ndevs; i++) pipeline_let_go(&rec->flights[i]);
+    for (size_t i = 0; bins && i < rec->ndevs; i++) free(bins[i]);
+    free(bins);
+    free(sizes);
+}
+
+/* At exit: the programs whose binaries are still owed (built here, and
+ * neither run and synchronised nor released: a GEGL-like app builds its
+ * largest program and exits without a synchronisation) are captured now,
+ * on the worker, within CLSHIM_CAPTURE_EXIT_BUDGET (issue 16); what the
+ * budget does not cover is given up, in one line. Inline (no worker) the
+ * captures stop at the same deadline. */
+void capture_owed_at_exit(unsigned budget_ms)
+{
+    pthread_mutex_lock(&pending_lock);
+    size_t owed = npending, queued = 0, skipped = 0;
+    if (!owed || !pipeline_store() || config_get()->cache_readonly) {
+        /* Nothing to store into: the miss lines said "not stored". */
+        pthread_mutex_unlock(&pending_lock);
+        return;
+    }
+    if (!budget_ms) {
+        pthread_mutex_unlock(&pending_lock);
+        pipeline_count_capture_lost(CAPTURE_LOST_EXIT, owed);
+        log_msg(LOG_INFO, "%zu program%s built here not used or released before exit: not stored "
+                          "(CLSHIM_CAPTURE_EXIT_BUDGET=0)", owed, owed == 1 ? "" : "s");
+        return;
+    }
+    uint64_t t0 = now_ns(), deadline = t0 + (uint64_t)budget_ms * 1000000u;
+    while (npending) {
+        struct pc_program *rec = pending[0];
+        if (queue_capture_locked(rec) == 0) {
+            queued++;
+            continue;
+        }
+        remove_pending_locked(rec);
+        if (now_ns() >= deadline) {
+            skipped++;
+            continue;
+        }
+        pthread_mutex_lock(&rec->lock);
+        capture(rec);
+        pthread_mutex_unlock(&rec->lock);
+    }
+    pthread_mutex_unlock(&pending_lock);
+    uint64_t left_ms = (now_ns() - t0) / 1000000u;
+    size_t dropped = capture_exit(left_ms < budget_ms ? budget_ms - (unsigned)left_ms : 0);
+    size_t given_up = skipped + (dropped < queued ? dropped : queued);
+    pipeline_count_capture_lost(CAPTURE_LOST_EXIT, given_up);
+    if (given_up)
+        log_msg(LOG_INFO, "%zu of %zu program%s not used or released before exit: not stored, the exit budget "
+                          "(CLSHIM_CAPTURE_EXIT_BUDGET=%u ms) spent", given_up, owed, owed == 1 ? "" : "s",
+                budget_ms);
+    else
+        log_msg(LOG_INFO, "%zu program%s not used or released before exit: captured at exit in %.0f ms", owed,
+                owed == 1 ? "" : "s", (now_ns() - t0) / 1e6);
+}
