@@ -19,7 +19,7 @@ cl_int pc_get_device_info(cl_device_id dev, cl_device_info param, size_t size, v
     const struct device_info *info = NULL;
     if (cfg->advertise_il && cfg->spirv &&
         (param == CL_DEVICE_IL_VERSION || extstr_param(param) || param == CL_DEVICE_ILS_WITH_VERSION))
-        info = device_info(real, dev);
+        info = device_info(pc_real, dev);
     int il = info && !info->has_native_il && info->has_spir; /* clshim advertises IL here */
     if (il && param == CL_DEVICE_IL_VERSION) return answer(ADVERTISED_IL, sizeof ADVERTISED_IL, size, value, size_ret);
     if (il && param == CL_DEVICE_ILS_WITH_VERSION) {
@@ -33,7 +33,7 @@ cl_int pc_get_device_info(cl_device_id dev, cl_device_info param, size_t size, v
     }
     if (extstr_param(param) && (il || also)) { /* CL_DEVICE_EXTENSIONS[_WITH_VERSION] */
         const char *add[2] = {il ? "cl_khr_il_program" : NULL, also};
-        return extstr_device(real, dev, param, add, 2, size, value, size_ret);
+        return extstr_device(pc_real, dev, param, add, 2, size, value, size_ret);
     }
-    return real->clGetDeviceInfo(dev, param, size, value, size_ret);
+    return pc_real->clGetDeviceInfo(dev, param, size, value, size_ret);
 }

@@ -30,7 +30,7 @@ int stands_aside(const struct device_info *info)
  * (headers, input, hash). No key when the build must not be cached. */
 static void derive_key(struct pc_program *rec, const char *options, size_t i)
 {
-    const struct device_info *info = device_info(real, rec->devs[i].dev);
+    const struct device_info *info = device_info(pc_real, rec->devs[i].dev);
     if (!info || stands_aside(info)) return;
     struct key_buf k;
     key_begin(&k, rec->kind, options);
@@ -57,9 +57,9 @@ static cl_int driver_build(struct pc_program *rec, cl_uint ndev, const cl_device
 {
     if (!rec->translated) {
         set_effective(rec, NULL);
-        cl_int rc = real->clBuildProgram(rec->handle, ndev, devs, options, NULL, NULL);
+        cl_int rc = pc_real->clBuildProgram(rec->handle, ndev, devs, options, NULL, NULL);
         if (retry_after_emptying_tier(rc, "clBuildProgram"))
-            rc = real->clBuildProgram(rec->handle, ndev, devs, options, NULL, NULL);
+            rc = pc_real->clBuildProgram(rec->handle, ndev, devs, options, NULL, NULL);
         return rc;
     }
     char why[512] = "";
@@ -73,8 +73,8 @@ static cl_int driver_build(struct pc_program *rec, cl_uint ndev, const cl_device
         }
         return err;
     }
-    cl_int rc = real->clBuildProgram(p, ndev, devs, options, NULL, NULL);
-    if (retry_after_emptying_tier(rc, "clBuildProgram")) rc = real->clBuildProgram(p, ndev, devs, options, NULL, NULL);
+    cl_int rc = pc_real->clBuildProgram(p, ndev, devs, options, NULL, NULL);
+    if (retry_after_emptying_tier(rc, "clBuildProgram")) rc = pc_real->clBuildProgram(p, ndev, devs, options, NULL, NULL);
     /* Even a failed build stands in for the handle: the app's build log and
      * status queries are the driver's answers about it. */
     set_effective(rec, p);
@@ -158,15 +158,15 @@ static cl_int build_record(struct pc_program *rec, cl_uint ndev, const cl_device
 static cl_int build_foreign(cl_program prog, cl_uint num_devices, const cl_device_id *device_list_in,
                             const char *options, void(CL_CALLBACK *notify)(cl_program, void *), void *user_data)
 {
-    atomic_fetch_add_explicit(&foreign_builds, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&pc_foreign_builds, 1, memory_order_relaxed);
     need_exit_handler();
-    return real->clBuildProgram(prog, num_devices, device_list_in, options, notify, user_data);
+    return pc_real->clBuildProgram(prog, num_devices, device_list_in, options, notify, user_data);
 }
 
 static cl_int build_program(cl_program prog, cl_uint num_devices, const cl_device_id *device_list_in,
                             const char *options, void(CL_CALLBACK *notify)(cl_program, void *), void *user_data)
 {
-    struct pc_program *rec = objmap_get(programs, prog);
+    struct pc_program *rec = objmap_get(pc_programs, prog);
     if (!rec) return build_foreign(prog, num_devices, device_list_in, options, notify, user_data);
     if ((num_devices == 0) != (device_list_in == NULL)) return CL_INVALID_VALUE;
     if (!notify && user_data) return CL_INVALID_VALUE;
@@ -177,13 +177,13 @@ static cl_int build_program(cl_program prog, cl_uint num_devices, const cl_devic
     cl_uint ndev = 0;
     const cl_device_id *devs = NULL;
     if (device_list(rec->context, num_devices, device_list_in, &owned, &ndev, &devs) != 0)
-        return real->clBuildProgram(prog, num_devices, device_list_in, options, notify, user_data);
+        return pc_real->clBuildProgram(prog, num_devices, device_list_in, options, notify, user_data);
     pthread_mutex_lock(&rec->lock);
     if (start_build(rec, ndev, devs, options) != 0) {
         pthread_mutex_unlock(&rec->lock);
         free(owned);
         return rec->translated ? CL_OUT_OF_HOST_MEMORY
-                               : real->clBuildProgram(prog, num_devices, device_list_in, options, notify, user_data);
+                               : pc_real->clBuildProgram(prog, num_devices, device_list_in, options, notify, user_data);
     }
     int late;
     cl_int err = build_record(rec, ndev, devs, options, &late);

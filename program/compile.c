@@ -26,7 +26,7 @@ struct compile_call {
 static cl_int compile_by_driver(const struct compile_call *c)
 {
     const struct app_call *a = &c->app;
-    return real->clCompileProgram(c->prog, a->num_devices, a->devices, a->options, c->num_headers, c->headers,
+    return pc_real->clCompileProgram(c->prog, a->num_devices, a->devices, a->options, c->num_headers, c->headers,
                                   c->header_names, a->notify, a->user_data);
 }
 
@@ -61,10 +61,10 @@ static cl_program compile_driver(struct run *r, cl_int *err)
 {
     const struct compile_call *c = r->arg;
     cl_uint n = (cl_uint)r->n;
-    *err = real->clCompileProgram(c->prog, n, r->devlist, r->options, c->num_headers, c->headers, c->header_names,
+    *err = pc_real->clCompileProgram(c->prog, n, r->devlist, r->options, c->num_headers, c->headers, c->header_names,
                                   NULL, NULL);
     if (retry_after_emptying_tier(*err, "clCompileProgram"))
-        *err = real->clCompileProgram(c->prog, n, r->devlist, r->options, c->num_headers, c->headers,
+        *err = pc_real->clCompileProgram(c->prog, n, r->devlist, r->options, c->num_headers, c->headers,
                                       c->header_names, NULL, NULL);
     return c->prog;
 }
@@ -99,7 +99,7 @@ static int compile_cacheable(const struct pc_program *rec, const struct compile_
     *hrecs = nh ? calloc(nh, sizeof **hrecs) : NULL;
     if (nh && !*hrecs) cacheable = 0; /* out of memory: the driver compiles */
     for (cl_uint i = 0; cacheable && i < nh; i++) {
-        (*hrecs)[i] = objmap_get(programs, c->headers[i]);
+        (*hrecs)[i] = objmap_get(pc_programs, c->headers[i]);
         cacheable = (*hrecs)[i] && (*hrecs)[i]->kind == KEY_SOURCE && c->header_names[i];
     }
     return cacheable;
@@ -126,7 +126,7 @@ static int start_compile(struct pc_program *rec, cl_uint ndev, const cl_device_i
 static void compile_key(struct pc_program *rec, size_t i, const struct compile_call *c,
                         const struct pc_program **hrecs, struct key_embedded *embedded)
 {
-    const struct device_info *info = device_info(real, rec->devs[i].dev);
+    const struct device_info *info = device_info(pc_real, rec->devs[i].dev);
     if (!info || stands_aside(info) || (c->num_headers && !embedded)) return;
     struct key_buf k;
     key_begin(&k, KEY_COMPILE, c->app.options);
@@ -162,7 +162,7 @@ static cl_int compile_record(struct pc_program *rec, cl_uint ndev, const cl_devi
 
 static cl_int compile_program(struct compile_call *c)
 {
-    struct pc_program *rec = objmap_get(programs, c->prog);
+    struct pc_program *rec = objmap_get(pc_programs, c->prog);
     const struct pc_program **hrecs = NULL;
     cl_device_id *owned = NULL;
     cl_uint ndev = 0;

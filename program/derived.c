@@ -43,7 +43,7 @@ void pc_derived_put(const void *key, size_t key_len, const void *value, size_t s
 static int derived_refusal_key(struct key_buf *k, cl_device_id dev, const char *options, const void *key,
                                size_t key_len, const char *by)
 {
-    const struct device_info *info = config_get()->cache ? device_info(real, dev) : NULL;
+    const struct device_info *info = config_get()->cache ? device_info(pc_real, dev) : NULL;
     if (!info) return -1;
     key_begin(k, KEY_FUSION, options);
     key_add_text(k, "device", info->identity);
@@ -87,7 +87,7 @@ void pc_derived_refusal_put(cl_device_id dev, const char *options, const void *k
     }
     v[0] = permanent ? 1 : 0;
     memcpy(v + 1, reason, len);
-    pipeline_record_put(&k, v, len + 1, KEY_FUSION, device_info(real, dev)->name, 0);
+    pipeline_record_put(&k, v, len + 1, KEY_FUSION, device_info(pc_real, dev)->name, 0);
     key_free(&k);
     free(v);
 }
@@ -121,9 +121,9 @@ static cl_program derived_from_hit(cl_context ctx, cl_device_id dev, const char 
     size_t bin_size = total - 8 - m;
     memcpy(*meta, value + 8, m);
     *meta_size = m;
-    cl_program p = real->clCreateProgramWithBinary(ctx, 1, &dev, &bin_size, &bin, NULL, err);
-    if (p && (*err = real->clBuildProgram(p, 1, &dev, options, NULL, NULL)) != CL_SUCCESS) {
-        real->clReleaseProgram(p);
+    cl_program p = pc_real->clCreateProgramWithBinary(ctx, 1, &dev, &bin_size, &bin, NULL, err);
+    if (p && (*err = pc_real->clBuildProgram(p, 1, &dev, options, NULL, NULL)) != CL_SUCCESS) {
+        pc_real->clReleaseProgram(p);
         p = NULL;
     }
     if (!p) {
@@ -167,11 +167,11 @@ static cl_program derived_make(struct run *r, cl_int *err)
     }
     const unsigned char *bin = bc;
     const char *text = bc;
-    cl_program p = made == 1 ? real->clCreateProgramWithSource(r->ctx, 1, &text, &bc_size, err) /* OpenCL C */
-                             : real->clCreateProgramWithBinary(r->ctx, 1, &j->dev, &bc_size, &bin, NULL, err);
+    cl_program p = made == 1 ? pc_real->clCreateProgramWithSource(r->ctx, 1, &text, &bc_size, err) /* OpenCL C */
+                             : pc_real->clCreateProgramWithBinary(r->ctx, 1, &j->dev, &bc_size, &bin, NULL, err);
     free(bc);
-    if (p && (*err = real->clBuildProgram(p, 1, &j->dev, r->options, NULL, NULL)) != CL_SUCCESS) {
-        real->clReleaseProgram(p);
+    if (p && (*err = pc_real->clBuildProgram(p, 1, &j->dev, r->options, NULL, NULL)) != CL_SUCCESS) {
+        pc_real->clReleaseProgram(p);
         p = NULL;
     }
     return p;
@@ -182,7 +182,7 @@ static cl_program derived_finish(struct run *r, cl_program p, cl_int *err)
 {
     struct derived_job *j = r->arg;
     if (p && !(*j->meta = malloc(j->m_size ? j->m_size : 1))) {
-        real->clReleaseProgram(p);
+        pc_real->clReleaseProgram(p);
         *err = CL_OUT_OF_HOST_MEMORY;
         return NULL;
     }
@@ -239,7 +239,7 @@ cl_program pc_build_derived(cl_context ctx, cl_device_id dev, const char *option
 {
     *meta = NULL;
     *meta_size = 0;
-    const struct device_info *info = device_info(real, dev);
+    const struct device_info *info = device_info(pc_real, dev);
     struct key_buf k;
     if (derived_key(&k, info, options, key, key_len, errcode_ret) != 0) return NULL;
     need_exit_handler();

@@ -33,7 +33,7 @@ uint64_t thread_cpu_ns(void)
  * time: PoCL generates code at a program's first read, and two reads at
  * once (the capture worker's and the app's own CL_PROGRAM_BINARY_SIZES)
  * crashed in a clean root (test_cache, two devices). */
-pthread_mutex_t binary_reads = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t pc_binary_reads = PTHREAD_MUTEX_INITIALIZER;
 
 /* After a driver call that failed with `err`: nonzero when it is to be
  * made once more. A driver out of memory or resources may fail for what
@@ -56,14 +56,14 @@ int binaries_unsafe(cl_program prog, size_t n, const struct pc_dev *want)
 {
     int quirk = 0;
     for (size_t i = 0; i < n; i++) {
-        const struct device_info *info = device_info(real, want[i].dev);
+        const struct device_info *info = device_info(pc_real, want[i].dev);
         quirk |= info && (info->quirks & QUIRK_LONG_KERNEL_NAME_CODEGEN);
     }
     size_t len = 0;
-    if (!quirk || real->clGetProgramInfo(prog, CL_PROGRAM_KERNEL_NAMES, 0, NULL, &len) != CL_SUCCESS)
+    if (!quirk || pc_real->clGetProgramInfo(prog, CL_PROGRAM_KERNEL_NAMES, 0, NULL, &len) != CL_SUCCESS)
         return 0; /* a compiled object has no kernel names and nothing to generate */
     char *names = calloc(1, len + 1);
-    if (!names || real->clGetProgramInfo(prog, CL_PROGRAM_KERNEL_NAMES, len, names, NULL) != CL_SUCCESS) {
+    if (!names || pc_real->clGetProgramInfo(prog, CL_PROGRAM_KERNEL_NAMES, len, names, NULL) != CL_SUCCESS) {
         free(names);
         return 1;
     }
@@ -87,24 +87,24 @@ int binaries_unsafe(cl_program prog, size_t n, const struct pc_dev *want)
 int read_binaries(cl_program prog, size_t n, const struct pc_dev *want, void **bins, size_t *sizes)
 {
     if (binaries_unsafe(prog, n, want)) return -1;
-    pthread_mutex_lock(&binary_reads);
+    pthread_mutex_lock(&pc_binary_reads);
     int rc = read_binaries_locked(prog, n, want, bins, sizes);
-    pthread_mutex_unlock(&binary_reads);
+    pthread_mutex_unlock(&pc_binary_reads);
     return rc;
 }
 
 static int read_binaries_locked(cl_program prog, size_t n, const struct pc_dev *want, void **bins, size_t *sizes)
 {
     cl_uint ndev = 0;
-    if (real->clGetProgramInfo(prog, CL_PROGRAM_NUM_DEVICES, sizeof ndev, &ndev, NULL) != CL_SUCCESS || !ndev)
+    if (pc_real->clGetProgramInfo(prog, CL_PROGRAM_NUM_DEVICES, sizeof ndev, &ndev, NULL) != CL_SUCCESS || !ndev)
         return -1;
     cl_device_id *devs = calloc(ndev, sizeof *devs);
     size_t *all_sizes = calloc(ndev, sizeof *all_sizes);
     unsigned char **all = calloc(ndev, sizeof *all);
     int rc = -1;
     if (!devs || !all_sizes || !all) goto out;
-    if (real->clGetProgramInfo(prog, CL_PROGRAM_DEVICES, ndev * sizeof *devs, devs, NULL) != CL_SUCCESS ||
-        real->clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, ndev * sizeof *all_sizes, all_sizes, NULL) !=
+    if (pc_real->clGetProgramInfo(prog, CL_PROGRAM_DEVICES, ndev * sizeof *devs, devs, NULL) != CL_SUCCESS ||
+        pc_real->clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, ndev * sizeof *all_sizes, all_sizes, NULL) !=
             CL_SUCCESS)
         goto out;
     for (cl_uint i = 0; i < ndev; i++) {
@@ -112,7 +112,7 @@ static int read_binaries_locked(cl_program prog, size_t n, const struct pc_dev *
         for (size_t j = 0; j < n; j++) wanted |= want[j].dev == devs[i];
         if (wanted && all_sizes[i] && !(all[i] = malloc(all_sizes[i]))) goto out;
     }
-    if (real->clGetProgramInfo(prog, CL_PROGRAM_BINARIES, ndev * sizeof *all, all, NULL) != CL_SUCCESS) goto out;
+    if (pc_real->clGetProgramInfo(prog, CL_PROGRAM_BINARIES, ndev * sizeof *all, all, NULL) != CL_SUCCESS) goto out;
     rc = 0;
     for (size_t j = 0; j < n; j++) {
         bins[j] = NULL;
@@ -136,8 +136,8 @@ out:
 char *read_build_log(cl_program prog, cl_device_id dev)
 {
     size_t n = 0;
-    if (real->clGetProgramBuildInfo(prog, dev, CL_PROGRAM_BUILD_LOG, 0, NULL, &n) != CL_SUCCESS) return strdup("");
+    if (pc_real->clGetProgramBuildInfo(prog, dev, CL_PROGRAM_BUILD_LOG, 0, NULL, &n) != CL_SUCCESS) return strdup("");
     char *log = calloc(1, n + 1);
-    if (log && real->clGetProgramBuildInfo(prog, dev, CL_PROGRAM_BUILD_LOG, n, log, NULL) != CL_SUCCESS) log[0] = 0;
+    if (log && pc_real->clGetProgramBuildInfo(prog, dev, CL_PROGRAM_BUILD_LOG, n, log, NULL) != CL_SUCCESS) log[0] = 0;
     return log;
 }

@@ -21,7 +21,7 @@ static void register_exit(void) { atexit(at_exit); }
  * (inherited) prints and counts nothing. */
 static atomic_int idle_child; /* builds on many threads clear it */
 /* Builds of programs clshim did not create (build_program). */
-atomic_ulong foreign_builds;
+atomic_ulong pc_foreign_builds;
 
 /* The exit handler stores late captures, which can make PoCL compile. exit()
  * runs handlers in reverse order of registration, and libLLVM (loaded with
@@ -58,7 +58,7 @@ void arm_owed_capture_at_exit(void)
  * touches the parent's lock file) and reopened if the child builds. */
 void after_fork_in_child(void)
 {
-    binary_reads = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER; /* a worker may have held it */
+    pc_binary_reads = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER; /* a worker may have held it */
     pipeline_after_fork_in_child();
     pending_captures_reset();
     capture_after_fork_in_child();
@@ -68,7 +68,7 @@ void after_fork_in_child(void)
 
 void pc_print_summary(void)
 {
-    unsigned long foreign = atomic_load_explicit(&foreign_builds, memory_order_relaxed);
+    unsigned long foreign = atomic_load_explicit(&pc_foreign_builds, memory_order_relaxed);
     struct pipeline_stats s;
     pipeline_stats(&s);
     if (foreign && !s.store.hits && !s.store.misses && !s.failed && !s.store.uncacheable) {

@@ -25,7 +25,7 @@ static int translates_il(cl_context ctx, const void *il, size_t length, int *to_
     if (config_get()->spirv && il && length && context_devices(ctx, &devs, &ndev) == 0) {
         int all_native = 1, all_spir = 1, all_ptx = 1;
         for (cl_uint i = 0; i < ndev; i++) {
-            const struct device_info *d = device_info(real, devs[i]);
+            const struct device_info *d = device_info(pc_real, devs[i]);
             all_native &= d && d->has_native_il;
             all_spir &= d && d->has_spir;
             all_ptx &= d && d->takes_ptx;
@@ -43,15 +43,15 @@ static int translates_il(cl_context ctx, const void *il, size_t length, int *to_
 /* IL the driver takes itself: its program, recorded with a copy of the IL. */
 static cl_program native_il_program(cl_context ctx, const void *il, size_t length, cl_int *errcode_ret)
 {
-    if (!real->clCreateProgramWithIL) {
+    if (!pc_real->clCreateProgramWithIL) {
         LOG_ONCE(LOG_WARN, "the OpenCL loader has no clCreateProgramWithIL");
         if (errcode_ret) *errcode_ret = CL_INVALID_OPERATION;
         return NULL;
     }
     cl_int err;
-    cl_program prog = real->clCreateProgramWithIL(ctx, il, length, &err);
+    cl_program prog = pc_real->clCreateProgramWithIL(ctx, il, length, &err);
     if (!prog && retry_after_emptying_tier(err, "clCreateProgramWithIL"))
-        prog = real->clCreateProgramWithIL(ctx, il, length, &err);
+        prog = pc_real->clCreateProgramWithIL(ctx, il, length, &err);
     if (errcode_ret) *errcode_ret = err;
     if (prog) {
         char *copy = malloc(length);
@@ -85,7 +85,7 @@ static cl_program translated_il_program(cl_context ctx, const void *il, size_t l
     /* The handle: an empty source program, so every object query works and
      * CL_PROGRAM_SOURCE is empty, as for any program made from IL. */
     const char *empty = "";
-    cl_program prog = real->clCreateProgramWithSource(ctx, 1, &empty, NULL, errcode_ret);
+    cl_program prog = pc_real->clCreateProgramWithSource(ctx, 1, &empty, NULL, errcode_ret);
     if (!prog) {
         free(scan);
         free(copy);
@@ -94,7 +94,7 @@ static cl_program translated_il_program(cl_context ctx, const void *il, size_t l
     memcpy(copy, il, length);
     struct pc_program *rec = new_record(prog, ctx, KEY_IL, copy, length);
     if (!rec) {
-        real->clReleaseProgram(prog);
+        pc_real->clReleaseProgram(prog);
         free(scan);
         free(copy);
         if (errcode_ret) *errcode_ret = CL_OUT_OF_HOST_MEMORY;
@@ -117,10 +117,10 @@ cl_program pc_create_with_il(cl_context ctx, const void *il, size_t length, cl_i
 
 cl_int pc_set_spec_constant(cl_program prog, cl_uint spec_id, size_t spec_size, const void *spec_value)
 {
-    struct pc_program *rec = objmap_get(programs, prog);
+    struct pc_program *rec = objmap_get(pc_programs, prog);
     if (!rec || !rec->translated) {
-        if (!real->clSetProgramSpecializationConstant) return CL_INVALID_OPERATION;
-        return real->clSetProgramSpecializationConstant(prog, spec_id, spec_size, spec_value);
+        if (!pc_real->clSetProgramSpecializationConstant) return CL_INVALID_OPERATION;
+        return pc_real->clSetProgramSpecializationConstant(prog, spec_id, spec_size, spec_value);
     }
     int known = 0;
     for (uint32_t i = 0; i < rec->scan->num_spec_ids; i++) known |= rec->scan->spec_ids[i] == spec_id;
@@ -155,11 +155,11 @@ int cmp_spec(const void *a, const void *b)
 
 /* The lowest NVIDIA compute capability among the devices (0: unknown), the
  * one route (a) lowers for so the PTX loads on every device. */
-static uint32_t lowest_nv_sm(const struct cl_api *real, cl_uint ndev, const cl_device_id *devs)
+static uint32_t lowest_nv_sm(const struct cl_api *pc_real, cl_uint ndev, const cl_device_id *devs)
 {
     uint32_t sm = 0;
     for (cl_uint i = 0; i < ndev; i++) {
-        const struct device_info *d = device_info(real, devs[i]);
+        const struct device_info *d = device_info(pc_real, devs[i]);
         if (d && d->nv_sm && (!sm || d->nv_sm < sm)) sm = d->nv_sm;
     }
     return sm;
@@ -195,7 +195,7 @@ static int spir_to_ptx(const struct clshim_llvm_api *api, const struct pc_progra
     char *ptx = NULL;
     size_t ptx_size = 0;
     uint64_t t0 = now_ns();
-    int rc = route_a_ptx_sm(api, *bc, *size, lowest_nv_sm(real, ndev, devs), options, &ptx, &ptx_size, why,
+    int rc = route_a_ptx_sm(api, *bc, *size, lowest_nv_sm(pc_real, ndev, devs), options, &ptx, &ptx_size, why,
                             why_len);
     api->free(*bc);
     if (rc != 0) return -1;
@@ -219,7 +219,7 @@ static cl_program program_from_translation(const struct pc_program *rec, cl_uint
             bins[i] = bc;
             sizes[i] = bc_size;
         }
-        p = real->clCreateProgramWithBinary(rec->context, ndev, devs, sizes, bins, NULL, err);
+        p = pc_real->clCreateProgramWithBinary(rec->context, ndev, devs, sizes, bins, NULL, err);
     } else {
         *err = CL_OUT_OF_HOST_MEMORY;
     }

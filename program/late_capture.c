@@ -19,13 +19,13 @@ static int hand_to_helper(struct pc_program *rec);
 int pc_pending_captures;
 static struct pc_program **pending;
 static size_t npending, pending_cap;
-pthread_mutex_t pending_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t pc_pending_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* Called without rec->lock held (sync points take pending_lock, then it). */
+/* Called without rec->lock held (sync points take pc_pending_lock, then it). */
 void add_pending(struct pc_program *rec)
 {
     (void)CLSHIM_ASSERT_NOT_HELD(&rec->lock);
-    pthread_mutex_lock(&pending_lock);
+    pthread_mutex_lock(&pc_pending_lock);
     if (!rec->pending) {
         if (npending == pending_cap) {
             size_t cap = pending_cap ? pending_cap * 2 : 16;
@@ -41,7 +41,7 @@ void add_pending(struct pc_program *rec)
         }
     }
     __atomic_store_n(&pc_pending_captures, npending > 0, __ATOMIC_RELAXED);
-    pthread_mutex_unlock(&pending_lock);
+    pthread_mutex_unlock(&pc_pending_lock);
 }
 
 /* The child of fork() forgets the parent's pending captures (it never
@@ -49,16 +49,16 @@ void add_pending(struct pc_program *rec)
  * reinitialised, as another thread may have held it at the fork. */
 void pending_captures_reset(void)
 {
-    pending_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    pc_pending_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
     for (size_t i = 0; i < npending; i++) pending[i]->pending = 0;
     npending = 0;
     __atomic_store_n(&pc_pending_captures, 0, __ATOMIC_RELAXED);
 }
 
-/* pending_lock held. */
+/* pc_pending_lock held. */
 static void remove_pending_locked(struct pc_program *rec)
 {
-    (void)CLSHIM_ASSERT_HELD(&pending_lock);
+    (void)CLSHIM_ASSERT_HELD(&pc_pending_lock);
     for (size_t i = 0; i < npending; i++)
         if (pending[i] == rec) {
             pending[i] = pending[--npending];
@@ -71,9 +71,9 @@ static void remove_pending_locked(struct pc_program *rec)
 void remove_pending(struct pc_program *rec)
 {
     if (!__atomic_load_n(&rec->pending, __ATOMIC_RELAXED)) return;
-    pthread_mutex_lock(&pending_lock);
+    pthread_mutex_lock(&pc_pending_lock);
     remove_pending_locked(rec);
-    pthread_mutex_unlock(&pending_lock);
+    pthread_mutex_unlock(&pc_pending_lock);
 }
 
 /* The background capture (program/capture.h).
@@ -93,21 +93,21 @@ void capture_done(void *item)
 {
     struct pc_program *rec = item;
     cl_program handle = rec->handle; /* rec may be freed by the app once unqueued */
-    pthread_mutex_lock(&pending_lock);
+    pthread_mutex_lock(&pc_pending_lock);
     rec->queued = 0;
     int orphaned = rec->orphaned;
-    pthread_mutex_unlock(&pending_lock);
-    real->clReleaseProgram(handle);
+    pthread_mutex_unlock(&pc_pending_lock);
+    pc_real->clReleaseProgram(handle);
     if (orphaned) {
         set_effective(rec, NULL);
         free_record(rec);
     }
 }
 
-/* With pending_lock held: 0 when the worker took rec (or has it already). */
+/* With pc_pending_lock held: 0 when the worker took rec (or has it already). */
 static int queue_capture_locked(struct pc_program *rec)
 {
-    (void)CLSHIM_ASSERT_HELD(&pending_lock);
+    (void)CLSHIM_ASSERT_HELD(&pc_pending_lock);
     if (rec->queued) return 0;
     pthread_mutex_lock(&rec->lock);
     int handed = hand_to_helper(rec) == 0;
@@ -117,14 +117,14 @@ static int queue_capture_locked(struct pc_program *rec)
         return 0;
     }
     if (!config_get()->capture_background) return -1;
-    if (real->clRetainProgram(rec->handle) != CL_SUCCESS) return -1;
+    if (pc_real->clRetainProgram(rec->handle) != CL_SUCCESS) return -1;
     rec->queued = 1;
     if (capture_submit(rec) == 0) {
         remove_pending_locked(rec);
         return 0;
     }
     rec->queued = 0;
-    real->clReleaseProgram(rec->handle);
+    pc_real->clReleaseProgram(rec->handle);
     return -1;
 }
 
@@ -136,10 +136,10 @@ void pc_note_enqueue(cl_kernel kernel)
 
 void pc_sync_point(void)
 {
-    /* Capture under pending_lock: a record cannot be freed meanwhile (its
+    /* Capture under pc_pending_lock: a record cannot be freed meanwhile (its
      * last release removes it from this list first, under the same lock). */
     int ran = 0;
-    pthread_mutex_lock(&pending_lock);
+    pthread_mutex_lock(&pc_pending_lock);
     for (size_t i = 0; i < npending;) {
         struct pc_program *rec = pending[i];
         if (!__atomic_load_n(&rec->ran, __ATOMIC_RELAXED)) {
@@ -154,7 +154,7 @@ void pc_sync_point(void)
         pthread_mutex_unlock(&rec->lock);
     }
     int still_owed = npending > 0;
-    pthread_mutex_unlock(&pending_lock);
+    pthread_mutex_unlock(&pc_pending_lock);
     /* A first run generated code: the exit handler goes after its state. */
     if (ran && still_owed) arm_owed_capture_at_exit();
 }
@@ -168,7 +168,7 @@ int capture_late(const struct pc_program *rec)
     /* "auto": the configuration accepts no other word. */
     int lazy = rec->ndevs > 0;
     for (size_t i = 0; i < rec->ndevs; i++) {
-        const struct device_info *info = device_info(real, rec->devs[i].dev);
+        const struct device_info *info = device_info(pc_real, rec->devs[i].dev);
         lazy &= info && info->lazy_codegen;
     }
     return lazy;
@@ -207,7 +207,7 @@ static int hand_to_helper(struct pc_program *rec)
     if (!rec->driver_options || !rec->cwd) return -1;
     for (size_t i = 0; i < rec->ndevs; i++) {
         if (!rec->devs[i].needs_capture || !rec->flights[i].key) continue;
-        const struct device_info *info = device_info(real, rec->devs[i].dev);
+        const struct device_info *info = device_info(pc_real, rec->devs[i].dev);
         if (!info || !info->shared_codegen_cache) return -1;
         owed = 1;
     }
@@ -218,7 +218,7 @@ static int hand_to_helper(struct pc_program *rec)
         struct pipeline_flight *f = &rec->flights[i];
         if (!d->needs_capture || !f->key) continue;
         char *log = read_build_log(built, d->dev);
-        struct capture_request rq = {.identity = device_info(real, d->dev)->identity, .device = f->device,
+        struct capture_request rq = {.identity = device_info(pc_real, d->dev)->identity, .device = f->device,
                                      .kind = rec->kind, .options = rec->driver_options,
                                      .source = rec->input, .source_len = rec->input_len, .key = f->key,
                                      .key_len = f->key_len, .compile_ns = f->compile_ns, .log = log,
@@ -284,15 +284,15 @@ void capture(struct pc_program *rec)
  * captures stop at the same deadline. */
 void capture_owed_at_exit(unsigned budget_ms)
 {
-    pthread_mutex_lock(&pending_lock);
+    pthread_mutex_lock(&pc_pending_lock);
     size_t owed = npending, queued = 0, skipped = 0;
     if (!owed || !pipeline_store() || config_get()->cache_readonly) {
         /* Nothing to store into: the miss lines said "not stored". */
-        pthread_mutex_unlock(&pending_lock);
+        pthread_mutex_unlock(&pc_pending_lock);
         return;
     }
     if (!budget_ms) {
-        pthread_mutex_unlock(&pending_lock);
+        pthread_mutex_unlock(&pc_pending_lock);
         pipeline_count_capture_lost(CAPTURE_LOST_EXIT, owed);
         log_msg(LOG_INFO, "%zu program%s built here not used or released before exit: not stored "
                           "(CLSHIM_CAPTURE_EXIT_BUDGET=0)", owed, owed == 1 ? "" : "s");
@@ -314,7 +314,7 @@ void capture_owed_at_exit(unsigned budget_ms)
         capture(rec);
         pthread_mutex_unlock(&rec->lock);
     }
-    pthread_mutex_unlock(&pending_lock);
+    pthread_mutex_unlock(&pc_pending_lock);
     uint64_t left_ms = (now_ns() - t0) / 1000000u;
     size_t dropped = capture_exit(left_ms < budget_ms ? budget_ms - (unsigned)left_ms : 0);
     size_t given_up = skipped + (dropped < queued ? dropped : queued);

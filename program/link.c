@@ -30,10 +30,10 @@ static cl_program link_driver(struct run *r, cl_int *err)
 {
     const struct link_call *c = r->arg;
     const struct app_call *a = &c->app;
-    cl_program p = real->clLinkProgram(c->ctx, a->num_devices, a->devices, a->options, c->num_inputs, c->mapped,
+    cl_program p = pc_real->clLinkProgram(c->ctx, a->num_devices, a->devices, a->options, c->num_inputs, c->mapped,
                                        NULL, NULL, err);
     if (!p && retry_after_emptying_tier(*err, "clLinkProgram"))
-        p = real->clLinkProgram(c->ctx, a->num_devices, a->devices, a->options, c->num_inputs, c->mapped, NULL, NULL,
+        p = pc_real->clLinkProgram(c->ctx, a->num_devices, a->devices, a->options, c->num_inputs, c->mapped, NULL, NULL,
                                 err);
     return p;
 }
@@ -83,7 +83,7 @@ static struct key_buf *begin_link_keys(const char *options, cl_uint ndev, const 
     struct key_buf *kb = *cacheable ? calloc(ndev, sizeof *kb) : NULL;
     *cacheable = *cacheable && kb;
     for (cl_uint d = 0; *cacheable && d < ndev; d++) {
-        const struct device_info *info = device_info(real, devs[d]);
+        const struct device_info *info = device_info(pc_real, devs[d]);
         key_begin(&kb[d], KEY_LINK, options);
         key_add_text(&kb[d], "device", info ? info->identity : "");
         *cacheable = info != NULL;
@@ -114,10 +114,10 @@ static void map_inputs(struct link_call *c, struct key_buf *kb, cl_uint ndev, co
                        int *cacheable)
 {
     for (cl_uint i = 0; i < c->num_inputs; i++) {
-        struct pc_program *in = objmap_get(programs, c->inputs[i]);
+        struct pc_program *in = objmap_get(pc_programs, c->inputs[i]);
         if (in) pthread_mutex_lock(&in->lock);
         c->mapped[i] = in && in->effective ? in->effective : c->inputs[i];
-        if (c->mapped[i] != c->inputs[i] && real->clRetainProgram(c->mapped[i]) != CL_SUCCESS)
+        if (c->mapped[i] != c->inputs[i] && pc_real->clRetainProgram(c->mapped[i]) != CL_SUCCESS)
             c->mapped[i] = c->inputs[i]; /* the driver then answers for the input itself */
         if (*cacheable) *cacheable = add_input_keys(in, kb, ndev, devs);
         if (in) pthread_mutex_unlock(&in->lock);
@@ -143,7 +143,7 @@ static int link_keys(struct link_call *c, struct pc_program *out, cl_uint ndev, 
 static int keep_link_record(struct pc_program *out, cl_program result, cl_uint ndev)
 {
     out->handle = result;
-    if (objmap_put(programs, result, out) != 0) return -1;
+    if (objmap_put(pc_programs, result, out) != 0) return -1;
     int late = 0;
     for (cl_uint d = 0; d < ndev; d++) late |= out->devs[d].needs_capture;
     if (late) {
@@ -175,7 +175,7 @@ static cl_program link_program(struct link_call *c, cl_int *errcode_ret)
     if (out) pthread_mutex_unlock(&out->lock);
     if (!(result && cacheable && keep_link_record(out, result, ndev) == 0) && out) free_link_record(out);
     for (cl_uint i = 0; i < c->num_inputs; i++)
-        if (c->mapped[i] != c->inputs[i]) real->clReleaseProgram(c->mapped[i]);
+        if (c->mapped[i] != c->inputs[i]) pc_real->clReleaseProgram(c->mapped[i]);
     free(owned);
     if (errcode_ret) *errcode_ret = err;
     if (c->app.notify && result) c->app.notify(result, c->app.user_data);
@@ -192,7 +192,7 @@ cl_program pc_link(cl_context ctx, cl_uint num_devices, const cl_device_id *devi
     c.mapped = num_inputs && inputs ? calloc(num_inputs, sizeof *c.mapped) : NULL;
     cl_program p;
     if (!c.mapped || (num_devices == 0) != (device_list_in == NULL) || (!notify && user_data))
-        p = real->clLinkProgram(ctx, num_devices, device_list_in, c.app.options, num_inputs, inputs, notify, user_data,
+        p = pc_real->clLinkProgram(ctx, num_devices, device_list_in, c.app.options, num_inputs, inputs, notify, user_data,
                                 errcode_ret);
     else
         p = link_program(&c, errcode_ret);

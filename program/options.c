@@ -53,7 +53,7 @@ char *options_appended(const char *options, const char *append)
 /* After a build with added options: queries answer the application's. */
 void restore_app_options(cl_program prog, const char *options)
 {
-    struct pc_program *rec = objmap_get(programs, prog);
+    struct pc_program *rec = objmap_get(pc_programs, prog);
     char *app = strdup(options ? options : "");
     if (!rec || !app) {
         free(app);

@@ -49,7 +49,7 @@
 #include "program/origin.h"
 
 /* Sets the real-driver table (once, before any other call). */
-void pc_init(const struct cl_api *real);
+void pc_init(const struct cl_api *pc_real);
 
 cl_program pc_create_with_source(cl_context ctx, cl_uint count, const char **strings,
                                  const size_t *lengths, cl_int *errcode_ret);

@@ -11,7 +11,7 @@
  *     of ours; kernels created from it hold their own (driver) references.
  *  3. A flight that pipeline_begin() left filling is filled or abandoned, and
  *     a cross-process claim released, before pc_build returns.
- * Lock order: pending_lock, then a record's lock, then binary_reads.
+ * Lock order: pc_pending_lock, then a record's lock, then pc_binary_reads.
  */
 #ifndef CLSHIM_PROGRAM_INT_H
 #define CLSHIM_PROGRAM_INT_H
@@ -52,8 +52,8 @@ struct spec_value {
 struct pc_program {
     int ran;                /* a kernel of it was enqueued (late capture) */
     int pending;            /* on the pending-capture list */
-    int queued;             /* with the capture worker (pending_lock; it holds a driver reference) */
-    int orphaned;           /* released by the app while queued: the worker frees it (pending_lock) */
+    int queued;             /* with the capture worker (pc_pending_lock; it holds a driver reference) */
+    int orphaned;           /* released by the app while queued: the worker frees it (pc_pending_lock) */
     int source_build;       /* built from source by clBuildProgram here (rec->lock) */
     int handed_off;         /* its captures went to the capture helper (rec->lock) */
     cl_program handle;
@@ -91,12 +91,12 @@ struct pc_kernel_rec {
     char name[];
 };
 
-extern const struct cl_api *real;
-extern objmap *programs;        /* app handle -> struct pc_program */
-extern objmap *kernels;         /* kernel of a tracked program -> struct pc_kernel_rec */
-extern pthread_mutex_t binary_reads; /* every read of a program's binaries (driver.c) */
-extern pthread_mutex_t pending_lock; /* the pending list and rec->queued, rec->orphaned */
-extern atomic_ulong foreign_builds;  /* builds of programs clshim did not create */
+extern const struct cl_api *pc_real;
+extern objmap *pc_programs;       /* app handle -> struct pc_program */
+extern objmap *pc_kernels;        /* kernel of a tracked program -> struct pc_kernel_rec */
+extern pthread_mutex_t pc_binary_reads; /* every read of a program's binaries (driver.c) */
+extern pthread_mutex_t pc_pending_lock; /* the pending list and rec->queued, rec->orphaned */
+extern atomic_ulong pc_foreign_builds;  /* builds of programs clshim did not create */
 
 /* record.c: records, their devices and flights, references. */
 void free_devs(struct pc_program *rec);
@@ -125,7 +125,7 @@ void need_exit_handler(void);
 void arm_owed_capture_at_exit(void);
 void after_fork_in_child(void);
 
-/* late_capture.c: the pending list and the capture (pending_lock, then rec->lock). */
+/* late_capture.c: the pending list and the capture (pc_pending_lock, then rec->lock). */
 void add_pending(struct pc_program *rec);
 void pending_captures_reset(void);
 void remove_pending(struct pc_program *rec);

@@ -27,10 +27,10 @@ static int answer_objects(struct pc_program *rec, cl_program_info param, size_t 
                           cl_int *rc)
 {
     cl_uint n = 0;
-    if (real->clGetProgramInfo(rec->handle, CL_PROGRAM_NUM_DEVICES, sizeof n, &n, NULL) != CL_SUCCESS || !n)
+    if (pc_real->clGetProgramInfo(rec->handle, CL_PROGRAM_NUM_DEVICES, sizeof n, &n, NULL) != CL_SUCCESS || !n)
         return 0;
     cl_device_id *devs = calloc(n, sizeof *devs);
-    if (!devs || real->clGetProgramInfo(rec->handle, CL_PROGRAM_DEVICES, n * sizeof *devs, devs, NULL) != CL_SUCCESS) {
+    if (!devs || pc_real->clGetProgramInfo(rec->handle, CL_PROGRAM_DEVICES, n * sizeof *devs, devs, NULL) != CL_SUCCESS) {
         free(devs);
         return 0;
     }
@@ -61,7 +61,7 @@ cl_int program_for(struct pc_program *rec, int about_build, cl_program *out)
 {
     pthread_mutex_lock(&rec->lock);
     cl_program p = about_build && rec->effective ? rec->effective : rec->handle;
-    cl_int rc = real->clRetainProgram(p);
+    cl_int rc = pc_real->clRetainProgram(p);
     pthread_mutex_unlock(&rec->lock);
     *out = rc == CL_SUCCESS ? p : NULL;
     return rc;
@@ -69,14 +69,14 @@ cl_int program_for(struct pc_program *rec, int about_build, cl_program *out)
 
 cl_int pc_get_program_info(cl_program prog, cl_program_info param, size_t size, void *value, size_t *size_ret)
 {
-    struct pc_program *rec = objmap_get(programs, prog);
-    if (!rec) return real->clGetProgramInfo(prog, param, size, value, size_ret);
+    struct pc_program *rec = objmap_get(pc_programs, prog);
+    if (!rec) return pc_real->clGetProgramInfo(prog, param, size, value, size_ret);
     if (param == CL_PROGRAM_IL && rec->translated) return answer(rec->input, rec->input_len, size, value, size_ret);
     if (param == CL_PROGRAM_REFERENCE_COUNT) {
         /* The handle's count includes references clshim holds (the
          * in-memory tier's, substituted kernels'); rec->refs is the app's
          * own plus one per kernel, as the driver counts them. */
-        cl_int rc = real->clGetProgramInfo(prog, param, 0, NULL, NULL); /* validates as the driver would */
+        cl_int rc = pc_real->clGetProgramInfo(prog, param, 0, NULL, NULL); /* validates as the driver would */
         cl_uint refs = __atomic_load_n(&rec->refs, __ATOMIC_RELAXED);
         return rc != CL_SUCCESS ? rc : answer(&refs, sizeof refs, size, value, size_ret);
     }
@@ -91,10 +91,10 @@ cl_int pc_get_program_info(cl_program prog, cl_program_info param, size_t size, 
     cl_program p;
     if ((rc = program_for(rec, about_build, &p)) != CL_SUCCESS) return rc;
     int binaries = param == CL_PROGRAM_BINARY_SIZES || param == CL_PROGRAM_BINARIES;
-    if (binaries) pthread_mutex_lock(&binary_reads);
-    rc = real->clGetProgramInfo(p, param, size, value, size_ret);
-    if (binaries) pthread_mutex_unlock(&binary_reads);
-    real->clReleaseProgram(p);
+    if (binaries) pthread_mutex_lock(&pc_binary_reads);
+    rc = pc_real->clGetProgramInfo(p, param, size, value, size_ret);
+    if (binaries) pthread_mutex_unlock(&pc_binary_reads);
+    pc_real->clReleaseProgram(p);
     return rc;
 }
 
@@ -104,9 +104,9 @@ static char *driver_options_answer(cl_program p, cl_device_id dev, cl_int *rc)
 {
     size_t n = 0;
     char *text = NULL;
-    *rc = real->clGetProgramBuildInfo(p, dev, CL_PROGRAM_BUILD_OPTIONS, 0, NULL, &n);
+    *rc = pc_real->clGetProgramBuildInfo(p, dev, CL_PROGRAM_BUILD_OPTIONS, 0, NULL, &n);
     if (*rc == CL_SUCCESS && !(text = malloc(n + 1))) *rc = CL_OUT_OF_HOST_MEMORY;
-    if (*rc == CL_SUCCESS) *rc = real->clGetProgramBuildInfo(p, dev, CL_PROGRAM_BUILD_OPTIONS, n, text, NULL);
+    if (*rc == CL_SUCCESS) *rc = pc_real->clGetProgramBuildInfo(p, dev, CL_PROGRAM_BUILD_OPTIONS, n, text, NULL);
     if (*rc != CL_SUCCESS) {
         free(text);
         return NULL;
@@ -122,12 +122,12 @@ static char *compile_options_answer(cl_context ctx, cl_device_id dev, const char
 {
     static const char *blank = "\n";
     cl_int rc;
-    cl_program p = real->clCreateProgramWithSource(ctx, 1, &blank, NULL, &rc);
+    cl_program p = pc_real->clCreateProgramWithSource(ctx, 1, &blank, NULL, &rc);
     if (!p) return NULL;
     char *text = NULL;
-    if (real->clCompileProgram(p, 1, &dev, options, 0, NULL, NULL, NULL, NULL) == CL_SUCCESS)
+    if (pc_real->clCompileProgram(p, 1, &dev, options, 0, NULL, NULL, NULL, NULL) == CL_SUCCESS)
         text = driver_options_answer(p, dev, &rc);
-    real->clReleaseProgram(p);
+    pc_real->clReleaseProgram(p);
     return text;
 }
 
@@ -149,14 +149,14 @@ static cl_int options_answer(struct pc_program *rec, cl_device_id dev, size_t si
     if (!__atomic_load_n(&rec->answers_options, __ATOMIC_RELAXED)) {
         text = driver_options_answer(p, dev, &rc);
     } else {
-        rc = real->clGetProgramBuildInfo(p, dev, CL_PROGRAM_BUILD_STATUS, 0, NULL, NULL); /* validates */
+        rc = pc_real->clGetProgramBuildInfo(p, dev, CL_PROGRAM_BUILD_STATUS, 0, NULL, NULL); /* validates */
         pthread_mutex_lock(&rec->lock);
         if (rc == CL_SUCCESS && !rec->compile_answer && rec->compile_options)
             rec->compile_answer = compile_options_answer(rec->context, dev, rec->compile_options);
         text = rc == CL_SUCCESS && rec->compile_answer ? strdup(rec->compile_answer) : NULL;
         pthread_mutex_unlock(&rec->lock);
     }
-    real->clReleaseProgram(p);
+    pc_real->clReleaseProgram(p);
     if (rc != CL_SUCCESS) return rc;
     pthread_mutex_lock(&rec->lock);
     if (text && rec->arg_info_added) {
@@ -179,8 +179,8 @@ static cl_int options_answer(struct pc_program *rec, cl_device_id dev, size_t si
 cl_int pc_get_build_info(cl_program prog, cl_device_id dev, cl_program_build_info param, size_t size, void *value,
                          size_t *size_ret)
 {
-    struct pc_program *rec = objmap_get(programs, prog);
-    if (!rec) return real->clGetProgramBuildInfo(prog, dev, param, size, value, size_ret);
+    struct pc_program *rec = objmap_get(pc_programs, prog);
+    if (!rec) return pc_real->clGetProgramBuildInfo(prog, dev, param, size, value, size_ret);
     if (param == CL_PROGRAM_BUILD_OPTIONS) return options_answer(rec, dev, size, value, size_ret);
     if (param == CL_PROGRAM_BUILD_LOG) {
         pthread_mutex_lock(&rec->lock);
@@ -190,21 +190,21 @@ cl_int pc_get_build_info(cl_program prog, cl_device_id dev, cl_program_build_inf
         cl_int rc;
         if (text) {
             /* Validate the device as the driver would. */
-            rc = real->clGetProgramBuildInfo(rec->handle, dev, CL_PROGRAM_BUILD_STATUS, 0, NULL, NULL);
+            rc = pc_real->clGetProgramBuildInfo(rec->handle, dev, CL_PROGRAM_BUILD_STATUS, 0, NULL, NULL);
             if (rc == CL_SUCCESS) rc = answer(text, strlen(text) + 1, size, value, size_ret);
         }
         pthread_mutex_unlock(&rec->lock);
         if (text) return rc;
     }
     if (param == CL_PROGRAM_BUILD_STATUS && __atomic_load_n(&rec->failed, __ATOMIC_RELAXED)) {
-        cl_int rc = real->clGetProgramBuildInfo(rec->handle, dev, param, 0, NULL, NULL); /* validates */
+        cl_int rc = pc_real->clGetProgramBuildInfo(rec->handle, dev, param, 0, NULL, NULL); /* validates */
         cl_build_status status = CL_BUILD_ERROR;
         return rc != CL_SUCCESS ? rc : answer(&status, sizeof status, size, value, size_ret);
     }
     cl_program p;
     cl_int rc = program_for(rec, 1, &p);
     if (rc != CL_SUCCESS) return rc;
-    rc = real->clGetProgramBuildInfo(p, dev, param, size, value, size_ret);
-    real->clReleaseProgram(p);
+    rc = pc_real->clGetProgramBuildInfo(p, dev, param, size, value, size_ret);
+    pc_real->clReleaseProgram(p);
     return rc;
 }

@@ -15,22 +15,22 @@
 #include "program/capture.h"
 #include "program/capture_proc.h"
 
-const struct cl_api *real;
-objmap *programs; /* app handle -> struct pc_program */
-objmap *kernels;  /* kernel from an effective program -> struct pc_kernel */
+const struct cl_api *pc_real;
+objmap *pc_programs; /* app handle -> struct pc_program */
+objmap *pc_kernels;  /* kernel from an effective program -> struct pc_kernel */
 
 /* The device's name for log lines and records. */
 static const char *device_name(cl_device_id dev)
 {
-    const struct device_info *info = device_info(real, dev);
+    const struct device_info *info = device_info(pc_real, dev);
     return info ? info->name : "?";
 }
 
 void pc_init(const struct cl_api *real_api)
 {
-    real = real_api;
-    programs = objmap_new();
-    kernels = objmap_new();
+    pc_real = real_api;
+    pc_programs = objmap_new();
+    pc_kernels = objmap_new();
     pipeline_memory_setup(config_get()->mem_cache_max, config_get()->mem_cache);
     pthread_atfork(NULL, NULL, after_fork_in_child);
     capture_init(&(struct capture_ops){run_capture, capture_done});
@@ -81,7 +81,7 @@ struct pc_program *new_record(cl_program handle, cl_context ctx, enum key_kind k
     rec->input_len = len;
     rec->refs = 1;
     pthread_mutex_init(&rec->lock, NULL);
-    if (objmap_put(programs, handle, rec) != 0) {
+    if (objmap_put(pc_programs, handle, rec) != 0) {
         rec->input = NULL;
         free_record(rec);
         return NULL;
@@ -93,9 +93,9 @@ cl_program pc_create_with_source(cl_context ctx, cl_uint count, const char **str
                                  cl_int *errcode_ret)
 {
     cl_int err;
-    cl_program prog = real->clCreateProgramWithSource(ctx, count, strings, lengths, &err);
+    cl_program prog = pc_real->clCreateProgramWithSource(ctx, count, strings, lengths, &err);
     if (!prog && retry_after_emptying_tier(err, "clCreateProgramWithSource"))
-        prog = real->clCreateProgramWithSource(ctx, count, strings, lengths, &err);
+        prog = pc_real->clCreateProgramWithSource(ctx, count, strings, lengths, &err);
     if (errcode_ret) *errcode_ret = err;
     /* Recorded even with CLSHIM_CACHE=0: fusion needs the program's input. */
     if (!prog) return prog;
@@ -118,10 +118,10 @@ cl_program pc_create_with_source(cl_context ctx, cl_uint count, const char **str
 int context_devices(cl_context ctx, cl_device_id **devs, cl_uint *n)
 {
     size_t size = 0;
-    if (real->clGetContextInfo(ctx, CL_CONTEXT_DEVICES, 0, NULL, &size) != CL_SUCCESS || !size) return -1;
+    if (pc_real->clGetContextInfo(ctx, CL_CONTEXT_DEVICES, 0, NULL, &size) != CL_SUCCESS || !size) return -1;
     *devs = malloc(size);
     if (!*devs) return -1;
-    if (real->clGetContextInfo(ctx, CL_CONTEXT_DEVICES, size, *devs, NULL) != CL_SUCCESS) {
+    if (pc_real->clGetContextInfo(ctx, CL_CONTEXT_DEVICES, size, *devs, NULL) != CL_SUCCESS) {
         free(*devs);
         return -1;
     }
@@ -131,7 +131,7 @@ int context_devices(cl_context ctx, cl_device_id **devs, cl_uint *n)
 
 void set_effective(struct pc_program *rec, cl_program p)
 {
-    if (rec->effective) real->clReleaseProgram(rec->effective);
+    if (rec->effective) pc_real->clReleaseProgram(rec->effective);
     rec->effective = p;
 }
 
@@ -170,8 +170,8 @@ int device_list(cl_context ctx, cl_uint n, const cl_device_id *list, cl_device_i
 
 cl_int pc_retain_program(cl_program prog)
 {
-    struct pc_program *rec = objmap_get(programs, prog);
-    cl_int rc = real->clRetainProgram(prog);
+    struct pc_program *rec = objmap_get(pc_programs, prog);
+    cl_int rc = pc_real->clRetainProgram(prog);
     if (rec && rc == CL_SUCCESS) __atomic_add_fetch(&rec->refs, 1, __ATOMIC_RELAXED);
     return rc;
 }
@@ -184,9 +184,9 @@ void before_last_reference(struct pc_program *rec)
     /* The worker must not hold the last reference: PoCL aborts when a
      * program outlives the app's release of its context (clinfo did). So a
      * queued capture is taken back and done here, a running one awaited. */
-    pthread_mutex_lock(&pending_lock);
+    pthread_mutex_lock(&pc_pending_lock);
     int queued = rec->queued;
-    pthread_mutex_unlock(&pending_lock);
+    pthread_mutex_unlock(&pc_pending_lock);
     if (queued && capture_cancel_or_wait(rec)) capture_done(rec);
     pthread_mutex_lock(&rec->lock);
     if (rec->refs == 1) capture(rec);
@@ -199,11 +199,11 @@ void drop_reference(struct pc_program *rec)
     /* Never below zero: a record dropped more often than referenced is
      * left alone (the driver answered the release itself). */
     if (!CLSHIM_ASSERT(left != UINT_MAX) || left != 0) return;
-    objmap_remove(programs, rec->handle);
-    pthread_mutex_lock(&pending_lock);
+    objmap_remove(pc_programs, rec->handle);
+    pthread_mutex_lock(&pc_pending_lock);
     int queued = rec->queued;
     rec->orphaned = queued;
-    pthread_mutex_unlock(&pending_lock);
+    pthread_mutex_unlock(&pc_pending_lock);
     if (queued) return; /* capture_done frees it */
     set_effective(rec, NULL);
     free_record(rec);
@@ -211,17 +211,17 @@ void drop_reference(struct pc_program *rec)
 
 cl_int pc_release_program(cl_program prog)
 {
-    struct pc_program *rec = objmap_get(programs, prog);
-    if (!rec) return real->clReleaseProgram(prog);
+    struct pc_program *rec = objmap_get(pc_programs, prog);
+    if (!rec) return pc_real->clReleaseProgram(prog);
     before_last_reference(rec);
-    cl_int rc = real->clReleaseProgram(prog);
+    cl_int rc = pc_real->clReleaseProgram(prog);
     if (rc == CL_SUCCESS) drop_reference(rec);
     return rc;
 }
 
 int pc_program_input(cl_program prog, enum key_kind *kind, void **input, size_t *input_len)
 {
-    struct pc_program *rec = objmap_get(programs, prog);
+    struct pc_program *rec = objmap_get(pc_programs, prog);
     if (!rec) return -1;
     pthread_mutex_lock(&rec->lock);
     *kind = rec->kind;

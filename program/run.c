@@ -12,11 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void release_program_object(void *program) { real->clReleaseProgram((cl_program)program); }
+static void release_program_object(void *program) { pc_real->clReleaseProgram((cl_program)program); }
 
 static int retain_program_object(void *program)
 {
-    return real->clRetainProgram((cl_program)program) == CL_SUCCESS ? 0 : -1;
+    return pc_real->clRetainProgram((cl_program)program) == CL_SUCCESS ? 0 : -1;
 }
 
 /* The binary of a hit entry; read from the attached program of another
@@ -31,7 +31,7 @@ static const unsigned char *entry_binary(struct pipeline_flight *f, cl_device_id
     void *b = NULL;
     size_t n = 0;
     if (read_binaries(other, 1, &want, &b, &n) == 0) pipeline_refill(f, b, n);
-    real->clReleaseProgram(other);
+    pc_real->clReleaseProgram(other);
     free(b);
     return pipeline_binary(f, size);
 }
@@ -49,9 +49,9 @@ static cl_program program_from_binaries(cl_context ctx, struct pipeline_flight *
     for (cl_uint i = 0; complete && i < ndev; i++)
         complete = (bins[i] = entry_binary(&fl[i], devs[i], &sizes[i])) != NULL;
     if (complete) { /* the hit's own entries stay pinned while the tier is emptied */
-        p = real->clCreateProgramWithBinary(ctx, ndev, devs, sizes, bins, NULL, err);
+        p = pc_real->clCreateProgramWithBinary(ctx, ndev, devs, sizes, bins, NULL, err);
         if (!p && retry_after_emptying_tier(*err, "clCreateProgramWithBinary"))
-            p = real->clCreateProgramWithBinary(ctx, ndev, devs, sizes, bins, NULL, err);
+            p = pc_real->clCreateProgramWithBinary(ctx, ndev, devs, sizes, bins, NULL, err);
     } else if (bins && sizes) {
         *err = CL_INVALID_BINARY;
     }
@@ -69,12 +69,12 @@ cl_program program_from_hits(cl_context ctx, struct pipeline_flight *fl, cl_uint
 {
     cl_program p = program_from_binaries(ctx, fl, ndev, devs, err);
     if (p && build) {
-        *err = real->clBuildProgram(p, ndev, devs, options, NULL, NULL);
+        *err = pc_real->clBuildProgram(p, ndev, devs, options, NULL, NULL);
         if (retry_after_emptying_tier(*err, "clBuildProgram"))
-            *err = real->clBuildProgram(p, ndev, devs, options, NULL, NULL);
+            *err = pc_real->clBuildProgram(p, ndev, devs, options, NULL, NULL);
     }
     if (p && build && *err != CL_SUCCESS) {
-        real->clReleaseProgram(p);
+        pc_real->clReleaseProgram(p);
         p = NULL;
     }
     return p;
@@ -118,11 +118,11 @@ static void lend_for_late_capture(struct run *r, cl_program built)
 {
     struct pc_program *rec = r->rec;
     for (size_t i = 0; i < r->n; i++) {
-        if (!r->fl[i].filling || real->clRetainProgram(built) != CL_SUCCESS) continue;
+        if (!r->fl[i].filling || pc_real->clRetainProgram(built) != CL_SUCCESS) continue;
         if (pipeline_attach(&r->fl[i], built, rec->context, release_program_object) == 0)
             rec->devs[i].attached = built;
         else
-            real->clReleaseProgram(built);
+            pc_real->clReleaseProgram(built);
     }
 }
 

@@ -8,11 +8,11 @@
 source "$(dirname "$0")/lib.sh"
 cd "$CLSHIM_ROOT"
 
-# room           may use (rooms, or single headers)
+# room           may use (rooms, or single headers; !header: not that one)
 EDGES='
 interpose        program fusion compiler cache common
 tools            program/capture_proc.h fusion/plan.h fusion/frontend.h fusion/fuse_source.h compiler cache common
-program          compiler cache common
+program          compiler cache common !cache/memtier.h
 fusion           program/origin.h compiler cache common
 compiler         common
 compiler/llvm    compiler/llvm_api.h compiler/fuse_ranges.h common/error.h
@@ -21,7 +21,8 @@ common
 '
 ROOMS=$(awk 'NF { print $1 }' <<<"$EDGES")
 
-allowed() { awk -v r="$1" '$1 == r { $1 = ""; print }' <<<"$EDGES"; }
+allowed() { awk -v r="$1" '$1 == r { for (i = 2; i <= NF; i++) if ($i !~ /^!/) print $i }' <<<"$EDGES" | xargs; }
+denied() { awk -v r="$1" '$1 == r { for (i = 2; i <= NF; i++) if ($i ~ /^!/) print substr($i, 2) }' <<<"$EDGES" | xargs; }
 # The room a header or object path belongs to: its longest room prefix.
 room_of() {
     local best=
@@ -36,6 +37,7 @@ may_use() { # room target-path: 0 when the table allows room -> target
     local from=$1 path=$2 to
     to=$(room_of "$path")
     [ "$to" = "$from" ] && return 0
+    for d in $(denied "$from"); do [ "$d" = "$path" ] && return 1; done
     for a in $(allowed "$from"); do
         [ "$a" = "$to" ] || [ "$a" = "$path" ] && return 0
     done
@@ -57,6 +59,7 @@ done
 
 # 2. Symbols: objects built from the room's current sources (not stale
 # objects of files that moved).
+declares() { grep -qE "(^|[^a-z_0-9])$2 *\(" "$1"; } # header function
 objs_of() { for f in $(files_of "$1" | grep -E '\.(c|cpp)$'); do echo "$CLSHIM_BUILD/obj/${f%.*}.o"; done; }
 declare -A defined_in
 for r in $ROOMS; do
@@ -76,10 +79,13 @@ for r in $ROOMS; do
         to=${defined_in[$s]:-}
         [ -n "$to" ] && [ "$to" != "$r" ] || continue
         okay=0
+        for d in $(denied "$r"); do
+            declares "$d" "$s" && { bad="$bad $r->$d:$s"; continue 2; }
+        done
         for a in $(allowed "$r"); do
             if [ "$a" = "$to" ]; then okay=1; break; fi
             # One header of a room: only the functions that header declares.
-            case $a in "$to"/*.h) grep -qw -- "$s" "$a" && { okay=1; break; } ;; esac
+            case $a in "$to"/*.h) declares "$a" "$s" && { okay=1; break; } ;; esac
         done
         [ $okay = 1 ] || bad="$bad $r->$to:$s"
     done
