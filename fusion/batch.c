@@ -45,7 +45,7 @@ static pthread_mutex_t create_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* The first broken invariant of q (see the top of this file), or NULL.
  * Cheap: run before every submission or fusion of held kernels, never on
- * the path of a kernel that is only held. Caller holds q->lock. */
+ * the path of a kernel that is only held. Under q->lock (fq_check). */
 static const char *fq_broken(const struct fq *q)
 {
     if (q->nheld && (!q->in_order || q->dead)) return "kernels held on an out-of-order or destroyed queue";
@@ -71,13 +71,13 @@ static const char *fq_broken(const struct fq *q)
 /* A broken invariant is a clshim bug. Under CLSHIM_STRICT (tests, debugging)
  * it aborts, where it is found; otherwise fusion is turned off for the
  * queue, one line is logged, and the caller submits what is held unfused,
- * so the application goes on with plain results. Caller holds q->lock.
- * Returns 1 when an invariant was broken. */
+ * so the application goes on with plain results. Returns 1 when an
+ * invariant was broken (or q->lock is not held: then nothing is read). */
 int fq_check(struct fq *q, const char *where)
 {
-    const char *broken = fq_broken(q);
+    const char *broken = CLSHIM_ASSERT_HELD(&q->lock) ? fq_broken(q) : "its lock not held";
     if (!broken) return 0;
-    if (config_get()->strict) {
+    if (check_fatal()) {
         log_msg(LOG_ERROR, "fusion: internal error in %s: %s; aborting (CLSHIM_STRICT=1)", where, broken);
         abort();
     }
@@ -369,6 +369,7 @@ void fb_done_waits(cl_uint n, const cl_event *wl, cl_event *waits, cl_event *buf
 
 void fb_submit_held(struct fq *q, struct fb_pending *p)
 {
+    /* q->lock: fq_check asserts it. */
     fq_check(q, "submitting held kernels");
     uint32_t n = q->nheld;
     for (uint32_t i = 0; i < n; i++) {
@@ -410,6 +411,7 @@ void fb_submit_held(struct fq *q, struct fb_pending *p)
 
 void fb_names_of(const struct fq *q, char *out, size_t len)
 {
+    if (!CLSHIM_ASSERT_HELD(&q->lock)) return (void)(out[0] = 0);
     size_t o = 0;
     out[0] = 0;
     for (uint32_t i = 0; i < q->nheld && o + 1 < len; i++) {

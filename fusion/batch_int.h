@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "common/check.h"
 #include "common/clapi.h"
 #include "compiler/llvm_api.h"
 #include "fusion/plan.h"
@@ -171,7 +172,7 @@ struct held;
  * NULL, r's arguments are copied into h's array (kept when it holds them
  * already): holding a kernel allocates nothing once warm. 1 when it can (and
  * was copied); 0 with *why set when it cannot, left as it was when out of
- * memory. Caller holds r->lock. */
+ * memory. Under r->lock (asserted). */
 int fk_take(struct fk_kernel *r, cl_device_id dev, size_t wg, struct held *h, const char **why);
 void fk_free_args(struct fk_arg *args, cl_uint n);
 /* Frees the values kept on the heap (size > 16) of a snapshot array that
@@ -379,7 +380,7 @@ enum { FM_NOTED = 1, FM_REPORT = 2 };
 /* The mode a queue record starts in (the plan's or automatic fusion's). */
 const struct fb_mode *fm_standing(void);
 /* Fusion mode (the extension API) ends on q, which goes back to its
- * standing mode (caller holds q->lock). */
+ * standing mode (under q->lock, asserted). */
 void fm_end_ext(struct fq *q);
 
 /* ---- the idle timer (fidle.c) ---- */
@@ -394,12 +395,12 @@ void fi_stop(void);
 /* Checks q's invariants (batch.c): 0 when they hold; 1 when one is broken,
  * after logging it and turning fusion off for q (held kernels must then be
  * submitted unfused by the caller) — or abort()s under CLSHIM_STRICT=1.
- * Caller holds q->lock. */
+ * Under q->lock (asserted: a check without it counts as broken). */
 int fq_check(struct fq *q, const char *where);
 
-/* Submits every held kernel individually, in order (caller holds q->lock). */
+/* Submits every held kernel individually, in order (under q->lock, asserted). */
 void fb_submit_held(struct fq *q, struct fb_pending *p);
-/* "a+b+c": the names of q's held kernels, for the log (caller holds q->lock). */
+/* "a+b+c": the names of q's held kernels, for the log (under q->lock, asserted). */
 void fb_names_of(const struct fq *q, char *out, size_t len);
 /* A wait list with held events replaced by the real events behind them,
  * each retained (buf when n <= buf_len; wl itself when none could be
@@ -413,13 +414,13 @@ void fb_held_clear(struct held *h);
 void fb_cancel(struct fq *q, const char *why);
 /* Fuses q's held kernels (plan sequence seq, -1 for the extension API,
  * with the FB_* flags and internal= list of its fusion) or, failing that,
- * submits them; *out as fb_fuse_held's out_event. Caller holds q->lock. */
+ * submits them; *out as fb_fuse_held's out_event. Under q->lock (fq_check asserts it). */
 void fb_fuse_or_submit(struct fq *q, int flags, const char *internal_args, int seq, struct fb_pending *p,
                        cl_event *out);
 /* Whether plan sequence s sits out this occurrence (counting it: its back-off). */
 int fb_backoff_skips(uint32_t s);
 /* Automatic fusion: the held kernels were broken off before they completed
- * a learned candidate, which backs off (caller holds q->lock). */
+ * a learned candidate, which backs off (under q->lock, asserted). */
 void fb_backoff_broken(const struct fq *q);
 /* The real event carrying a held-or-submitted event's work, else e itself;
  * a held event of a queue other than `own` is submitted first, `why` the
@@ -458,8 +459,8 @@ static inline int fs_way(uint32_t s, struct fs_ticket *t)
  * occurrence when it was of that measurement and way: the later of the
  * times between their beginnings and between their completions. */
 void fs_time(struct fq *q, uint32_t seq, const struct fs_ticket *tk, int fused, cl_event ev);
-/* After the last timed fused occurrence of seq on q (caller holds
- * q->lock): its next tk->follow occurrences are not held, and are timed on
+/* After the last timed fused occurrence of seq on q (under q->lock,
+ * asserted): its next tk->follow occurrences are not held, and are timed on
  * q as their kernels pass. */
 void fs_follow_next(struct fq *q, uint32_t seq, const struct fs_ticket *tk);
 /* A kernel not held passes on q while it follows a sequence: 1 + the
@@ -480,13 +481,13 @@ void fa_seq_names(const struct plan_seq *s, char *out, size_t len);
 int fa_init(struct fusion_plan **plan);
 /* Before a kernel enqueue on q is matched against the plan: a repeat of
  * the run's first kernel may complete the run's period (fa_repeat), which
- * is then learned and matched from this kernel on. Caller holds q->lock. */
+ * is then learned and matched from this kernel on. Under q->lock (asserted). */
 void fa_before_kernel(struct fq *q, const struct fk_kernel *r);
 /* A kernel that could be held was submitted as it came (fa_note) or was
  * held (fa_held): either way it extends q's current run (a run held in
  * part is learned as a whole, but is not an unfused occurrence for the
- * report). Held under the extension API, it ends the run. Caller holds
- * q->lock. */
+ * report). Held under the extension API, it ends the run. Under q->lock
+ * (asserted). */
 void fa_note(struct fq *q, struct fk_kernel *r, cl_uint dim, const size_t *gws);
 void fa_held(struct fq *q, struct fk_kernel *r, cl_uint dim, const size_t *gws);
 
@@ -494,7 +495,7 @@ void fa_held(struct fq *q, struct fk_kernel *r, cl_uint dim, const size_t *gws);
  * fa_note_event gives the event of the kernel just noted (retained here);
  * fa_held's first kernel held starts the fused occurrence's clock; fa_fused after plan sequence `seq` completed on q
  * and was fused (`launch`: the fused launch's event, taken over) or refused
- * (`launch` NULL, `why` the reason). Callers hold q->lock.
+ * (`launch` NULL, `why` the reason). Under q->lock (asserted).
  * fa_write_report appends the entries to the file (at exit). */
 void fa_note_event(struct fq *q, cl_event ev);
 void fa_fused(struct fq *q, int seq, cl_event launch, const char *why);
@@ -503,15 +504,15 @@ void fa_write_report(void);
  * held): the current run ends. A run of 2 or more kernels
  * seen twice on q is learned as a plan sequence, so that its next
  * occurrences are held and fused (when the analysis proves it safe).
- * Caller holds q->lock. */
+ * Under q->lock (asserted). */
 void fa_break(struct fq *q);
 /* The record of kernel k is about to be freed: q's run is dropped if it
- * holds it (a run's records are then always alive under q->lock). Caller
- * holds q->lock. */
+ * holds it (a run's records are then always alive under q->lock). Under
+ * q->lock (asserted). */
 void fa_forget_kernel(struct fq *q, cl_kernel k);
 /* The run's first kernel is enqueued again with no sync since it (a loop
  * enqueueing its step without syncs): learns the run's period when the
- * run so far repeats one. Caller holds q->lock. */
+ * run so far repeats one. Under q->lock (asserted). */
 void fa_repeat(struct fq *q);
 /* Learned sequence `seq` was refused for a lasting reason (FB_REFUSED_KEY
  * or _ALWAYS). When it never fused, it is retired (never held again) and
@@ -525,7 +526,7 @@ void fa_first_fused(uint32_t seq);
 /* Kernel run[0] of q's run, its only kernel, came again (the steady fast
  * path, without q->lock): counted, appended when another kernel comes. */
 void fa_again(struct fq *q);
-/* Whether q's run is kernel r alone (caller holds q->lock). */
+/* Whether q's run is kernel r alone (under q->lock, asserted). */
 int fa_run_is(const struct fq *q, const struct fk_kernel *r);
 /* Whether q has a run in progress (no lock; a hint to skip fa_break). */
 int fa_running(const struct fq *q);
@@ -553,7 +554,8 @@ enum {
                             programs or from IL; the sequence is not tried again in this process */
 };
 
-/* Fuses and launches q's held kernels (caller holds q->lock). Returns 0
+/* Fuses and launches q's held kernels (under q->lock: its caller,
+ * fb_fuse_or_submit, has fq_check assert it). Returns 0
  * when launched (held entries are then cleared and their events queued in
  * p; *out_event gets a retained event of the launch when not NULL; *nparams
  * the fused kernel's parameter count), or -1 with nothing submitted, `why`
@@ -574,7 +576,7 @@ int fb_fuse_held(struct fq *q, int flags, const char *internal_args, int seq, st
  * released since; fb_repeat_same whether the entry h, written in slot
  * q->nheld but not yet counted, is that launch's next kernel: the same
  * record with the same argument count (args_gen) and the same ND-range —
- * so every check that let it be held then holds now. Caller holds q->lock. */
+ * so every check that let it be held then holds now. Under q->lock (asserted). */
 #define FB_NO_REPEAT (-2)
 int fb_repeat_seq(const struct fq *q);
 int fb_repeat_same(const struct fq *q, const struct held *h);

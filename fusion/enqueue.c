@@ -29,10 +29,11 @@ struct fb_module *fb(void) { return &module; }
 
 /* The queue's side of whether a kernel enqueue can be held (the kernel's
  * is fk_take's); why not in *why. *wg: the work-group's items, 0 without a
- * local size. Caller holds q->lock. */
+ * local size. */
 static int can_hold(struct fq *q, struct fk_kernel *r, cl_uint dim, const size_t *gws, const size_t *lws,
                     cl_uint nw, const cl_event *wl, size_t *wg, const char **why)
 {
+    if (!CLSHIM_ASSERT_HELD(&q->lock)) return *why = "internal error", 0;
     if (!q->in_order || q->dead) return *why = "out-of-order queue", 0;
     if (!r->origin_ok)
         return *why = "its program was not created from source or IL while caching was on", 0;
@@ -74,7 +75,8 @@ static inline void copy_range(size_t dst[3], const size_t *src, cl_uint dim, siz
 }
 
 /* Appends the held entry h, q's next slot, already holding the snapshot
- * of r's arguments (fk_take); caller holds q->lock and r->lock. 0 or -1. */
+ * of r's arguments (fk_take). 0 or -1. Under q->lock and r->lock: its only
+ * caller, take, runs it after can_hold and fk_take asserted both. */
 static int hold(struct fq *q, struct held *h, struct fk_kernel *r, cl_kernel k, cl_uint dim, const size_t *off,
                 const size_t *gws, const size_t *lws, cl_uint nw, const cl_event *wl, cl_event *ev)
 {
@@ -185,10 +187,11 @@ void fb_backoff_skip(uint32_t s, uint32_t n)
  * a refusal that holds for one occurrence (1, 2, 4, ... up to
  * BACKOFF_TRANSIENT occurrences, reset when it fuses), so a learned
  * sequence the application does not complete where it starts stops being
- * held. A user's plan is the user's word: not backed off. Caller holds
- * q->lock, before the held kernels are submitted. */
+ * held. A user's plan is the user's word: not backed off. Before the held
+ * kernels are submitted. */
 void fb_backoff_broken(const struct fq *q)
 {
+    if (!CLSHIM_ASSERT_HELD(&q->lock)) return;
     if (!fb()->automatic || q->ext) return;
     for (uint32_t c = 0; c < q->ncand; c++)
         if (q->cand[c] >= fb()->plan_user) backoff_refused(q->cand[c], FB_REFUSED_ONCE);
@@ -204,7 +207,7 @@ static void backoff_fused(uint32_t s)
     }
 }
 
-/* Fuses the held kernels or, failing that, submits them; caller holds q->lock. */
+/* Fuses the held kernels or, failing that, submits them (q->lock: fq_check asserts it). */
 void fb_fuse_or_submit(struct fq *q, int flags, const char *internal_args, int seq, struct fb_pending *p,
                        cl_event *out)
 {
@@ -282,9 +285,10 @@ void fb_fuse_or_submit(struct fq *q, int flags, const char *internal_args, int s
 /* Whether a kernel enqueue on q may be held as the next kernel of a repeat
  * of q's last fused launch (fb_repeat_seq, into *seq): every kernel held so
  * far was, and q's mode says the outcome is the same without matching
- * (fb_mode.replays). Caller holds q->lock. */
+ * (fb_mode.replays). */
 static int may_replay(struct fq *q, const struct fb_mode *m, cl_uint nw, const cl_event *wl, int *seq)
 {
+    if (!CLSHIM_ASSERT_HELD(&q->lock)) return 0;
     if (nw || wl || q->replayed != q->nheld || q->dead) return 0; /* a list without a count: the driver's to refuse */
     return m->replays(q, *seq = fb_repeat_seq(q));
 }
@@ -294,10 +298,11 @@ static int may_replay(struct fq *q, const struct fb_mode *m, cl_uint nw, const c
  * r's arguments at their present count. Then every check can_hold made of
  * it then holds now (the count changes with anything that would fail one),
  * and nothing of r is read but its count: no kernel lock. 1 when held, 0
- * with nothing changed. Caller holds q->lock. */
+ * with nothing changed. */
 static int replay(struct fq *q, struct fk_kernel *r, cl_kernel k, cl_uint dim, const size_t *off,
                   const size_t *gws, const size_t *lws, cl_event *ev)
 {
+    if (!CLSHIM_ASSERT_HELD(&q->lock)) return 0;
     uint64_t gen = fk_args_gen(r);
     if (dim - 1u > 2u || !gws || q->nheld == q->cap) return 0; /* what can_hold refuses, the driver answers */
     struct held *h = &q->held[q->nheld];
@@ -402,7 +407,8 @@ cl_int fusion_enqueue_kernel(cl_command_queue queue, cl_kernel k, cl_uint dim, c
 /* Holds kernel r on q, as q's mode m admitted it: as a replay of q's last
  * fused launch, or matched and checked. 1 when held (and fused, when it
  * completed a sequence; *kick when the idle timer is to watch q); 0 when
- * not, with *why set when it could not be. Caller holds q->lock. */
+ * not, with *why set when it could not be. Under q->lock (enqueue_locked):
+ * may_replay and can_hold assert it. */
 static inline __attribute__((always_inline)) int take(struct fq *q, const struct fb_mode *m, struct fk_kernel *r, cl_kernel k, const struct enq *e,
                 struct fb_pending *p, const char **why, int *kick)
 {
@@ -430,7 +436,8 @@ static inline __attribute__((always_inline)) int take(struct fq *q, const struct
 
 /* Kernel r is not held (`why` it could not be, NULL when q's mode did not
  * admit it): what q holds is submitted before it, and it goes to the
- * driver, watched by q's mode. Caller holds q->lock. */
+ * driver, watched by q's mode. Under q->lock, taken just before by
+ * enqueue_locked: not asserted, this is the plain forwarded enqueue's path. */
 static inline __attribute__((always_inline)) cl_int pass(struct fq *q, struct fk_kernel *r, cl_kernel k, const struct enq *e, const char *why,
                    struct fb_pending *p)
 {

@@ -173,18 +173,21 @@ static double now_ms(void)
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-/* The entry of `names`, or NULL. Caller holds report_lock. */
+/* The entry of `names`, or NULL (under report_lock, asserted). */
 static struct fa_entry *entry_named(const char *names)
 {
+    if (!CLSHIM_ASSERT_HELD(&report_lock)) return NULL;
     struct fa_entry *e;
     for (e = entries; e && strcmp(e->names, names); e = e->next)
         continue;
     return e;
 }
 
-/* The entry of `names`, made on first use. Caller holds report_lock. */
+/* The entry of `names`, made on first use (under report_lock, asserted); NULL
+ * without one. */
 static struct fa_entry *entry_of(const char *names)
 {
+    if (!CLSHIM_ASSERT_HELD(&report_lock)) return NULL;
     struct fa_entry *e = entry_named(names);
     if (e) return e;
     if (!(e = calloc(1, sizeof *e)) || !(e->names = strdup(names))) {
@@ -300,6 +303,7 @@ static struct fa_watch *watch_of(struct fq *q)
 
 void fa_fused(struct fq *q, int seq, cl_event launch, const char *why)
 {
+    if (!CLSHIM_ASSERT_HELD(&q->lock)) return; /* the run is not watched: nothing is learned from it */
     char names[1024], root[1024];
     fa_seq_names(&fb()->plan->seqs[seq], names, sizeof names);
     uint32_t r = root_of((uint32_t)seq);
@@ -389,11 +393,12 @@ int fa_running(const struct fq *q)
 int fa_run_is(const struct fq *q, const struct fk_kernel *r)
 {
     const struct fa_watch *w = q->watch;
-    return w && w->n == 1 && w->run[0] == r;
+    return CLSHIM_ASSERT_HELD(&q->lock) && w && w->n == 1 && w->run[0] == r;
 }
 
 void fa_before_kernel(struct fq *q, const struct fk_kernel *r)
 {
+    if (!CLSHIM_ASSERT_HELD(&q->lock)) return; /* the run is not watched: nothing is learned from it */
     const struct fa_watch *w = q->watch;
     /* A run of r alone that r continues stays that run (run_append keeps
      * it): it has no period to learn, and a kernel enqueued over and over
@@ -444,6 +449,7 @@ void fa_note(struct fq *q, struct fk_kernel *r, cl_uint dim, const size_t *gws) 
 
 void fa_held(struct fq *q, struct fk_kernel *r, cl_uint dim, const size_t *gws)
 {
+    if (!CLSHIM_ASSERT_HELD(&q->lock)) return; /* the run is not watched: nothing is learned from it */
     if (q->ext) { /* the application's own fusion: not a run of the queue */
         fa_break(q);
         return;
@@ -505,10 +511,11 @@ static int rotation_of(const struct plan_seq *s, const char *const *names, uint3
  * (root FA_NEW: a recurring run, its own root); `how` says why, for the
  * log. Returns its index, or -1 when it is not learned (it is known
  * already, one the other's prefix with a sequence that can be held, no
- * room, no memory). Caller holds learn_lock. */
+ * room, no memory). Under learn_lock (asserted). */
 #define FA_NEW UINT32_MAX
 static int learn_locked(const char *const *names, uint32_t n, uint32_t root, uint32_t start, const char *how)
 {
+    if (!CLSHIM_ASSERT_HELD(&learn_lock)) return -1;
     char joined[1024];
     names_joined(names, n, joined, sizeof joined);
     uint32_t ns = fb_plan_nseqs();
@@ -613,8 +620,8 @@ void fa_first_fused(uint32_t seq)
  * is `need` repetitions of one period (2, 3 with the report on), that
  * period is a recurring sequence, learned, and a new run starts with this
  * kernel. Otherwise the run goes on: the period may hold its first kernel
- * more than once. Only at such repeats, never per enqueue. Caller holds
- * q->lock. */
+ * more than once. Only at such repeats, never per enqueue. Under q->lock
+ * (asserted). */
 /* Drops the repeats remembered for the report's timing. */
 static void repeats_clear(struct fa_watch *w)
 {
@@ -671,6 +678,7 @@ static void report_period(struct fa_watch *w, uint32_t m, uint32_t need)
 
 void fa_repeat(struct fq *q)
 {
+    if (!CLSHIM_ASSERT_HELD(&q->lock)) return; /* the run is not watched: nothing is learned from it */
     struct fa_watch *w = q->watch;
     uint32_t need = fb()->reporting ? 3 : 2, n = w->n, m = n / need;
     if (w->overflow) { /* no period within FA_RUN_MAX kernels: start afresh here */
@@ -708,6 +716,7 @@ void fa_repeat(struct fq *q)
 
 void fa_forget_kernel(struct fq *q, cl_kernel k)
 {
+    if (!CLSHIM_ASSERT_HELD(&q->lock)) return; /* the run is not watched: nothing is learned from it */
     struct fa_watch *w = q->watch;
     if (!w) return;
     for (uint32_t i = 0; i < w->n; i++)
@@ -723,6 +732,7 @@ void fa_forget_kernel(struct fq *q, cl_kernel k)
 
 void fa_break(struct fq *q)
 {
+    if (!CLSHIM_ASSERT_HELD(&q->lock)) return; /* the run is not watched: nothing is learned from it */
     struct fa_watch *w = q->watch;
     if (!w || !w->n) return;
     uint32_t n = w->n;

@@ -65,9 +65,10 @@ static void sleep_ms(unsigned ms)
 
 /* One tick: submits the work of every queue idle since the last tick.
  * Returns how many queues still hold work. Only the timer thread writes
- * idle_seen and idle_valid. Caller holds tick_lock. */
+ * idle_seen and idle_valid. Under tick_lock (asserted). */
 static unsigned scan(void)
 {
+    if (!CLSHIM_ASSERT_HELD(&tick_lock)) return 1; /* no scan: the timer ticks again */
     unsigned holding = 0, ended = __atomic_load_n(&builds_ended, __ATOMIC_ACQUIRE);
     int building = __atomic_load_n(&builds_running, __ATOMIC_ACQUIRE) > 0 || ended != builds_seen;
     builds_seen = ended;

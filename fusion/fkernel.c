@@ -53,7 +53,8 @@ static struct recent_record *recent_set(cl_kernel k)
 
 static void kernels_init(void) { kernels = objmap_new(); }
 
-/* Bumps r->args_gen (caller holds r->lock); fk_args_gen reads it without the lock. */
+/* Bumps r->args_gen, under r->lock or on a record not yet published
+ * (make_record: no lock to assert); fk_args_gen reads it without the lock. */
 static void fk_args_changed(struct fk_kernel *r)
 {
     __atomic_store_n(&r->args_gen, r->args_gen + 1, __ATOMIC_RELEASE);
@@ -324,7 +325,7 @@ cl_int fk_set_arg(struct fk_kernel *r, cl_uint index, size_t size, const void *v
     return rc;
 }
 
-/* All arguments recorded (caller holds r->lock). */
+/* All arguments recorded (under r->lock: fk_take asserts it). */
 static int fk_complete(struct fk_kernel *r)
 {
     if (!r->track || r->svm) return 0;
@@ -335,7 +336,7 @@ static int fk_complete(struct fk_kernel *r)
     return 1;
 }
 
-/* Copies the current arguments into *args (caller holds r->lock), growing
+/* Copies the current arguments into *args (under r->lock: fk_take asserts it), growing
  * it to r->nargs entries when *cap is smaller. 0, or -1 on OOM with nothing
  * copied. The copy owns heap values (size > 16) of its own only when
  * r->nheap > 0. */
@@ -379,7 +380,7 @@ cl_int fk_apply(struct fk_kernel *r, const struct fk_arg *args, int back)
     return rc;
 }
 
-/* Work-group size limit of the kernel on `dev` (0: unknown). Caller holds r->lock. */
+/* Work-group size limit of the kernel on `dev` (0: unknown); under r->lock (fk_take asserts it). */
 static size_t fk_wg_max(struct fk_kernel *r, cl_device_id dev)
 {
     if (r->wg_dev != dev) {
@@ -395,6 +396,7 @@ static size_t fk_wg_max(struct fk_kernel *r, cl_device_id dev)
 
 int fk_take(struct fk_kernel *r, cl_device_id dev, size_t wg, struct held *h, const char **why)
 {
+    if (!CLSHIM_ASSERT_HELD(&r->lock)) return *why = "internal error", 0;
     if (wg) {
         size_t max = fk_wg_max(r, dev);
         if (!max || wg > max) return *why = "work-group size above the kernel's limit", 0;

@@ -119,9 +119,10 @@ static int plan_flags(const struct plan_seq *s)
 /* Whether plan sequence s is the only one starting with its first kernel,
  * so that a kernel starting it finds no other candidate. Remembered per
  * queue until the plan grows (automatic fusion; a sequence that stops
- * being held for good only makes s more alone). Caller holds q->lock. */
+ * being held for good only makes s more alone). */
 static int seq_alone(struct fq *q, uint32_t s)
 {
+    if (!CLSHIM_ASSERT_HELD(&q->lock)) return 0;
     uint32_t nseqs = fb_plan_nseqs();
     if (s >= nseqs) return 0;
     if (q->alone_nseqs == nseqs && q->alone_seq == s) return 1;
@@ -289,6 +290,7 @@ const struct fb_mode *fm_standing(void) { return fb()->automatic ? &auto_mode : 
 
 void fm_end_ext(struct fq *q)
 {
+    CLSHIM_ASSERT_HELD(&q->lock); /* logged (or fatal in tests); the mode ends all the same */
     q->ext = 0;
     q->mode = fm_standing();
 }
@@ -318,9 +320,10 @@ static cl_int CL_API_CALL ext_start(cl_command_queue queue)
 
 /* Ends the app's Start on q; nonzero when this Complete or Cancel came
  * without one and is the queue's first such (reported then, once: it is
- * harmless, but usually a missing or misplaced Start). Caller holds q->lock. */
+ * harmless, but usually a missing or misplaced Start). */
 static int ext_close(struct fq *q)
 {
+    if (!CLSHIM_ASSERT_HELD(&q->lock)) return 0;
     int report = !q->ext_open && !q->ext_warned;
     q->ext_warned |= report;
     q->ext_open = 0;

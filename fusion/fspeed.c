@@ -82,9 +82,10 @@ static void start(struct fs_speed *f)
     __atomic_add_fetch(&fb()->sampling, 1, __ATOMIC_RELAXED);
 }
 
-/* The measurement of s is complete: keeps the faster way. Caller holds fs_lock. */
+/* The measurement of s is complete: keeps the faster way (under fs_lock, asserted). */
 static void decide(uint32_t s, struct fs_speed *f)
 {
+    if (!CLSHIM_ASSERT_HELD(&fs_lock)) return; /* no verdict: the measurement stays open */
     float fm = median(f->fused, f->nf), um = median(f->unfused, f->nu);
     int slower = fm > um;
     __atomic_sub_fetch(&fb()->sampling, 1, __ATOMIC_RELAXED);
@@ -207,6 +208,7 @@ static void CL_CALLBACK done(cl_event ev, cl_int status, void *arg)
 
 void fs_follow_next(struct fq *q, uint32_t seq, const struct fs_ticket *tk)
 {
+    if (!CLSHIM_ASSERT_HELD(&q->lock)) return; /* nothing followed: no unfused occurrence timed */
     fb_backoff_skip(seq, tk->follow);
     q->fs_follow = seq + 1;
     q->fs_pos = 0;
