@@ -1,7 +1,10 @@
-/* batch_int.h — the batcher's records, shared by fusion/batch.c (queues,
- * holding, cancelling, the extension API), fusion/fkernel.c (kernel records
- * and argument snapshots), fusion/fevent.c (events handed out for held
- * commands) and fusion/flaunch.c (building and launching fused kernels).
+/* batch_int.h — the batcher's state and records, shared by fusion/enqueue.c
+ * (the kernel enqueue: holding, replays, fusing; the module's state),
+ * fusion/fmode.c (the modes: plan matching, the extension API),
+ * fusion/batch.c (queue records, start-up, submitting, cancelling),
+ * fusion/fkernel.c (kernel records and argument snapshots), fusion/fevent.c
+ * (events handed out for held commands) and fusion/flaunch.c (building and
+ * launching fused kernels).
  * Not a public header: fusion/batch.h is the module's manual.
  *
  * Lock order (never taken the other way round):
@@ -26,7 +29,7 @@
 #include "compiler/llvm_api.h"
 #include "fusion/plan.h"
 
-/* The batcher's state, one instance for the process (batch.c), reached
+/* The batcher's state, one instance for the process (enqueue.c), reached
  * through fb(). Fields marked atomic are only read and written with the
  * __atomic builtins. */
 struct fb_module {
@@ -35,7 +38,7 @@ struct fb_module {
     __typeof__(((struct cl_api *)0)->clEnqueueNDRangeKernel) enqueue_ndrange;
     __typeof__(((struct cl_api *)0)->clEnqueueTask) enqueue_task;
     struct fusion_plan *plan;
-    struct fb_backoff *backoff;  /* per plan sequence (batch.c) */
+    struct fb_backoff *backoff;  /* per plan sequence (enqueue.c) */
     uint32_t plan_cap;           /* sequences plan has room for (backoff, fq.cand) */
     uint32_t plan_user;          /* the user's plan sequences: the plan's first ones (learned ones follow) */
     int automatic;               /* CLSHIM_FUSION=auto: sequences are learned (fauto.c) */
@@ -71,7 +74,7 @@ struct fs_speed {
     int slower, measured;   /* the last verdict, and whether there is one */
     float fused_ms, unfused_ms; /* its medians */
 };
-/* Per plan sequence, the back-off after refused fusions (batch.c): how many
+/* Per plan sequence, the back-off after refused fusions (enqueue.c): how many
  * of its next occurrences are not held, and its refusals in a row. Atomic. */
 struct fb_backoff {
     uint32_t skip;       /* FB_BACKOFF_NEVER: never held again (a lasting refusal, a retired learned sequence) */
@@ -80,7 +83,7 @@ struct fb_backoff {
     struct fs_speed speed;
 };
 #define FB_BACKOFF_NEVER UINT32_MAX
-/* Sequence s sits out its next n occurrences unless it sits out all (batch.c). */
+/* Sequence s sits out its next n occurrences unless it sits out all (enqueue.c). */
 void fb_backoff_skip(uint32_t s, uint32_t n);
 
 /* The plan's sequence count. Automatic fusion appends learned sequences
@@ -242,7 +245,7 @@ static inline void fb_pending_flush(struct fb_pending *p)
     if (p->n || p->items) fb_pending_run(p);
 }
 
-/* ---- queues (batch.c) ---- */
+/* ---- queues (batch.c; the enqueue, enqueue.c) ---- */
 
 struct held {
     cl_kernel k;
@@ -576,7 +579,8 @@ int fb_fuse_held(struct fq *q, int flags, const char *internal_args, int seq, st
  * released since; fb_repeat_same whether the entry h, written in slot
  * q->nheld but not yet counted, is that launch's next kernel: the same
  * record with the same argument count (args_gen) and the same ND-range —
- * so every check that let it be held then holds now. Under q->lock (asserted). */
+ * so every check that let it be held then holds now. Under q->lock (not
+ * asserted: every replayed kernel passes here). */
 #define FB_NO_REPEAT (-2)
 int fb_repeat_seq(const struct fq *q);
 int fb_repeat_same(const struct fq *q, const struct held *h);

@@ -285,10 +285,11 @@ void fb_fuse_or_submit(struct fq *q, int flags, const char *internal_args, int s
 /* Whether a kernel enqueue on q may be held as the next kernel of a repeat
  * of q's last fused launch (fb_repeat_seq, into *seq): every kernel held so
  * far was, and q's mode says the outcome is the same without matching
- * (fb_mode.replays). */
+ * (fb_mode.replays). Under q->lock: not asserted here, nor in replay and
+ * fb_repeat_seq, _same: a loop fusing its chain passes them for every
+ * kernel, and the check would cost more than the rest of the replay. */
 static int may_replay(struct fq *q, const struct fb_mode *m, cl_uint nw, const cl_event *wl, int *seq)
 {
-    if (!CLSHIM_ASSERT_HELD(&q->lock)) return 0;
     if (nw || wl || q->replayed != q->nheld || q->dead) return 0; /* a list without a count: the driver's to refuse */
     return m->replays(q, *seq = fb_repeat_seq(q));
 }
@@ -298,11 +299,10 @@ static int may_replay(struct fq *q, const struct fb_mode *m, cl_uint nw, const c
  * r's arguments at their present count. Then every check can_hold made of
  * it then holds now (the count changes with anything that would fail one),
  * and nothing of r is read but its count: no kernel lock. 1 when held, 0
- * with nothing changed. */
+ * with nothing changed. Under q->lock (see may_replay). */
 static int replay(struct fq *q, struct fk_kernel *r, cl_kernel k, cl_uint dim, const size_t *off,
                   const size_t *gws, const size_t *lws, cl_event *ev)
 {
-    if (!CLSHIM_ASSERT_HELD(&q->lock)) return 0;
     uint64_t gen = fk_args_gen(r);
     if (dim - 1u > 2u || !gws || q->nheld == q->cap) return 0; /* what can_hold refuses, the driver answers */
     struct held *h = &q->held[q->nheld];
@@ -408,7 +408,7 @@ cl_int fusion_enqueue_kernel(cl_command_queue queue, cl_kernel k, cl_uint dim, c
  * fused launch, or matched and checked. 1 when held (and fused, when it
  * completed a sequence; *kick when the idle timer is to watch q); 0 when
  * not, with *why set when it could not be. Under q->lock (enqueue_locked):
- * may_replay and can_hold assert it. */
+ * can_hold asserts it before a kernel is first held. */
 static inline __attribute__((always_inline)) int take(struct fq *q, const struct fb_mode *m, struct fk_kernel *r, cl_kernel k, const struct enq *e,
                 struct fb_pending *p, const char **why, int *kick)
 {

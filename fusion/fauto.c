@@ -15,12 +15,12 @@
  * `y = s*x + c; z = y*y - 0.5; w = z*y + x` is axpb axpb multiply axpb
  * multiply axpbyz). Held kernels belong to the run so that a step is found
  * whole even where a part of it was learned before. From then on the
- * batcher (batch.c) holds its next occurrences exactly as it does for a
+ * batcher (enqueue.c) holds its next occurrences exactly as it does for a
  * sequence the user wrote, and fuses them only where the analysis proves
  * the fused kernel equivalent without a barrier: a learned sequence never
  * gets `force-barrier` nor `internal`, and a refusal (needs a barrier,
  * sub-buffers, SVM, overlapping host memory, ...) is logged with its reason
- * and puts the sequence in the batcher's back-off (batch.c): it is not held
+ * and puts the sequence in the batcher's back-off (enqueue.c): it is not held
  * for its next few occurrences, and tried again after them.
  *
  * Windows. A learned sequence refused for a lasting reason (its key: the

@@ -11,7 +11,7 @@
  * The record's lock also guards the driver's copy of the arguments: the
  * batcher temporarily sets a held kernel's snapshot to submit it, so every
  * clSetKernelArg on a tracked kernel, and every armed enqueue of one while
- * any kernel is held (batch.c, forward), happens under this lock.
+ * any kernel is held (enqueue.c, forward), happens under this lock.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -113,6 +113,60 @@ static void decide_tracking(struct fk_kernel *r)
     }
 }
 
+/* The specialization constants of r's IL program, sorted by id. An IL
+ * program's constants change its code: the fused module is translated with
+ * them, and they are part of the origin (so of the fused program's cache
+ * key); a program setting more than FK_MAX_SPECS is never fused. */
+static void record_specs(struct fk_kernel *r, const struct pc_origin *origin)
+{
+    if (origin->nspecs > FK_MAX_SPECS) r->origin_ok = 0;
+    r->nspecs = origin->nspecs > FK_MAX_SPECS ? 0 : (uint32_t)origin->nspecs;
+    for (uint32_t i = 0; i < r->nspecs; i++)
+        r->specs[i] = (struct llvm_spec_const){origin->specs[i].id, origin->specs[i].size, origin->specs[i].value};
+    for (uint32_t i = 1; i < r->nspecs; i++) /* insertion sort: a handful at most */
+        for (uint32_t j = i; j > 0 && r->specs[j - 1].id > r->specs[j].id; j--) {
+            struct llvm_spec_const t = r->specs[j];
+            r->specs[j] = r->specs[j - 1];
+            r->specs[j - 1] = t;
+        }
+}
+
+/* r->origin_hash: XXH3-128 of its program's kind, options, input and
+ * specialization constants. 0, or -1 out of memory. */
+static int hash_origin(struct fk_kernel *r, const struct pc_origin *origin)
+{
+    XXH3_state_t *st = XXH3_createState();
+    if (!st) return -1;
+    uint64_t kk = (uint64_t)origin->kind, ol = strlen(origin->options), il = origin->input_len;
+    XXH3_128bits_reset(st);
+    XXH3_128bits_update(st, &kk, sizeof kk);
+    XXH3_128bits_update(st, &ol, sizeof ol);
+    XXH3_128bits_update(st, origin->options, ol);
+    XXH3_128bits_update(st, &il, sizeof il);
+    XXH3_128bits_update(st, origin->input, origin->input_len);
+    for (uint32_t i = 0; i < r->nspecs; i++) {
+        uint64_t spec[3] = {r->specs[i].id, r->specs[i].size, r->specs[i].value};
+        XXH3_128bits_update(st, spec, sizeof spec);
+    }
+    XXH128_hash_t h = XXH3_128bits_digest(st);
+    memcpy(r->origin_hash, &h.low64, 8);
+    memcpy(r->origin_hash + 8, &h.high64, 8);
+    XXH3_freeState(st);
+    return 0;
+}
+
+/* What the program cache knows of r's program: its name, options,
+ * specialization constants and origin hash; whether it can be fused. */
+static void record_origin(struct fk_kernel *r, const struct pc_origin *origin)
+{
+    r->name = strdup(origin->name);
+    r->options = strdup(origin->options);
+    r->origin_ok = (origin->kind == KEY_SOURCE || origin->kind == KEY_IL) && r->options && r->name;
+    r->from_il = origin->kind == KEY_IL;
+    record_specs(r, origin);
+    if (hash_origin(r, origin) != 0) r->origin_ok = 0;
+}
+
 static struct fk_kernel *make_record(cl_kernel k)
 {
     const struct cl_api *real = fb()->real;
@@ -124,44 +178,7 @@ static struct fk_kernel *make_record(cl_kernel k)
     r->id = __atomic_add_fetch(&next_id, 1, __ATOMIC_RELAXED);
     struct pc_origin origin;
     if (pc_kernel_origin(k, &origin) == 0) {
-        const char *options = origin.options;
-        r->name = strdup(origin.name);
-        r->options = strdup(options);
-        r->origin_ok = (origin.kind == KEY_SOURCE || origin.kind == KEY_IL) && r->options && r->name;
-        r->from_il = origin.kind == KEY_IL;
-        /* An IL program's specialization constants change its code: the
-         * fused module is translated with them, and they are part of the
-         * origin (so of the fused program's cache key). */
-        if (origin.nspecs > FK_MAX_SPECS) r->origin_ok = 0;
-        r->nspecs = origin.nspecs > FK_MAX_SPECS ? 0 : (uint32_t)origin.nspecs;
-        for (uint32_t i = 0; i < r->nspecs; i++)
-            r->specs[i] = (struct llvm_spec_const){origin.specs[i].id, origin.specs[i].size, origin.specs[i].value};
-        for (uint32_t i = 1; i < r->nspecs; i++) /* insertion sort: a handful at most */
-            for (uint32_t j = i; j > 0 && r->specs[j - 1].id > r->specs[j].id; j--) {
-                struct llvm_spec_const t = r->specs[j];
-                r->specs[j] = r->specs[j - 1];
-                r->specs[j - 1] = t;
-            }
-        XXH3_state_t *st = XXH3_createState();
-        if (st) {
-            uint64_t kk = (uint64_t)origin.kind, ol = strlen(options), il = origin.input_len;
-            XXH3_128bits_reset(st);
-            XXH3_128bits_update(st, &kk, sizeof kk);
-            XXH3_128bits_update(st, &ol, sizeof ol);
-            XXH3_128bits_update(st, options, ol);
-            XXH3_128bits_update(st, &il, sizeof il);
-            XXH3_128bits_update(st, origin.input, origin.input_len);
-            for (uint32_t i = 0; i < r->nspecs; i++) {
-                uint64_t spec[3] = {r->specs[i].id, r->specs[i].size, r->specs[i].value};
-                XXH3_128bits_update(st, spec, sizeof spec);
-            }
-            XXH128_hash_t h = XXH3_128bits_digest(st);
-            memcpy(r->origin_hash, &h.low64, 8);
-            memcpy(r->origin_hash + 8, &h.high64, 8);
-            XXH3_freeState(st);
-        } else {
-            r->origin_ok = 0;
-        }
+        record_origin(r, &origin);
         pc_origin_free(&origin);
     } else {
         size_t n = 0;

@@ -1023,20 +1023,18 @@ static uint64_t repeat_serial(const struct fb_repeat *r);
  * never freed, so the pointer names one queue's), and no buffer was
  * released since. Then not even the comparison with e->set is needed: a
  * loop relaunching one chain costs no clSetKernelArg and no comparison.
- * Under e->lock (asserted). */
+ * Under e->lock (launch takes it; not asserted: every fused launch passes here). */
 static int args_known(const struct fb_memo *e, const struct fb_repeat *r, int gen)
 {
-    if (!CLSHIM_ASSERT_HELD(&e->lock)) return 0; /* then compared, as without a record */
     return r && e->set_by == r && e->set_serial == repeat_serial(r) && e->set_gen == gen;
 }
 
 /* Sets the fused kernel's arguments from q's held snapshots, calling
  * clSetKernelArg only for those that differ from what it holds (e->set);
  * `r` is q's launch record when the held kernels repeat it (else NULL), so
- * that the next repeat can skip even the comparison. Under e->lock (asserted). */
+ * that the next repeat can skip even the comparison. Under e->lock (see args_known). */
 static cl_int set_fused_args(struct fq *q, struct fb_memo *e, const struct fb_repeat *r, int gen)
 {
-    if (!CLSHIM_ASSERT_HELD(&e->lock)) return CL_INVALID_OPERATION; /* the launch fails: refused once */
     if (args_known(e, r, gen)) return CL_SUCCESS;
     cl_int rc = CL_SUCCESS;
     if (e->set && e->set_gen != gen)
@@ -1229,14 +1227,12 @@ static void repeat_save(struct fq *q, int flags, const char *internal_args, int 
 
 int fb_repeat_seq(const struct fq *q)
 {
-    if (!CLSHIM_ASSERT_HELD(&q->lock)) return FB_NO_REPEAT;
     const struct fb_repeat *r = q->repeat;
     return r && r->valid && r->gen == __atomic_load_n(&fb()->mem_gen, __ATOMIC_ACQUIRE) ? r->seq : FB_NO_REPEAT;
 }
 
 int fb_repeat_same(const struct fq *q, const struct held *h)
 {
-    if (!CLSHIM_ASSERT_HELD(&q->lock)) return 0;
     const struct fb_repeat *r = q->repeat;
     uint32_t i = q->nheld;
     return r && r->valid && i < r->n && r->kernels[i].args_gen == h->args_gen && repeat_kernel_same(h, &r->kernels[i]);

@@ -119,10 +119,10 @@ static int plan_flags(const struct plan_seq *s)
 /* Whether plan sequence s is the only one starting with its first kernel,
  * so that a kernel starting it finds no other candidate. Remembered per
  * queue until the plan grows (automatic fusion; a sequence that stops
- * being held for good only makes s more alone). */
+ * being held for good only makes s more alone). Under q->lock (a replay
+ * asks: not asserted, see may_replay). */
 static int seq_alone(struct fq *q, uint32_t s)
 {
-    if (!CLSHIM_ASSERT_HELD(&q->lock)) return 0;
     uint32_t nseqs = fb_plan_nseqs();
     if (s >= nseqs) return 0;
     if (q->alone_nseqs == nseqs && q->alone_seq == s) return 1;
