@@ -282,12 +282,16 @@ struct fq {
     int in_order;
     int dead;             /* the queue was destroyed; the record stays reachable */
     int ext;              /* clStartFusionCLSHIM is active (mode is then the extension API's) */
-    const struct fb_mode *mode; /* how this queue holds and fuses (fmode.c): chosen when the record is
-                                   made, the extension API's while ext */
-    int ext_open;         /* the app called Start and not yet Complete or Cancel (ext may have ended early) */
-    int ext_warned;       /* a Complete or Cancel without Start was reported for this queue */
+    unsigned char ext_open;   /* the app called Start and not yet Complete or Cancel (ext may have ended early) */
+    unsigned char ext_warned; /* a Complete or Cancel without Start was reported for this queue */
     int off;              /* an internal invariant broke here: never hold again */
     int route;            /* 0 not decided yet, else what the device takes (fusion/froute.h) */
+    /* How this queue holds and fuses (fmode.c): chosen when the record is
+     * made, the extension API's while ext. In the padding before `held`:
+     * the record keeps its size (and so the heap's layout: kernel handles
+     * made after it fall where they did for the recent-record sets of
+     * fkernel.c). */
+    const struct fb_mode *mode;
     struct held *held;
     uint32_t nheld;       /* written under lock, read atomically */
     uint32_t cap;
