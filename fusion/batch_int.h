@@ -1,7 +1,10 @@
-/* batch_int.h — the batcher's records, shared by fusion/batch.c (queues,
- * holding, cancelling, the extension API), fusion/fkernel.c (kernel records
- * and argument snapshots), fusion/fevent.c (events handed out for held
- * commands) and fusion/flaunch.c (building and launching fused kernels).
+/* batch_int.h — the batcher's state and records, shared by fusion/enqueue.c
+ * (the kernel enqueue: holding, replays, fusing; the module's state),
+ * fusion/fmode.c (the modes: plan matching, the extension API),
+ * fusion/batch.c (queue records, start-up, submitting, cancelling),
+ * fusion/fkernel.c (kernel records and argument snapshots), fusion/fevent.c
+ * (events handed out for held commands) and fusion/flaunch.c (building and
+ * launching fused kernels).
  * Not a public header: fusion/batch.h is the module's manual.
  *
  * Lock order (never taken the other way round):
@@ -21,12 +24,39 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "common/check.h"
 #include "common/clapi.h"
 #include "compiler/llvm_api.h"
 #include "fusion/plan.h"
 
-extern const struct cl_api *fb_real;
-extern struct fusion_plan *fb_plan;
+/* The batcher's state, one instance for the process (enqueue.c), reached
+ * through fb(). Fields marked atomic are only read and written with the
+ * __atomic builtins. */
+struct fb_module {
+    const struct cl_api *real;   /* the driver's entry points */
+    /* real's two kernel enqueues, one load each on the enqueue path */
+    __typeof__(((struct cl_api *)0)->clEnqueueNDRangeKernel) enqueue_ndrange;
+    __typeof__(((struct cl_api *)0)->clEnqueueTask) enqueue_task;
+    struct fusion_plan *plan;
+    struct fb_backoff *backoff;  /* per plan sequence (enqueue.c) */
+    uint32_t plan_cap;           /* sequences plan has room for (backoff, fq.cand) */
+    uint32_t plan_user;          /* the user's plan sequences: the plan's first ones (learned ones follow) */
+    int automatic;               /* CLSHIM_FUSION=auto: sequences are learned (fauto.c) */
+    int reporting;               /* CLSHIM_FUSION_REPORT is on (fauto.c) */
+    int held_total;              /* kernels held on all queues (atomic) */
+    int tracked_events;          /* live struct fev records (atomic) */
+    int mem_gen;                 /* bumped by every buffer release while armed (atomic) */
+    int arm_gen;                 /* the arming generation kernel records decide tracking in (fkernel.c) */
+    int sampling;                /* sequences being measured (atomic): the clock is read at first holds only then */
+    uint64_t stat_fused, stat_replaced, stat_unfused, stat_refused; /* atomic */
+    uint64_t stat_replays;       /* fused launches whose kernels were each held as a replay (atomic) */
+    unsigned test_slowdown_us;   /* CLSHIM_FUSION_TEST_SLOWDOWN_US: tests of the never-slower rule */
+};
+/* The module's state; the same address at every call. */
+struct fb_module *fb(void) __attribute__((const));
+
+#define STAT_ADD(v, n) __atomic_add_fetch(&(v), (n), __ATOMIC_RELAXED)
+
 /* Never slower (fspeed.c): per plan sequence, the measurements of its
  * occurrences fused against unfused. Under fspeed.c's lock, but for
  * `sstate` and `count`, which the completion of a sequence reads and
@@ -44,7 +74,7 @@ struct fs_speed {
     int slower, measured;   /* the last verdict, and whether there is one */
     float fused_ms, unfused_ms; /* its medians */
 };
-/* Per plan sequence, the back-off after refused fusions (batch.c): how many
+/* Per plan sequence, the back-off after refused fusions (enqueue.c): how many
  * of its next occurrences are not held, and its refusals in a row. Atomic. */
 struct fb_backoff {
     uint32_t skip;       /* FB_BACKOFF_NEVER: never held again (a lasting refusal, a retired learned sequence) */
@@ -53,21 +83,13 @@ struct fb_backoff {
     struct fs_speed speed;
 };
 #define FB_BACKOFF_NEVER UINT32_MAX
-/* Sequence s sits out its next n occurrences unless it sits out all (batch.c). */
+/* Sequence s sits out its next n occurrences unless it sits out all (enqueue.c). */
 void fb_backoff_skip(uint32_t s, uint32_t n);
-extern struct fb_backoff *fb_backoff;
-extern int fb_held_total;             /* kernels held on all queues (atomic) */
-extern int fb_tracked_events;         /* live struct fev records (atomic) */
-extern int fb_mem_gen;                /* bumped by every buffer release while armed (atomic) */
-extern uint64_t fb_stat_fused, fb_stat_replaced, fb_stat_unfused, fb_stat_refused;
-extern uint64_t fb_stat_replays; /* fused launches whose kernels were each held as a replay */
-extern int fb_auto;                   /* CLSHIM_FUSION=auto: sequences are learned (fauto.c) */
-extern uint32_t fb_plan_cap;          /* sequences fb_plan has room for (fb_backoff, fq.cand) */
 
 /* The plan's sequence count. Automatic fusion appends learned sequences
  * while other threads match against the plan: an entry is complete before
  * the count that covers it is published, and entries never move. */
-static inline uint32_t fb_plan_nseqs(void) { return __atomic_load_n(&fb_plan->nseqs, __ATOMIC_ACQUIRE); }
+static inline uint32_t fb_plan_nseqs(void) { return __atomic_load_n(&fb()->plan->nseqs, __ATOMIC_ACQUIRE); }
 
 /* ---- kernels (fkernel.c) ---- */
 
@@ -132,30 +154,29 @@ struct fk_kernel {
     size_t wg_max;
 };
 
-extern int fb_arm_gen;
 
-/* Bumps r->args_gen (caller holds r->lock); reads it without the lock. */
-static inline void fk_args_changed(struct fk_kernel *r)
-{
-    __atomic_store_n(&r->args_gen, r->args_gen + 1, __ATOMIC_RELEASE);
-}
+/* r->args_gen, read without r->lock (fkernel.c bumps it under the lock). */
 static inline uint64_t fk_args_gen(const struct fk_kernel *r) { return __atomic_load_n(&r->args_gen, __ATOMIC_ACQUIRE); }
 
 /* The record of `k`, created on first sight; NULL when `k` is not a kernel
- * the driver knows or memory runs out. */
-struct fk_kernel *fk_get(cl_kernel k);
+ * the driver knows or memory runs out. arm_gen: fb()->arm_gen as the caller
+ * read it (the enqueue path reads it without a call). */
+struct fk_kernel *fk_get(cl_kernel k, int arm_gen);
 /* Removes and frees the record of `k` (kernel destroyed). */
 void fk_forget(cl_kernel k);
 /* Records clSetKernelArg; the real call is made under the kernel lock. */
 cl_int fk_set_arg(struct fk_kernel *r, cl_uint index, size_t size, const void *value);
-/* All arguments recorded (caller holds r->lock). */
-int fk_complete(struct fk_kernel *r);
-/* Copies the current arguments into *args (caller holds r->lock), growing
- * it to r->nargs entries when *cap is smaller: a queue reuses the arrays of
- * its held entries, so holding a kernel allocates nothing once warm.
- * 0, or -1 on OOM with nothing copied. The copy owns heap values (size >
- * 16) of its own only when r->nheap > 0. */
-int fk_snapshot_into(const struct fk_kernel *r, struct fk_arg **args, uint32_t *cap);
+/* Records clSetKernelArgSVMPointer; the real call is made under the kernel lock. */
+cl_int fk_set_arg_svm(struct fk_kernel *r, cl_uint index, const void *value);
+struct held;
+/* The kernel's side of whether an enqueue of r can be held (the queue's is
+ * enqueue.c's): on a queue of device dev, with work-groups of wg items (0:
+ * no local size), every argument recorded. When it can, and h is not
+ * NULL, r's arguments are copied into h's array (kept when it holds them
+ * already): holding a kernel allocates nothing once warm. 1 when it can (and
+ * was copied); 0 with *why set when it cannot, left as it was when out of
+ * memory. Under r->lock (asserted). */
+int fk_take(struct fk_kernel *r, cl_device_id dev, size_t wg, struct held *h, const char **why);
 void fk_free_args(struct fk_arg *args, cl_uint n);
 /* Frees the values kept on the heap (size > 16) of a snapshot array that
  * is kept for reuse; the other entries are left as they are (the next
@@ -168,8 +189,6 @@ void fk_arg_clear(struct fk_arg *a);
  * (direction 0), or back to r->args where they differ (direction 1).
  * Caller holds r->lock. */
 cl_int fk_apply(struct fk_kernel *r, const struct fk_arg *args, int back);
-/* Work-group size limit of the kernel on `dev` (0: unknown). Caller holds r->lock. */
-size_t fk_wg_max(struct fk_kernel *r, cl_device_id dev);
 
 /* ---- events (fevent.c) ---- */
 
@@ -226,7 +245,7 @@ static inline void fb_pending_flush(struct fb_pending *p)
     if (p->n || p->items) fb_pending_run(p);
 }
 
-/* ---- queues (batch.c) ---- */
+/* ---- queues (batch.c; the enqueue, enqueue.c) ---- */
 
 struct held {
     cl_kernel k;
@@ -262,11 +281,17 @@ struct fq {
     cl_device_id dev;
     int in_order;
     int dead;             /* the queue was destroyed; the record stays reachable */
-    int ext;              /* clStartFusionCLSHIM is active */
-    int ext_open;         /* the app called Start and not yet Complete or Cancel (ext may have ended early) */
-    int ext_warned;       /* a Complete or Cancel without Start was reported for this queue */
+    int ext;              /* clStartFusionCLSHIM is active (mode is then the extension API's) */
+    unsigned char ext_open;   /* the app called Start and not yet Complete or Cancel (ext may have ended early) */
+    unsigned char ext_warned; /* a Complete or Cancel without Start was reported for this queue */
     int off;              /* an internal invariant broke here: never hold again */
     int route;            /* 0 not decided yet, else what the device takes (fusion/froute.h) */
+    /* How this queue holds and fuses (fmode.c): chosen when the record is
+     * made, the extension API's while ext. In the padding before `held`:
+     * the record keeps its size (and so the heap's layout: kernel handles
+     * made after it fall where they did for the recent-record sets of
+     * fkernel.c). */
+    const struct fb_mode *mode;
     struct held *held;
     uint32_t nheld;       /* written under lock, read atomically */
     uint32_t cap;
@@ -281,7 +306,7 @@ struct fq {
                                         first kernel, as of a plan of alone_nseqs sequences */
     cl_mem *checked;      /* the buffers of the last fusion, found not to alias ... */
     uint32_t nchecked;
-    int checked_gen;      /* ... while fb_mem_gen had this value */
+    int checked_gen;      /* ... while fb()->mem_gen had this value */
     double fs_t0;         /* when the current occurrence began (its first hold or enqueue), while measuring */
     double fs_last_done;  /* when the queue's last timed occurrence completed ... (under fspeed.c's lock) */
     double fs_last_t0;    /* ... when it began ... */
@@ -304,13 +329,66 @@ struct fq {
     struct fq *next_all;
 };
 
+/* Takes q's lock. Whoever takes it may change what an enqueue would do
+ * there: the fast path of automatic fusion's steady state (fq.steady) ends
+ * until an enqueue finds it again. */
+static inline void fq_lock(struct fq *q)
+{
+    pthread_mutex_lock(&q->lock);
+    __atomic_store_n(&q->steady, NULL, __ATOMIC_RELAXED);
+}
+
 /* Every queue record ever made, newest first (lock-free; never freed). */
 struct fq *fb_queues(void);
+/* The record of queue q, made on first sight when `create`; NULL when
+ * fusion is off or q is not a queue the driver knows. */
+struct fq *fq_get(cl_command_queue q, int create);
 /* The idle timer's submission (fidle.c): when q holds work, not for the
  * extension API, and has held nothing since `holds` (fq.holds), submits it
  * with a line saying so. 1 when submitted. Tries q->lock only: a queue
  * whose lock is taken is not idle. */
 int fb_submit_idle(struct fq *q, uint32_t holds, unsigned period_ms);
+
+/* ---- the modes (fmode.c) ---- */
+
+/* How a queue holds kernels and when it fuses them: a strategy. The plan's
+ * (CLSHIM_FUSE, CLSHIM_FUSION_PLAN) and automatic fusion's (CLSHIM_FUSION=auto:
+ * the plan grows with the sequences fauto.c learns) hold the kernels that
+ * continue a plan sequence and fuse each sequence they complete; the
+ * extension API's holds every kernel from clStartFusionCLSHIM to
+ * clCompleteFusionCLSHIM, which fuses them. The enqueue path (enqueue.c)
+ * calls q->mode's hooks under q->lock; a NULL hook does nothing. */
+struct fb_mode {
+    /* A kernel r comes, before anything is decided (automatic fusion: the
+     * run's period may complete). */
+    void (*arrive)(struct fq *q, const struct fk_kernel *r);
+    /* Whether r, a kernel that may be held at all, is one this mode holds. */
+    int (*admit)(struct fq *q, struct fk_kernel *r);
+    /* Whether an admitted r may be held as the next kernel of a repeat of
+     * q's last fused launch, of plan sequence seq (fb_repeat_seq). */
+    int (*replays)(struct fq *q, int seq);
+    /* Matches an admitted r that is no replay against what q holds,
+     * submitting (into p) the kernels it breaks off: 1 when r may be held. */
+    int (*match)(struct fq *q, struct fk_kernel *r, struct fb_pending *p);
+    /* r was held, q's last held kernel (a replay of sequence seq, else
+     * seq is FB_NO_REPEAT): fuses what q holds when it is complete. 1 when
+     * the idle timer is to watch q. */
+    int (*held)(struct fq *q, struct fk_kernel *r, int seq, cl_uint dim, const size_t *gws, struct fb_pending *p);
+    /* r is not held (it goes to the driver; q holds nothing): `why` it
+     * could not be, NULL when it was not admitted. FM_NOTED when automatic
+     * fusion watches it, with FM_REPORT when the report wants its event. */
+    int (*passed)(struct fq *q, struct fk_kernel *r, cl_uint dim, const size_t *gws, int task, const char *why);
+    /* After a kernel passed (FM_NOTED) was forwarded: ev its event (NULL
+     * when the enqueue failed, or no report wants it), follow_done as from
+     * fs_follow. */
+    void (*forwarded)(struct fq *q, struct fk_kernel *r, cl_event ev, uint32_t follow_done);
+};
+enum { FM_NOTED = 1, FM_REPORT = 2 };
+/* The mode a queue record starts in (the plan's or automatic fusion's). */
+const struct fb_mode *fm_standing(void);
+/* Fusion mode (the extension API) ends on q, which goes back to its
+ * standing mode (under q->lock, asserted). */
+void fm_end_ext(struct fq *q);
 
 /* ---- the idle timer (fidle.c) ---- */
 
@@ -324,16 +402,33 @@ void fi_stop(void);
 /* Checks q's invariants (batch.c): 0 when they hold; 1 when one is broken,
  * after logging it and turning fusion off for q (held kernels must then be
  * submitted unfused by the caller) — or abort()s under CLSHIM_STRICT=1.
- * Caller holds q->lock. */
+ * Under q->lock (asserted: a check without it counts as broken). */
 int fq_check(struct fq *q, const char *where);
 
-/* Submits every held kernel individually, in order (caller holds q->lock). */
+/* Submits every held kernel individually, in order (under q->lock, asserted). */
 void fb_submit_held(struct fq *q, struct fb_pending *p);
+/* "a+b+c": the names of q's held kernels, for the log (under q->lock, asserted). */
+void fb_names_of(const struct fq *q, char *out, size_t len);
+/* A wait list with held events replaced by the real events behind them,
+ * each retained (buf when n <= buf_len; wl itself when none could be
+ * made); fb_done_waits releases them. */
+cl_event *fb_subst_waits(cl_uint n, const cl_event *wl, cl_event *buf, size_t buf_len);
+void fb_done_waits(cl_uint n, const cl_event *wl, cl_event *waits, cl_event *buf);
 /* Releases what a held entry owns (not its event); keeps its argument
  * array for the next kernel held in that slot. */
 void fb_held_clear(struct held *h);
 /* Cancels fusion on q: lock, submit, unlock, run pending. */
 void fb_cancel(struct fq *q, const char *why);
+/* Fuses q's held kernels (plan sequence seq, -1 for the extension API,
+ * with the FB_* flags and internal= list of its fusion) or, failing that,
+ * submits them; *out as fb_fuse_held's out_event. Under q->lock (fq_check asserts it). */
+void fb_fuse_or_submit(struct fq *q, int flags, const char *internal_args, int seq, struct fb_pending *p,
+                       cl_event *out);
+/* Whether plan sequence s sits out this occurrence (counting it: its back-off). */
+int fb_backoff_skips(uint32_t s);
+/* Automatic fusion: the held kernels were broken off before they completed
+ * a learned candidate, which backs off (under q->lock, asserted). */
+void fb_backoff_broken(const struct fq *q);
 /* The real event carrying a held-or-submitted event's work, else e itself;
  * a held event of a queue other than `own` is submitted first, `why` the
  * reason logged. */
@@ -350,16 +445,14 @@ void fb_log_kind(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * unfused, fs_follow_next),
  * or unfused (the back-off of a sequence measured slower fused starts). */
 enum { FS_FUSE = 0, FS_TIME_FUSED, FS_UNFUSED };
-extern int fs_sampling; /* sequences being measured (atomic): the clock is read at first holds only then */
 double fs_now_ms(void);
 int fs_way_slow(uint32_t s, struct fs_ticket *t);
-extern uint32_t fb_plan_user; /* the user's plan sequences: the plan's first ones (learned ones follow) */
-static inline uint32_t fs_start(uint32_t s) { return s < fb_plan_user ? FS_PLAN_START : FS_START; }
+static inline uint32_t fs_start(uint32_t s) { return s < fb()->plan_user ? FS_PLAN_START : FS_START; }
 /* The way the completion of plan sequence s on a queue runs (caller holds
  * the queue's lock). One load and one add unless a measurement is due. */
 static inline int fs_way(uint32_t s, struct fs_ticket *t)
 {
-    struct fs_speed *f = &fb_backoff[s].speed;
+    struct fs_speed *f = &fb()->backoff[s].speed;
     uint32_t st = __atomic_load_n(&f->sstate, __ATOMIC_ACQUIRE);
     if (st == 4 /* FS_DONE */) return FS_FUSE;
     if (!st) {
@@ -373,8 +466,8 @@ static inline int fs_way(uint32_t s, struct fs_ticket *t)
  * occurrence when it was of that measurement and way: the later of the
  * times between their beginnings and between their completions. */
 void fs_time(struct fq *q, uint32_t seq, const struct fs_ticket *tk, int fused, cl_event ev);
-/* After the last timed fused occurrence of seq on q (caller holds
- * q->lock): its next tk->follow occurrences are not held, and are timed on
+/* After the last timed fused occurrence of seq on q (under q->lock,
+ * asserted): its next tk->follow occurrences are not held, and are timed on
  * q as their kernels pass. */
 void fs_follow_next(struct fq *q, uint32_t seq, const struct fs_ticket *tk);
 /* A kernel not held passes on q while it follows a sequence: 1 + the
@@ -391,27 +484,26 @@ int fs_measured(uint32_t s, double *fused_ms, double *unfused_ms);
 void fa_seq_names(const struct plan_seq *s, char *out, size_t len);
 
 /* Makes room in *plan (allocated here when NULL) for the sequences
- * automatic fusion learns; sets fb_plan_cap. 0, or -1 on OOM. */
+ * automatic fusion learns; sets fb()->plan_cap. 0, or -1 on OOM. */
 int fa_init(struct fusion_plan **plan);
 /* Before a kernel enqueue on q is matched against the plan: a repeat of
  * the run's first kernel may complete the run's period (fa_repeat), which
- * is then learned and matched from this kernel on. Caller holds q->lock. */
+ * is then learned and matched from this kernel on. Under q->lock (asserted). */
 void fa_before_kernel(struct fq *q, const struct fk_kernel *r);
 /* A kernel that could be held was submitted as it came (fa_note) or was
  * held (fa_held): either way it extends q's current run (a run held in
  * part is learned as a whole, but is not an unfused occurrence for the
- * report). Held under the extension API, it ends the run. Caller holds
- * q->lock. */
+ * report). Held under the extension API, it ends the run. Under q->lock
+ * (asserted). */
 void fa_note(struct fq *q, struct fk_kernel *r, cl_uint dim, const size_t *gws);
 void fa_held(struct fq *q, struct fk_kernel *r, cl_uint dim, const size_t *gws);
 
-/* The report (CLSHIM_FUSION_REPORT; fa_reporting is set when it is on):
+/* The report (CLSHIM_FUSION_REPORT; fb()->reporting is set when it is on):
  * fa_note_event gives the event of the kernel just noted (retained here);
  * fa_held's first kernel held starts the fused occurrence's clock; fa_fused after plan sequence `seq` completed on q
  * and was fused (`launch`: the fused launch's event, taken over) or refused
- * (`launch` NULL, `why` the reason). Callers hold q->lock.
+ * (`launch` NULL, `why` the reason). Under q->lock (asserted).
  * fa_write_report appends the entries to the file (at exit). */
-extern int fa_reporting;
 void fa_note_event(struct fq *q, cl_event ev);
 void fa_fused(struct fq *q, int seq, cl_event launch, const char *why);
 void fa_write_report(void);
@@ -419,15 +511,15 @@ void fa_write_report(void);
  * held): the current run ends. A run of 2 or more kernels
  * seen twice on q is learned as a plan sequence, so that its next
  * occurrences are held and fused (when the analysis proves it safe).
- * Caller holds q->lock. */
+ * Under q->lock (asserted). */
 void fa_break(struct fq *q);
 /* The record of kernel k is about to be freed: q's run is dropped if it
- * holds it (a run's records are then always alive under q->lock). Caller
- * holds q->lock. */
+ * holds it (a run's records are then always alive under q->lock). Under
+ * q->lock (asserted). */
 void fa_forget_kernel(struct fq *q, cl_kernel k);
 /* The run's first kernel is enqueued again with no sync since it (a loop
  * enqueueing its step without syncs): learns the run's period when the
- * run so far repeats one. Caller holds q->lock. */
+ * run so far repeats one. Under q->lock (asserted). */
 void fa_repeat(struct fq *q);
 /* Learned sequence `seq` was refused for a lasting reason (FB_REFUSED_KEY
  * or _ALWAYS). When it never fused, it is retired (never held again) and
@@ -441,7 +533,7 @@ void fa_first_fused(uint32_t seq);
 /* Kernel run[0] of q's run, its only kernel, came again (the steady fast
  * path, without q->lock): counted, appended when another kernel comes. */
 void fa_again(struct fq *q);
-/* Whether q's run is kernel r alone (caller holds q->lock). */
+/* Whether q's run is kernel r alone (under q->lock, asserted). */
 int fa_run_is(const struct fq *q, const struct fk_kernel *r);
 /* Whether q has a run in progress (no lock; a hint to skip fa_break). */
 int fa_running(const struct fq *q);
@@ -469,7 +561,8 @@ enum {
                             programs or from IL; the sequence is not tried again in this process */
 };
 
-/* Fuses and launches q's held kernels (caller holds q->lock). Returns 0
+/* Fuses and launches q's held kernels (under q->lock: its caller,
+ * fb_fuse_or_submit, has fq_check assert it). Returns 0
  * when launched (held entries are then cleared and their events queued in
  * p; *out_event gets a retained event of the launch when not NULL; *nparams
  * the fused kernel's parameter count), or -1 with nothing submitted, `why`
@@ -490,7 +583,8 @@ int fb_fuse_held(struct fq *q, int flags, const char *internal_args, int seq, st
  * released since; fb_repeat_same whether the entry h, written in slot
  * q->nheld but not yet counted, is that launch's next kernel: the same
  * record with the same argument count (args_gen) and the same ND-range —
- * so every check that let it be held then holds now. Caller holds q->lock. */
+ * so every check that let it be held then holds now. Under q->lock (not
+ * asserted: every replayed kernel passes here). */
 #define FB_NO_REPEAT (-2)
 int fb_repeat_seq(const struct fq *q);
 int fb_repeat_same(const struct fq *q, const struct held *h);

@@ -15,12 +15,12 @@
  * `y = s*x + c; z = y*y - 0.5; w = z*y + x` is axpb axpb multiply axpb
  * multiply axpbyz). Held kernels belong to the run so that a step is found
  * whole even where a part of it was learned before. From then on the
- * batcher (batch.c) holds its next occurrences exactly as it does for a
+ * batcher (enqueue.c) holds its next occurrences exactly as it does for a
  * sequence the user wrote, and fuses them only where the analysis proves
  * the fused kernel equivalent without a barrier: a learned sequence never
  * gets `force-barrier` nor `internal`, and a refusal (needs a barrier,
  * sub-buffers, SVM, overlapping host memory, ...) is logged with its reason
- * and puts the sequence in the batcher's back-off (batch.c): it is not held
+ * and puts the sequence in the batcher's back-off (enqueue.c): it is not held
  * for its next few occurrences, and tried again after them.
  *
  * Windows. A learned sequence refused for a lasting reason (its key: the
@@ -74,9 +74,6 @@
 #define FA_SEEN 16         /* distinct runs remembered per queue */
 #define FA_SAMPLES 15      /* timed occurrences kept per sequence and way (report) */
 
-int fb_auto;
-uint32_t fb_plan_cap;
-int fa_reporting;
 
 struct fa_seen {
     uint64_t hash;  /* of the kernel names, in order */
@@ -115,14 +112,14 @@ struct fa_watch {
 
 static pthread_mutex_t learn_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* Per learned sequence (index s - fb_plan_user): the learned sequence it is
+/* Per learned sequence (index s - fb()->plan_user): the learned sequence it is
  * a window of (itself for a recurring run) and where it starts there.
  * Written before the sequence is published (fb_plan_nseqs), never after. */
 static struct fa_origin {
     uint32_t root, start;
 } origins[FA_MAX_LEARNED];
 
-static uint32_t root_of(uint32_t s) { return s >= fb_plan_user ? origins[s - fb_plan_user].root : s; }
+static uint32_t root_of(uint32_t s) { return s >= fb()->plan_user ? origins[s - fb()->plan_user].root : s; }
 
 /* The median of the first min(n, FA_SAMPLES) values of v (sorted in place), 0 for none. */
 static float median_of(float *v, uint64_t n)
@@ -143,7 +140,7 @@ static int seq_named(const char *names)
     char buf[1024];
     uint32_t ns = fb_plan_nseqs();
     for (uint32_t s = 0; s < ns; s++) {
-        fa_seq_names(&fb_plan->seqs[s], buf, sizeof buf);
+        fa_seq_names(&fb()->plan->seqs[s], buf, sizeof buf);
         if (!strcmp(buf, names)) return (int)s;
     }
     return -1;
@@ -176,18 +173,21 @@ static double now_ms(void)
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-/* The entry of `names`, or NULL. Caller holds report_lock. */
+/* The entry of `names`, or NULL (under report_lock, asserted). */
 static struct fa_entry *entry_named(const char *names)
 {
+    if (!CLSHIM_ASSERT_HELD(&report_lock)) return NULL;
     struct fa_entry *e;
     for (e = entries; e && strcmp(e->names, names); e = e->next)
         continue;
     return e;
 }
 
-/* The entry of `names`, made on first use. Caller holds report_lock. */
+/* The entry of `names`, made on first use (under report_lock, asserted); NULL
+ * without one. */
 static struct fa_entry *entry_of(const char *names)
 {
+    if (!CLSHIM_ASSERT_HELD(&report_lock)) return NULL;
     struct fa_entry *e = entry_named(names);
     if (e) return e;
     if (!(e = calloc(1, sizeof *e)) || !(e->names = strdup(names))) {
@@ -228,7 +228,7 @@ static void CL_CALLBACK timed(cl_event ev, cl_int status, void *arg)
         if (!t->e->root) t->e->pipelined |= overlapped;
     }
     pthread_mutex_unlock(&report_lock);
-    fb_real->clReleaseEvent(ev);
+    fb()->real->clReleaseEvent(ev);
     free(t);
 }
 
@@ -254,10 +254,10 @@ static void occurrence(struct fa_watch *w, const char *names, int fused, double 
     struct fa_timing *t = e && w && ev && !first_fused ? malloc(sizeof *t) : NULL;
     if (t) {
         *t = (struct fa_timing){e, w, t0, fused};
-        if (fb_real->clSetEventCallback(ev, CL_COMPLETE, timed, t) == CL_SUCCESS) return;
+        if (fb()->real->clSetEventCallback(ev, CL_COMPLETE, timed, t) == CL_SUCCESS) return;
         free(t);
     }
-    if (ev) fb_real->clReleaseEvent(ev);
+    if (ev) fb()->real->clReleaseEvent(ev);
 }
 
 /* The completion of ev (taken over) ends an occurrence that is not timed:
@@ -267,10 +267,10 @@ static void mark_done(struct fa_watch *w, cl_event ev)
     struct fa_timing *t = malloc(sizeof *t);
     if (t) {
         *t = (struct fa_timing){NULL, w, 0, 0};
-        if (fb_real->clSetEventCallback(ev, CL_COMPLETE, timed, t) == CL_SUCCESS) return;
+        if (fb()->real->clSetEventCallback(ev, CL_COMPLETE, timed, t) == CL_SUCCESS) return;
         free(t);
     }
-    fb_real->clReleaseEvent(ev);
+    fb()->real->clReleaseEvent(ev);
 }
 
 /* The run `names` ended k more times back to back (held or not). */
@@ -303,17 +303,18 @@ static struct fa_watch *watch_of(struct fq *q)
 
 void fa_fused(struct fq *q, int seq, cl_event launch, const char *why)
 {
+    if (!CLSHIM_ASSERT_HELD(&q->lock)) return; /* the run is not watched: nothing is learned from it */
     char names[1024], root[1024];
-    fa_seq_names(&fb_plan->seqs[seq], names, sizeof names);
+    fa_seq_names(&fb()->plan->seqs[seq], names, sizeof names);
     uint32_t r = root_of((uint32_t)seq);
-    if (r != (uint32_t)seq) fa_seq_names(&fb_plan->seqs[r], root, sizeof root);
+    if (r != (uint32_t)seq) fa_seq_names(&fb()->plan->seqs[r], root, sizeof root);
     struct fa_watch *w = watch_of(q);
     occurrence(w, names, launch != NULL, w ? w->held_t0 : now_ms(), launch, 0, NULL);
     pthread_mutex_lock(&report_lock);
     struct fa_entry *e = entry_of(names);
     if (e && r != (uint32_t)seq && !e->root) {
         e->root = strdup(root);
-        e->start = origins[seq - fb_plan_user].start;
+        e->start = origins[seq - fb()->plan_user].start;
     }
     /* The first verdict, unless a later occurrence fused (a refusal can
      * hold for one occurrence only: the sequence is fusable). */
@@ -328,15 +329,15 @@ void fa_note_event(struct fq *q, cl_event ev)
 {
     struct fa_watch *w = q->watch;
     if (!w || !ev) return;
-    if (w->last) fb_real->clReleaseEvent(w->last);
-    fb_real->clRetainEvent(ev);
+    if (w->last) fb()->real->clReleaseEvent(w->last);
+    fb()->real->clRetainEvent(ev);
     w->last = ev;
 }
 
 void fa_write_report(void)
 {
     const char *path = config_get()->fusion_report;
-    if (!fa_reporting || !path || !*path) return;
+    if (!fb()->reporting || !path || !*path) return;
     FILE *f = fopen(path, "a");
     if (!f) {
         log_msg(LOG_WARN, "fusion: cannot write the report to %s", path);
@@ -372,14 +373,14 @@ void fa_write_report(void)
 int fa_init(struct fusion_plan **plan)
 {
     const char *report = config_get()->fusion_report;
-    fa_reporting = report && *report;
+    fb()->reporting = report && *report;
     if (!*plan && !(*plan = calloc(1, sizeof **plan))) return -1;
     uint32_t cap = (*plan)->nseqs + FA_MAX_LEARNED;
     struct plan_seq *seqs = realloc((*plan)->seqs, cap * sizeof *seqs);
     if (!seqs) return -1;
     memset(seqs + (*plan)->nseqs, 0, FA_MAX_LEARNED * sizeof *seqs);
     (*plan)->seqs = seqs;
-    fb_plan_cap = cap;
+    fb()->plan_cap = cap;
     return 0;
 }
 
@@ -392,17 +393,18 @@ int fa_running(const struct fq *q)
 int fa_run_is(const struct fq *q, const struct fk_kernel *r)
 {
     const struct fa_watch *w = q->watch;
-    return w && w->n == 1 && w->run[0] == r;
+    return CLSHIM_ASSERT_HELD(&q->lock) && w && w->n == 1 && w->run[0] == r;
 }
 
 void fa_before_kernel(struct fq *q, const struct fk_kernel *r)
 {
+    if (!CLSHIM_ASSERT_HELD(&q->lock)) return; /* the run is not watched: nothing is learned from it */
     const struct fa_watch *w = q->watch;
     /* A run of r alone that r continues stays that run (run_append keeps
      * it): it has no period to learn, and a kernel enqueued over and over
      * costs no more than one comparison. The report records each run's
      * start, so it goes on to fa_repeat. */
-    if (w && w->n && w->run[0] == r && (w->n > 1 || fa_reporting)) fa_repeat(q);
+    if (w && w->n && w->run[0] == r && (w->n > 1 || fb()->reporting)) fa_repeat(q);
 }
 
 /* Appends kernel r to q's run; `held`: it was held for fusion. */
@@ -410,7 +412,7 @@ static void run_append(struct fq *q, struct fk_kernel *r, cl_uint dim, const siz
 {
     struct fa_watch *w = watch_of(q);
     if (!w) return;
-    if (w->n == 1 && w->run[0] == r && !fa_reporting) { /* the same run (fa_before_kernel): counted only */
+    if (w->n == 1 && w->run[0] == r && !fb()->reporting) { /* the same run (fa_before_kernel): counted only */
         fa_again(q);
         return;
     }
@@ -425,7 +427,7 @@ static void run_append(struct fq *q, struct fk_kernel *r, cl_uint dim, const siz
     if (!w->n) {
         w->dim = dim;
         for (cl_uint d = 0; d < 3; d++) w->gws[d] = d < dim ? gws[d] : 1;
-        if (fa_reporting) w->t0 = now_ms();
+        if (fb()->reporting) w->t0 = now_ms();
         w->held = 0;
     }
     w->held |= held;
@@ -447,12 +449,13 @@ void fa_note(struct fq *q, struct fk_kernel *r, cl_uint dim, const size_t *gws) 
 
 void fa_held(struct fq *q, struct fk_kernel *r, cl_uint dim, const size_t *gws)
 {
+    if (!CLSHIM_ASSERT_HELD(&q->lock)) return; /* the run is not watched: nothing is learned from it */
     if (q->ext) { /* the application's own fusion: not a run of the queue */
         fa_break(q);
         return;
     }
     run_append(q, r, dim, gws, 1);
-    if (fa_reporting && q->nheld == 1 && q->watch) q->watch->held_t0 = now_ms(); /* the clock of fa_fused */
+    if (fb()->reporting && q->nheld == 1 && q->watch) q->watch->held_t0 = now_ms(); /* the clock of fa_fused */
 }
 
 static void names_joined(const char *const *names, uint32_t n, char *out, size_t len)
@@ -485,7 +488,7 @@ static int relation(const struct plan_seq *s, const char *const *names, uint32_t
 
 /* A retired sequence is never a candidate again (fa_refused): a prefix of
  * it can be told apart from it. */
-static int retired(uint32_t s) { return __atomic_load_n(&fb_backoff[s].skip, __ATOMIC_RELAXED) == FB_BACKOFF_NEVER; }
+static int retired(uint32_t s) { return __atomic_load_n(&fb()->backoff[s].skip, __ATOMIC_RELAXED) == FB_BACKOFF_NEVER; }
 
 /* Whether the names are plan sequence s, once or more, begun at another of
  * its kernels: the same loop, its period found from another place (the
@@ -508,32 +511,33 @@ static int rotation_of(const struct plan_seq *s, const char *const *names, uint3
  * (root FA_NEW: a recurring run, its own root); `how` says why, for the
  * log. Returns its index, or -1 when it is not learned (it is known
  * already, one the other's prefix with a sequence that can be held, no
- * room, no memory). Caller holds learn_lock. */
+ * room, no memory). Under learn_lock (asserted). */
 #define FA_NEW UINT32_MAX
 static int learn_locked(const char *const *names, uint32_t n, uint32_t root, uint32_t start, const char *how)
 {
+    if (!CLSHIM_ASSERT_HELD(&learn_lock)) return -1;
     char joined[1024];
     names_joined(names, n, joined, sizeof joined);
     uint32_t ns = fb_plan_nseqs();
     for (uint32_t s = 0; s < ns; s++) {
-        int rel = relation(&fb_plan->seqs[s], names, n);
+        int rel = relation(&fb()->plan->seqs[s], names, n);
         if (rel == 1) return -1; /* another queue learned it, the user's plan has it, or it was retired */
         if (rel == 2 && !retired(s)) {
             fb_log_kind("fusion: auto: %s not learned: it and the sequence at %s are one the other's prefix", joined,
-                        fb_plan->seqs[s].where);
+                        fb()->plan->seqs[s].where);
             return -1;
         }
-        if (rotation_of(&fb_plan->seqs[s], names, n) && !retired(s)) {
+        if (rotation_of(&fb()->plan->seqs[s], names, n) && !retired(s)) {
             fb_log_kind("fusion: auto: %s not learned: the sequence at %s is the same loop begun elsewhere", joined,
-                        fb_plan->seqs[s].where);
+                        fb()->plan->seqs[s].where);
             return -1;
         }
     }
-    if (ns >= fb_plan_cap) {
+    if (ns >= fb()->plan_cap) {
         fb_log_kind("fusion: auto: %s not learned: %u sequences learned already", joined, FA_MAX_LEARNED);
         return -1;
     }
-    struct plan_seq *s = &fb_plan->seqs[ns];
+    struct plan_seq *s = &fb()->plan->seqs[ns];
     memset(s, 0, sizeof *s);
     s->names = calloc(n, sizeof *s->names);
     s->where = strdup("auto");
@@ -547,10 +551,10 @@ static int learn_locked(const char *const *names, uint32_t n, uint32_t root, uin
         return -1;
     }
     s->n = n;
-    origins[ns - fb_plan_user] = (struct fa_origin){root == FA_NEW ? ns : root, start};
-    __atomic_store_n(&fb_backoff[ns].skip, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&fb_backoff[ns].refusals, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&fb_plan->nseqs, ns + 1, __ATOMIC_RELEASE);
+    origins[ns - fb()->plan_user] = (struct fa_origin){root == FA_NEW ? ns : root, start};
+    __atomic_store_n(&fb()->backoff[ns].skip, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&fb()->backoff[ns].refusals, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&fb()->plan->nseqs, ns + 1, __ATOMIC_RELEASE);
     log_msg(LOG_INFO, "fusion: auto: learned %s (%s); its next occurrences are fused if proven safe", joined, how);
     return (int)ns;
 }
@@ -567,16 +571,16 @@ static void learn_run(struct fk_kernel *const *run, uint32_t n, const char *how)
 
 int fa_refused(uint32_t seq)
 {
-    if (seq < fb_plan_user || __atomic_load_n(&fb_backoff[seq].fused, __ATOMIC_RELAXED)) return 0;
+    if (seq < fb()->plan_user || __atomic_load_n(&fb()->backoff[seq].fused, __ATOMIC_RELAXED)) return 0;
     pthread_mutex_lock(&learn_lock);
-    const struct fa_origin o = origins[seq - fb_plan_user];
-    const struct plan_seq *root = &fb_plan->seqs[o.root];
-    uint32_t start = o.start, n = fb_plan->seqs[seq].n;
+    const struct fa_origin o = origins[seq - fb()->plan_user];
+    const struct plan_seq *root = &fb()->plan->seqs[o.root];
+    uint32_t start = o.start, n = fb()->plan->seqs[seq].n;
     char refused[1024], how[1100];
-    fa_seq_names(&fb_plan->seqs[seq], refused, sizeof refused);
+    fa_seq_names(&fb()->plan->seqs[seq], refused, sizeof refused);
     snprintf(how, sizeof how, "a window of %s, which was refused", refused);
     /* Retired before a window is published: a window may be its prefix. */
-    uint32_t skip = __atomic_exchange_n(&fb_backoff[seq].skip, FB_BACKOFF_NEVER, __ATOMIC_RELAXED);
+    uint32_t skip = __atomic_exchange_n(&fb()->backoff[seq].skip, FB_BACKOFF_NEVER, __ATOMIC_RELAXED);
     int learned = -1;
     /* The next windows, longest first from the left, until one can be
      * learned. */
@@ -591,21 +595,21 @@ int fa_refused(uint32_t seq)
         learned = learn_locked((const char *const *)root->names + start, n, o.root, start, how);
     }
     /* Without a successor it stays as it was, backing off. */
-    if (learned < 0) __atomic_store_n(&fb_backoff[seq].skip, skip, __ATOMIC_RELAXED);
+    if (learned < 0) __atomic_store_n(&fb()->backoff[seq].skip, skip, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&learn_lock);
     return learned >= 0;
 }
 
 void fa_first_fused(uint32_t seq)
 {
-    if (seq < fb_plan_user) return;
+    if (seq < fb()->plan_user) return;
     pthread_mutex_lock(&learn_lock);
-    const struct fa_origin o = origins[seq - fb_plan_user];
-    const struct plan_seq *root = &fb_plan->seqs[o.root];
-    uint32_t start = o.start + fb_plan->seqs[seq].n;
+    const struct fa_origin o = origins[seq - fb()->plan_user];
+    const struct plan_seq *root = &fb()->plan->seqs[o.root];
+    uint32_t start = o.start + fb()->plan->seqs[seq].n;
     if (o.root != seq && start + 2 <= root->n) {
         char fused[1024], how[1100];
-        fa_seq_names(&fb_plan->seqs[seq], fused, sizeof fused);
+        fa_seq_names(&fb()->plan->seqs[seq], fused, sizeof fused);
         snprintf(how, sizeof how, "the rest of a run after %s, which fused", fused);
         learn_locked((const char *const *)root->names + start, root->n - start, o.root, start, how);
     }
@@ -616,13 +620,13 @@ void fa_first_fused(uint32_t seq)
  * is `need` repetitions of one period (2, 3 with the report on), that
  * period is a recurring sequence, learned, and a new run starts with this
  * kernel. Otherwise the run goes on: the period may hold its first kernel
- * more than once. Only at such repeats, never per enqueue. Caller holds
- * q->lock. */
+ * more than once. Only at such repeats, never per enqueue. Under q->lock
+ * (asserted). */
 /* Drops the repeats remembered for the report's timing. */
 static void repeats_clear(struct fa_watch *w)
 {
     for (uint32_t i = 0; i < FA_REPEATS; i++) {
-        if (w->rep[i].ev) fb_real->clReleaseEvent(w->rep[i].ev);
+        if (w->rep[i].ev) fb()->real->clReleaseEvent(w->rep[i].ev);
         w->rep[i] = (struct fa_rep){0, 0, NULL};
     }
 }
@@ -659,7 +663,7 @@ static void report_period(struct fa_watch *w, uint32_t m, uint32_t need)
         const struct fa_rep *begin = repeat_at(w, (j - 1) * m), *end = j == need ? NULL : repeat_at(w, j * m);
         cl_event ev = j == need ? w->last : end ? end->ev : NULL;
         int timed = j > 1 && !w->held && begin && ev;
-        if (ev && !w->held) fb_real->clRetainEvent(ev);
+        if (ev && !w->held) fb()->real->clRetainEvent(ev);
         occurrence(w, names, 0, timed ? begin->t : 0, timed ? ev : NULL, w->dim, w->gws);
         if (!timed && ev && !w->held) mark_done(w, ev); /* the next one is timed from its end */
     }
@@ -674,16 +678,17 @@ static void report_period(struct fa_watch *w, uint32_t m, uint32_t need)
 
 void fa_repeat(struct fq *q)
 {
+    if (!CLSHIM_ASSERT_HELD(&q->lock)) return; /* the run is not watched: nothing is learned from it */
     struct fa_watch *w = q->watch;
-    uint32_t need = fa_reporting ? 3 : 2, n = w->n, m = n / need;
+    uint32_t need = fb()->reporting ? 3 : 2, n = w->n, m = n / need;
     if (w->overflow) { /* no period within FA_RUN_MAX kernels: start afresh here */
         fa_break(q);
         return;
     }
-    if (fa_reporting) { /* where each repetition began and ended, for report_period */
+    if (fb()->reporting) { /* where each repetition began and ended, for report_period */
         struct fa_rep *r = &w->rep[w->next_rep++ % FA_REPEATS];
-        if (r->ev) fb_real->clReleaseEvent(r->ev);
-        if (w->last) fb_real->clRetainEvent(w->last);
+        if (r->ev) fb()->real->clReleaseEvent(r->ev);
+        if (w->last) fb()->real->clRetainEvent(w->last);
         *r = (struct fa_rep){n, now_ms(), w->last};
     }
     if (n % need || m < 2) return;
@@ -694,7 +699,7 @@ void fa_repeat(struct fq *q)
     uint64_t h = names_hash(w->run, m);
     if (h != w->period_hash) learn_run(w->run, m, "the period of a run enqueued without syncs");
     w->period_hash = h;
-    if (fa_reporting) {
+    if (fb()->reporting) {
         if (!w->held) {
             report_period(w, m, need);
         } else {
@@ -704,20 +709,21 @@ void fa_repeat(struct fq *q)
         }
     }
     __atomic_store_n(&w->n, 0, __ATOMIC_RELAXED);
-    if (w->last) fb_real->clReleaseEvent(w->last);
+    if (w->last) fb()->real->clReleaseEvent(w->last);
     w->last = NULL;
     repeats_clear(w);
 }
 
 void fa_forget_kernel(struct fq *q, cl_kernel k)
 {
+    if (!CLSHIM_ASSERT_HELD(&q->lock)) return; /* the run is not watched: nothing is learned from it */
     struct fa_watch *w = q->watch;
     if (!w) return;
     for (uint32_t i = 0; i < w->n; i++)
         if (w->run[i]->k == k) {
             __atomic_store_n(&w->n, 0, __ATOMIC_RELAXED);
             w->overflow = 0;
-            if (w->last) fb_real->clReleaseEvent(w->last);
+            if (w->last) fb()->real->clReleaseEvent(w->last);
             w->last = NULL;
             repeats_clear(w);
             return;
@@ -726,6 +732,7 @@ void fa_forget_kernel(struct fq *q, cl_kernel k)
 
 void fa_break(struct fq *q)
 {
+    if (!CLSHIM_ASSERT_HELD(&q->lock)) return; /* the run is not watched: nothing is learned from it */
     struct fa_watch *w = q->watch;
     if (!w || !w->n) return;
     uint32_t n = w->n;
@@ -735,9 +742,9 @@ void fa_break(struct fq *q)
     w->overflow = 0;
     cl_event last = w->last;
     w->last = NULL;
-    if (fa_reporting) repeats_clear(w);
+    if (fb()->reporting) repeats_clear(w);
     if (!usable) {
-        if (last) fb_real->clReleaseEvent(last);
+        if (last) fb()->real->clReleaseEvent(last);
         return;
     }
     uint64_t h = names_hash(w->run, n);
@@ -746,8 +753,8 @@ void fa_break(struct fq *q)
         if (s->count && s->hash == h && s->n == n) {
             /* With the report on, a third occurrence is run unfused first:
              * the first launches of a kernel compile it on some drivers. */
-            if (++s->count == (fa_reporting ? 3u : 2u)) learn_run(w->run, n, "ran twice back to back");
-            if (fa_reporting) { /* runs seen once are not reported: the first is counted with the second */
+            if (++s->count == (fb()->reporting ? 3u : 2u)) learn_run(w->run, n, "ran twice back to back");
+            if (fb()->reporting) { /* runs seen once are not reported: the first is counted with the second */
                 char names[1024];
                 run_names(w->run, n, names, sizeof names);
                 count_runs(names, s->count == 2 ? 2 : 1);
@@ -757,11 +764,11 @@ void fa_break(struct fq *q)
                     last = NULL;
                 }
             }
-            if (last) fb_real->clReleaseEvent(last);
+            if (last) fb()->real->clReleaseEvent(last);
             return;
         }
     }
-    if (last) fb_real->clReleaseEvent(last);
+    if (last) fb()->real->clReleaseEvent(last);
     struct fa_seen *s = &w->seen[w->next_seen++ % FA_SEEN];
     *s = (struct fa_seen){h, n, 1};
 }

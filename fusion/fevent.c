@@ -22,13 +22,12 @@
 
 static objmap *events;
 static pthread_once_t events_once = PTHREAD_ONCE_INIT;
-int fb_tracked_events;
 
 static void events_init(void) { events = objmap_new(); }
 
 struct fev *fev_find(cl_event e)
 {
-    if (!e || !__atomic_load_n(&fb_tracked_events, __ATOMIC_ACQUIRE) || !events) return NULL;
+    if (!e || !__atomic_load_n(&fb()->tracked_events, __ATOMIC_ACQUIRE) || !events) return NULL;
     return objmap_get(events, e);
 }
 
@@ -42,13 +41,13 @@ static void look(void *value, void *ctx)
     out->q = ev->q;
     out->held = ev->held;
     out->real = __atomic_load_n(&ev->real, __ATOMIC_ACQUIRE);
-    if (out->real) fb_real->clRetainEvent(out->real);
+    if (out->real) fb()->real->clRetainEvent(out->real);
 }
 
 int fev_look(cl_event e, struct fev_look *out)
 {
     *out = (struct fev_look){NULL, 0, NULL};
-    if (!e || !__atomic_load_n(&fb_tracked_events, __ATOMIC_ACQUIRE) || !events) return 0;
+    if (!e || !__atomic_load_n(&fb()->tracked_events, __ATOMIC_ACQUIRE) || !events) return 0;
     return objmap_with(events, e, look, out);
 }
 
@@ -59,21 +58,21 @@ struct fev *fev_new(struct fq *q, cl_command_type type)
     struct fev *ev = calloc(1, sizeof *ev);
     if (!ev) return NULL;
     cl_int rc = CL_SUCCESS;
-    ev->ue = fb_real->clCreateUserEvent(q->ctx, &rc);
+    ev->ue = fb()->real->clCreateUserEvent(q->ctx, &rc);
     if (!ev->ue || rc != CL_SUCCESS) {
         free(ev);
         return NULL;
     }
-    fb_real->clRetainEvent(ev->ue); /* ours, until completion is wired */
+    fb()->real->clRetainEvent(ev->ue); /* ours, until completion is wired */
     ev->q = q;
     ev->type = type;
     ev->refs = 2;
     ev->held = 1;
-    __atomic_add_fetch(&fb_tracked_events, 1, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&fb()->tracked_events, 1, __ATOMIC_RELEASE);
     if (objmap_put(events, ev->ue, ev) != 0) {
-        __atomic_sub_fetch(&fb_tracked_events, 1, __ATOMIC_RELEASE);
-        fb_real->clReleaseEvent(ev->ue);
-        fb_real->clReleaseEvent(ev->ue);
+        __atomic_sub_fetch(&fb()->tracked_events, 1, __ATOMIC_RELEASE);
+        fb()->real->clReleaseEvent(ev->ue);
+        fb()->real->clReleaseEvent(ev->ue);
         free(ev);
         return NULL;
     }
@@ -84,9 +83,9 @@ void fev_unref(struct fev *ev)
 {
     if (__atomic_sub_fetch(&ev->refs, 1, __ATOMIC_ACQ_REL) != 0) return;
     objmap_remove(events, ev->ue);
-    __atomic_sub_fetch(&fb_tracked_events, 1, __ATOMIC_RELEASE);
+    __atomic_sub_fetch(&fb()->tracked_events, 1, __ATOMIC_RELEASE);
     cl_event real = __atomic_load_n(&ev->real, __ATOMIC_ACQUIRE);
-    if (real) fb_real->clReleaseEvent(real);
+    if (real) fb()->real->clReleaseEvent(real);
     free(ev);
 }
 
@@ -97,10 +96,10 @@ static void CL_CALLBACK on_real_done(cl_event real, cl_int status, void *user)
     (void)real;
     struct fev *ev = user;
     cl_event ue = ev->ue;
-    fb_real->clSetUserEventStatus(ue, status < 0 ? status : CL_COMPLETE);
+    fb()->real->clSetUserEventStatus(ue, status < 0 ? status : CL_COMPLETE);
     __atomic_store_n(&ev->done, 1, __ATOMIC_RELEASE);
     fev_unref(ev);                /* the pending reference */
-    fb_real->clReleaseEvent(ue); /* our reference on the user event */
+    fb()->real->clReleaseEvent(ue); /* our reference on the user event */
 }
 
 void fb_pending_add(struct fb_pending *p, struct fev *ev, cl_event real, cl_int status)
@@ -130,10 +129,10 @@ void fb_pending_run(struct fb_pending *p)
         struct fb_pending_item *it = &p->items[i];
         struct fev *ev = it->ev;
         if (it->real) {
-            if (fb_real->clSetEventCallback(it->real, CL_COMPLETE, on_real_done, ev) == CL_SUCCESS) continue;
+            if (fb()->real->clSetEventCallback(it->real, CL_COMPLETE, on_real_done, ev) == CL_SUCCESS) continue;
             /* No callback: wait here (rare; the command is submitted). */
             LOG_ONCE(LOG_WARN, "fusion: clSetEventCallback failed; completing held events synchronously");
-            cl_int st = fb_real->clWaitForEvents(1, &it->real);
+            cl_int st = fb()->real->clWaitForEvents(1, &it->real);
             on_real_done(it->real, st == CL_SUCCESS ? CL_COMPLETE : -1, ev);
         } else {
             on_real_done(NULL, it->status < 0 ? it->status : CL_OUT_OF_RESOURCES, ev);
@@ -169,7 +168,7 @@ static void unhold(struct fev *ev, const char *why)
 cl_int fusion_get_event_info(cl_event e, cl_event_info param, size_t size, void *value, size_t *size_ret)
 {
     struct fev *ev = fev_find(e);
-    if (!ev) return fb_real->clGetEventInfo(e, param, size, value, size_ret);
+    if (!ev) return fb()->real->clGetEventInfo(e, param, size, value, size_ret);
     switch (param) {
     case CL_EVENT_COMMAND_QUEUE:
         return answer(&ev->q->q, sizeof(cl_command_queue), size, value, size_ret);
@@ -178,18 +177,18 @@ cl_int fusion_get_event_info(cl_event e, cl_event_info param, size_t size, void 
     case CL_EVENT_COMMAND_EXECUTION_STATUS: {
         unhold(ev, "a status query on a held event");
         cl_event real = __atomic_load_n(&ev->real, __ATOMIC_ACQUIRE);
-        return fb_real->clGetEventInfo(real ? real : e, param, size, value, size_ret);
+        return fb()->real->clGetEventInfo(real ? real : e, param, size, value, size_ret);
     }
     case CL_EVENT_REFERENCE_COUNT: {
         cl_uint n = 0;
-        cl_int rc = fb_real->clGetEventInfo(e, param, sizeof n, &n, NULL);
+        cl_int rc = fb()->real->clGetEventInfo(e, param, sizeof n, &n, NULL);
         if (rc != CL_SUCCESS) return rc;
         /* Our own reference lasts until the completion callback ran. */
         cl_uint app = n > 1 && !__atomic_load_n(&ev->done, __ATOMIC_ACQUIRE) ? n - 1 : n;
         return answer(&app, sizeof app, size, value, size_ret);
     }
     default:
-        return fb_real->clGetEventInfo(e, param, size, value, size_ret);
+        return fb()->real->clGetEventInfo(e, param, size, value, size_ret);
     }
 }
 
@@ -197,15 +196,15 @@ cl_int fusion_get_event_profiling_info(cl_event e, cl_profiling_info param, size
                                        size_t *size_ret)
 {
     struct fev *ev = fev_find(e);
-    if (!ev) return fb_real->clGetEventProfilingInfo(e, param, size, value, size_ret);
+    if (!ev) return fb()->real->clGetEventProfilingInfo(e, param, size, value, size_ret);
     unhold(ev, "a profiling query on a held event");
     cl_event real = __atomic_load_n(&ev->real, __ATOMIC_ACQUIRE);
-    return fb_real->clGetEventProfilingInfo(real ? real : e, param, size, value, size_ret);
+    return fb()->real->clGetEventProfilingInfo(real ? real : e, param, size, value, size_ret);
 }
 
 cl_int fusion_retain_event(cl_event e)
 {
-    cl_int rc = fb_real->clRetainEvent(e);
+    cl_int rc = fb()->real->clRetainEvent(e);
     struct fev *ev = rc == CL_SUCCESS ? fev_find(e) : NULL;
     if (ev) __atomic_add_fetch(&ev->refs, 1, __ATOMIC_ACQ_REL);
     return rc;
@@ -215,7 +214,7 @@ cl_int fusion_release_event(cl_event e)
 {
     struct fev *ev = fev_find(e);
     if (ev) fev_unref(ev); /* before the handle can die and be reused */
-    return fb_real->clReleaseEvent(e);
+    return fb()->real->clReleaseEvent(e);
 }
 
 cl_event fb_subst(struct fq *own, cl_event e, const char *why)

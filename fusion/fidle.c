@@ -26,10 +26,10 @@
  * sem_post per period. The timer starts on the first kernel held.
  *
  * The lost wake-up (a kick between the timer's last scan and its sleep) is
- * excluded by a Dekker pair: the kicker makes fb_held_total nonzero, reads
+ * excluded by a Dekker pair: the kicker makes fb()->held_total nonzero, reads
  * it again by a sequentially consistent read-modify-write (+0), then reads
  * the state; the timer sets SLEEPING (a seq_cst CAS) and then reads
- * fb_held_total (seq_cst): in the single order of these operations at
+ * fb()->held_total (seq_cst): in the single order of these operations at
  * least one sees the other. (No fences: ThreadSanitizer does not model
  * them.) The sleep is bounded (a second) anyway.
  *
@@ -65,9 +65,10 @@ static void sleep_ms(unsigned ms)
 
 /* One tick: submits the work of every queue idle since the last tick.
  * Returns how many queues still hold work. Only the timer thread writes
- * idle_seen and idle_valid. Caller holds tick_lock. */
+ * idle_seen and idle_valid. Under tick_lock (asserted). */
 static unsigned scan(void)
 {
+    if (!CLSHIM_ASSERT_HELD(&tick_lock)) return 1; /* no scan: the timer ticks again */
     unsigned holding = 0, ended = __atomic_load_n(&builds_ended, __ATOMIC_ACQUIRE);
     int building = __atomic_load_n(&builds_running, __ATOMIC_ACQUIRE) > 0 || ended != builds_seen;
     builds_seen = ended;
@@ -107,7 +108,7 @@ static void *tick(void *arg)
         if (!__atomic_compare_exchange_n(&state, &s, FI_SLEEPING, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
             if (s == FI_STOPPED) return NULL;
         }
-        if (__atomic_load_n(&fb_held_total, __ATOMIC_SEQ_CST) > 0) {
+        if (__atomic_load_n(&fb()->held_total, __ATOMIC_SEQ_CST) > 0) {
             s = FI_SLEEPING; /* work came between the scan and now: tick on, unless a kick already posted */
             if (__atomic_compare_exchange_n(&state, &s, FI_TICKING, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) continue;
         }
@@ -151,7 +152,7 @@ static void start(void)
 
 void fi_kick(void)
 {
-    __atomic_fetch_add(&fb_held_total, 0, __ATOMIC_SEQ_CST); /* raised by the hold: see the pair above */
+    __atomic_fetch_add(&fb()->held_total, 0, __ATOMIC_SEQ_CST); /* raised by the hold: see the pair above */
     int s = __atomic_load_n(&state, __ATOMIC_SEQ_CST);
     while (s != FI_TICKING && s != FI_STOPPED) {
         int to = FI_TICKING;

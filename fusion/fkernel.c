@@ -11,7 +11,7 @@
  * The record's lock also guards the driver's copy of the arguments: the
  * batcher temporarily sets a held kernel's snapshot to submit it, so every
  * clSetKernelArg on a tracked kernel, and every armed enqueue of one while
- * any kernel is held (batch.c, forward), happens under this lock.
+ * any kernel is held (enqueue.c, forward), happens under this lock.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +27,6 @@
 
 static objmap *kernels;
 static pthread_once_t kernels_once = PTHREAD_ONCE_INIT;
-int fb_arm_gen;
 
 /* Each thread remembers the records it found last (a few, by handle), so
  * that an enqueue of a kernel seen before costs no map lookup (a striped
@@ -53,6 +52,13 @@ static struct recent_record *recent_set(cl_kernel k)
 }
 
 static void kernels_init(void) { kernels = objmap_new(); }
+
+/* Bumps r->args_gen, under r->lock or on a record not yet published
+ * (make_record: no lock to assert); fk_args_gen reads it without the lock. */
+static void fk_args_changed(struct fk_kernel *r)
+{
+    __atomic_store_n(&r->args_gen, r->args_gen + 1, __ATOMIC_RELEASE);
+}
 
 /* Forgets the value; keeps what the argument is (a->mem). */
 void fk_arg_clear(struct fk_arg *a)
@@ -93,7 +99,7 @@ int fk_arg_copy(struct fk_arg *dst, const struct fk_arg *src)
 /* Decides (again, after a new arming) whether the record tracks arguments. */
 static void decide_tracking(struct fk_kernel *r)
 {
-    int gen = __atomic_load_n(&fb_arm_gen, __ATOMIC_ACQUIRE);
+    int gen = __atomic_load_n(&fb()->arm_gen, __ATOMIC_ACQUIRE);
     if (r->arm_gen == gen) return;
     r->arm_gen = gen;
     int armed = __atomic_load_n(&fusion_armed, __ATOMIC_RELAXED);
@@ -107,9 +113,63 @@ static void decide_tracking(struct fk_kernel *r)
     }
 }
 
+/* The specialization constants of r's IL program, sorted by id. An IL
+ * program's constants change its code: the fused module is translated with
+ * them, and they are part of the origin (so of the fused program's cache
+ * key); a program setting more than FK_MAX_SPECS is never fused. */
+static void record_specs(struct fk_kernel *r, const struct pc_origin *origin)
+{
+    if (origin->nspecs > FK_MAX_SPECS) r->origin_ok = 0;
+    r->nspecs = origin->nspecs > FK_MAX_SPECS ? 0 : (uint32_t)origin->nspecs;
+    for (uint32_t i = 0; i < r->nspecs; i++)
+        r->specs[i] = (struct llvm_spec_const){origin->specs[i].id, origin->specs[i].size, origin->specs[i].value};
+    for (uint32_t i = 1; i < r->nspecs; i++) /* insertion sort: a handful at most */
+        for (uint32_t j = i; j > 0 && r->specs[j - 1].id > r->specs[j].id; j--) {
+            struct llvm_spec_const t = r->specs[j];
+            r->specs[j] = r->specs[j - 1];
+            r->specs[j - 1] = t;
+        }
+}
+
+/* r->origin_hash: XXH3-128 of its program's kind, options, input and
+ * specialization constants. 0, or -1 out of memory. */
+static int hash_origin(struct fk_kernel *r, const struct pc_origin *origin)
+{
+    XXH3_state_t *st = XXH3_createState();
+    if (!st) return -1;
+    uint64_t kk = (uint64_t)origin->kind, ol = strlen(origin->options), il = origin->input_len;
+    XXH3_128bits_reset(st);
+    XXH3_128bits_update(st, &kk, sizeof kk);
+    XXH3_128bits_update(st, &ol, sizeof ol);
+    XXH3_128bits_update(st, origin->options, ol);
+    XXH3_128bits_update(st, &il, sizeof il);
+    XXH3_128bits_update(st, origin->input, origin->input_len);
+    for (uint32_t i = 0; i < r->nspecs; i++) {
+        uint64_t spec[3] = {r->specs[i].id, r->specs[i].size, r->specs[i].value};
+        XXH3_128bits_update(st, spec, sizeof spec);
+    }
+    XXH128_hash_t h = XXH3_128bits_digest(st);
+    memcpy(r->origin_hash, &h.low64, 8);
+    memcpy(r->origin_hash + 8, &h.high64, 8);
+    XXH3_freeState(st);
+    return 0;
+}
+
+/* What the program cache knows of r's program: its name, options,
+ * specialization constants and origin hash; whether it can be fused. */
+static void record_origin(struct fk_kernel *r, const struct pc_origin *origin)
+{
+    r->name = strdup(origin->name);
+    r->options = strdup(origin->options);
+    r->origin_ok = (origin->kind == KEY_SOURCE || origin->kind == KEY_IL) && r->options && r->name;
+    r->from_il = origin->kind == KEY_IL;
+    record_specs(r, origin);
+    if (hash_origin(r, origin) != 0) r->origin_ok = 0;
+}
+
 static struct fk_kernel *make_record(cl_kernel k)
 {
-    const struct cl_api *real = fb_real;
+    const struct cl_api *real = fb()->real;
     static uint64_t next_id;
     struct fk_kernel *r = calloc(1, sizeof *r);
     if (!r) return NULL;
@@ -118,44 +178,7 @@ static struct fk_kernel *make_record(cl_kernel k)
     r->id = __atomic_add_fetch(&next_id, 1, __ATOMIC_RELAXED);
     struct pc_origin origin;
     if (pc_kernel_origin(k, &origin) == 0) {
-        const char *options = origin.options;
-        r->name = strdup(origin.name);
-        r->options = strdup(options);
-        r->origin_ok = (origin.kind == KEY_SOURCE || origin.kind == KEY_IL) && r->options && r->name;
-        r->from_il = origin.kind == KEY_IL;
-        /* An IL program's specialization constants change its code: the
-         * fused module is translated with them, and they are part of the
-         * origin (so of the fused program's cache key). */
-        if (origin.nspecs > FK_MAX_SPECS) r->origin_ok = 0;
-        r->nspecs = origin.nspecs > FK_MAX_SPECS ? 0 : (uint32_t)origin.nspecs;
-        for (uint32_t i = 0; i < r->nspecs; i++)
-            r->specs[i] = (struct llvm_spec_const){origin.specs[i].id, origin.specs[i].size, origin.specs[i].value};
-        for (uint32_t i = 1; i < r->nspecs; i++) /* insertion sort: a handful at most */
-            for (uint32_t j = i; j > 0 && r->specs[j - 1].id > r->specs[j].id; j--) {
-                struct llvm_spec_const t = r->specs[j];
-                r->specs[j] = r->specs[j - 1];
-                r->specs[j - 1] = t;
-            }
-        XXH3_state_t *st = XXH3_createState();
-        if (st) {
-            uint64_t kk = (uint64_t)origin.kind, ol = strlen(options), il = origin.input_len;
-            XXH3_128bits_reset(st);
-            XXH3_128bits_update(st, &kk, sizeof kk);
-            XXH3_128bits_update(st, &ol, sizeof ol);
-            XXH3_128bits_update(st, options, ol);
-            XXH3_128bits_update(st, &il, sizeof il);
-            XXH3_128bits_update(st, origin.input, origin.input_len);
-            for (uint32_t i = 0; i < r->nspecs; i++) {
-                uint64_t spec[3] = {r->specs[i].id, r->specs[i].size, r->specs[i].value};
-                XXH3_128bits_update(st, spec, sizeof spec);
-            }
-            XXH128_hash_t h = XXH3_128bits_digest(st);
-            memcpy(r->origin_hash, &h.low64, 8);
-            memcpy(r->origin_hash + 8, &h.high64, 8);
-            XXH3_freeState(st);
-        } else {
-            r->origin_ok = 0;
-        }
+        record_origin(r, &origin);
         pc_origin_free(&origin);
     } else {
         size_t n = 0;
@@ -191,7 +214,7 @@ static struct fk_kernel *make_record(cl_kernel k)
     }
     /* Under automatic fusion every kernel is a candidate (and the plan
      * grows while this runs): in_plan is not needed. */
-    r->in_plan = fb_auto ? 0 : plan_has_kernel(fb_plan, r->name);
+    r->in_plan = fb()->automatic ? 0 : plan_has_kernel(fb()->plan, r->name);
     r->arm_gen = -1;
     decide_tracking(r);
     return r;
@@ -231,7 +254,7 @@ static __attribute__((noinline)) struct fk_kernel *fk_get_slow(cl_kernel k, stru
     if (!r) return NULL;
     if (set[0].k != k) set[1] = set[0]; /* the set's newest first; the older one goes */
     set[0] = (struct recent_record){k, r, freed};
-    if (r->arm_gen != __atomic_load_n(&fb_arm_gen, __ATOMIC_ACQUIRE)) {
+    if (r->arm_gen != __atomic_load_n(&fb()->arm_gen, __ATOMIC_ACQUIRE)) {
         pthread_mutex_lock(&r->lock);
         decide_tracking(r);
         pthread_mutex_unlock(&r->lock);
@@ -239,14 +262,15 @@ static __attribute__((noinline)) struct fk_kernel *fk_get_slow(cl_kernel k, stru
     return r;
 }
 
-struct fk_kernel *fk_get(cl_kernel k)
+struct fk_kernel *fk_get(cl_kernel k, int arm_gen)
 {
     struct recent_record *set = recent_set(k);
     int freed = __atomic_load_n(&records_freed, __ATOMIC_ACQUIRE);
     struct fk_kernel *r = NULL;
     if (set[0].k == k && set[0].freed == freed) r = set[0].r;
     else if (set[1].k == k && set[1].freed == freed) r = set[1].r;
-    if (r && k && r->arm_gen == __atomic_load_n(&fb_arm_gen, __ATOMIC_ACQUIRE)) return r;
+    /* No entry of a NULL k holds a record (fk_get_slow stores found ones only). */
+    if (r && r->arm_gen == arm_gen) return r;
     return fk_get_slow(k, set, freed, r);
 }
 
@@ -297,7 +321,7 @@ static int holds_value(const struct fk_arg *a, size_t size, const void *value)
 cl_int fk_set_arg(struct fk_kernel *r, cl_uint index, size_t size, const void *value)
 {
     pthread_mutex_lock(&r->lock);
-    cl_int rc = fb_real->clSetKernelArg(r->k, index, size, value);
+    cl_int rc = fb()->real->clSetKernelArg(r->k, index, size, value);
     if (rc == CL_SUCCESS && r->track && index < r->nargs) {
         struct fk_arg *a = &r->args[index];
         /* A loop that sets the same arguments before every launch leaves
@@ -318,7 +342,8 @@ cl_int fk_set_arg(struct fk_kernel *r, cl_uint index, size_t size, const void *v
     return rc;
 }
 
-int fk_complete(struct fk_kernel *r)
+/* All arguments recorded (under r->lock: fk_take asserts it). */
+static int fk_complete(struct fk_kernel *r)
 {
     if (!r->track || r->svm) return 0;
     if (r->all_set) return 1; /* an argument once set stays set until all_set is cleared */
@@ -328,7 +353,11 @@ int fk_complete(struct fk_kernel *r)
     return 1;
 }
 
-int fk_snapshot_into(const struct fk_kernel *r, struct fk_arg **args, uint32_t *cap)
+/* Copies the current arguments into *args (under r->lock: fk_take asserts it), growing
+ * it to r->nargs entries when *cap is smaller. 0, or -1 on OOM with nothing
+ * copied. The copy owns heap values (size > 16) of its own only when
+ * r->nheap > 0. */
+static int fk_snapshot_into(const struct fk_kernel *r, struct fk_arg **args, uint32_t *cap)
 {
     if (*cap < r->nargs || !*args) {
         uint32_t n = r->nargs > 4 ? r->nargs : 4;
@@ -352,8 +381,8 @@ int fk_snapshot_into(const struct fk_kernel *r, struct fk_arg **args, uint32_t *
 
 static cl_int set_one(struct fk_kernel *r, cl_uint i, const struct fk_arg *a)
 {
-    if (a->kind == FK_LOCAL) return fb_real->clSetKernelArg(r->k, i, a->size, NULL);
-    if (a->kind == FK_VALUE) return fb_real->clSetKernelArg(r->k, i, a->size, FK_BYTES(a));
+    if (a->kind == FK_LOCAL) return fb()->real->clSetKernelArg(r->k, i, a->size, NULL);
+    if (a->kind == FK_VALUE) return fb()->real->clSetKernelArg(r->k, i, a->size, FK_BYTES(a));
     return CL_INVALID_ARG_VALUE;
 }
 
@@ -368,15 +397,45 @@ cl_int fk_apply(struct fk_kernel *r, const struct fk_arg *args, int back)
     return rc;
 }
 
-size_t fk_wg_max(struct fk_kernel *r, cl_device_id dev)
+/* Work-group size limit of the kernel on `dev` (0: unknown); under r->lock (fk_take asserts it). */
+static size_t fk_wg_max(struct fk_kernel *r, cl_device_id dev)
 {
     if (r->wg_dev != dev) {
         size_t n = 0;
-        if (fb_real->clGetKernelWorkGroupInfo(r->k, dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof n, &n, NULL) !=
+        if (fb()->real->clGetKernelWorkGroupInfo(r->k, dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof n, &n, NULL) !=
             CL_SUCCESS)
             n = 0;
         r->wg_dev = dev;
         r->wg_max = n;
     }
     return r->wg_max;
+}
+
+int fk_take(struct fk_kernel *r, cl_device_id dev, size_t wg, struct held *h, const char **why)
+{
+    if (!CLSHIM_ASSERT_HELD(&r->lock)) return *why = "internal error", 0;
+    if (wg) {
+        size_t max = fk_wg_max(r, dev);
+        if (!max || wg > max) return *why = "work-group size above the kernel's limit", 0;
+    }
+    if (!fk_complete(r)) return *why = r->svm ? "SVM arguments" : "arguments set before fusion was armed", 0;
+    /* A loop holding the same kernels with the same arguments finds each
+     * slot's array already holding the snapshot: no copy. */
+    if (!h || (h->snap_id == r->id && h->snap_gen == r->args_gen && !r->nheap)) return 1;
+    int copied = fk_snapshot_into(r, &h->args, &h->args_cap) == 0;
+    h->snap_id = copied && !r->nheap ? r->id : 0;
+    h->snap_gen = r->args_gen;
+    return copied;
+}
+
+cl_int fk_set_arg_svm(struct fk_kernel *r, cl_uint index, const void *value)
+{
+    pthread_mutex_lock(&r->lock);
+    cl_int rc = fb()->real->clSetKernelArgSVMPointer(r->k, index, value);
+    if (rc == CL_SUCCESS && !r->svm) {
+        r->svm = 1;
+        fk_args_changed(r); /* never held again: no replay either */
+    }
+    pthread_mutex_unlock(&r->lock);
+    return rc;
 }

@@ -95,7 +95,7 @@ struct fb_memo {
     uint8_t *is_buf;       /* routes (a), (b): per fused parameter, 1 for a buffer (else NULL) */
     char name[32];         /* the fused kernel's name */
     struct fk_arg *set;    /* the arguments the fused kernel holds now (skip setting equal ones) ... */
-    int set_gen;           /* ... valid while fb_mem_gen has this value (a handle may be reused) */
+    int set_gen;           /* ... valid while fb()->mem_gen has this value (a handle may be reused) */
     const struct fb_repeat *set_by; /* the queue's launch record whose arguments the kernel */
     uint64_t set_serial;            /* holds, at this serial of it (args_known); NULL: none known */
     uint32_t dim;
@@ -162,7 +162,7 @@ struct span {
  * (-2: an image or pipe, which its kernel always takes there). */
 static int check_mem(cl_mem m, struct span *spans, size_t *nspans, char *why, size_t why_len)
 {
-    const struct cl_api *r = fb_real;
+    const struct cl_api *r = fb()->real;
     cl_mem_object_type type = 0;
     cl_mem parent = NULL;
     cl_mem_flags flags = 0;
@@ -253,7 +253,7 @@ static int make_classes(struct fq *q, uint32_t *cls, int analysed, char *why, si
 static int check_buffers(struct fq *q, cl_mem *mems, uint32_t nmems, char *why, size_t why_len)
 {
     int rc = 0;
-    int gen = __atomic_load_n(&fb_mem_gen, __ATOMIC_ACQUIRE);
+    int gen = __atomic_load_n(&fb()->mem_gen, __ATOMIC_ACQUIRE);
     if (q->checked && q->checked_gen == gen && q->nchecked == nmems && !memcmp(q->checked, mems, nmems * sizeof *mems))
         return 0;
     struct span *spans = malloc((nmems ? nmems : 1) * sizeof *spans);
@@ -507,9 +507,14 @@ static void derived_to_cache(const void *key, size_t key_len, const void *text, 
     free(v);
 }
 
-static int make(void *arg, void **bitcode, size_t *bitcode_size, void **meta, size_t *meta_size)
+#define MAKE_BUILD 2 /* make_cached: not in the cache, to be built */
+
+/* The fused program from the cache, when it stores what a build would
+ * make: generated OpenCL C (route (b)), or route (a)'s PTX, whose key is
+ * then made into *pkey. make's result (1, 0, or -1 refused), or MAKE_BUILD. */
+static int make_cached(struct make_ctx *m, const char *names, unsigned char **pkey, size_t *pkey_len,
+                       void **bitcode, size_t *bitcode_size, void **meta, size_t *meta_size)
 {
-    struct make_ctx *m = arg;
     const struct fq *q = m->q;
     uint32_t n = q->nheld;
     if ((m->flags & FB_SOURCE) && derived_from_cache(m->key, m->key_len, bitcode, bitcode_size, meta, meta_size)) {
@@ -517,143 +522,190 @@ static int make(void *arg, void **bitcode, size_t *bitcode_size, void **meta, si
                 q->held[0].rec->name, q->held[n - 1].rec->name, (unsigned)n);
         return 1;
     }
-    char names[512];
-    seq_label(q, names, sizeof names);
-    unsigned char *pkey = NULL;
-    size_t pkey_len = 0;
-    if (m->flags & FB_PTX) {
-        if (!fr_takes_ptx(q))
-            return snprintf(m->why, m->why_len, "CLSHIM_FUSE_ROUTE=ptx: this device does not load PTX "
-                            "(route (a) is for NVIDIA's driver)"), -1;
-        if (!(pkey = ptx_key(m, &pkey_len))) return snprintf(m->why, m->why_len, "out of memory"), -1;
-        if (derived_from_cache(pkey, pkey_len, bitcode, bitcode_size, meta, meta_size)) {
-            free(pkey);
-            log_msg(LOG_INFO, "fusion: the PTX (route (a)) for %s..%s (%u kernels) comes from the cache",
-                    q->held[0].rec->name, q->held[n - 1].rec->name, (unsigned)n);
-            if (*bitcode_size && fr_test_refusal(names, *bitcode, *bitcode_size - 1, m->why, m->why_len)) {
-                free(*bitcode);
-                free(*meta);
-                *bitcode = *meta = NULL;
-                return -1;
-            }
-            return 0; /* PTX is the binary NVIDIA's driver takes */
+    if (!(m->flags & FB_PTX)) return MAKE_BUILD;
+    if (!fr_takes_ptx(q))
+        return snprintf(m->why, m->why_len, "CLSHIM_FUSE_ROUTE=ptx: this device does not load PTX "
+                        "(route (a) is for NVIDIA's driver)"), -1;
+    if (!(*pkey = ptx_key(m, pkey_len))) return snprintf(m->why, m->why_len, "out of memory"), -1;
+    if (!derived_from_cache(*pkey, *pkey_len, bitcode, bitcode_size, meta, meta_size)) return MAKE_BUILD;
+    free(*pkey);
+    *pkey = NULL;
+    log_msg(LOG_INFO, "fusion: the PTX (route (a)) for %s..%s (%u kernels) comes from the cache",
+            q->held[0].rec->name, q->held[n - 1].rec->name, (unsigned)n);
+    if (*bitcode_size && fr_test_refusal(names, *bitcode, *bitcode_size - 1, m->why, m->why_len)) {
+        free(*bitcode);
+        free(*meta);
+        *bitcode = *meta = NULL;
+        return -1;
+    }
+    return 0; /* PTX is the binary NVIDIA's driver takes */
+}
+
+/* A build's inputs: the held kernels' programs, each distinct one compiled
+ * to IR once (mods), and the kernels as the fusion request names them. */
+struct make_mod {
+    const void *input;
+    size_t input_len;
+    const char *options;
+    void *bc;
+    size_t size;
+    int llvm_owned;
+};
+struct make_inputs {
+    struct make_mod *mods;
+    struct fuse_kernel *fk;
+    struct pc_origin *origins;
+    uint32_t *kmod; /* held kernel -> its program in mods */
+    uint32_t nmods, norigins;
+};
+
+static void inputs_free(struct make_inputs *in, const struct clshim_llvm_api *api)
+{
+    for (uint32_t j = 0; in->mods && j < in->nmods; j++) {
+        if (in->mods[j].llvm_owned) api->free(in->mods[j].bc);
+        else free(in->mods[j].bc);
+    }
+    free(in->mods);
+    free(in->kmod);
+    free(in->fk);
+    for (uint32_t i = 0; i < in->norigins; i++) pc_origin_free(&in->origins[i]);
+    free(in->origins);
+}
+
+/* Compiles the program of held kernel i to IR unless a kernel before it
+ * shares it: in->kmod[i] is then its module. 0, or -1 with m->why set. */
+static int input_of(struct make_ctx *m, const struct clshim_llvm_api *api, struct make_inputs *in, uint32_t i)
+{
+    const struct held *h = &m->q->held[i];
+    struct pc_origin *origin = &in->origins[i];
+    if (pc_kernel_origin(h->k, origin) != 0)
+        return snprintf(m->why, m->why_len, "the program of '%s' is no longer known", h->rec->name), -1;
+    in->norigins = i + 1;
+    const void *input = origin->input;
+    size_t len = origin->input_len;
+    const char *options = origin->options;
+    if ((m->flags & FB_SOURCE) && origin->kind != KEY_SOURCE) {
+        m->permanent = 1;
+        return snprintf(m->why, m->why_len, "kernel '%s' comes from IL, and this device takes no SPIR "
+                        "(generated OpenCL C needs the source)", h->rec->name), -1;
+    }
+    struct make_mod *mods = in->mods;
+    uint32_t j;
+    for (j = 0; j < in->nmods; j++)
+        if (mods[j].input_len == len && !memcmp(mods[j].input, input, len) && !strcmp(mods[j].options, options))
+            break;
+    if (j == in->nmods && (m->flags & FB_SOURCE) && in->nmods &&
+        fs_join_options(mods[0].options, options, m->why, m->why_len)) {
+        /* Joined, one program would be compiled with the other's options. */
+        m->by_key = m->permanent = 1;
+        return -1;
+    }
+    if (j == in->nmods) {
+        char err[512] = "";
+        int e;
+        mods[j].input = input;
+        mods[j].input_len = len;
+        mods[j].options = options;
+        if (origin->kind == KEY_SOURCE) {
+            e = frontend_compile_source(input, len, options, &mods[j].bc, &mods[j].size, err, sizeof err);
+        } else {
+            mods[j].llvm_owned = 1;
+            /* With the program's specialization constants, as its own build had them. */
+            e = api->spirv_to_spir(input, len, h->rec->specs, h->rec->nspecs, &mods[j].bc, &mods[j].size,
+                                   err, sizeof err);
         }
+        if (e)
+            return snprintf(m->why, m->why_len, "%s of '%s' failed: %s", origin->kind == KEY_SOURCE ?
+                            "compiling the source" : "translating the IL", h->rec->name, err), -1;
+        in->nmods++;
     }
-    uint64_t t0 = now_ns();
-    const struct clshim_llvm_api *api = llvm_api();
-    if (!api) {
-        free(pkey);
-        m->permanent = 1; /* this process will not load it later */
-        return snprintf(m->why, m->why_len, "libclshim-llvm.so cannot be loaded"), -1;
-    }
-    struct mod {
-        const void *input;
-        size_t input_len;
-        const char *options;
-        void *bc;
-        size_t size;
-        int llvm_owned;
-    } *mods = calloc(n, sizeof *mods);
-    struct fuse_kernel *fk = calloc(n, sizeof *fk);
-    struct pc_origin *origins = calloc(n, sizeof *origins);
-    uint32_t *kmod = calloc(n, sizeof *kmod); /* held kernel -> its program in mods */
-    uint32_t nmods = 0, norigins = 0;
-    int rc = -1;
-    if (!mods || !fk || !origins || !kmod) {
-        snprintf(m->why, m->why_len, "out of memory");
-        goto out;
-    }
+    in->kmod[i] = j;
+    return 0;
+}
+
+/* Every held kernel's program to IR (input_of), and the request's kernels.
+ * 0, or -1 with m->why set. */
+static int inputs_load(struct make_ctx *m, const struct clshim_llvm_api *api, struct make_inputs *in)
+{
+    const struct fq *q = m->q;
+    uint32_t n = q->nheld;
+    in->mods = calloc(n, sizeof *in->mods);
+    in->fk = calloc(n, sizeof *in->fk);
+    in->origins = calloc(n, sizeof *in->origins);
+    in->kmod = calloc(n, sizeof *in->kmod);
+    if (!in->mods || !in->fk || !in->origins || !in->kmod)
+        return snprintf(m->why, m->why_len, "out of memory"), -1;
     size_t at = 0;
     for (uint32_t i = 0; i < n; i++) {
         const struct held *h = &q->held[i];
-        struct pc_origin *origin = &origins[i];
-        if (pc_kernel_origin(h->k, origin) != 0) {
-            snprintf(m->why, m->why_len, "the program of '%s' is no longer known", h->rec->name);
-            goto out;
-        }
-        norigins = i + 1;
-        const void *input = origin->input;
-        size_t len = origin->input_len;
-        const char *options = origin->options;
-        if ((m->flags & FB_SOURCE) && origin->kind != KEY_SOURCE) {
-            m->permanent = 1;
-            snprintf(m->why, m->why_len, "kernel '%s' comes from IL, and this device takes no SPIR "
-                     "(generated OpenCL C needs the source)", h->rec->name);
-            goto out;
-        }
-        uint32_t j;
-        for (j = 0; j < nmods; j++)
-            if (mods[j].input_len == len && !memcmp(mods[j].input, input, len) && !strcmp(mods[j].options, options))
-                break;
-        if (j == nmods && (m->flags & FB_SOURCE) && nmods &&
-            fs_join_options(mods[0].options, options, m->why, m->why_len)) {
-            /* Joined, one program would be compiled with the other's options. */
-            m->by_key = m->permanent = 1;
-            goto out;
-        }
-        if (j == nmods) {
-            char err[512] = "";
-            int e;
-            mods[j].input = input;
-            mods[j].input_len = len;
-            mods[j].options = options;
-            if (origin->kind == KEY_SOURCE) {
-                e = frontend_compile_source(input, len, options, &mods[j].bc, &mods[j].size, err, sizeof err);
-            } else {
-                mods[j].llvm_owned = 1;
-                /* With the program's specialization constants, as its own build had them. */
-                e = api->spirv_to_spir(input, len, h->rec->specs, h->rec->nspecs, &mods[j].bc, &mods[j].size,
-                                       err, sizeof err);
-            }
-            if (e) {
-                snprintf(m->why, m->why_len, "%s of '%s' failed: %s", origin->kind == KEY_SOURCE ? "compiling the source" :
-                         "translating the IL", h->rec->name, err);
-                goto out;
-            }
-            nmods++;
-        }
-        kmod[i] = j;
-        fuse_kernel_of(h, &fk[i]);
-        fk[i].module_bc = mods[j].bc;
-        fk[i].module_size = mods[j].size;
-        fk[i].arg_class = m->cls + at;
-        fk[i].num_args = h->nargs;
+        if (input_of(m, api, in, i) != 0) return -1;
+        struct fuse_kernel *k = &in->fk[i];
+        fuse_kernel_of(h, k);
+        k->module_bc = in->mods[in->kmod[i]].bc;
+        k->module_size = in->mods[in->kmod[i]].size;
+        k->arg_class = m->cls + at;
+        k->num_args = h->nargs;
         at += h->nargs;
     }
-    log_msg(LOG_INFO, "fusion: building the fused kernel for %s (%u program%s to IR%s)", names, (unsigned)nmods,
-            nmods == 1 ? "" : "s", m->flags & FB_SOURCE ? ", then generated OpenCL C" :
-            m->flags & FB_PTX ? ", then PTX (route (a))" : "");
-    struct fuse_const consts_buf[STACK_ARGS];
+    return 0;
+}
+
+/* FB_CONST: the scalar arguments baked in, one per class (equal bytes
+ * share one), into consts (STACK_ARGS entries); how many. */
+static uint32_t consts_of(const struct make_ctx *m, struct fuse_const *consts)
+{
+    const struct fq *q = m->q;
     uint32_t nconsts = 0;
-    if (m->flags & FB_CONST) { /* one per class (equal bytes share one) */
-        at = 0;
-        for (uint32_t i = 0; i < n; i++)
-            for (cl_uint j = 0; j < q->held[i].nargs; j++, at++) {
-                const struct fk_arg *a = &q->held[i].args[j];
-                uint32_t c;
-                for (c = 0; c < nconsts && consts_buf[c].arg_class != m->cls[at]; c++) continue;
-                if (!bakeable(a) || c < nconsts || nconsts == STACK_ARGS) continue;
-                consts_buf[nconsts++] = (struct fuse_const){m->cls[at], a->size, FK_BYTES(a)};
-            }
-    }
-    struct fuse_request req = {fk, n, FUSED_NAME, m->flags & FB_FORCE_BARRIER, (m->flags & FB_INTERNAL) != 0,
-                               consts_buf, nconsts, (m->flags & FB_INTERNAL) ? m->internal_args : NULL};
+    size_t at = 0;
+    for (uint32_t i = 0; i < q->nheld; i++)
+        for (cl_uint j = 0; j < q->held[i].nargs; j++, at++) {
+            const struct fk_arg *a = &q->held[i].args[j];
+            uint32_t c;
+            for (c = 0; c < nconsts && consts[c].arg_class != m->cls[at]; c++) continue;
+            if (!bakeable(a) || c < nconsts || nconsts == STACK_ARGS) continue;
+            consts[nconsts++] = (struct fuse_const){m->cls[at], a->size, FK_BYTES(a)};
+        }
+    return nconsts;
+}
+
+/* What a build made: the fused IR and its parameters (res), and the
+ * program to build: generated OpenCL C (gen, route (b)), PTX (route (a)),
+ * or the IR itself. */
+struct made {
     struct fuse_result res;
-    memset(&res, 0, sizeof res);
-    struct fs_program gen = {0};
+    struct fs_program gen;
+    char *ptx;
+    size_t ptx_size;
+    uint8_t *ptx_is_buf;
+};
+
+static void made_free_res(const struct clshim_llvm_api *api, struct made *d)
+{
+    api->free(d->res.bitcode);
+    api->free(d->res.param_kernel);
+    api->free(d->res.param_index);
+}
+
+/* Fuses the inputs, then lowers or generates the program the route takes.
+ * 0, or -1 with m->why (and what kind of refusal) set. */
+static int fuse_inputs(struct make_ctx *m, const struct clshim_llvm_api *api, const struct make_inputs *in,
+                       const char *names, struct made *d)
+{
+    struct fuse_const consts[STACK_ARGS];
+    uint32_t nconsts = m->flags & FB_CONST ? consts_of(m, consts) : 0;
+    struct fuse_request req = {in->fk, m->q->nheld, FUSED_NAME, m->flags & FB_FORCE_BARRIER,
+                               (m->flags & FB_INTERNAL) != 0, consts, nconsts,
+                               (m->flags & FB_INTERNAL) ? m->internal_args : NULL};
     int e;
     if (!(m->flags & FB_SOURCE)) {
-        e = api->fuse(&req, &res);
-        if (e) snprintf(m->why, m->why_len, "%s", res.reason[0] ? res.reason : clshim_strerror(e));
+        e = api->fuse(&req, &d->res);
+        if (e) snprintf(m->why, m->why_len, "%s", d->res.reason[0] ? d->res.reason : clshim_strerror(e));
     } else {
-        struct fs_part *parts = calloc(nmods, sizeof *parts);
-        if (!parts) {
-            snprintf(m->why, m->why_len, "out of memory");
-            goto out;
-        }
-        for (uint32_t j = 0; j < nmods; j++)
-            parts[j] = (struct fs_part){mods[j].input, mods[j].input_len, mods[j].options};
-        e = fs_fuse_parts(api, parts, nmods, kmod, &req, &res, &gen, m->why, m->why_len);
+        struct fs_part *parts = calloc(in->nmods, sizeof *parts);
+        if (!parts) return snprintf(m->why, m->why_len, "out of memory"), -1;
+        for (uint32_t j = 0; j < in->nmods; j++)
+            parts[j] = (struct fs_part){in->mods[j].input, in->mods[j].input_len, in->mods[j].options};
+        e = fs_fuse_parts(api, parts, in->nmods, in->kmod, &req, &d->res, &d->gen, m->why, m->why_len);
         free(parts);
         if (!e && (m->flags & FB_INTERNAL))
             log_msg(LOG_INFO, "fusion: %s: internal: stored as without the option: generated OpenCL C "
@@ -661,84 +713,105 @@ static int make(void *arg, void **bitcode, size_t *bitcode_size, void **meta, si
     }
     if (e) {
         m->by_key = e == CLSHIM_EUNSUPPORTED; /* the analysis said no (not memory, not unreadable input) */
-        m->permanent |= res.permanent;
-        goto out;
+        m->permanent |= d->res.permanent;
+        return -1;
     }
-    char *ptx = NULL;
-    size_t ptx_size = 0;
-    uint8_t *ptx_is_buf = NULL;
     if ((m->flags & FB_PTX) &&
-        (e = fr_lower(q, api, res.bitcode, res.bitcode_size, FUSED_NAME, res.num_params, m->options, &ptx,
-                      &ptx_size, &ptx_is_buf, m->why, m->why_len))) {
+        (e = fr_lower(m->q, api, d->res.bitcode, d->res.bitcode_size, FUSED_NAME, d->res.num_params, m->options,
+                      &d->ptx, &d->ptx_size, &d->ptx_is_buf, m->why, m->why_len))) {
         m->ptx_refused = e == CLSHIM_EUNSUPPORTED;
-        api->free(res.bitcode);
-        api->free(res.param_kernel);
-        api->free(res.param_index);
-        goto out;
+        made_free_res(api, d);
+        return -1;
     }
-    struct bytes b = {0};
-    put32(&b, META_MAGIC);
-    put32(&b, gen.text || ptx ? META_VERSION_NAMED : META_VERSION);
-    put32(&b, res.num_params);
-    put32(&b, res.work_dim);
-    for (int d = 0; d < 3; d++) put64(&b, res.global_size[d]);
-    for (int d = 0; d < 3; d++) put64(&b, res.local_size[d]);
-    for (int d = 0; d < 3; d++) put64(&b, res.global_offset[d]);
-    put32(&b, (uint32_t)res.barrier_inserted);
-    put(&b, res.param_kernel, res.num_params * sizeof(uint32_t));
-    put(&b, res.param_index, res.num_params * sizeof(uint32_t));
-    void *bc;
-    if (gen.text) { /* the program made is the generated source */
-        put(&b, gen.is_buf, res.num_params);
-        put32(&b, (uint32_t)strlen(gen.name));
-        put(&b, gen.name, strlen(gen.name));
-        bc = gen.text;
-        res.bitcode_size = gen.len;
-        gen.text = NULL;
-        fs_program_free(&gen);
-    } else if (ptx) { /* the program made is route (a)'s PTX */
-        put(&b, ptx_is_buf, res.num_params);
-        put32(&b, (uint32_t)strlen(FUSED_NAME));
-        put(&b, FUSED_NAME, strlen(FUSED_NAME));
-        bc = ptx;
-        res.bitcode_size = ptx_size;
-        free(ptx_is_buf);
+    return 0;
+}
+
+/* The metadata of what was made (*b) and the program to build (*bc, its
+ * size in d->res.bitcode_size); frees d. 0, or -1 on OOM. */
+static int pack_made(struct make_ctx *m, const struct clshim_llvm_api *api, struct made *d, struct bytes *b,
+                     void **bc)
+{
+    struct fuse_result *res = &d->res;
+    put32(b, META_MAGIC);
+    put32(b, d->gen.text || d->ptx ? META_VERSION_NAMED : META_VERSION);
+    put32(b, res->num_params);
+    put32(b, res->work_dim);
+    for (int i = 0; i < 3; i++) put64(b, res->global_size[i]);
+    for (int i = 0; i < 3; i++) put64(b, res->local_size[i]);
+    for (int i = 0; i < 3; i++) put64(b, res->global_offset[i]);
+    put32(b, (uint32_t)res->barrier_inserted);
+    put(b, res->param_kernel, res->num_params * sizeof(uint32_t));
+    put(b, res->param_index, res->num_params * sizeof(uint32_t));
+    if (d->gen.text) { /* the program made is the generated source */
+        put(b, d->gen.is_buf, res->num_params);
+        put32(b, (uint32_t)strlen(d->gen.name));
+        put(b, d->gen.name, strlen(d->gen.name));
+        *bc = d->gen.text;
+        res->bitcode_size = d->gen.len;
+        d->gen.text = NULL;
+        fs_program_free(&d->gen);
+    } else if (d->ptx) { /* the program made is route (a)'s PTX */
+        put(b, d->ptx_is_buf, res->num_params);
+        put32(b, (uint32_t)strlen(FUSED_NAME));
+        put(b, FUSED_NAME, strlen(FUSED_NAME));
+        *bc = d->ptx;
+        res->bitcode_size = d->ptx_size;
+        free(d->ptx_is_buf);
     } else {
-        bc = malloc(res.bitcode_size ? res.bitcode_size : 1);
-        if (bc) memcpy(bc, res.bitcode, res.bitcode_size);
+        *bc = malloc(res->bitcode_size ? res->bitcode_size : 1);
+        if (*bc) memcpy(*bc, res->bitcode, res->bitcode_size);
     }
-    api->free(res.bitcode);
-    api->free(res.param_kernel);
-    api->free(res.param_index);
-    if (b.oom || !bc) {
-        free(b.p);
-        free(bc);
-        snprintf(m->why, m->why_len, "out of memory");
-        goto out;
+    made_free_res(api, d);
+    if (b->oom || !*bc) {
+        free(b->p);
+        free(*bc);
+        return snprintf(m->why, m->why_len, "out of memory"), -1;
     }
-    if (res.barrier_inserted) log_msg(LOG_INFO, "fusion: %s: barrier inserted (forced): %s", names, res.reason);
+    return 0;
+}
+
+/* The info lines about what the build did to the kernels. */
+static void log_made(const struct make_ctx *m, const struct fuse_result *res, const char *names)
+{
+    if (res->barrier_inserted) log_msg(LOG_INFO, "fusion: %s: barrier inserted (forced): %s", names, res->reason);
     if (m->flags & FB_INTERNAL) {
-        uint32_t in_registers = res.internalised - res.internalised_local;
+        uint32_t in_registers = res->internalised - res->internalised_local;
         if (in_registers)
             log_msg(LOG_INFO, "fusion: %s: internal: %u buffer%s kept in registers (%s)", names,
-                    (unsigned)in_registers, in_registers == 1 ? "" : "s", res.internal_done);
-        if (res.internalised_local)
+                    (unsigned)in_registers, in_registers == 1 ? "" : "s", res->internal_done);
+        if (res->internalised_local)
             log_msg(LOG_INFO, "fusion: %s: internal: %u buffer%s kept in local memory (%s)", names,
-                    (unsigned)res.internalised_local, res.internalised_local == 1 ? "" : "s", res.internal_local);
-        if (res.internal_kept[0])
-            log_msg(LOG_INFO, "fusion: %s: internal: stored as without the option: %s", names, res.internal_kept);
+                    (unsigned)res->internalised_local, res->internalised_local == 1 ? "" : "s",
+                    res->internal_local);
+        if (res->internal_kept[0])
+            log_msg(LOG_INFO, "fusion: %s: internal: stored as without the option: %s", names, res->internal_kept);
     }
     if (m->flags & FB_CONST)
-        log_msg(LOG_INFO, "fusion: %s: const: %u scalar argument%s baked in", names, (unsigned)res.consts_baked,
-                res.consts_baked == 1 ? "" : "s");
-    if (res.loops_merged)
+        log_msg(LOG_INFO, "fusion: %s: const: %u scalar argument%s baked in", names, (unsigned)res->consts_baked,
+                res->consts_baked == 1 ? "" : "s");
+    if (res->loops_merged)
         log_msg(LOG_INFO, "fusion: %s: %u grid-stride loop%s merged into the first", names,
-                (unsigned)res.loops_merged, res.loops_merged == 1 ? "" : "s");
+                (unsigned)res->loops_merged, res->loops_merged == 1 ? "" : "s");
+}
+
+/* Builds the fused program from the loaded inputs: fused, packed, logged,
+ * and stored in the cache where the route's result is derived (route (b)'s
+ * OpenCL C, route (a)'s PTX). make's result. */
+static int make_built(struct make_ctx *m, const struct clshim_llvm_api *api, const struct make_inputs *in,
+                      const char *names, const unsigned char *pkey, size_t pkey_len, uint64_t t0, void **bitcode,
+                      size_t *bitcode_size, void **meta, size_t *meta_size)
+{
+    struct made d;
+    memset(&d, 0, sizeof d);
+    struct bytes b = {0};
+    void *bc = NULL;
+    if (fuse_inputs(m, api, in, names, &d) != 0 || pack_made(m, api, &d, &b, &bc) != 0) return -1;
+    log_made(m, &d.res, names);
     *bitcode = bc;
-    *bitcode_size = res.bitcode_size;
+    *bitcode_size = d.res.bitcode_size;
     *meta = b.p;
     *meta_size = b.len;
-    rc = m->flags & FB_SOURCE ? 1 : 0; /* 1: *bitcode is OpenCL C (pc_build_derived) */
+    int rc = m->flags & FB_SOURCE ? 1 : 0; /* 1: *bitcode is OpenCL C (pc_build_derived) */
     if (rc == 1) derived_to_cache(m->key, m->key_len, bc, *bitcode_size, b.p, b.len, now_ns() - t0);
     if (m->flags & FB_PTX) {
         derived_to_cache(pkey, pkey_len, bc, *bitcode_size, b.p, b.len, now_ns() - t0);
@@ -749,17 +822,36 @@ static int make(void *arg, void **bitcode, size_t *bitcode_size, void **meta, si
             rc = -1;
         }
     }
-out:
-    free(pkey);
-    for (uint32_t j = 0; mods && j < nmods; j++) {
-        if (mods[j].llvm_owned) api->free(mods[j].bc);
-        else free(mods[j].bc);
+    return rc;
+}
+
+static int make(void *arg, void **bitcode, size_t *bitcode_size, void **meta, size_t *meta_size)
+{
+    struct make_ctx *m = arg;
+    char names[512];
+    seq_label(m->q, names, sizeof names);
+    unsigned char *pkey = NULL;
+    size_t pkey_len = 0;
+    int rc = make_cached(m, names, &pkey, &pkey_len, bitcode, bitcode_size, meta, meta_size);
+    if (rc != MAKE_BUILD) return rc;
+    uint64_t t0 = now_ns();
+    const struct clshim_llvm_api *api = llvm_api();
+    if (!api) {
+        free(pkey);
+        m->permanent = 1; /* this process will not load it later */
+        return snprintf(m->why, m->why_len, "libclshim-llvm.so cannot be loaded"), -1;
     }
-    free(mods);
-    free(kmod);
-    free(fk);
-    for (uint32_t i = 0; i < norigins; i++) pc_origin_free(&origins[i]);
-    free(origins);
+    struct make_inputs in = {0};
+    rc = -1;
+    if (inputs_load(m, api, &in) == 0) {
+        uint32_t nmods = in.nmods;
+        log_msg(LOG_INFO, "fusion: building the fused kernel for %s (%u program%s to IR%s)", names,
+                (unsigned)nmods, nmods == 1 ? "" : "s", m->flags & FB_SOURCE ? ", then generated OpenCL C" :
+                m->flags & FB_PTX ? ", then PTX (route (a))" : "");
+        rc = make_built(m, api, &in, names, pkey, pkey_len, t0, bitcode, bitcode_size, meta, meta_size);
+    }
+    free(pkey);
+    inputs_free(&in, api);
     return rc;
 }
 
@@ -838,8 +930,8 @@ static unsigned memo_count_prefix(const struct fq *q, const struct bytes *key, s
 static void memo_drop(struct fb_memo *e)
 {
     fk_free_args(e->set, e->nparams);
-    if (e->kernel) fb_real->clReleaseKernel(e->kernel);
-    if (e->prog) fb_real->clReleaseProgram(e->prog);
+    if (e->kernel) fb()->real->clReleaseKernel(e->kernel);
+    if (e->prog) fb()->real->clReleaseProgram(e->prog);
     free(e->key);
     free(e->reason);
     free(e->pk);
@@ -883,7 +975,7 @@ static struct fb_memo *memo_build(const struct fq *q, int flags, const char *int
             pc_derived_refusal_put(q->dev, options, e->key, e->key_len, REFUSED_BY, why, mc.permanent);
     } else if (read_meta(e, q, meta, meta_size) != 0) {
         snprintf(why, sizeof why, "the fused program's metadata is invalid");
-    } else if (!(e->kernel = fb_real->clCreateKernel(e->prog, e->name, &err)) || err != CL_SUCCESS) {
+    } else if (!(e->kernel = fb()->real->clCreateKernel(e->prog, e->name, &err)) || err != CL_SUCCESS) {
         snprintf(why, sizeof why, "creating the fused kernel failed (error %d)", err);
         e->kernel = NULL;
     }
@@ -893,7 +985,7 @@ static struct fb_memo *memo_build(const struct fq *q, int flags, const char *int
          * (pc_build_derived), and on PoCL producing it compiles, which can
          * crash once LLVM's static destructors have run at exit. */
         size_t bin_size = 0;
-        fb_real->clGetProgramInfo(e->prog, CL_PROGRAM_BINARY_SIZES, sizeof bin_size, &bin_size, NULL);
+        fb()->real->clGetProgramInfo(e->prog, CL_PROGRAM_BINARY_SIZES, sizeof bin_size, &bin_size, NULL);
     }
     if (why[0]) e->reason = strdup(why);
     e->ptx_refused = mc.ptx_refused;
@@ -931,7 +1023,7 @@ static uint64_t repeat_serial(const struct fb_repeat *r);
  * never freed, so the pointer names one queue's), and no buffer was
  * released since. Then not even the comparison with e->set is needed: a
  * loop relaunching one chain costs no clSetKernelArg and no comparison.
- * Caller holds e->lock. */
+ * Under e->lock (launch takes it; not asserted: every fused launch passes here). */
 static int args_known(const struct fb_memo *e, const struct fb_repeat *r, int gen)
 {
     return r && e->set_by == r && e->set_serial == repeat_serial(r) && e->set_gen == gen;
@@ -940,7 +1032,7 @@ static int args_known(const struct fb_memo *e, const struct fb_repeat *r, int ge
 /* Sets the fused kernel's arguments from q's held snapshots, calling
  * clSetKernelArg only for those that differ from what it holds (e->set);
  * `r` is q's launch record when the held kernels repeat it (else NULL), so
- * that the next repeat can skip even the comparison. Caller holds e->lock. */
+ * that the next repeat can skip even the comparison. Under e->lock (see args_known). */
 static cl_int set_fused_args(struct fq *q, struct fb_memo *e, const struct fb_repeat *r, int gen)
 {
     if (args_known(e, r, gen)) return CL_SUCCESS;
@@ -952,7 +1044,7 @@ static cl_int set_fused_args(struct fq *q, struct fb_memo *e, const struct fb_re
     for (uint32_t p = 0; p < e->nparams && rc == CL_SUCCESS; p++) {
         const struct fk_arg *a = &q->held[e->pk[p]].args[e->pi[p]];
         if (e->set && fk_arg_equal(&e->set[p], a)) continue; /* a loop re-launching with the same arguments */
-        rc = fb_real->clSetKernelArg(e->kernel, p, a->size, a->kind == FK_LOCAL ? NULL : FK_BYTES(a));
+        rc = fb()->real->clSetKernelArg(e->kernel, p, a->size, a->kind == FK_LOCAL ? NULL : FK_BYTES(a));
         if (e->set) {
             fk_arg_clear(&e->set[p]);
             if (rc == CL_SUCCESS) fk_arg_copy(&e->set[p], a);
@@ -979,13 +1071,13 @@ static cl_int launch(struct fq *q, struct fb_memo *e, const struct fb_repeat *re
             int tracked = fev_look(w, &v);
             cl_uint k;
             if (tracked && v.q == q && v.held) { /* a command of this launch */
-                if (v.real) fb_real->clReleaseEvent(v.real);
+                if (v.real) fb()->real->clReleaseEvent(v.real);
                 continue;
             }
             if (v.real) {
                 for (k = 0; k < nw && waits[k] != v.real; k++) continue;
                 if (k < nw) {
-                    fb_real->clReleaseEvent(v.real);
+                    fb()->real->clReleaseEvent(v.real);
                     continue;
                 }
                 if (nreal < nw) waits[nw] = waits[nreal]; /* keep the retained ones first */
@@ -997,14 +1089,14 @@ static cl_int launch(struct fq *q, struct fb_memo *e, const struct fb_repeat *re
             if (k == nw) waits[nw++] = w;
         }
     pthread_mutex_lock(&e->lock);
-    cl_int rc = set_fused_args(q, e, repeat_of, __atomic_load_n(&fb_mem_gen, __ATOMIC_ACQUIRE));
+    cl_int rc = set_fused_args(q, e, repeat_of, __atomic_load_n(&fb()->mem_gen, __ATOMIC_ACQUIRE));
     int has_lws = e->lws[0] || e->lws[1] || e->lws[2];
     int has_off = e->off[0] || e->off[1] || e->off[2];
     if (rc == CL_SUCCESS)
-        rc = fb_real->clEnqueueNDRangeKernel(q->q, e->kernel, e->dim, has_off ? e->off : NULL, e->gws,
+        rc = fb()->real->clEnqueueNDRangeKernel(q->q, e->kernel, e->dim, has_off ? e->off : NULL, e->gws,
                                              has_lws ? e->lws : NULL, nw, nw ? waits : NULL, rev);
     pthread_mutex_unlock(&e->lock);
-    for (cl_uint i = 0; i < nreal; i++) fb_real->clReleaseEvent(waits[i]);
+    for (cl_uint i = 0; i < nreal; i++) fb()->real->clReleaseEvent(waits[i]);
     if (waits != buf) free(waits);
     return rc;
 }
@@ -1136,7 +1228,7 @@ static void repeat_save(struct fq *q, int flags, const char *internal_args, int 
 int fb_repeat_seq(const struct fq *q)
 {
     const struct fb_repeat *r = q->repeat;
-    return r && r->valid && r->gen == __atomic_load_n(&fb_mem_gen, __ATOMIC_ACQUIRE) ? r->seq : FB_NO_REPEAT;
+    return r && r->valid && r->gen == __atomic_load_n(&fb()->mem_gen, __ATOMIC_ACQUIRE) ? r->seq : FB_NO_REPEAT;
 }
 
 int fb_repeat_same(const struct fq *q, const struct held *h)
@@ -1240,7 +1332,7 @@ int fb_fuse_held(struct fq *q, int flags, const char *internal_args, int seq, st
         flags &= ~FB_CONST;
     }
     if (!(flags & FB_INTERNAL)) internal_args = NULL;
-    int gen = __atomic_load_n(&fb_mem_gen, __ATOMIC_ACQUIRE), repeat = 0, ptx_refused = 0;
+    int gen = __atomic_load_n(&fb()->mem_gen, __ATOMIC_ACQUIRE), repeat = 0, ptx_refused = 0;
     int asked = flags; /* a launch repeating this one finds the program by these flags */
     struct fb_memo *e = fused_program(q, flags, internal_args, gen, &repeat, lasting, &ptx_refused, why, why_len);
     if (!e && ptx_refused && fr_fallback(q, flags, why)) {
@@ -1265,7 +1357,7 @@ int fb_fuse_held(struct fq *q, int flags, const char *internal_args, int seq, st
     for (uint32_t i = 0; i < n; i++) {
         struct held *h = &q->held[i];
         if (h->ev) {
-            fb_real->clRetainEvent(rev);
+            fb()->real->clRetainEvent(rev);
             __atomic_store_n(&h->ev->real, rev, __ATOMIC_RELEASE);
             h->ev->held = 0;
             fb_pending_add(p, h->ev, rev, CL_SUCCESS);
@@ -1274,9 +1366,9 @@ int fb_fuse_held(struct fq *q, int flags, const char *internal_args, int seq, st
     for (uint32_t i = 0; i < n; i++) fb_held_clear(&q->held[i]);
     __atomic_store_n(&q->nheld, 0, __ATOMIC_RELEASE); /* read unlocked by cancel_where */
     q->ncand = 0;
-    __atomic_sub_fetch(&fb_held_total, (int)n, __ATOMIC_RELEASE);
+    __atomic_sub_fetch(&fb()->held_total, (int)n, __ATOMIC_RELEASE);
     if (out_event) *out_event = rev;
-    else if (rev) fb_real->clReleaseEvent(rev);
+    else if (rev) fb()->real->clReleaseEvent(rev);
     *nparams = e->nparams;
     return 0;
 }

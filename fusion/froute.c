@@ -41,7 +41,7 @@ static uint32_t test_sm(const char **dir)
 static const struct device_info *device_of(const struct fq *q)
 {
     /* A table without the device queries (the batcher's fuzz target) has no device. */
-    return fb_real->clGetDeviceInfo && fb_real->clGetPlatformInfo ? device_info(fb_real, q->dev) : NULL;
+    return fb()->real->clGetDeviceInfo && fb()->real->clGetPlatformInfo ? device_info(fb()->real, q->dev) : NULL;
 }
 
 int fr_takes_ptx(const struct fq *q)

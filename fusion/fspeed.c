@@ -49,7 +49,6 @@
 
 enum { FS_COUNT = 0, FS_AGAIN, FS_SAMPLE, FS_WAIT, FS_DONE };
 
-int fs_sampling;
 
 static pthread_mutex_t fs_lock = PTHREAD_MUTEX_INITIALIZER; /* a leaf: measurements and their callbacks only */
 
@@ -71,9 +70,8 @@ static float median(float *v, uint32_t n)
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-uint32_t fb_plan_user;
 
-static int is_auto(uint32_t s) { return s >= fb_plan_user; }
+static int is_auto(uint32_t s) { return s >= fb()->plan_user; }
 
 static void start(struct fs_speed *f)
 {
@@ -81,15 +79,16 @@ static void start(struct fs_speed *f)
     f->i = 0;
     f->nf = f->nu = 0;
     f->gen++;
-    __atomic_add_fetch(&fs_sampling, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&fb()->sampling, 1, __ATOMIC_RELAXED);
 }
 
-/* The measurement of s is complete: keeps the faster way. Caller holds fs_lock. */
+/* The measurement of s is complete: keeps the faster way (under fs_lock, asserted). */
 static void decide(uint32_t s, struct fs_speed *f)
 {
+    if (!CLSHIM_ASSERT_HELD(&fs_lock)) return; /* no verdict: the measurement stays open */
     float fm = median(f->fused, f->nf), um = median(f->unfused, f->nu);
     int slower = fm > um;
-    __atomic_sub_fetch(&fs_sampling, 1, __ATOMIC_RELAXED);
+    __atomic_sub_fetch(&fb()->sampling, 1, __ATOMIC_RELAXED);
     uint32_t period = f->period && slower == f->slower ? f->period * 2 : FS_PERIOD_MIN;
     __atomic_store_n(&f->period, period > FS_PERIOD_MAX ? FS_PERIOD_MAX : period, __ATOMIC_RELAXED);
     f->slower = slower;
@@ -97,12 +96,12 @@ static void decide(uint32_t s, struct fs_speed *f)
     f->unfused_ms = um;
     f->measured = 1;
     char names[512];
-    fa_seq_names(&fb_plan->seqs[s], names, sizeof names);
+    fa_seq_names(&fb()->plan->seqs[s], names, sizeof names);
     if (!is_auto(s)) {
         /* One line, at the default level: the user asked for this fusion. */
         if (slower)
             log_msg(LOG_WARN, "fusion: plan %s: %s measured slower fused (median %.3f ms against %.3f ms unfused, "
-                              "%d occurrences each); fused as the plan says", fb_plan->seqs[s].where, names, fm, um,
+                              "%d occurrences each); fused as the plan says", fb()->plan->seqs[s].where, names, fm, um,
                     FS_N);
         f->state = FS_DONE;
         return;
@@ -124,7 +123,7 @@ static void decide(uint32_t s, struct fs_speed *f)
 
 int fs_way_slow(uint32_t s, struct fs_ticket *t)
 {
-    struct fs_speed *f = &fb_backoff[s].speed;
+    struct fs_speed *f = &fb()->backoff[s].speed;
     int way = FS_FUSE;
     pthread_mutex_lock(&fs_lock);
     switch (f->state) {
@@ -153,7 +152,7 @@ int fs_way_slow(uint32_t s, struct fs_ticket *t)
             decide(s, f);
             if (f->state == FS_AGAIN) way = FS_UNFUSED; /* the back-off starts with the next occurrence */
         } else if (++f->i > FS_WAIT_MAX) { /* events that never completed, occurrences broken off: later */
-            __atomic_sub_fetch(&fs_sampling, 1, __ATOMIC_RELAXED);
+            __atomic_sub_fetch(&fb()->sampling, 1, __ATOMIC_RELAXED);
             __atomic_store_n(&f->count, 0, __ATOMIC_RELAXED);
             f->state = FS_COUNT;
         }
@@ -194,7 +193,7 @@ static void CL_CALLBACK done(cl_event ev, cl_int status, void *arg)
     q->fs_last_seq = status == CL_COMPLETE ? t->seq + 1 : 0;
     q->fs_last_gen = t->gen;
     q->fs_last_fused = t->fused;
-    struct fs_speed *f = &fb_backoff[t->seq].speed;
+    struct fs_speed *f = &fb()->backoff[t->seq].speed;
     if (status == CL_COMPLETE && follows && t->gen == f->gen) {
         uint32_t *n = t->fused ? &f->nf : &f->nu;
         float *v = t->fused ? f->fused : f->unfused;
@@ -203,12 +202,13 @@ static void CL_CALLBACK done(cl_event ev, cl_int status, void *arg)
                 (unsigned)t->seq, t->fused ? "fused" : "unfused", took, done_gap, begin_gap);
     }
     pthread_mutex_unlock(&fs_lock);
-    fb_real->clReleaseEvent(ev);
+    fb()->real->clReleaseEvent(ev);
     free(t);
 }
 
 void fs_follow_next(struct fq *q, uint32_t seq, const struct fs_ticket *tk)
 {
+    if (!CLSHIM_ASSERT_HELD(&q->lock)) return; /* nothing followed: no unfused occurrence timed */
     fb_backoff_skip(seq, tk->follow);
     q->fs_follow = seq + 1;
     q->fs_pos = 0;
@@ -219,7 +219,7 @@ void fs_follow_next(struct fq *q, uint32_t seq, const struct fs_ticket *tk)
 uint32_t fs_follow(struct fq *q, const char *name)
 {
     uint32_t seq1 = q->fs_follow;
-    const struct plan_seq *s = &fb_plan->seqs[seq1 - 1];
+    const struct plan_seq *s = &fb()->plan->seqs[seq1 - 1];
     if (strcmp(s->names[q->fs_pos], name)) {
         /* Before its first kernel, other kernels may pass: the rest of the
          * run the sequence is a window of (fauto.c). Once begun, another
@@ -240,15 +240,15 @@ void fs_time(struct fq *q, uint32_t seq, const struct fs_ticket *tk, int fused, 
     if (t) {
         *t = (struct fs_timing){q, seq, tk->gen, fused, q->fs_t0};
         q->fs_t0 = 0; /* used: a later occurrence without a reading of its own gets none */
-        if (fb_real->clSetEventCallback(ev, CL_COMPLETE, done, t) == CL_SUCCESS) return;
+        if (fb()->real->clSetEventCallback(ev, CL_COMPLETE, done, t) == CL_SUCCESS) return;
         free(t);
     }
-    if (ev) fb_real->clReleaseEvent(ev);
+    if (ev) fb()->real->clReleaseEvent(ev);
 }
 
 int fs_measured(uint32_t s, double *fused_ms, double *unfused_ms)
 {
-    struct fs_speed *f = &fb_backoff[s].speed;
+    struct fs_speed *f = &fb()->backoff[s].speed;
     pthread_mutex_lock(&fs_lock);
     int m = f->measured;
     *fused_ms = f->fused_ms;

@@ -337,7 +337,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                       " __kernel void kc(long a, long b) {}";
     /* A refused fusion puts its sequence in a back-off: every input starts
      * with all of them holdable. */
-    memset(fb_backoff, 0, fb_plan_nseqs() * sizeof *fb_backoff);
+    memset(fb()->backoff, 0, fb_plan_nseqs() * sizeof *fb()->backoff);
     cl_int rc;
     cl_program prog = pc_create_with_source((cl_context)&fake_ctx, 1, &src, NULL, &rc);
     cl_kernel k[NK];
