@@ -9,7 +9,7 @@
 
 /* The calling thread's id, cached: gettid() is a system call. A forked
  * child's thread has another id, so the cache is cleared in the child. */
-static _Thread_local pid_t thread_id;
+static _Thread_local pid_t thread_id __attribute__((tls_model("initial-exec")));
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 static void forget_thread_id(void) { thread_id = 0; }
 static void register_atfork(void) { pthread_atfork(NULL, NULL, forget_thread_id); }

@@ -1,7 +1,7 @@
 /* batch.c — the batcher's queue records and their life (see batch.h for the
  * design): start-up and exit, submitting held kernels, other commands and
- * releases that end what a queue holds. The kernel enqueue is enqueue.c's,
- * the modes fmode.c's.
+ * releases that end what a queue holds. The kernel enqueue and the plan's
+ * and automatic fusion's modes are enqueue.c's, the extension API's fext.c's.
  *
  * Invariants of a queue record (checked by fq_check() before held kernels
  * are submitted or fused; a broken one aborts under CLSHIM_STRICT, else
@@ -75,7 +75,7 @@ static const char *fq_broken(const struct fq *q)
  * invariant was broken (or q->lock is not held: then nothing is read). */
 int fq_check(struct fq *q, const char *where)
 {
-    const char *broken = CLSHIM_ASSERT_HELD(&q->lock) ? fq_broken(q) : "its lock not held";
+    const char *broken = fq_broken(q);
     if (!broken) return 0;
     if (check_fatal()) {
         log_msg(LOG_ERROR, "fusion: internal error in %s: %s; aborting (CLSHIM_STRICT=1)", where, broken);

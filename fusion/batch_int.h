@@ -1,6 +1,7 @@
 /* batch_int.h — the batcher's state and records, shared by fusion/enqueue.c
- * (the kernel enqueue: holding, replays, fusing; the module's state),
- * fusion/fmode.c (the modes: plan matching, the extension API),
+ * (the kernel enqueue: holding, replays, fusing; plan matching and the
+ * plan's and automatic fusion's modes; the module's state), fusion/fext.c
+ * (the extension API and its mode),
  * fusion/batch.c (queue records, start-up, submitting, cancelling),
  * fusion/fkernel.c (kernel records and argument snapshots), fusion/fevent.c
  * (events handed out for held commands) and fusion/flaunch.c (building and
@@ -286,7 +287,7 @@ struct fq {
     unsigned char ext_warned; /* a Complete or Cancel without Start was reported for this queue */
     int off;              /* an internal invariant broke here: never hold again */
     int route;            /* 0 not decided yet, else what the device takes (fusion/froute.h) */
-    /* How this queue holds and fuses (fmode.c): chosen when the record is
+    /* How this queue holds and fuses (enqueue.c, fext.c): chosen when the record is
      * made, the extension API's while ext. In the padding before `held`:
      * the record keeps its size (and so the heap's layout: kernel handles
      * made after it fall where they did for the recent-record sets of
@@ -349,7 +350,7 @@ struct fq *fq_get(cl_command_queue q, int create);
  * whose lock is taken is not idle. */
 int fb_submit_idle(struct fq *q, uint32_t holds, unsigned period_ms);
 
-/* ---- the modes (fmode.c) ---- */
+/* ---- the modes (enqueue.c; the extension API's in fext.c) ---- */
 
 /* How a queue holds kernels and when it fuses them: a strategy. The plan's
  * (CLSHIM_FUSE, CLSHIM_FUSION_PLAN) and automatic fusion's (CLSHIM_FUSION=auto:
@@ -402,7 +403,8 @@ void fi_stop(void);
 /* Checks q's invariants (batch.c): 0 when they hold; 1 when one is broken,
  * after logging it and turning fusion off for q (held kernels must then be
  * submitted unfused by the caller) — or abort()s under CLSHIM_STRICT=1.
- * Under q->lock (asserted: a check without it counts as broken). */
+ * Under q->lock (not asserted: every fused launch passes here, and
+ * bench/callgrind_chain.sh counts it). */
 int fq_check(struct fq *q, const char *where);
 
 /* Submits every held kernel individually, in order (under q->lock, asserted). */
@@ -421,7 +423,7 @@ void fb_held_clear(struct held *h);
 void fb_cancel(struct fq *q, const char *why);
 /* Fuses q's held kernels (plan sequence seq, -1 for the extension API,
  * with the FB_* flags and internal= list of its fusion) or, failing that,
- * submits them; *out as fb_fuse_held's out_event. Under q->lock (fq_check asserts it). */
+ * submits them; *out as fb_fuse_held's out_event. Under q->lock. */
 void fb_fuse_or_submit(struct fq *q, int flags, const char *internal_args, int seq, struct fb_pending *p,
                        cl_event *out);
 /* Whether plan sequence s sits out this occurrence (counting it: its back-off). */
@@ -580,13 +582,13 @@ int fb_fuse_held(struct fq *q, int flags, const char *internal_args, int seq, st
  * kernel without the plan matching and checks of a first occurrence:
  * fb_repeat_seq is the plan sequence of q's last fused launch (-1: the
  * extension API), or FB_NO_REPEAT when there is none or a buffer was
- * released since; fb_repeat_same whether the entry h, written in slot
+ * released since (mem_gen: fb()->mem_gen, read by the caller); fb_repeat_same whether the entry h, written in slot
  * q->nheld but not yet counted, is that launch's next kernel: the same
  * record with the same argument count (args_gen) and the same ND-range —
  * so every check that let it be held then holds now. Under q->lock (not
  * asserted: every replayed kernel passes here). */
 #define FB_NO_REPEAT (-2)
-int fb_repeat_seq(const struct fq *q);
+int fb_repeat_seq(const struct fq *q, int mem_gen);
 int fb_repeat_same(const struct fq *q, const struct held *h);
 
 #endif

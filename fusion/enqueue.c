@@ -2,8 +2,9 @@
  *
  * fusion_enqueue_kernel takes the kernel's record (fkernel.c) and the
  * queue's (batch.c), then decides under the queue lock, with the queue's
- * mode (fmode.c: the plan, automatic fusion or the extension API) saying
- * which kernels are held and when they are complete: the kernel is held
+ * mode (struct fb_mode: the plan's and automatic fusion's are here, the
+ * extension API's in fext.c) saying which kernels are held and when they
+ * are complete: the kernel is held
  * (as a replay of the queue's last fused launch, or matched and checked),
  * and fused with the kernels held before it when it completes a sequence;
  * or what is held is submitted and the kernel goes to the driver. The
@@ -13,6 +14,7 @@
  */
 #include "fusion/batch.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -24,6 +26,247 @@ int fusion_armed = -1;
 static struct fb_module module;
 /* Here, where the enqueue path reads it, fb() is the instance's address. */
 struct fb_module *fb(void) { return &module; }
+
+/* Inlined into the enqueue path: the plan's hooks and the replay, which the
+ * plan's mode runs for every kernel of a fused loop (bench/callgrind_chain.sh
+ * counts them). */
+#define HOT inline __attribute__((always_inline))
+
+/* ---- plan matching ------------------------------------------------------------------ */
+
+/* Starts matching at a first kernel r: the sequences r starts (not backing
+ * off) become the candidates. A kernel that starts none is remembered as
+ * such with the plan's size (sequences are only ever appended), so that
+ * under automatic fusion a kernel enqueued again and again compares no
+ * names until the plan grows. A sequence that sits this occurrence out
+ * (back-off, or the unfused half of a measurement) lets its whole
+ * occurrence pass: passes() keeps its later kernels from starting a hold,
+ * which, where kernel names repeat (PyOpenCL names every elementwise kernel
+ * elwise_kernel), would hold the occurrence from its second kernel on and
+ * fuse a rotation of the sequence: another fused program to build, and a
+ * measurement that never sees its unfused occurrence. */
+static int plan_start(struct fq *q, struct fk_kernel *r)
+{
+    q->ncand = 0;
+    uint32_t nseqs = fb_plan_nseqs(), passing = 0;
+    if (__atomic_load_n(&r->starts_none, __ATOMIC_RELAXED) == nseqs + 1) return 0;
+    if (!q->cand && !(q->cand = malloc(fb()->plan_cap * sizeof *q->cand))) return 0;
+    int starts = 0;
+    for (uint32_t s = 0; s < nseqs; s++) {
+        if (strcmp(fb()->plan->seqs[s].names[0], r->name)) continue;
+        starts = 1;
+        if (!fb_backoff_skips(s)) q->cand[q->ncand++] = s;
+        else if (fb()->plan->seqs[s].n > 1 && __atomic_load_n(&fb()->backoff[s].skip, __ATOMIC_RELAXED) != FB_BACKOFF_NEVER &&
+                 (!passing || fb()->plan->seqs[s].n > fb()->plan->seqs[passing - 1].n))
+            passing = s + 1; /* a retired one (FB_BACKOFF_NEVER) lets its windows start anywhere in it */
+    }
+    if (!starts) __atomic_store_n(&r->starts_none, nseqs + 1, __ATOMIC_RELAXED);
+    q->passing = q->ncand ? 0 : passing;
+    q->passing_pos = 1;
+    return q->ncand > 0;
+}
+
+/* Whether kernel `name` belongs to the occurrence passing unheld (plan_start). */
+static int passes(struct fq *q, const char *name)
+{
+    const struct plan_seq *s = &fb()->plan->seqs[q->passing - 1];
+    if (q->passing_pos < s->n && !strcmp(s->names[q->passing_pos], name)) {
+        if (++q->passing_pos == s->n) q->passing = 0;
+        return 1;
+    }
+    q->passing = 0;
+    return 0;
+}
+
+/* Keeps the candidates whose next kernel is `name`; returns how many.
+ * When none continues with `name` the candidates are left as they were:
+ * the held kernels still match them until they are submitted (invariant 4). */
+static uint32_t plan_filter(struct fq *q, const char *name)
+{
+    uint32_t m = 0;
+    for (uint32_t c = 0; c < q->ncand; c++) {
+        const struct plan_seq *s = &fb()->plan->seqs[q->cand[c]];
+        if (s->n > q->nheld && !strcmp(s->names[q->nheld], name) &&
+            !__atomic_load_n(&fb()->backoff[q->cand[c]].skip, __ATOMIC_RELAXED))
+            q->cand[m++] = q->cand[c]; /* m <= c: compacting in place only moves matches */
+    }
+    if (m) q->ncand = m;
+    return m;
+}
+
+/* The kernels the candidates expect next, "'a' or 'b'", for the log. */
+static void expected_next(const struct fq *q, char *out, size_t len)
+{
+    size_t o = 0;
+    out[0] = 0;
+    for (uint32_t c = 0; c < q->ncand && o + 1 < len; c++) {
+        const struct plan_seq *s = &fb()->plan->seqs[q->cand[c]];
+        if (s->n <= q->nheld) continue;
+        const char *next = s->names[q->nheld];
+        int seen = 0;
+        for (uint32_t d = 0; d < c && !seen; d++) {
+            const struct plan_seq *t = &fb()->plan->seqs[q->cand[d]];
+            seen = t->n > q->nheld && !strcmp(t->names[q->nheld], next);
+        }
+        if (seen) continue;
+        int w = snprintf(out + o, len - o, "%s'%s'", o ? " or " : "", next);
+        if (w < 0) break;
+        o += (size_t)w;
+    }
+}
+
+/* The candidate completed by the held kernels, or -1. */
+static inline int plan_done(const struct fq *q)
+{
+    for (uint32_t c = 0; c < q->ncand; c++)
+        if (fb()->plan->seqs[q->cand[c]].n == q->nheld) return (int)q->cand[c];
+    return -1;
+}
+
+static int plan_flags(const struct plan_seq *s)
+{
+    return (s->force_barrier ? FB_FORCE_BARRIER : 0) | (s->internal ? FB_INTERNAL : 0) | (s->consts ? FB_CONST : 0);
+}
+
+/* Whether plan sequence s is the only one starting with its first kernel,
+ * so that a kernel starting it finds no other candidate. Remembered per
+ * queue until the plan grows (automatic fusion; a sequence that stops
+ * being held for good only makes s more alone). Under q->lock (a replay
+ * asks: not asserted, see may_replay). */
+static int seq_alone(struct fq *q, uint32_t s)
+{
+    uint32_t nseqs = fb_plan_nseqs();
+    if (s >= nseqs) return 0;
+    if (q->alone_nseqs == nseqs && q->alone_seq == s) return 1;
+    const char *first = fb()->plan->seqs[s].names[0];
+    for (uint32_t t = 0; t < nseqs; t++) /* one never held again (FB_BACKOFF_NEVER) is no candidate */
+        if (t != s && __atomic_load_n(&fb()->backoff[t].skip, __ATOMIC_RELAXED) != FB_BACKOFF_NEVER &&
+            !strcmp(fb()->plan->seqs[t].names[0], first))
+            return 0;
+    q->alone_seq = s;
+    q->alone_nseqs = nseqs;
+    return 1;
+}
+
+/* ---- the plan's mode, and automatic fusion's ---------------------------------------- */
+
+/* Whether r may be held under a plan: not when it belongs to an
+ * occurrence passing unheld (plan_start). */
+static int not_passing(struct fq *q, struct fk_kernel *r) { return !q->passing || q->nheld || !passes(q, r->name); }
+
+static HOT int plan_admit(struct fq *q, struct fk_kernel *r)
+{
+    return r->in_plan && fb()->plan && q->in_order && not_passing(q, r);
+}
+
+/* Under automatic fusion any kernel may start a sequence: one learned later. */
+static int auto_admit(struct fq *q, struct fk_kernel *r) { return q->in_order && not_passing(q, r); }
+
+/* The matching of a first occurrence would find the launch's sequence as
+ * the only candidate — alone in starting with its first kernel, not backing
+ * off — so the outcome is the same without it. */
+static HOT int plan_replays(struct fq *q, int s)
+{
+    if (s < 0 || !q->cand || __atomic_load_n(&fb()->backoff[s].skip, __ATOMIC_RELAXED)) return 0;
+    return q->nheld || seq_alone(q, (uint32_t)s);
+}
+
+/* Does r continue (or start) a sequence? Held kernels it breaks off are submitted. */
+static int plan_match(struct fq *q, struct fk_kernel *r, struct fb_pending *p)
+{
+    if (q->nheld && !plan_filter(q, r->name)) {
+        if (log_enabled(LOG_INFO)) {
+            char names[512], next[512];
+            fb_names_of(q, names, sizeof names);
+            expected_next(q, next, sizeof next);
+            fb_log_kind("fusion: held %s submitted unfused: '%s' breaks the sequence (expected %s)", names, r->name,
+                        next[0] ? next : "the sequence to end");
+        }
+        fb_backoff_broken(q);
+        fb_submit_held(q, p);
+    }
+    return q->nheld || plan_start(q, r);
+}
+
+/* The kernel just held, the candidates' next (a replay's launch is the only
+ * candidate): its name, for the invariant that they still match. */
+static HOT void plan_mark(struct fq *q, int seq)
+{
+    if (seq != FB_NO_REPEAT && q->nheld == 1) {
+        q->cand[0] = (uint32_t)seq;
+        q->ncand = 1;
+    }
+    q->held[q->nheld - 1].plan_name = fb()->plan->seqs[q->cand[0]].names[q->nheld - 1];
+}
+
+/* Fuses the held kernels when they complete a candidate. */
+static HOT void plan_complete(struct fq *q, struct fb_pending *p)
+{
+    int done = plan_done(q);
+    if (done < 0) return;
+    const struct plan_seq *s = &fb()->plan->seqs[done];
+    fb_fuse_or_submit(q, plan_flags(s), s->internal_args, done, p, NULL);
+}
+
+static HOT int plan_held(struct fq *q, struct fk_kernel *r, int seq, cl_uint dim, const size_t *gws, struct fb_pending *p)
+{
+    (void)r, (void)dim, (void)gws;
+    plan_mark(q, seq);
+    int kick = q->nheld == 1;
+    plan_complete(q, p);
+    return kick;
+}
+
+static int auto_held(struct fq *q, struct fk_kernel *r, int seq, cl_uint dim, const size_t *gws, struct fb_pending *p)
+{
+    plan_mark(q, seq);
+    int kick = q->nheld == 1;
+    fa_held(q, r, dim, gws);
+    plan_complete(q, p);
+    return kick;
+}
+
+/* A kernel that could be held extends the queue's run; anything else ends it. */
+static int auto_passed(struct fq *q, struct fk_kernel *r, cl_uint dim, const size_t *gws, int task, const char *why)
+{
+    (void)why;
+    if (task || !r || !r->origin_ok || r->svm || !q->in_order || q->off || !gws || dim < 1 || dim > 3) {
+        fa_break(q);
+        return 0;
+    }
+    fa_note(q, r, dim, gws);
+    return FM_NOTED | (fb()->reporting ? FM_REPORT : 0);
+}
+
+/* The next enqueue of r here may take the fast path (fusion_enqueue_kernel)
+ * when it would find what this one found: nothing held, no measurement
+ * following, r alone in the run and starting no sequence. */
+static void auto_forwarded(struct fq *q, struct fk_kernel *r, cl_event ev, uint32_t follow_done)
+{
+    if (ev) fa_note_event(q, ev);
+    if (!fb()->reporting && !follow_done && !q->nheld && !q->ext && !q->fs_follow && fa_run_is(q, r) &&
+        __atomic_load_n(&r->starts_none, __ATOMIC_RELAXED) == fb_plan_nseqs() + 1)
+        __atomic_store_n(&q->steady, r, __ATOMIC_RELEASE);
+}
+
+static const struct fb_mode plan_mode = {
+    .admit = plan_admit, .replays = plan_replays, .match = plan_match, .held = plan_held,
+};
+
+static const struct fb_mode auto_mode = {
+    .arrive = fa_before_kernel, .admit = auto_admit, .replays = plan_replays, .match = plan_match,
+    .held = auto_held, .passed = auto_passed, .forwarded = auto_forwarded,
+};
+
+const struct fb_mode *fm_standing(void) { return fb()->automatic ? &auto_mode : &plan_mode; }
+
+void fm_end_ext(struct fq *q)
+{
+    CLSHIM_ASSERT_HELD(&q->lock); /* logged (or fatal in tests); the mode ends all the same */
+    q->ext = 0;
+    q->mode = fm_standing();
+}
+
 
 /* ---- holding ---------------------------------------------------------------------- */
 
@@ -291,7 +534,7 @@ void fb_fuse_or_submit(struct fq *q, int flags, const char *internal_args, int s
 static int may_replay(struct fq *q, const struct fb_mode *m, cl_uint nw, const cl_event *wl, int *seq)
 {
     if (nw || wl || q->replayed != q->nheld || q->dead) return 0; /* a list without a count: the driver's to refuse */
-    return m->replays(q, *seq = fb_repeat_seq(q));
+    return m->replays(q, *seq = fb_repeat_seq(q, __atomic_load_n(&module.mem_gen, __ATOMIC_ACQUIRE)));
 }
 
 /* Holds the enqueue when kernel r with this ND-range is the launch's next
@@ -300,7 +543,7 @@ static int may_replay(struct fq *q, const struct fb_mode *m, cl_uint nw, const c
  * it then holds now (the count changes with anything that would fail one),
  * and nothing of r is read but its count: no kernel lock. 1 when held, 0
  * with nothing changed. Under q->lock (see may_replay). */
-static int replay(struct fq *q, struct fk_kernel *r, cl_kernel k, cl_uint dim, const size_t *off,
+static HOT int replay(struct fq *q, struct fk_kernel *r, cl_kernel k, cl_uint dim, const size_t *off,
                   const size_t *gws, const size_t *lws, cl_event *ev)
 {
     uint64_t gen = fk_args_gen(r);
@@ -468,21 +711,32 @@ static inline __attribute__((always_inline)) cl_int pass(struct fq *q, struct fk
     return rc;
 }
 
+/* Mode m's decision on kernel r, under q's lock: held (and fused when it
+ * completes a sequence) or passed to the driver. Inlined with m a constant
+ * where the caller knows the mode, so its hooks are direct calls. */
+static inline __attribute__((always_inline)) cl_int decide(struct fq *q, const struct fb_mode *m, struct fk_kernel *r,
+                                                          cl_kernel k, const struct enq *e, struct fb_pending *p,
+                                                          int *kick)
+{
+    const char *why = NULL;
+    if (m->arrive) m->arrive(q, r);
+    if (e->task || !r || q->off || !m->admit(q, r) || !take(q, m, r, k, e, p, &why, kick))
+        return pass(q, r, k, e, why, p);
+    return CL_SUCCESS;
+}
+
 /* The enqueue under q's lock: held, fused, or forwarded and watched. Not
  * inlined: the fast path above pays no stack frame of its own. */
 __attribute__((noinline)) static cl_int enqueue_locked(struct fq *q, struct fk_kernel *r, cl_kernel k,
                                                        const struct enq *e)
 {
     struct fb_pending p = {0};
-    cl_int rc = CL_SUCCESS;
-    const char *why = NULL;
     int kick = 0;
     fq_lock(q);
     const struct fb_mode *m = q->mode;
     if (!q->nheld) q->replayed = 0;
-    if (m->arrive) m->arrive(q, r);
-    if (e->task || !r || q->off || !m->admit(q, r) || !take(q, m, r, k, e, &p, &why, &kick))
-        rc = pass(q, r, k, e, why, &p);
+    /* The plan's mode, the common one, by name: its hooks inline here. */
+    cl_int rc = m == &plan_mode ? decide(q, &plan_mode, r, k, e, &p, &kick) : decide(q, m, r, k, e, &p, &kick);
     kick &= q->nheld > 0; /* still held: the sequence did not complete */
     pthread_mutex_unlock(&q->lock);
     fb_pending_flush(&p);

@@ -1225,10 +1225,10 @@ static void repeat_save(struct fq *q, int flags, const char *internal_args, int 
     r->valid = 1;
 }
 
-int fb_repeat_seq(const struct fq *q)
+int fb_repeat_seq(const struct fq *q, int mem_gen)
 {
     const struct fb_repeat *r = q->repeat;
-    return r && r->valid && r->gen == __atomic_load_n(&fb()->mem_gen, __ATOMIC_ACQUIRE) ? r->seq : FB_NO_REPEAT;
+    return r && r->valid && r->gen == mem_gen ? r->seq : FB_NO_REPEAT;
 }
 
 int fb_repeat_same(const struct fq *q, const struct held *h)

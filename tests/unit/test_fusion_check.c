@@ -4,7 +4,7 @@
  * (the test suite, debugging) the process aborts where the bug is found.
  * The queue record is built by hand with the invariant "held kernels in
  * plan mode match some candidate sequence" broken: no driver is involved.
- * Its lock is held, as fq_check asserts. */
+ * Its lock is held, as fq_check's contract asks. */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -38,7 +38,7 @@ static void broken_queue(struct fq *q, struct held *h, struct fk_kernel *rec)
     q->held = h;
     q->nheld = 1;
     q->ncand = 0;
-    pthread_mutex_lock(&q->lock); /* fq_check's contract: asserted */
+    pthread_mutex_lock(&q->lock); /* fq_check's contract */
 }
 
 static void intact_queue_passes(void **state)
@@ -47,7 +47,7 @@ static void intact_queue_passes(void **state)
     struct fq q;
     memset(&q, 0, sizeof q);
     q.in_order = 1;
-    pthread_mutex_lock(&q.lock); /* fq_check's contract: asserted */
+    pthread_mutex_lock(&q.lock); /* fq_check's contract */
     assert_int_equal(fq_check(&q, "test"), 0);
     assert_int_equal(q.off, 0);
 }
