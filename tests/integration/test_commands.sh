@@ -65,7 +65,7 @@ ok "--help and the man page name every command, run --mode/--wait, CLSHIM_FUSION
 # in README.md, docs/*.md and the records of docs/measurements/*.md is a row
 # (SUB must be one where CMD has subcommands), and every CLSHIM_ name is a
 # knob, or one of the few other names that exist elsewhere (checked there).
-docs=("$ROOT/README.md" "$ROOT"/docs/*.md "$ROOT"/docs/measurements/*.md)
+docs=("$ROOT/README.md" "$ROOT/HACKING.md" "$ROOT"/docs/*.md "$ROOT"/docs/measurements/*.md)
 grep -ohE '`clshim [a-z][a-z-]*( [a-z][a-z-]*)?' "${docs[@]}" | sed 's/^`clshim //' | sort -u >"$TMP/doc-cmds"
 [ "$(wc -l <"$TMP/doc-cmds")" -ge 10 ] || fail "found too few commands in the docs"
 while read -r cmd sub; do
@@ -82,6 +82,8 @@ grep -ohE 'CLSHIM_[A-Z0-9_]*[A-Z0-9]' "${docs[@]}" | sort -u | grep -vxFf "$TMP/
         CLSHIM_LONG|CLSHIM_SANITIZED|CLSHIM_TEST_JOBS) # the test suite's own
             grep -rqw "$name" "$ROOT/tests/run-all.sh" "$ROOT/Makefile" "$ROOT/tests/integration/lib.sh" \
                 "$ROOT/tests/reliability" || fail "$name is named in the docs but the test suite has no such name" ;;
+        CLSHIM_ASSERT|CLSHIM_ASSERT_HELD|CLSHIM_ASSERT_NOT_HELD|CLSHIM_ASSERT_FATAL) # macros (HACKING.md)
+            grep -qw "$name" "$ROOT/common/check.h" || fail "$name is named in the docs but common/check.h has no such name" ;;
         *) fail "the docs name $name, which is no knob (common/knobs.h)" ;;
     esac
 done
