@@ -52,16 +52,18 @@ static struct device_info *make_info(const struct cl_api *real, cl_device_id dev
     char *ext = query(real, dev, NULL, CL_DEVICE_EXTENSIONS);
     char *il = query(real, dev, NULL, CL_DEVICE_IL_VERSION);
     struct device_info *info = calloc(1, sizeof *info);
-    if (info && pname && pver && dname && dver && drv && clc && ext && il) {
+    char env[24 * 1100];
+    size_t envlen = pname ? quirk_driver_env(pname, env, sizeof env) : 0;
+    if (info && pname && pver && dname && dver && drv && clc && ext && il && envlen != (size_t)-1) {
         size_t n = strlen(pname) + strlen(pver) + strlen(dname) + strlen(dver) + strlen(drv) + strlen(clc) +
-                   strlen(ext) + 512;
+                   strlen(ext) + envlen + 512;
         info->identity = malloc(n);
         if (info->identity)
             snprintf(info->identity, n,
                      "platform.name=%s\nplatform.version=%s\ndevice.name=%s\ndevice.version=%s\n"
                      "driver.version=%s\ndevice.vendor_id=0x%x\ndevice.opencl_c=%s\ndevice.extensions=%s\n"
-                     "device.address_bits=%u\ndevice.type=0x%llx\n",
-                     pname, pver, dname, dver, drv, vendor, clc, ext, bits, (unsigned long long)type);
+                     "device.address_bits=%u\ndevice.type=0x%llx\n%s",
+                     pname, pver, dname, dver, drv, vendor, clc, ext, bits, (unsigned long long)type, envlen ? env : "");
         snprintf(info->name, sizeof info->name, "%s", dname);
         info->has_native_il = il[0] != 0;
         info->has_spir = has_word(ext, "cl_khr_spir");

@@ -28,6 +28,40 @@ static const struct quirk_entry table[] = {
      "test_driver_quirks.sh source-dir (srcfile)"},
 };
 
+/* The environment variables a driver reads that change what it builds
+ * (read in PoCL 3.1's and 5.0's sources; each changes the generated code or
+ * the build's options; test_key_driver_env.sh shows plain differs for the
+ * first). PoCL hashes only the first two into its own cache; clshim keys
+ * them all, with the device identity. */
+static const struct {
+    const char *platform;
+    const char *vars[20];
+} driver_env[] = {
+    {"Portable Computing Language",
+     {"POCL_EXTRA_BUILD_FLAGS", "POCL_WORK_GROUP_METHOD", "POCL_MAX_WORK_GROUP_SIZE",
+      "POCL_FULL_REPLICATION_THRESHOLD", "POCL_WILOOPS_MAX_UNROLL_COUNT", "POCL_FORCE_PARALLEL_OUTER_LOOP",
+      "POCL_WORK_GROUP_SPECIALIZATION", "POCL_BINARY_SPECIALIZE_WG", "POCL_BUILDING", "POCL_LLVM_CPU_NAME",
+      "POCL_KERNELLIB_NAME", "POCL_CPU_LOCAL_MEM_SIZE", "POCL_CPU_MAX_CU_COUNT", "POCL_LLVM_ALWAYS_INLINE",
+      "POCL_LLVM_MOVE_NONKERNELS", NULL}},
+};
+
+size_t quirk_driver_env(const char *platform_name, char *out, size_t out_len)
+{
+    size_t o = 0;
+    if (out_len) out[0] = 0;
+    for (size_t i = 0; platform_name && i < sizeof driver_env / sizeof *driver_env; i++) {
+        if (!strstr(platform_name, driver_env[i].platform)) continue;
+        for (const char *const *v = driver_env[i].vars; *v; v++) {
+            const char *value = getenv(*v);
+            if (!value) continue;
+            int n = snprintf(out + o, out_len - o, "driver.env.%s=%.1000s\n", *v, value);
+            if (n < 0 || (size_t)n >= out_len - o) return (size_t)-1;
+            o += (size_t)n;
+        }
+    }
+    return o;
+}
+
 unsigned quirks_for(const char *platform_name, const char *driver_version)
 {
     (void)driver_version; /* measured on PoCL 3.1; no entry is bound to versions until a fixed one is measured */

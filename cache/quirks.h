@@ -40,6 +40,12 @@ enum driver_quirk {
  * environment. */
 unsigned quirks_for(const char *platform_name, const char *driver_version);
 
+/* The environment variables of that driver that change what it builds, as
+ * set now: "driver.env.NAME=value\n" lines into out (the device identity
+ * ends with them, so every key holds them). Returns the length, or
+ * (size_t)-1 when they do not fit. */
+size_t quirk_driver_env(const char *platform_name, char *out, size_t out_len);
+
 /* The directory the driver compiles the source from, when `quirks` has
  * QUIRK_POCL_SOURCE_DIR: $POCL_CACHE_DIR when set and not empty, else
  * $XDG_CACHE_HOME/pocl/kcache, else $HOME/.cache/pocl/kcache (as PoCL 3.1
