@@ -127,8 +127,11 @@ $(LLVMLIB): $(LLVM_OBJ) compiler/llvm/exports.map
 	$(CXX) -shared -o $@ $(LLVM_OBJ) $(LDFLAGS_C) -Wl,--version-script=compiler/llvm/exports.map \
 	  -L$$($(LLVM_CONFIG) --libdir) -lLLVMSPIRVLib -lLLVM-15 -lpthread
 
-$(TOOL): $(TOOL_OBJ) $(CORE_A)
-	$(CC) -o $@ $(TOOL_OBJ) $(CORE_A) $(LDFLAGS_C) -lOpenCL $(CORE_LIBS)
+# The capture helper builds under cache/sandbox.h: the tool carries
+# interpose/files.c and exports its names, so the driver's compiler binds to them.
+$(TOOL): $(TOOL_OBJ) $(BUILD)/obj/interpose/files.o $(CORE_A) interpose/files.list
+	$(CC) -o $@ $(TOOL_OBJ) $(BUILD)/obj/interpose/files.o $(CORE_A) $(LDFLAGS_C) \
+	  -Wl,--dynamic-list=interpose/files.list -lOpenCL $(CORE_LIBS)
 
 $(WRAPPER): scripts/clshim
 	@mkdir -p $(dir $@)

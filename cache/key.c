@@ -1,6 +1,8 @@
 /* key.c — key material and its XXH3-128 hash. */
 #include "cache/key.h"
 
+#include "cache/snapshot.h"
+#include "common/check.h"
 #include "common/error.h"
 
 #include <ctype.h>
@@ -86,6 +88,8 @@ void key_begin(struct key_buf *k, enum key_kind kind, const char *options)
 
 void key_free(struct key_buf *k)
 {
+    snapshot_free(k->snap);
+    k->snap = NULL;
     free(k->data);
     memset(k, 0, sizeof *k);
 }
@@ -261,14 +265,71 @@ static char *read_file(const char *path, size_t *len)
     return buf;
 }
 
-int key_hash_file(const char *path, char hex[33])
+int key_read_input(struct key_buf *k, const char *path, const char **text, size_t *len, char hex[33],
+                   char **owned)
 {
-    size_t len;
-    char *text = read_file(path, &len);
-    if (!text) return -1;
-    key_hash_hex(key_hash(text, len), hex);
-    free(text);
+    *owned = NULL;
+    if (k && k->snap) {
+        const unsigned char *bytes;
+        if (snapshot_read(k->snap, path, MAX_HEADER_BYTES, &bytes, len, hex) != 0) return -1;
+        *text = (const char *)bytes;
+        return 0;
+    }
+    if (!(*owned = read_file(path, len))) return -1;
+    *text = *owned;
+    key_hash_hex(key_hash(*owned, *len), hex);
     return 0;
+}
+
+int key_hash_input(struct key_buf *k, const char *path, char hex[33])
+{
+    const char *text;
+    size_t len;
+    char *owned;
+    if (key_read_input(k, path, &text, &len, hex, &owned) != 0) return -1;
+    free(owned);
+    return 0;
+}
+
+size_t key_snapshot_files(const struct key_buf *k) { return k->snap ? k->snap->n : 0; }
+
+void key_rewind(struct key_buf *k, size_t len, size_t nfiles)
+{
+    if (CLSHIM_ASSERT(len <= k->len)) k->len = len;
+    while (k->snap && k->snap->n > nfiles) {
+        struct snap_file *f = &k->snap->files[--k->snap->n];
+        free(f->path);
+        free(f->bytes);
+    }
+}
+
+int key_take_snapshot(struct key_buf *k, struct key_buf *from)
+{
+    struct key_snapshot *src = from->snap;
+    if (!src || !k->snap) return 0;
+    int rc = 0;
+    for (size_t i = 0; i < src->n; i++) {
+        struct snap_file *f = &src->files[i];
+        const struct snap_file *have = snapshot_find(k->snap, f->path, f->driver_dir);
+        if (have) {
+            if (strcmp(have->hex, f->hex) != 0) rc = -1;
+            continue;
+        }
+        if (k->snap->n == k->snap->cap) {
+            size_t cap = k->snap->cap ? k->snap->cap * 2 : 16;
+            struct snap_file *nf = realloc(k->snap->files, cap * sizeof *nf);
+            if (!nf) {
+                k->oom = 1;
+                return -1;
+            }
+            k->snap->files = nf;
+            k->snap->cap = cap;
+        }
+        k->snap->files[k->snap->n++] = *f;
+        f->path = NULL;
+        f->bytes = NULL;
+    }
+    return rc;
 }
 
 static int scan_source(struct include_ctx *c, const char *src, size_t len, const char *from_dir, int depth);
@@ -288,7 +349,9 @@ static void driver_dir_place(struct include_ctx *c, const char *name)
         return;
     }
     snprintf(field, sizeof field, "driver-dir-header %s", name);
-    key_add_text(c->k, field, key_hash_file(path, hex) == 0 ? hex : "unreadable");
+    int read = c->k->snap ? snapshot_read_driver_dir(c->k->snap, name, path, MAX_HEADER_BYTES, hex)
+                          : key_hash_input(NULL, path, hex);
+    key_add_text(c->k, field, read == 0 ? hex : "unreadable");
 }
 
 /* One place a probed name could be found: its hash, or its absence. */
@@ -302,7 +365,7 @@ static int probe_place(struct include_ctx *c, const char *path)
         if (c->note) c->note(c->note_arg, path, NULL);
         return 0;
     }
-    if (key_hash_file(path, hex) != 0) return hand_off(c, "cannot read %s, a name __has_include probes", path);
+    if (key_hash_input(c->k, path, hex) != 0) return hand_off(c, "cannot read %s, a name __has_include probes", path);
     snprintf(field, sizeof field, "header %s", path);
     key_add_text(c->k, field, hex);
     if (c->note) c->note(c->note_arg, path, hex);
@@ -315,11 +378,10 @@ static int add_header(struct include_ctx *c, const char *path, int depth)
         if (!strcmp(c->seen[i], path)) return 0;
     if (c->nseen == MAX_HEADERS) return hand_off(c, "more than %s headers", "256");
     size_t len;
-    char *text = read_file(path, &len);
-    if (!text) return hand_off(c, "cannot read header %s", path);
+    const char *text;
+    char *owned, field[33];
+    if (key_read_input(c->k, path, &text, &len, field, &owned) != 0) return hand_off(c, "cannot read header %s", path);
     c->seen[c->nseen++] = strdup(path);
-    char field[33];
-    key_hash_hex(key_hash(text, len), field);
     char name[4200];
     snprintf(name, sizeof name, "header %s", path);
     key_add_text(c->k, name, field);
@@ -329,7 +391,7 @@ static int add_header(struct include_ctx *c, const char *path, int depth)
     if (slash) *slash = 0;
     else snprintf(dir, sizeof dir, ".");
     int rc = scan_source(c, text, len, dir, depth + 1);
-    free(text);
+    free(owned);
     return rc;
 }
 
@@ -648,8 +710,9 @@ int key_scan_probes(struct key_buf *k, const struct key_source *in, char *const 
         rc = scan_source(&c, in->embedded[i].source, in->embedded[i].len, NULL, 1);
     for (size_t i = 0; rc == 0 && i < nfiles; i++) {
         size_t len;
-        char *text = read_file(files[i], &len);
-        if (!text) {
+        const char *text;
+        char *owned, hex[33];
+        if (key_read_input(k, files[i], &text, &len, hex, &owned) != 0) {
             rc = hand_off(&c, "cannot read %s", files[i]);
             break;
         }
@@ -659,7 +722,7 @@ int key_scan_probes(struct key_buf *k, const struct key_source *in, char *const 
         if (slash) *slash = 0;
         else snprintf(dir, sizeof dir, ".");
         rc = scan_source(&c, text, len, dir, 1);
-        free(text);
+        free(owned);
     }
     key_free_options(argv, argc);
     return rc == KEY_HANDOFF ? KEY_UNCACHEABLE : rc; /* no other route is left */
@@ -686,14 +749,12 @@ int key_add_headers(struct key_buf *k, const char *source, size_t len, const cha
 struct key_input_file {
     char *path;
     char hex[33];  /* "" for a file the key names as absent */
-    int seen;      /* identity recorded by a first check */
-    struct stat st;
+    int driver_dir;
 };
 
 struct key_inputs {
     struct key_input_file *file;
     size_t n;
-    int checked;
 };
 
 /* Fields whose value is "<n> bytes" followed by n raw bytes (key_add_blob). */
@@ -705,7 +766,8 @@ static int is_blob_field(const char *name, size_t len)
     return len > 16 && !memcmp(name, "embedded-header ", 16);
 }
 
-static int add_input(struct key_inputs *in, const char *path, size_t len, const char *hex, size_t hex_len)
+static int add_input(struct key_inputs *in, const char *path, size_t len, const char *hex, size_t hex_len,
+                     int driver_dir)
 {
     if (hex_len != 0 && hex_len != 32) return -1;
     struct key_input_file *f = realloc(in->file, (in->n + 1) * sizeof *f);
@@ -715,9 +777,21 @@ static int add_input(struct key_inputs *in, const char *path, size_t len, const 
     memset(f, 0, sizeof *f);
     if (!(f->path = strndup(path, len))) return -1;
     memcpy(f->hex, hex, hex_len);
+    f->driver_dir = driver_dir;
     in->n++;
     return 0;
 }
+
+/* The field names key_inputs_parse() lists, with the value each must have. */
+static const struct {
+    const char *prefix;
+    int absent, driver_dir;
+} input_fields[] = {
+    {"header ", 0, 0},
+    {"header-absent ", 1, 0},
+    {"driver-dir-header ", 0, 1},
+    {"driver-dir-absent ", 1, 1},
+};
 
 int key_inputs_parse(const void *key, size_t len, struct key_inputs **out)
 {
@@ -739,10 +813,12 @@ int key_inputs_parse(const void *key, size_t len, struct key_inputs **out)
             eol += 1 + blob; /* the blob's closing newline */
             continue;
         }
-        if (eq - p > 7 && !memcmp(p, "header ", 7)) {
-            if (add_input(in, p + 7, (size_t)(eq - p - 7), value, vlen) != 0) goto bad;
-        } else if (eq - p > 14 && !memcmp(p, "header-absent ", 14)) {
-            if (vlen != 0 || add_input(in, p + 14, (size_t)(eq - p - 14), "", 0) != 0) goto bad;
+        for (size_t i = 0; i < sizeof input_fields / sizeof *input_fields; i++) {
+            size_t pl = strlen(input_fields[i].prefix);
+            if ((size_t)(eq - p) <= pl || memcmp(p, input_fields[i].prefix, pl) != 0) continue;
+            if (input_fields[i].absent && vlen != 0) goto bad;
+            if (add_input(in, p + pl, (size_t)(eq - p) - pl, value, vlen, input_fields[i].driver_dir) != 0) goto bad;
+            break;
         }
     }
     *out = in;
@@ -752,51 +828,15 @@ bad:
     return -1;
 }
 
-static int same_identity(const struct stat *a, const struct stat *b)
-{
-    return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
-           a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec &&
-           a->st_ctim.tv_sec == b->st_ctim.tv_sec && a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
-}
-
-int key_inputs_check(struct key_inputs *in, char *why, size_t why_len)
-{
-    int first = !in->checked;
-    in->checked = 1;
-    for (size_t i = 0; i < in->n; i++) {
-        struct key_input_file *f = &in->file[i];
-        struct stat st;
-        int exists = stat(f->path, &st) == 0;
-        if (!f->hex[0]) {
-            if (exists) {
-                snprintf(why, why_len, "%.3000s exists now", f->path);
-                return -1;
-            }
-            continue;
-        }
-        char got[33];
-        struct stat after;
-        /* The content is read between two stats: a write in between shows. */
-        if (!exists || key_hash_file(f->path, got) != 0 || stat(f->path, &after) != 0 ||
-            !same_identity(&st, &after)) {
-            snprintf(why, why_len, "%.3000s changed or is unreadable", f->path);
-            return -1;
-        }
-        if (strcmp(got, f->hex) != 0) {
-            snprintf(why, why_len, "%.3000s has other content", f->path);
-            return -1;
-        }
-        if (!first && f->seen && !same_identity(&f->st, &st)) {
-            snprintf(why, why_len, "%.3000s was rewritten", f->path);
-            return -1;
-        }
-        f->st = st;
-        f->seen = 1;
-    }
-    return 0;
-}
-
 size_t key_inputs_count(const struct key_inputs *in) { return in ? in->n : 0; }
+
+void key_inputs_get(const struct key_inputs *in, size_t i, const char **path, const char **hex, int *driver_dir)
+{
+    (void)CLSHIM_ASSERT(i < in->n);
+    *path = in->file[i].path;
+    *hex = in->file[i].hex;
+    *driver_dir = in->file[i].driver_dir;
+}
 
 void key_inputs_free(struct key_inputs *in)
 {

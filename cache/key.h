@@ -44,10 +44,15 @@ enum key_kind {
 const char *key_kind_name(enum key_kind kind);
 
 /* A growing byte buffer for key material. */
+struct key_snapshot; /* cache/snapshot.h */
 struct key_buf {
     char *data;
     size_t len, cap;
     int oom; /* set when an append failed; the key is then unusable */
+    /* The bytes of every file the key names, as read for it (owned; NULL:
+     * none kept). Files are read through it once (key_read_input), so the
+     * hash in the key is of bytes a build can be served (cache/snapshot.h). */
+    struct key_snapshot *snap;
 };
 
 void key_begin(struct key_buf *k, enum key_kind kind, const char *options);
@@ -74,8 +79,21 @@ char *key_normalize_options(const char *options);
 int key_split_options(const char *options, char ***argv, int *argc);
 void key_free_options(char **argv, int argc);
 
-/* XXH3-128 hex of a file's content; -1 when it cannot be read. */
-int key_hash_file(const char *path, char hex[33]);
+/* A file the key names: its bytes and XXH3-128 hex, read once into
+ * k->snap when k has one (*text then belongs to the snapshot, *owned is
+ * NULL), else read now (*owned is the caller's to free). -1 when it cannot
+ * be read. key_hash_input() is the hash alone. */
+int key_read_input(struct key_buf *k, const char *path, const char **text, size_t *len, char hex[33],
+                   char **owned);
+int key_hash_input(struct key_buf *k, const char *path, char hex[33]);
+
+/* Drops what k gained since (len, nfiles): its fields past len and the
+ * snapshot's files past nfiles (a route that handed off). */
+void key_rewind(struct key_buf *k, size_t len, size_t nfiles);
+size_t key_snapshot_files(const struct key_buf *k);
+/* Moves the snapshot files of `from` into k's; -1 when a path is in both
+ * with other content (read twice, changed in between: not cacheable). */
+int key_take_snapshot(struct key_buf *k, struct key_buf *from);
 
 /* A header passed to clCompileProgram by name (input_headers). */
 struct key_embedded {
@@ -154,22 +172,19 @@ void key_scan_driver_dir(struct key_buf *k, const struct key_source *in);
 int key_add_headers(struct key_buf *k, const char *source, size_t len, const char *options,
                     char *why, size_t why_len);
 
-/* ---- the files a key names, checked against the file system ----------------
- * A late store (the capture helper's, or one made in the application after
- * its build) must store a binary built from exactly the files its key names.
+/* ---- the files a key names --------------------------------------------------
  * key_inputs_parse() lists the key's "header <path>=<hex>" and
  * "header-absent <path>=" fields (relative paths are the application's
- * working directory's). key_inputs_check() reads each file again: 0 when
- * every named file has the named content and every absent one is still
- * absent; the first call also records each file's identity (device, inode,
- * size, modification and change times), and a later call fails when any of
- * them changed since, even back to the same content (a file rewritten during
- * a build and restored). -1 with `why` naming the first file that differs.
- */
+ * working directory's) and its "driver-dir-header <name>=<hex>" and
+ * "driver-dir-absent <name>=" fields (driver_dir set): what a build under
+ * cache/sandbox.h may read, and what it must find absent. Nothing here reads
+ * the files: a check of the file system before and after a build cannot
+ * see a change undone in between (cache/snapshot.h says what does). */
 struct key_inputs;
 int key_inputs_parse(const void *key, size_t len, struct key_inputs **out);
-int key_inputs_check(struct key_inputs *in, char *why, size_t why_len);
 size_t key_inputs_count(const struct key_inputs *in);
+/* Field i: its path (or name), hex ("" when absent), whether a driver-dir field. */
+void key_inputs_get(const struct key_inputs *in, size_t i, const char **path, const char **hex, int *driver_dir);
 void key_inputs_free(struct key_inputs *in);
 
 #endif

@@ -9,6 +9,7 @@
  *  2. The counters are this process's; they reach the store once, at exit.
  */
 #include "cache/pipeline.h"
+#include "cache/snapshot.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -427,6 +428,7 @@ static int preprocessor_may_overlap(void)
  * freed) when out of memory. */
 static int take_key(struct pipeline_flight *f, struct key_buf *k, const void *input, size_t input_len)
 {
+    snapshot_add_aliases(k->snap, k); /* `#pragma once` decides by identity */
     if (input) key_add_blob(k, "input", input, input_len);
     if (k->oom) {
         key_free(k);
@@ -436,6 +438,13 @@ static int take_key(struct pipeline_flight *f, struct key_buf *k, const void *in
     f->key = k->data;
     f->key_len = k->len;
     f->hash = key_hash(k->data, k->len);
+    snapshot_free(f->snap);
+    f->snap = k->snap;
+    k->snap = NULL;
+    struct key_inputs *in = NULL;
+    f->names_files = key_inputs_parse(f->key, f->key_len, &in) != 0 || key_inputs_count(in) > 0;
+    key_inputs_free(in);
+    f->exact = !f->names_files;
     return 0;
 }
 
@@ -459,6 +468,7 @@ static int derive_key(struct pipeline_flight *f, struct key_buf *k, const struct
         struct preproc_job *job = NULL;
         store *st = pipeline_store(); /* opened first: the time below is the key's alone */
         uint64_t t0 = now_ns();
+        if (!k->snap && !(k->snap = snapshot_new())) k->oom = 1;
         int rc = preproc_start(k, st, src, identity, may_overlap && preprocessor_may_overlap(), &route, &job, why,
                                sizeof why);
         if (rc != 0) {
@@ -556,15 +566,23 @@ void pipeline_key_finish(struct pipeline_flight *f, size_t n, const void *handle
  * it appeared, -1 when we should build (claim taken, or waited too long). */
 static int wait_for_other_builder(store *st, struct pipeline_flight *f, struct store_record *rec, void **arena)
 {
-    uint64_t wait_ms = config_get()->build_wait_ms;
-    uint64_t deadline = now_ns() + wait_ms * 1000000u;
+    uint64_t wait_ms = config_get()->build_wait_ms, t0 = now_ns();
+    uint64_t deadline = t0 + wait_ms * 1000000u;
     unsigned sleep_us = 5000;
-    for (;;) {
+    for (int said = 0;; said = 1) {
         int rc = store_claim_build(st, f->hash, wait_ms ? wait_ms : 1);
+        if (rc == CLSHIM_EBUSY && !said && log_enabled(LOG_INFO)) {
+            char prefix[17];
+            key_prefix(f->hash, prefix);
+            log_msg(LOG_INFO, "%s is being compiled or captured by another process: waiting for it (at most "
+                              "CLSHIM_BUILD_WAIT_MS=%llu ms)", prefix, (unsigned long long)wait_ms);
+        }
         if (rc == CLSHIM_OK) {
             f->claimed = 1;
             /* The other builder may have stored and released just now. */
             if (local_get(st, f->hash, f->key, f->key_len, rec, arena) == CLSHIM_OK) return 0;
+            if (said) log_msg(LOG_INFO, "waited %.0f ms: the other process stored nothing; compiling here",
+                              (now_ns() - t0) / 1e6);
             return -1;
         }
         if (rc != CLSHIM_EBUSY) return -1;
@@ -910,24 +928,18 @@ static const char *late_plan(void)
     return "to be stored at its first use, its release or exit";
 }
 
-/* Whether the files fl's key names still hold what the key says, now that
- * the driver read them: a header rewritten between the key and the build
- * gave a binary of other inputs, which is never stored under this key. */
-static int inputs_held(struct pipeline_flight *fl)
+/* Whether fl's build read exactly the bytes its key names (the caller's
+ * sandbox said so, or the key names no file): a binary of other inputs is
+ * never stored under this key. Counted and said when not. */
+static int inputs_exact(struct pipeline_flight *fl)
 {
-    if (fl->kind != KEY_SOURCE && fl->kind != KEY_COMPILE) return 1;
-    struct key_inputs *in;
-    if (key_inputs_parse(fl->key, fl->key_len, &in) != 0) return 0;
-    char why[3100] = "";
-    int held = key_inputs_check(in, why, sizeof why) == 0;
-    key_inputs_free(in);
-    if (!held) {
-        char prefix[17];
-        key_prefix(fl->hash, prefix);
-        log_msg(LOG_WARN, "not storing %s: %s since its key was made (the build read other inputs)", prefix, why);
-        STAT_ADD(proc_stats.capture_lost[CAPTURE_LOST_INPUTS], 1);
-    }
-    return held;
+    if (fl->exact) return 1;
+    char prefix[17];
+    key_prefix(fl->hash, prefix);
+    log_msg(LOG_INFO, "not storing %s: its build could not be shown to read exactly the files its key names",
+            prefix);
+    STAT_ADD(proc_stats.capture_lost[CAPTURE_LOST_INPUTS], 1);
+    return 0;
 }
 
 void pipeline_built(struct pipeline_flight *f, size_t n, const struct pipeline_output *out)
@@ -941,7 +953,7 @@ void pipeline_built(struct pipeline_flight *f, size_t n, const struct pipeline_o
         struct pipeline_flight *fl = &f[i];
         if (!fl->filling) continue;
         STAT_ADD(proc_stats.misses, 1);
-        if (!inputs_held(fl)) {
+        if (!out->late && !inputs_exact(fl)) {
             memtier_abandon(fl->entry);
             fl->entry = NULL;
             fl->filling = 0;
@@ -1014,6 +1026,7 @@ int pipeline_store_late(struct pipeline_flight *f, const void *binary, size_t si
 {
     store *st = pipeline_store();
     if (!st || !f->key || size == f->stored_size) return 0;
+    if (!inputs_exact(f)) return 0;
     char prefix[17];
     key_prefix(f->hash, prefix);
     struct store_record sr = {binary, size, log ? log : "", f->compile_ns + read_cpu_ns, (uint32_t)f->kind,
@@ -1042,6 +1055,22 @@ void pipeline_let_go(struct pipeline_flight *f)
     if (rm) remote_release(rm, f->hash); /* a no-op after a push */
 }
 
+void pipeline_pass_claim(struct pipeline_flight *f)
+{
+    f->owes_store = 0;
+    f->claimed = 0;
+    if (!f->key) return;
+    pthread_mutex_lock(&claims_lock);
+    for (size_t i = 0; i < nclaims; i++)
+        if (claims[i].hash.lo == f->hash.lo && claims[i].hash.hi == f->hash.hi) {
+            claims[i] = claims[--nclaims];
+            break;
+        }
+    pthread_mutex_unlock(&claims_lock);
+    remote *rm = get_remote();
+    if (rm) remote_release(rm, f->hash);
+}
+
 void pipeline_end(struct pipeline_flight *f, size_t n)
 {
     store *st = pipeline_store();
@@ -1068,6 +1097,8 @@ void pipeline_flight_free(struct pipeline_flight *f)
     free(f->key);
     f->key = NULL;
     f->key_len = 0;
+    snapshot_free(f->snap);
+    f->snap = NULL;
 }
 
 /* ---- accounting and exit ----------------------------------------------------- */

@@ -80,6 +80,13 @@ struct pipeline_flight {
     int failed;           /* the key's build failed in this process */
     int owes_store;       /* built, binary to be stored late: the claim is held */
     uint64_t t0, cpu0;    /* when the lookup began: wall, this thread's CPU */
+    /* The bytes of the files the key names, as read for it (cache/snapshot.h;
+     * owned; NULL for keys of no files). A build of them is stored only when
+     * `exact`: the caller ran it under cache/sandbox.h and it read exactly
+     * those bytes, or the key names no file (names_files 0). */
+    struct key_snapshot *snap;
+    int names_files;
+    int exact;
     /* a late key (pipeline_key_start), until pipeline_key_finish(): */
     struct preproc_job *pending; /* the preprocessor, running */
     struct key_buf pending_key;  /* the fields before the headers */
@@ -222,6 +229,10 @@ int pipeline_store_late(struct pipeline_flight *f, const void *binary, size_t si
                         uint64_t read_cpu_ns);
 /* The flight owes no store any more (captured, given up): claims go. */
 void pipeline_let_go(struct pipeline_flight *f);
+/* The flight's store is another process's now (the capture helper's, which
+ * takes the claim over: store_take_claim()): this process forgets its
+ * claim without releasing it, so other processes wait for that store. */
+void pipeline_pass_claim(struct pipeline_flight *f);
 
 void pipeline_end(struct pipeline_flight *f, size_t n);
 void pipeline_flight_free(struct pipeline_flight *f);

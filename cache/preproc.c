@@ -1,6 +1,7 @@
 /* preproc.c — header discovery by the real preprocessor, with manifests
  * (preproc.h). */
 #include "cache/preproc.h"
+#include "cache/snapshot.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -401,7 +402,7 @@ static int use_manifest(struct key_buf *k, const struct key_source *in, const ch
 {
     size_t magic = sizeof MANIFEST_MAGIC - 1;
     if (len < magic || memcmp(text, MANIFEST_MAGIC, magic) != 0) return -1;
-    size_t mark = k->len;
+    size_t mark = k->len, files_mark = key_snapshot_files(k);
     struct roots r = {NULL, 0};
     add_root(&r, "", 0);
     char **argv;
@@ -443,13 +444,13 @@ static int use_manifest(struct key_buf *k, const struct key_source *in, const ch
         if (!strcmp(want, ABSENT_MARK)) { /* a place __has_include probed: still absent? */
             if (stat(path, &st) == 0) rc = -1;
             else add_absent_field(k, path);
-        } else if (key_hash_file(path, got) != 0 || strcmp(got, want) != 0 || maybe_shadowed(&r, path)) rc = -1;
+        } else if (key_hash_input(k, path, got) != 0 || strcmp(got, want) != 0 || maybe_shadowed(&r, path)) rc = -1;
         else add_header_field(k, path, want);
         p = eol + 1;
     }
     for (size_t i = 0; i < r.n; i++) free(r.dir[i]);
     free(r.dir);
-    if (rc) k->len = mark;
+    if (rc) key_rewind(k, mark, files_mark);
     return rc;
 }
 
@@ -500,11 +501,14 @@ static void run_preprocessor(const struct key_source *in, const char *identity, 
     memset(r, 0, sizeof *r);
     char **files = NULL;
     size_t n = 0;
+    /* Hashed and scanned from one read of each file, kept for the build. */
+    r->fields.snap = snapshot_new();
+    if (!r->fields.snap) r->fields.oom = 1;
     r->rc = preproc_files(in, identity, &files, &n, r->why, sizeof r->why);
     key_append(&r->manifest, MANIFEST_MAGIC, sizeof MANIFEST_MAGIC - 1);
     for (size_t i = 0; r->rc == 0 && i < n; i++) {
         char hex[33];
-        if (key_hash_file(files[i], hex) != 0) {
+        if (key_hash_input(&r->fields, files[i], hex) != 0) {
             snprintf(r->why, sizeof r->why, "cannot read %s", files[i]);
             r->rc = -1;
             break;
@@ -544,10 +548,14 @@ static void store_manifest(store *st, const struct key_buf *m, struct cache_hash
 
 /* Appends the preprocessor's fields to k, or says why it cannot. */
 static int take_result(struct key_buf *k, const struct key_source *in, const char *scan_why,
-                       const struct pp_result *r, char *why, size_t why_len)
+                       struct pp_result *r, char *why, size_t why_len)
 {
     if (r->rc == 0) {
         key_append(k, r->fields.data, r->fields.len);
+        if (key_take_snapshot(k, &r->fields) != 0) {
+            snprintf(why, why_len, "a header changed while it was read for the key");
+            return KEY_UNCACHEABLE;
+        }
         key_scan_driver_dir(k, in);
         return 0;
     }
@@ -572,13 +580,13 @@ static int headers_without_preprocessor(struct key_buf *k, store *st, const stru
                                         struct key_buf *m, struct cache_hash *mhash, int *no_manifest,
                                         enum preproc_route *route, char *scan_why, size_t scan_why_len)
 {
-    size_t mark = k->len;
+    size_t mark = k->len, files_mark = key_snapshot_files(k);
     *route = PREPROC_SCANNER;
     memset(m, 0, sizeof *m);
     *no_manifest = 0;
     int scan = key_scan_headers(k, in, scan_why, scan_why_len);
     if (scan == 0 || scan < KEY_HANDOFF) return scan;
-    k->len = mark; /* the scanner's partial fields */
+    key_rewind(k, mark, files_mark); /* the scanner's partial fields and reads */
 
     if (manifest_key(k, in, m) != 0) {
         key_free(m);

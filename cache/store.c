@@ -895,6 +895,7 @@ struct claim_ctx {
     const unsigned char *key;
     uint64_t stale_ms;
     int release;
+    uint64_t from_pid; /* a live claim of this process is taken over (0: none) */
 };
 
 static int claim_fn(store *s, MDB_txn *txn, void *arg)
@@ -908,7 +909,9 @@ static int claim_fn(store *s, MDB_txn *txn, void *arg)
             return mdb_del(txn, s->db_building, &k, NULL);
         return 0;
     }
-    if (rc == 0 && claim_live(s, &v, c->stale_ms)) return CLSHIM_EBUSY;
+    if (rc == 0 && claim_live(s, &v, c->stale_ms) &&
+        !(c->from_pid && v.mv_size == CLAIM_LEN && store_get64(v.mv_data) == c->from_pid))
+        return CLSHIM_EBUSY;
     unsigned char buf[CLAIM_LEN];
     store_put64(buf, (uint64_t)getpid());
     store_put64(buf + 8, now_ms());
@@ -923,7 +926,17 @@ int store_claim_build(store *s, struct cache_hash hash, uint64_t stale_ms)
     if (s->readonly) return CLSHIM_OK;
     unsigned char key[STORE_KEY_LEN];
     store_hash_key(hash, key);
-    struct claim_ctx c = {key, stale_ms, 0};
+    struct claim_ctx c = {key, stale_ms, 0, 0};
+    return store_write(s, claim_fn, &c);
+}
+
+int store_take_claim(store *s, struct cache_hash hash, pid_t from, uint64_t stale_ms)
+{
+    if (!s) return CLSHIM_EINVAL;
+    if (s->readonly) return CLSHIM_OK;
+    unsigned char key[STORE_KEY_LEN];
+    store_hash_key(hash, key);
+    struct claim_ctx c = {key, stale_ms, 0, from > 0 ? (uint64_t)from : 0};
     return store_write(s, claim_fn, &c);
 }
 
@@ -933,7 +946,7 @@ int store_release_build(store *s, struct cache_hash hash)
     if (s->readonly) return CLSHIM_OK;
     unsigned char key[STORE_KEY_LEN];
     store_hash_key(hash, key);
-    struct claim_ctx c = {key, 0, 1};
+    struct claim_ctx c = {key, 0, 1, 0};
     return store_write(s, claim_fn, &c);
 }
 

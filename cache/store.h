@@ -78,6 +78,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <stdio.h>
 
 typedef struct store store;
@@ -193,6 +194,10 @@ int store_delete(store *s, struct cache_hash hash);
  * read-only cache. */
 int store_claim_build(store *s, struct cache_hash hash, uint64_t stale_ms);
 int store_release_build(store *s, struct cache_hash hash);
+/* store_claim_build() that also takes over a live claim of process `from`:
+ * the capture helper takes the application's claim of a key it captures,
+ * so processes wait for the capture, not for the application. */
+int store_take_claim(store *s, struct cache_hash hash, pid_t from, uint64_t stale_ms);
 
 /* Entries that load slower than they compile (a hit must never cost more
  * than the compile it replaces): store_note_slow_load() records, for a key,

@@ -32,11 +32,12 @@ extern char **environ;
 
 /* ---- the request as bytes --------------------------------------------------
  * "CLSHCAP2", kind (u32; REQUEST_AGAIN set: capture_request.again),
- * compile_ns (u64), then identity, device, options, source, key, log, cwd:
- * each a u64 length and the bytes, then a NUL. */
+ * compile_ns (u64), then identity, device, options, source, key, log, cwd,
+ * snapshot (cache/snapshot.h's encoding): each a u64 length and the bytes,
+ * then a NUL. */
 
-static const char magic[8] = {'C', 'L', 'S', 'H', 'C', 'A', 'P', '2'};
-#define NFIELDS 7
+static const char magic[8] = {'C', 'L', 'S', 'H', 'C', 'A', 'P', '3'};
+#define NFIELDS 8
 #define REQUEST_AGAIN 0x80000000u
 
 static void fields_of(const struct capture_request *rq, const void *p[NFIELDS], uint64_t n[NFIELDS])
@@ -48,6 +49,7 @@ static void fields_of(const struct capture_request *rq, const void *p[NFIELDS], 
     p[4] = rq->key, n[4] = rq->key_len;
     p[5] = rq->log ? rq->log : "", n[5] = strlen(p[5]);
     p[6] = rq->cwd, n[6] = strlen(rq->cwd);
+    p[7] = rq->snapshot ? rq->snapshot : "", n[7] = rq->snapshot ? rq->snapshot_len : 0;
 }
 
 /* Writes the request into a new memfd; -1 on failure. */
@@ -107,6 +109,7 @@ int capture_proc_decode(const void *buf, size_t len, struct capture_request *out
     out->key = f[4], out->key_len = n[4];
     out->log = f[5];
     out->cwd = f[6];
+    out->snapshot = f[7], out->snapshot_len = n[7];
     return b == end ? 0 : -1;
 }
 

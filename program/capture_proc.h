@@ -28,11 +28,15 @@
  *  - The helper (capture_helper_main(), tools/) builds each program again
  *    at nice 19 in its own process: a hit in the driver's cache, which
  *    holds the code the application generated at first enqueue, so the
- *    binary it reads holds the same work-group functions; it stores it
+ *    binary it reads holds the same work-group functions. Its build reads
+ *    no file the key names from the file system: the request carries the
+ *    bytes the application's key was made of (its snapshot), and the build
+ *    runs under cache/sandbox.h, served those bytes. It stores the binary
  *    under the application's key (pipeline_store_late()) only when the
- *    files the key names are unchanged before its build and after its
- *    read (cache/key.h key_inputs_check(): content and identity) and the
- *    key made again from its inputs is the application's. It answers each
+ *    snapshot is exactly what the key names and the sandbox saw the build
+ *    read nothing else of the user's: exact by construction, whatever
+ *    happens to the files meanwhile (a header rewritten and restored, a
+ *    generated header deleted after the run). It answers each
  *    request on the same socket (capture_proc_reply(): the bytes when
  *    stored), which the application reads at its next build
  *    (capture_proc_poll()) into its in-process tier. Not while the
@@ -71,6 +75,9 @@ struct capture_request {
     uint64_t compile_ns;    /* the build's CPU time in the application */
     const char *log;        /* the application's build log */
     const char *cwd;        /* the application's working directory at the build */
+    const void *snapshot;   /* the bytes of every file the key names, as the key read them
+                             * (cache/snapshot.h's encoding): all the helper's build may read */
+    size_t snapshot_len;
     int again;              /* set by capture_proc_send: the application built the key
                              * again before the answer, so the helper captures it now */
 };

@@ -13,6 +13,7 @@
 
 #include "program/capture.h"
 #include "program/capture_proc.h"
+#include "cache/snapshot.h"
 
 static int hand_to_helper(struct pc_program *rec);
 
@@ -218,12 +219,15 @@ static int hand_to_helper(struct pc_program *rec)
         struct pipeline_flight *f = &rec->flights[i];
         if (!d->needs_capture || !f->key) continue;
         char *log = read_build_log(built, d->dev);
+        struct key_buf snap = {0};
+        snapshot_encode(f->snap, &snap);
         struct capture_request rq = {.identity = device_info(pc_real, d->dev)->identity, .device = f->device,
                                      .kind = rec->kind, .options = rec->driver_options,
                                      .source = rec->input, .source_len = rec->input_len, .key = f->key,
                                      .key_len = f->key_len, .compile_ns = f->compile_ns, .log = log,
-                                     .cwd = rec->cwd};
-        int rc = capture_proc_send(&rq);
+                                     .cwd = rec->cwd, .snapshot = snap.data, .snapshot_len = snap.len};
+        int rc = snap.oom ? -1 : capture_proc_send(&rq);
+        key_free(&snap);
         free(log);
         if (rc < 0) return -1;
         /* 1: built again before the helper answered; the helper, asked to
@@ -231,7 +235,10 @@ static int hand_to_helper(struct pc_program *rec)
          * not read here). */
         if (rc == 0) pipeline_count_handed();
         d->needs_capture = 0;
-        pipeline_let_go(f); /* waiting processes build: a hit in the driver's cache */
+        /* The helper takes the claim over: processes that want the key
+         * wait for its store (bounded: CLSHIM_BUILD_WAIT_MS), not compile. */
+        if (rc == 0) pipeline_pass_claim(f);
+        else pipeline_let_go(f);
         if (log_enabled(LOG_INFO)) {
             char hex[33];
             key_hash_hex(f->hash, hex);

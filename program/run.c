@@ -12,6 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/quirks.h"
+#include "cache/sandbox.h"
+
 static void release_program_object(void *program) { pc_real->clReleaseProgram((cl_program)program); }
 
 static int retain_program_object(void *program)
@@ -200,15 +203,52 @@ static cl_program run_hit(struct run *r, cl_int *err)
     return p;
 }
 
+/* The driver's work under a sandbox (cache/sandbox.h) when the key names
+ * files: the compiler is served the bytes the key was made of, so what it
+ * builds is exactly what the key names, and the flights may be stored
+ * (pipeline_flight.exact). A key still being made (the preprocessor beside
+ * a compile) is judged after the kind's finish step, from what the build
+ * read (record mode). A build that read anything else is the app's as
+ * usual, never stored: said once per build. */
+static struct sandbox *sandbox_for(struct run *r)
+{
+    struct pipeline_flight *f0 = r->cached && r->n ? &r->fl[0] : NULL;
+    int pending = f0 && !f0->key && f0->pending;
+    if (!f0 || (!pending && (!f0->key || !f0->names_files))) return NULL;
+    const struct device_info *info = device_info(pc_real, r->devlist[0]);
+    char ddir[4096];
+    int has_ddir = info && quirk_source_dir(info->quirks, ddir, sizeof ddir) == 0;
+    return sandbox_begin(pending ? NULL : f0->snap, pending ? NULL : f0->key, pending ? 0 : f0->key_len,
+                         has_ddir ? ddir : NULL);
+}
+
+static void judge_sandbox(struct run *r, struct sandbox *sb, cl_int err)
+{
+    char why[1400] = "";
+    int said = 0;
+    for (size_t i = 0; i < r->n; i++) {
+        struct pipeline_flight *f = &r->fl[i];
+        if (!f->key || !f->names_files) continue;
+        int exact = sandbox_verdict(sb, f->key, f->key_len, why, sizeof why) == 0;
+        f->exact = f->exact || exact;
+        if (!exact && err == CL_SUCCESS && !said++)
+            log_msg(LOG_INFO, "program %p: its build is not stored as it is: %s", (void *)r->handle, why);
+    }
+    sandbox_free(sb);
+}
+
 /* The driver's work, timed, then its outputs to the pipeline. */
 static cl_program run_driver(struct run *r, cl_int *err)
 {
     struct pipeline_clock clk;
     pipeline_clock_start(&clk);
+    struct sandbox *sb = sandbox_for(r);
     cl_program p = r->kind->driver(r, err);
+    sandbox_stop(sb);
     pipeline_clock_stop(&clk);
     r->built = 1;
     if (r->kind->finish) p = r->kind->finish(r, p, err);
+    if (sb) judge_sandbox(r, sb, *err);
     if (r->cached && !r->nothing_built) store_built(r, p, *err, &clk);
     else if (p && r->kind->uncached) r->kind->uncached(r, &clk);
     return p;

@@ -33,6 +33,8 @@
 #include "cache/key.h"
 #include "cache/pipeline.h"
 #include "cache/quirks.h"
+#include "cache/sandbox.h"
+#include "cache/snapshot.h"
 #include "common/busy.h"
 #include "common/clapi.h"
 #include "common/config.h"
@@ -52,6 +54,8 @@ struct request {
     double came_at; /* now_s() when it was read off the socket */
     struct cache_hash hash; /* of its key; zero when it does not decode */
     int again;      /* the application built it again: captured without waiting */
+    int claimed;    /* the helper holds the key's claim (taken from the application) */
+    double claim_until; /* now_s() after which the claim goes, if not yet captured */
 };
 
 /* Done with a request: its counters reach the store, then its lock goes
@@ -60,6 +64,7 @@ static void request_free(struct request *rq)
 {
     if (!rq) return;
     pipeline_flush_stats();
+    if (rq->claimed && pipeline_store()) store_release_build(pipeline_store(), rq->hash);
     if (rq->lock >= 0) close(rq->lock);
     free(rq->bytes);
     free(rq);
@@ -132,9 +137,26 @@ static int receive(int fd, struct request **out)
     return 1;
 }
 
+/* The application's claim of the key becomes the helper's at once, so a
+ * process that wants the key waits for this capture rather than compiling
+ * it again (cache/store.h store_take_claim()). */
+static void take_claim(struct request *rq, pid_t app)
+{
+    store *st = pipeline_store();
+    rq->claimed = st && store_take_claim(st, rq->hash, app, config_get()->build_wait_ms) == CLSHIM_OK;
+}
+
+static pid_t peer_pid(void)
+{
+    struct ucred peer;
+    socklen_t len = sizeof peer;
+    return getsockopt(0, SOL_SOCKET, SO_PEERCRED, &peer, &len) == 0 && peer.pid > 0 ? peer.pid : 0;
+}
+
 static void *reader(void *arg)
 {
     (void)arg;
+    pid_t app = peer_pid();
     for (;;) {
         struct request *rq = NULL;
         int r = receive(0, &rq);
@@ -148,6 +170,11 @@ static void *reader(void *arg)
             if (capture_proc_decode(rq->bytes, rq->len, &cr) == 0) {
                 rq->hash = key_hash(cr.key, cr.key_len);
                 rq->again = cr.again;
+                if (!rq->again) take_claim(rq, app);
+                /* Waiters wait for a capture as for a build (cache/pipeline.c:
+                 * CLAIM_GRACE_BUILDS times its compile, a second at least). */
+                double grace = 3 * cr.compile_ns / 1e9;
+                rq->claim_until = now_s() + (grace > 1 ? grace : 1);
             }
         }
         pthread_mutex_lock(&lock);
@@ -224,51 +251,21 @@ static uint64_t thread_cpu_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* Whether the key the application sent is the one its inputs give here and
- * now: the key of a source build (program/build.c's derive_key: the options the
- * driver got, device, then the headers and the source) is made again, so a
- * header changed, or a new one that would be found first, since the
- * application's build never stores this build under the old key. */
-static int same_key(const struct capture_request *rq)
+static int build_and_store(const struct capture_request *rq, struct known_device *k,
+                           const struct key_snapshot *snap, struct cache_hash hash, const char *prefix);
+
+static void not_stored(enum capture_lost why, const char *prefix, const char *fmt, const char *detail)
 {
-    struct key_buf k;
-    key_begin(&k, KEY_SOURCE, rq->options);
-    key_add_text(&k, "device", rq->identity);
-    /* the driver's source directory, as program/build.c names it (the helper
-     * runs in the application's environment) */
-    char platform[512] = "", ddir[4096];
-    const char *pn = strstr(rq->identity, "platform.name=");
-    if (pn) snprintf(platform, sizeof platform, "%.*s", (int)strcspn(pn + 14, "\n"), pn + 14);
-    struct key_source in = {.source = rq->source, .len = rq->source_len, .options = rq->options,
-                            .driver_dir = quirk_source_dir(quirks_for(platform, NULL), ddir, sizeof ddir) == 0 ? ddir
-                                                                                                           : NULL};
-    struct pipeline_flight f = {.device = rq->device, .kind = KEY_SOURCE};
-    int same = pipeline_key(&f, &k, &in, rq->identity, rq->source, rq->source_len, NULL) == 0 &&
-               f.key_len == rq->key_len && !memcmp(f.key, rq->key, rq->key_len);
-    pipeline_flight_free(&f);
-    return same;
+    char line[2048];
+    snprintf(line, sizeof line, fmt, detail);
+    log_msg(LOG_WARN, "capture helper: %s: %s not stored", line, prefix);
+    pipeline_count_capture_lost(why, 1);
 }
 
-static int build_and_store(const struct capture_request *rq, struct known_device *k, struct key_inputs *in,
-                           struct cache_hash hash, const char *prefix);
-
-/* The files the key names hold what it says (key_inputs_check: the first
- * call records their identities, a later one also sees a rewrite), and the
- * key is still the one these inputs give. */
-static int inputs_hold(const struct capture_request *rq, struct key_inputs *in, const char *prefix, const char *when)
-{
-    char why[3100] = "";
-    if (key_inputs_check(in, why, sizeof why) == 0 && same_key(rq)) return 1;
-    log_msg(LOG_WARN, "capture helper: the inputs of %s changed %s (%s): not stored", prefix, when,
-            why[0] ? why : "a header would now be found elsewhere, or the key's inputs differ");
-    pipeline_count_capture_lost(CAPTURE_LOST_INPUTS, 1);
-    return 0;
-}
-
-/* Builds the program again (a hit in the driver's own cache), reads its
- * binary and stores it under the application's key: only when the files the
- * key names are the same before the build and after the read, so the binary
- * was built from exactly those inputs. */
+/* Builds the program again (a hit in the driver's own cache) from the
+ * application's snapshot of the files its key names, under a sandbox
+ * (cache/sandbox.h): the build reads those bytes and nothing else of the
+ * user's, so the binary is exactly the key's, whatever the files hold now. */
 static void capture_one(const struct capture_request *rq)
 {
     struct cache_hash hash = key_hash(rq->key, rq->key_len);
@@ -289,40 +286,58 @@ static void capture_one(const struct capture_request *rq)
     }
     struct known_device *k = find_device(rq->identity);
     if (!k) {
-        log_msg(LOG_WARN, "capture helper: no device '%s' here: %s not stored", rq->device, prefix);
-        pipeline_count_capture_lost(CAPTURE_LOST_DEVICE, 1);
+        not_stored(CAPTURE_LOST_DEVICE, prefix, "no device '%s' here", rq->device);
         return;
     }
-    /* Relative header paths and -I directories are the application's. */
-    if (chdir(rq->cwd) != 0) {
-        log_msg(LOG_WARN, "capture helper: cannot enter %s (%s): %s not stored", rq->cwd, strerror(errno), prefix);
-        pipeline_count_capture_lost(CAPTURE_LOST_INPUTS, 1);
-        return;
+    struct key_snapshot *snap = snapshot_decode(rq->snapshot, rq->snapshot_len);
+    char why[3100] = "";
+    int stored = 0;
+    if (!snap) {
+        not_stored(CAPTURE_LOST_REQUEST, prefix, "%s", "the request's snapshot cannot be read");
+    } else if (snapshot_matches_key(snap, rq->key, rq->key_len, why, sizeof why) != 0) {
+        not_stored(CAPTURE_LOST_INPUTS, prefix, "the snapshot is not what the key names (%s)", why);
+    } else if (chdir(rq->cwd) != 0) { /* relative -I directories are the application's */
+        not_stored(CAPTURE_LOST_INPUTS, prefix, "cannot enter the application's directory %s", rq->cwd);
+    } else {
+        stored = build_and_store(rq, k, snap, hash, prefix);
     }
-    struct key_inputs *in;
-    if (key_inputs_parse(rq->key, rq->key_len, &in) != 0) {
-        log_msg(LOG_WARN, "capture helper: the key of %s cannot be read: not stored", prefix);
-        pipeline_count_capture_lost(CAPTURE_LOST_REQUEST, 1);
-        return;
-    }
-    int stored = inputs_hold(rq, in, prefix, "since the application built it") && build_and_store(rq, k, in, hash, prefix);
-    key_inputs_free(in);
+    snapshot_free(snap);
     if (!stored) capture_proc_reply(0, &(struct capture_reply){.hash = hash}); /* not stored: the app may hand it again */
 }
 
+/* The driver's source directory here, as program/build.c names it (the
+ * helper runs in the application's environment); NULL when none. */
+static const char *driver_dir(const char *identity, char *out, size_t len)
+{
+    char platform[512] = "";
+    const char *pn = strstr(identity, "platform.name=");
+    if (pn) snprintf(platform, sizeof platform, "%.*s", (int)strcspn(pn + 14, "\n"), pn + 14);
+    return quirk_source_dir(quirks_for(platform, NULL), out, len) == 0 ? out : NULL;
+}
+
 /* 1 when stored (and the application told, with the bytes). */
-static int build_and_store(const struct capture_request *rq, struct known_device *k, struct key_inputs *in,
-                           struct cache_hash hash, const char *prefix)
+static int build_and_store(const struct capture_request *rq, struct known_device *k,
+                           const struct key_snapshot *snap, struct cache_hash hash, const char *prefix)
 {
     int stored = 0;
     cl_int err;
     const char *src = rq->source;
     size_t len = rq->source_len;
+    char ddir[4096], why[1400] = "";
     cl_program prog = api.clCreateProgramWithSource(k->ctx, 1, &src, &len, &err);
-    if (!prog || (err = api.clBuildProgram(prog, 1, &k->dev, rq->options, NULL, NULL)) != CL_SUCCESS) {
-        log_msg(LOG_WARN, "capture helper: the build of %s failed here (%d): not stored", prefix, err);
-        pipeline_count_capture_lost(CAPTURE_LOST_BUILD, 1);
+    struct sandbox *sb = sandbox_begin(snap, rq->key, rq->key_len, driver_dir(rq->identity, ddir, sizeof ddir));
+    if (prog) err = api.clBuildProgram(prog, 1, &k->dev, rq->options, NULL, NULL);
+    int exact = sandbox_end(sb, why, sizeof why) == 0;
+    if (!prog || err != CL_SUCCESS) {
+        char code[16];
+        snprintf(code, sizeof code, "%d", err);
+        not_stored(CAPTURE_LOST_BUILD, prefix, "the build failed here (%s)", code);
         if (prog) api.clReleaseProgram(prog);
+        return 0;
+    }
+    if (!exact) {
+        not_stored(CAPTURE_LOST_INPUTS, prefix, "%s", why);
+        api.clReleaseProgram(prog);
         return 0;
     }
     size_t size = 0;
@@ -331,17 +346,11 @@ static int build_and_store(const struct capture_request *rq, struct known_device
     if (api.clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) == CL_SUCCESS && size &&
         (bin = malloc(size)) &&
         api.clGetProgramInfo(prog, CL_PROGRAM_BINARIES, sizeof bin, &bin, NULL) == CL_SUCCESS) {
-        if (!inputs_hold(rq, in, prefix, "during the capture's build")) {
-            free(bin);
-            api.clReleaseProgram(prog);
-            return 0;
-        }
         struct pipeline_flight f = {.device = rq->device, .kind = (enum key_kind)rq->kind,
                                     .key = (char *)rq->key, .key_len = rq->key_len, .hash = hash,
-                                    .compile_ns = rq->compile_ns};
+                                    .compile_ns = rq->compile_ns, .names_files = 1, .exact = 1};
         if (!pipeline_store()) {
-            log_msg(LOG_WARN, "capture helper: no cache to store %s into", prefix);
-            pipeline_count_capture_lost(CAPTURE_LOST_STORE, 1);
+            not_stored(CAPTURE_LOST_STORE, prefix, "%s", "no cache to store into");
         } else {
             uint64_t read_ns = thread_cpu_ns() - cpu0;
             stored = pipeline_store_late(&f, bin, size, rq->log, read_ns);
@@ -352,8 +361,7 @@ static int build_and_store(const struct capture_request *rq, struct known_device
                                                                .log = rq->log, .binary = bin, .size = size});
         }
     } else {
-        log_msg(LOG_WARN, "capture helper: cannot read the binary of %s: not stored", prefix);
-        pipeline_count_capture_lost(CAPTURE_LOST_READ, 1);
+        not_stored(CAPTURE_LOST_READ, prefix, "%s", "cannot read the binary");
     }
     free(bin);
     api.clReleaseProgram(prog);
@@ -373,14 +381,24 @@ static int build_and_store(const struct capture_request *rq, struct known_device
 
 static void watch_start(struct busy_watch *w)
 {
-    struct ucred peer;
-    socklen_t len = sizeof peer;
+    pid_t app = peer_pid();
     w->pid = 0;
-    if (getsockopt(0, SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0 || peer.pid <= 0) return;
-    (void)busy_watch_start(w, peer.pid, 0);
+    if (app) (void)busy_watch_start(w, app, 0);
 }
 
 enum turn { TURN_NOW, TURN_IDLE, TURN_BESIDE, TURN_EXITED };
+
+/* Claims of requests that waited past their grace go (lock held): a
+ * process that wants such a key compiles it rather than wait longer. */
+static void release_stale_claims(void)
+{
+    double now = now_s();
+    for (struct request *r = first; r; r = r->next)
+        if (r->claimed && now > r->claim_until) {
+            store_release_build(pipeline_store(), r->hash);
+            r->claimed = 0;
+        }
+}
 
 /* Waits until a request may be captured (or the application exited and
  * nothing is left) and says why. */
@@ -390,6 +408,7 @@ static enum turn wait_turn(struct busy_watch *w, unsigned defer_max, double besi
     for (;;) {
         pthread_mutex_lock(&lock);
         while (!first && !ended) pthread_cond_wait(&arrived, &lock);
+        release_stale_claims();
         int gone = ended;
         double oldest = first ? first->came_at : 0;
         int again = first && first->again;

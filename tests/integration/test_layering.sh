@@ -71,13 +71,19 @@ for r in $ROOMS; do
     done
 done
 [ ${#defined_in[@]} -gt 100 ] || fail "only ${#defined_in[@]} symbols found in the rooms' objects"
+# interpose/files.c defines the C library's own file entry points (open,
+# stat, ...) for cache/sandbox.h: a room that calls them calls libc.
+declare -A libc_defines
+LIBC=$(cc -print-file-name=libc.so.6)
+for s in $(nm -D --defined-only "$LIBC" | awk '{ print $NF }' | sed 's/@.*//'); do libc_defines[$s]=1; done
+[ -n "${libc_defines[open]:-}" ] || fail "cannot list the C library's symbols ($LIBC)"
 for r in $ROOMS; do
     bad=
     objs=$(objs_of "$r")
     [ -n "$objs" ] || continue
     for s in $(nm --undefined-only $objs | awk '{ print $NF }' | sort -u); do
         to=${defined_in[$s]:-}
-        [ -n "$to" ] && [ "$to" != "$r" ] || continue
+        [ -n "$to" ] && [ "$to" != "$r" ] && [ -z "${libc_defines[$s]:-}" ] || continue
         okay=0
         for d in $(denied "$r"); do
             declares "$d" "$s" && { bad="$bad $r->$d:$s"; continue 2; }

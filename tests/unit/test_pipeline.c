@@ -33,8 +33,11 @@ static struct pipeline_flight flight(enum key_kind kind, const char *input)
 
 static const struct pipeline_clock clock_5ms = {.wall_ns = 20000000, .cpu_ns = 5000000};
 
+/* A build the caller ran under cache/sandbox.h, which found it exact
+ * (program/run.c sets pipeline_flight.exact from the sandbox's verdict). */
 static void built_ok(struct pipeline_flight *f, const char *binary)
 {
+    f->exact = 1;
     const void *bins[1] = {binary};
     size_t sizes[1] = {strlen(binary)};
     const char *logs[1] = {"build log"};
@@ -301,6 +304,34 @@ static void late_key_never_stores_over_another_fill(void **state)
     pipeline_flight_free(&late);
 }
 
+/* a key that names files, built without a sandbox's verdict of exact (the
+ * build may have read other bytes): never stored, counted, the line said */
+static void inexact_build_never_stored(void **state)
+{
+    (void)state;
+    char text[256];
+    needs_preprocessor("e.h", text, sizeof text);
+    struct pipeline_stats before, after;
+    pipeline_stats(&before);
+    struct pipeline_flight f = compile_flight(text, 0);
+    assert_non_null(f.key);
+    assert_true(f.names_files);
+    assert_false(f.exact);
+    assert_non_null(f.snap); /* the bytes the key was made of */
+    assert_int_equal(pipeline_begin(&f, 1, 0), PIPELINE_BUILD);
+    const void *bins[1] = {"INEXACT"};
+    size_t sizes[1] = {7};
+    struct pipeline_output out = {.binaries = bins, .sizes = sizes, .clock = &clock_5ms};
+    pipeline_built(&f, 1, &out);
+    pipeline_end(&f, 1);
+    struct store_record sr;
+    void *arena = NULL;
+    assert_int_equal(store_get(pipeline_store(), f.hash, f.key, f.key_len, &sr, &arena), CLSHIM_ENOTFOUND);
+    pipeline_stats(&after);
+    assert_int_equal(after.store.stores, before.store.stores);
+    pipeline_flight_free(&f);
+}
+
 int main(void)
 {
     char dir[] = "/tmp/clshim-test-pipeline-XXXXXX";
@@ -318,6 +349,7 @@ int main(void)
         cmocka_unit_test(rejected_is_replaced),
         cmocka_unit_test(late_key_stored_like_a_miss),
         cmocka_unit_test(late_key_never_stores_over_another_fill),
+        cmocka_unit_test(inexact_build_never_stored),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     pipeline_exit();

@@ -1,0 +1,129 @@
+#!/bin/bash
+# A stored binary comes from a build that read exactly the bytes its key
+# names (issue 44): the capture helper builds from the snapshot the
+# application's key was made of, under a sandbox, never from what the disk
+# holds later. Each case fails on a helper that builds again from the disk
+# and checks it by sampling:
+#  1. a header reached through a symbolic link (a file link, an -I directory
+#     link), or rewritten by a rename, flipped to another content and back
+#     while the helper works (a check before and after sees V=1 twice): every
+#     trial stores (the key read V=1), and every later run computes V=1's
+#     results (20 trials; 200 in `make check-long`);
+#  2. a generated header deleted right after the run (a tuner's job): stored
+#     all the same, the next run with the header written again hits;
+#  3. a driver's environment variable (POCL_EXTRA_BUILD_FLAGS) is keyed;
+#  4. `#pragma once` through a link, the link then replaced by a copy:
+#     keyed by file identity, as the compiler decides.
+source "$(dirname "$0")/lib.sh"
+export CLSHIM_CAPTURE_PROCESS=1 # run-all.sh turns it off for other tests
+export CLSHIM_LOG=info
+SF=$PROGS/srcfile
+TOOL=$CLSHIM_BUILD/clshim-tool
+TRIALS=20
+[ -n "${CLSHIM_LONG:-}" ] && TRIALS=200
+
+kernel='__kernel void k(__global float *y) { size_t i = get_global_id(0); y[i] = V * (float)(i % 7); }'
+wait_captures() { "$TOOL" cache wait --timeout 120 >/dev/null 2>&1 || fail "$1: cache wait"; }
+hit() { grep -q 'clshim: hit ' "$TMP/$1.err"; }
+
+# ---- 1. the symlink flip ------------------------------------------------------
+mkdir -p "$TMP/v1" "$TMP/v2"
+echo '#define V 1.0f' >"$TMP/v1/h.h"
+echo '#define V 2.0f' >"$TMP/v2/h.h"
+printf '#include "h.h"\n%s\n' "$kernel" >"$TMP/p.cl"
+ln -sfn "$TMP/v1" "$TMP/dirlink"
+fresh_pocl; run_plain ref1 "$SF" "$TMP/p.cl" --options "-I $TMP/v1"
+fresh_pocl; run_plain ref2 "$SF" "$TMP/p.cl" --options "-I $TMP/v2"
+[ "$(cat "$TMP/ref1.rc")" = 0 ] && ! cmp -s "$TMP/ref1.out" "$TMP/ref2.out" || fail "reference runs"
+
+flip_trials() { # how: file | dir
+    local how=$1 stored=0
+    for trial in $(seq "$TRIALS"); do
+        rm -rf "$CLSHIM_CACHE_DIR"; mkdir -p "$CLSHIM_CACHE_DIR" "$TMP/inc"
+        if [ "$how" = file ]; then
+            ln -sfn "$TMP/v1/h.h" "$TMP/inc/h.h"; opts="-I $TMP/inc"
+        elif [ "$how" = rename ]; then
+            rm -f "$TMP/inc/h.h"; cp "$TMP/v1/h.h" "$TMP/inc/h.h"; opts="-I $TMP/inc"
+        else
+            ln -sfn "$TMP/v1" "$TMP/dirlink"; opts="-I $TMP/dirlink"
+        fi
+        fresh_pocl
+        run_shim cold "$SF" "$TMP/p.cl" --options "$opts"
+        same_output ref1 cold "$how trial $trial: cold run" >/dev/null
+        grep -q 'capture of .* handed to the capture helper' "$TMP/cold.err" ||
+            { cat "$TMP/cold.err" >&2; fail "$how trial $trial: the capture was not handed to the helper"; }
+        sleep "0.$((RANDOM % 8))$((RANDOM % 10))"
+        for _ in $(seq $((5 + RANDOM % 60))); do
+            if [ "$how" = file ]; then
+                ln -sfn "$TMP/v2/h.h" "$TMP/inc/h.h.new" && mv -T "$TMP/inc/h.h.new" "$TMP/inc/h.h"
+                ln -sfn "$TMP/v1/h.h" "$TMP/inc/h.h.new" && mv -T "$TMP/inc/h.h.new" "$TMP/inc/h.h"
+            elif [ "$how" = rename ]; then
+                cp "$TMP/v2/h.h" "$TMP/inc/h.h.new" && mv -T "$TMP/inc/h.h.new" "$TMP/inc/h.h"
+                cp "$TMP/v1/h.h" "$TMP/inc/h.h.new" && mv -T "$TMP/inc/h.h.new" "$TMP/inc/h.h"
+            else
+                ln -sfn "$TMP/v2" "$TMP/dirlink.new" && mv -T "$TMP/dirlink.new" "$TMP/dirlink"
+                ln -sfn "$TMP/v1" "$TMP/dirlink.new" && mv -T "$TMP/dirlink.new" "$TMP/dirlink"
+            fi
+        done
+        wait_captures "$how trial $trial"
+        fresh_pocl
+        run_shim check "$SF" "$TMP/p.cl" --options "$opts"
+        cmp -s "$TMP/ref1.out" "$TMP/check.out" ||
+            { cat "$TMP/check.err" >&2; fail "$how trial $trial: a binary of other inputs was served under V=1's key"; }
+        hit check || { cat "$TMP/check.err" >&2; fail "$how trial $trial: the capture of V=1's build was not stored"; }
+        stored=$((stored + 1))
+        wait_captures "$how trial $trial, after the check"
+    done
+    ok "$TRIALS trials, the header ($how) flipped to V=2 and back during the capture: 0 wrong binaries, $stored of $TRIALS stored"
+}
+flip_trials file
+flip_trials dir
+flip_trials rename
+
+# ---- 2. a generated header gone after the run ---------------------------------
+for trial in 1 2 3; do
+    rm -rf "$CLSHIM_CACHE_DIR" "$TMP/gen"; mkdir -p "$CLSHIM_CACHE_DIR" "$TMP/gen"
+    echo '#define V 1.0f' >"$TMP/gen/h.h"
+    fresh_pocl
+    run_shim gen1 "$SF" "$TMP/p.cl" --options "-I $TMP/gen"
+    rm -f "$TMP/gen/h.h" # the job deletes what it generated
+    wait_captures "generated header $trial"
+    echo '#define V 1.0f' >"$TMP/gen/h.h"
+    fresh_pocl
+    run_shim gen2 "$SF" "$TMP/p.cl" --options "-I $TMP/gen"
+    same_output ref1 gen2 "generated header $trial: the second run" >/dev/null
+    hit gen2 || { cat "$TMP/gen1.err" "$TMP/gen2.err" >&2; fail "generated header $trial: the second run missed"; }
+done
+ok "a header generated for the run and deleted after it: stored, the next run hits (3 of 3)"
+
+# ---- 3. the driver's own environment ------------------------------------------
+printf '%s\n' '__kernel void k(__global float *y) { size_t i = get_global_id(0); y[i] = VAL * (float)(i % 7); }' \
+    >"$TMP/env.cl"
+rm -rf "$CLSHIM_CACHE_DIR"; mkdir -p "$CLSHIM_CACHE_DIR"
+POCL_EXTRA_BUILD_FLAGS=-DVAL=1 run_ref env1 "$SF" "$TMP/env.cl"
+POCL_EXTRA_BUILD_FLAGS=-DVAL=2 run_ref env2 "$SF" "$TMP/env.cl"
+! cmp -s "$TMP/env1.out" "$TMP/env2.out" || fail "POCL_EXTRA_BUILD_FLAGS does not change the plain build"
+fresh_pocl; POCL_EXTRA_BUILD_FLAGS=-DVAL=1 run_shim envs1 "$SF" "$TMP/env.cl"
+wait_captures "driver environment"
+fresh_pocl; POCL_EXTRA_BUILD_FLAGS=-DVAL=2 run_shim envs2 "$SF" "$TMP/env.cl"
+same_output env1 envs1 "POCL_EXTRA_BUILD_FLAGS=-DVAL=1 under clshim"
+same_output env2 envs2 "POCL_EXTRA_BUILD_FLAGS=-DVAL=2 after a run with -DVAL=1: not the other's binary"
+! hit envs2 || fail "a build under another POCL_EXTRA_BUILD_FLAGS hit"
+
+# ---- 4. #pragma once decides by identity --------------------------------------
+rm -rf "$CLSHIM_CACHE_DIR" "$TMP/once"; mkdir -p "$CLSHIM_CACHE_DIR" "$TMP/once"
+printf '#pragma once\n#ifdef SEEN\n#define TWICE 1\n#endif\n#define SEEN 1\n' >"$TMP/once/a.h"
+ln -s a.h "$TMP/once/b.h"
+printf '#include "a.h"\n#include "b.h"\n#ifdef TWICE\n#define V 2.0f\n#else\n#define V 1.0f\n#endif\n%s\n' "$kernel" \
+    >"$TMP/once.cl"
+run_ref once_link "$SF" "$TMP/once.cl" --options "-I $TMP/once"
+fresh_pocl; run_shim once1 "$SF" "$TMP/once.cl" --options "-I $TMP/once"
+same_output once_link once1 "#pragma once through a link"
+wait_captures "pragma once"
+rm "$TMP/once/b.h" && cp "$TMP/once/a.h" "$TMP/once/b.h"
+rm -rf "$TMP/pocl-ref"; run_ref once_copy "$SF" "$TMP/once.cl" --options "-I $TMP/once"
+! cmp -s "$TMP/once_link.out" "$TMP/once_copy.out" || fail "a copy for the link does not change the plain build"
+fresh_pocl; run_shim once2 "$SF" "$TMP/once.cl" --options "-I $TMP/once"
+same_output once_copy once2 "#pragma once, the link replaced by a copy: not the link's binary"
+! hit once2 || fail "the copy's build hit the link's entry"
+finish
