@@ -442,9 +442,19 @@ static int take_key(struct pipeline_flight *f, struct key_buf *k, const void *in
     f->snap = k->snap;
     k->snap = NULL;
     struct key_inputs *in = NULL;
-    f->names_files = key_inputs_parse(f->key, f->key_len, &in) != 0 || key_inputs_count(in) > 0;
+    int unreadable = key_inputs_parse(f->key, f->key_len, &in) != 0, present = unreadable;
+    for (size_t i = 0; !present && i < key_inputs_count(in); i++) {
+        const char *path, *hex;
+        int ddir;
+        key_inputs_get(in, i, &path, &hex, &ddir);
+        present = hex[0] != 0;
+    }
+    f->names_files = unreadable || key_inputs_count(in) > 0;
     key_inputs_free(in);
-    f->exact = !f->names_files;
+    /* Only absent places: exact unless a sandbox that sees the build's
+     * reads says otherwise (where none can, clshim as a layer, the build
+     * is taken as it is: see docs/cache.md, "Exact by construction"). */
+    f->exact = !present;
     return 0;
 }
 
@@ -931,13 +941,10 @@ static const char *late_plan(void)
 /* Whether fl's build read exactly the bytes its key names (the caller's
  * sandbox said so, or the key names no file): a binary of other inputs is
  * never stored under this key. Counted and said when not. */
+#define NOT_EXACT "its build could not be shown to read exactly the files its key names"
 static int inputs_exact(struct pipeline_flight *fl)
 {
     if (fl->exact) return 1;
-    char prefix[17];
-    key_prefix(fl->hash, prefix);
-    log_msg(LOG_INFO, "not storing %s: its build could not be shown to read exactly the files its key names",
-            prefix);
     STAT_ADD(proc_stats.capture_lost[CAPTURE_LOST_INPUTS], 1);
     return 0;
 }
@@ -953,7 +960,15 @@ void pipeline_built(struct pipeline_flight *f, size_t n, const struct pipeline_o
         struct pipeline_flight *fl = &f[i];
         if (!fl->filling) continue;
         STAT_ADD(proc_stats.misses, 1);
+        const char *log = out->logs && out->logs[i] ? out->logs[i] : "";
+        fl->compile_ns = out->clock->cpu_ns / n;
+        double ms = out->clock->wall_ns / n / 1e6;
+        char prefix[17];
+        key_prefix(fl->hash, prefix);
+        const char *dev = fl->device ? fl->device : "?", *noun = kind_noun(fl->kind), *verb = kind_verb(fl->kind);
         if (!out->late && !inputs_exact(fl)) {
+            log_msg(LOG_INFO, "miss %s%s on '%s': %s in %.1f ms (%.1f ms CPU), not stored (" NOT_EXACT ")", noun,
+                    prefix, dev, verb, ms, fl->compile_ns / 1e6);
             memtier_abandon(fl->entry);
             fl->entry = NULL;
             fl->filling = 0;
@@ -962,12 +977,6 @@ void pipeline_built(struct pipeline_flight *f, size_t n, const struct pipeline_o
             fl->key_len = 0;
             continue;
         }
-        const char *log = out->logs && out->logs[i] ? out->logs[i] : "";
-        fl->compile_ns = out->clock->cpu_ns / n;
-        double ms = out->clock->wall_ns / n / 1e6;
-        char prefix[17];
-        key_prefix(fl->hash, prefix);
-        const char *dev = fl->device ? fl->device : "?", *noun = kind_noun(fl->kind), *verb = kind_verb(fl->kind);
         if (out->late) {
             /* Filled with the attached program (or nothing): waiters wake
              * to it; the binary is stored by pipeline_store_late(). */
@@ -1026,9 +1035,12 @@ int pipeline_store_late(struct pipeline_flight *f, const void *binary, size_t si
 {
     store *st = pipeline_store();
     if (!st || !f->key || size == f->stored_size) return 0;
-    if (!inputs_exact(f)) return 0;
     char prefix[17];
     key_prefix(f->hash, prefix);
+    if (!inputs_exact(f)) {
+        log_msg(LOG_INFO, "not stored %s: " NOT_EXACT, prefix);
+        return 0;
+    }
     struct store_record sr = {binary, size, log ? log : "", f->compile_ns + read_cpu_ns, (uint32_t)f->kind,
                               f->device ? f->device : "", NULL};
     int rc = tier_put(st, f->hash, f->key, f->key_len, &sr);

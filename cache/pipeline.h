@@ -83,7 +83,9 @@ struct pipeline_flight {
     /* The bytes of the files the key names, as read for it (cache/snapshot.h;
      * owned; NULL for keys of no files). A build of them is stored only when
      * `exact`: the caller ran it under cache/sandbox.h and it read exactly
-     * those bytes, or the key names no file (names_files 0). */
+     * those bytes, or the key names no file present (names_files: any file
+     * or absent place; the sandbox's verdict replaces `exact` where it can
+     * see the build's reads). */
     struct key_snapshot *snap;
     int names_files;
     int exact;

@@ -263,6 +263,8 @@ int sandbox_verdict(const struct sandbox *sb, const void *key, size_t key_len, c
     return key && !sandbox_covers(sb, key, key_len) ? (snprintf(why, why_len, "another key's files"), -1) : 0;
 }
 
+int sandbox_sees(const struct sandbox *sb) { return sb && sb->interposed; }
+
 void sandbox_free(struct sandbox *sb)
 {
     if (!sb) return;

@@ -63,6 +63,9 @@ void sandbox_stop(struct sandbox *sb);
  * began with), else -1 with the reason. sb NULL: -1. */
 int sandbox_verdict(const struct sandbox *sb, const void *key, size_t key_len, char *why, size_t why_len);
 void sandbox_free(struct sandbox *sb);
+/* Whether the build's file reads reach this sandbox (the process's `open`
+ * is interpose/files.c's): only then is its verdict about the build. */
+int sandbox_sees(const struct sandbox *sb);
 /* stop, verdict on its own key, free. */
 int sandbox_end(struct sandbox *sb, char *why, size_t why_len);
 

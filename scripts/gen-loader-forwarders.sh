@@ -15,6 +15,7 @@
 # OBJECTs are the objects linked into the library (clshim's entry points).
 set -euo pipefail
 real=$1 out=$2 hdr=$3; shift 3
+libc=$(${CC:-cc} -print-file-name=libc.so.6)
 [ -f "$real" ] || { echo "gen-loader-forwarders: no real OpenCL loader at $real" >&2; exit 1; }
 mkdir -p "$out"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -139,5 +140,16 @@ mv "$out/forward.c.tmp" "$out/forward.c"
         echo "CLSHIM_0 {"; echo "  global:"; echo "$extra"; echo "};"
     fi
     echo "CLSHIM_LOADER { global: clshim_loader_marker; };"
+    # The C library's file entry points interpose/files.c defines (for
+    # cache/sandbox.h), each in the version node libc gives it: a program or
+    # library's reference to open@GLIBC_2.2.5 binds only to a definition of
+    # that version, or to none at all (libclshim.so's, in preload mode).
+    nm -g --defined-only "$@" 2>/dev/null | awk '$2 == "T" && $3 !~ /^cl/ { print $3 }' | sort -u >"$tmp/ownc"
+    nm -D --defined-only "$libc" | awk '{ print $NF }' | grep '@@' | tr '@' ' ' | awk '{ print $1, $2 }' |
+        sort -u >"$tmp/libc"
+    awk 'NR == FNR { own[$1] = 1; next } ($1 in own) { print $2, $1 }' "$tmp/ownc" "$tmp/libc" | sort >"$tmp/files"
+    for v in $(awk '{ print $1 }' "$tmp/files" | sort -u); do
+        echo "$v { global:"; awk -v v="$v" '$1 == v { printf "    %s;\n", $2 }' "$tmp/files"; echo "};"
+    done
 } >"$out/libOpenCL.map.tmp"
 mv "$out/libOpenCL.map.tmp" "$out/libOpenCL.map"

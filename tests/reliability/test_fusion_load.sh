@@ -27,9 +27,10 @@ worker() { # id mode
         fi
         cmp -s "$TMP/ref_$m.out" "$TMP/w$id.out" || { echo "worker $id ($m): results differ" >>"$TMP/errors"; return; }
         # The slow-load lines are expected where loading costs more than the
-        # compile it replaces (a TSan build: loads 10x slower, 2026-11-28).
+        # compile it replaces (a TSan build: loads 10x slower, 2026-11-28),
+        # and so is waiting for another process that compiles the same key.
         grep 'clshim:' "$TMP/w$id.err" | grep -v 'more than its compile' |
-            grep -v 'fused .* into one launch\|fusion: again [0-9]* times: \|building the fused kernel\|submitted unfused: \|fusion summary\|fusion plan:\|summary:\|hit \|miss \|stored ' \
+            grep -v 'fused .* into one launch\|fusion: again [0-9]* times: \|building the fused kernel\|submitted unfused: \|fusion summary\|fusion plan:\|summary:\|hit \|miss \|stored \|by another process: waiting\|waited [0-9]* ms' \
             >>"$TMP/lines" || true
         occurrences ' into one launch' "$TMP/w$id.err" >>"$TMP/fused$id"
         n=$((n + 1))
