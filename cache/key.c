@@ -650,6 +650,13 @@ static int scan_source(struct include_ctx *c, const char *raw, size_t raw_len, c
                 snprintf(c->why, c->why_len, "%s uses %.*s: its build differs by when it ran",
                          depth == 0 ? "the program source" : "a header it reads", (int)n, id);
                 rc = KEY_TIME_MACROS;
+            } else if (c->mode != SCAN_DRIVER_DIR && !from_dir && n == 8 && !memcmp(id, "__FILE__", 8)) {
+                /* The driver compiles the source (and embedded headers) from
+                 * a temporary path of its own: another at every build. */
+                snprintf(c->why, c->why_len, "%s uses __FILE__: the driver compiles it from a path of its own, "
+                                             "another at every build",
+                         depth == 0 ? "the program source" : "an embedded header");
+                rc = KEY_TIME_MACROS;
             }
         } else {
             line_start = 0;
@@ -680,7 +687,8 @@ int key_scan_headers(struct key_buf *k, const struct key_source *in, char *why, 
      * open a file: the scan is skipped. */
     int may_include = memmem(in->source, in->len, "include", 7) || memmem(in->source, in->len, "import", 6) ||
                       memchr(in->source, '\\', in->len) || memmem(in->source, in->len, "??", 2) ||
-                      memmem(in->source, in->len, "__DATE__", 8) || memmem(in->source, in->len, "__TIME", 6);
+                      memmem(in->source, in->len, "__DATE__", 8) || memmem(in->source, in->len, "__TIME", 6) ||
+                      memmem(in->source, in->len, "__FILE__", 8);
     if (rc == 0 && may_include) rc = scan_source(&c, in->source, in->len, NULL, 0);
     for (size_t i = 0; rc == 0 && i < in->nembedded; i++)
         rc = scan_source(&c, in->embedded[i].source, in->embedded[i].len, NULL, 1);

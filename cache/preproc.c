@@ -5,6 +5,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -265,6 +266,39 @@ static int parse_deps(const char *text, const char *skip_dir, char ***files, siz
     return rc;
 }
 
+/* The preprocessor's command line for `in` on the device of `identity`:
+ * clang's mode (`mode`, NULL-terminated) first, then the driver's
+ * predefines, `extra`, the embedded headers' directory (written into d),
+ * the application's options, the OpenCL C version, and the source on
+ * standard input. 0, or -1 with why. */
+static int preprocessor_args(struct args *a, struct embed_dir *d, const struct key_source *in, const char *identity,
+                             const char *const *mode, const char *const *extra, char *why, size_t why_len)
+{
+    add_arg(a, "%s", "-x");
+    add_arg(a, "%s", "cl");
+    for (size_t i = 0; mode[i]; i++) add_arg(a, "%s", mode[i]);
+    int has_default_std = 0, has_std = 0;
+    char std[32];
+    add_predefines(a, identity ? identity : "", &has_default_std, std, sizeof std);
+    for (size_t i = 0; extra && extra[i]; i++) add_arg(a, "%s", extra[i]);
+    int rc = 0;
+    if (in->nembedded) {
+        rc = write_embedded(d, in, why, why_len);
+        add_arg(a, "-I%s", d->path);
+    }
+    if (rc == 0 && add_app_options(a, in->options, &has_std) != 0) {
+        snprintf(why, why_len, "an unclosed quote in the build options");
+        rc = -1;
+    }
+    if (!has_std) add_arg(a, "%s", std);
+    add_arg(a, "%s", "-");
+    if (rc == 0 && a->oom) {
+        snprintf(why, why_len, "out of memory or too many options");
+        rc = -1;
+    }
+    return rc;
+}
+
 int preproc_files(const struct key_source *in, const char *identity, char ***files, size_t *n, char *why,
                   size_t why_len)
 {
@@ -272,29 +306,8 @@ int preproc_files(const struct key_source *in, const char *identity, char ***fil
     *n = 0;
     struct args a = {.count = 0};
     struct embed_dir d = {.nmade = 0};
-    add_arg(&a, "%s", "-x");
-    add_arg(&a, "%s", "cl");
-    add_arg(&a, "%s", "-M");
-    add_arg(&a, "%s", "-MT");
-    add_arg(&a, "%s", "k");
-    int has_default_std = 0, has_std = 0;
-    char std[32];
-    add_predefines(&a, identity ? identity : "", &has_default_std, std, sizeof std);
-    int rc = 0;
-    if (in->nembedded) {
-        rc = write_embedded(&d, in, why, why_len);
-        add_arg(&a, "-I%s", d.path);
-    }
-    if (rc == 0 && add_app_options(&a, in->options, &has_std) != 0) {
-        snprintf(why, why_len, "an unclosed quote in the build options");
-        rc = -1;
-    }
-    if (!has_std) add_arg(&a, "%s", std);
-    add_arg(&a, "%s", "-");
-    if (rc == 0 && a.oom) {
-        snprintf(why, why_len, "out of memory or too many options");
-        rc = -1;
-    }
+    static const char *const mode[] = {"-M", "-MT", "k", NULL};
+    int rc = preprocessor_args(&a, &d, in, identity, mode, NULL, why, why_len);
     if (rc == 0) {
         char *out = NULL, err[512];
         size_t out_len = 0;
@@ -312,6 +325,144 @@ int preproc_files(const struct key_source *in, const char *identity, char ***fil
     remove_embed_dir(&d);
     free_args(&a);
     return rc;
+}
+
+/* ---- time and place after macro expansion ---------------------------------- */
+
+#define TIME_MARK "__clshim_time_or_place__"
+
+/* The YAML of a clang VFS overlay (-ivfsoverlay) that puts each snapshot
+ * file's bytes (written into dir) at its path; NULL when out of room. */
+static char *write_overlay(const struct key_snapshot *snap, const char *dir)
+{
+    struct key_buf y = {0};
+    static const char head[] = "{ 'version': 0, 'roots': [\n";
+    key_append(&y, head, sizeof head - 1);
+    for (size_t i = 0; snap && i < snap->n; i++) {
+        const struct snap_file *f = &snap->files[i];
+        char file[4200], line[17000];
+        snprintf(file, sizeof file, "%s/%zu", dir, i);
+        int fd = open(file, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        int ok = fd >= 0 && write(fd, f->bytes, f->len) == (ssize_t)f->len;
+        if (fd >= 0) close(fd);
+        if (!ok || strchr(f->path, '\'') || strchr(f->path, '\n')) {
+            key_free(&y);
+            return NULL;
+        }
+        int n = snprintf(line, sizeof line, "%s{ 'type': 'file', 'name': '%s%s', 'external-contents': '%s' }\n",
+                         i ? "," : "", f->driver_dir ? "/clshim-driver-dir/" : "", f->path, file);
+        key_append(&y, line, (size_t)n);
+    }
+    key_append(&y, "] }\n", 4);
+    key_append(&y, "", 1);
+    return y.oom ? (key_free(&y), NULL) : y.data;
+}
+
+int preproc_expands_time(const struct key_source *in, const char *identity, const struct key_snapshot *snap,
+                         char *why, size_t why_len)
+{
+    struct args a = {.count = 0};
+    struct embed_dir d = {.nmade = 0};
+    char vdir[256];
+    const char *tmp = getenv("TMPDIR");
+    snprintf(vdir, sizeof vdir, "%s/clshim-vfs.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(vdir)) {
+        snprintf(why, why_len, "cannot make a directory to check the macros: %s", strerror(errno));
+        return -1;
+    }
+    char overlay[300];
+    snprintf(overlay, sizeof overlay, "%s/overlay.yaml", vdir);
+    char *yaml = write_overlay(snap, vdir);
+    int rc = yaml ? 0 : -1;
+    if (!yaml) snprintf(why, why_len, "cannot write the snapshot for the macro check");
+    FILE *y = rc == 0 ? fopen(overlay, "wx") : NULL;
+    if (rc == 0 && (!y || fputs(yaml, y) < 0)) {
+        snprintf(why, why_len, "cannot write the snapshot for the macro check");
+        rc = -1;
+    }
+    if (y) fclose(y);
+    free(yaml);
+    /* Every way a time or place macro can arise (token pasting, -D values,
+     * headers) ends in the preprocessor's own expansion: redefined, they
+     * leave a mark; the main source's __FILE__ is "<stdin>" here (the
+     * driver's: a temporary path of its own, another at every build). */
+    static const char *const mode[] = {"-E", "-P", NULL};
+    const char *extra[] = {"-Wno-builtin-macro-redefined", "-D__TIME__=" TIME_MARK, "-D__DATE__=" TIME_MARK,
+                           "-D__TIMESTAMP__=" TIME_MARK, "-ivfsoverlay", overlay, "-iquote/clshim-driver-dir", NULL};
+    if (rc == 0) rc = preprocessor_args(&a, &d, in, identity, mode, extra, why, why_len);
+    if (rc == 0) {
+        char *out = NULL, err[512];
+        size_t out_len = 0;
+        if (clang_run((const char *const *)a.arg, in->source, in->len, &out, &out_len, err, sizeof err) != 0) {
+            snprintf(why, why_len, "the macro check's preprocessor failed: %s", err[0] ? err : "?");
+            rc = -1;
+        } else if (memmem(out, out_len, TIME_MARK, sizeof TIME_MARK - 1)) {
+            snprintf(why, why_len, "a time macro (__DATE__, __TIME__ or __TIMESTAMP__) arises after macro "
+                                   "expansion: its build differs by when it ran");
+            rc = KEY_TIME_MACROS;
+        } else if (memmem(out, out_len, "\"<stdin>\"", 9)) {
+            snprintf(why, why_len, "__FILE__ of the program source arises after macro expansion: the driver "
+                                   "compiles it from a path of its own, another at every build");
+            rc = KEY_TIME_MACROS;
+        }
+        free(out);
+    }
+    remove_embed_dir(&d);
+    free_args(&a);
+    for (size_t i = 0; snap && i < snap->n; i++) {
+        char file[300];
+        snprintf(file, sizeof file, "%s/%zu", vdir, i);
+        unlink(file);
+    }
+    unlink(overlay);
+    rmdir(vdir);
+    return rc;
+}
+
+static const char *device_name_of(const char *identity, char *out, size_t out_len);
+
+/* preproc_expands_time() where the program may need it, once per key: a
+ * clean verdict is kept in the store (a record keyed by the key so far and
+ * the source), so a warm run pays one lookup, not a preprocessor run. */
+static int expansion_checked(struct key_buf *k, store *st, const struct key_source *in, const char *identity,
+                             char *why, size_t why_len)
+{
+    if (!preproc_may_expand_time(in, k->snap)) return 0;
+    struct key_buf m = {0};
+    key_add_blob(&m, "expansion-checked", k->data, k->len);
+    key_add_blob(&m, "input", in->source, in->len);
+    struct cache_hash mh = key_hash(m.data, m.len);
+    struct store_record rec;
+    void *arena = NULL;
+    int rc = -1;
+    if (!m.oom && st && store_get(st, mh, m.data, m.len, &rec, &arena) == CLSHIM_OK)
+        rc = rec.binary_size == 5 && !memcmp(rec.binary, "clean", 5) ? 0 : -1;
+    store_record_free(arena);
+    if (rc != 0) {
+        rc = preproc_expands_time(in, identity, k->snap, why, why_len);
+        if (rc == -1) rc = KEY_UNCACHEABLE; /* unchecked: not cached */
+        char dev[256];
+        struct store_record clean = {"clean", 5, "", 0, KEY_MANIFEST, device_name_of(identity, dev, sizeof dev), NULL};
+        if (rc == 0 && st && !m.oom && !store_is_readonly(st)) store_put(st, mh, m.data, m.len, &clean);
+    }
+    key_free(&m);
+    return rc;
+}
+
+int preproc_may_expand_time(const struct key_source *in, const struct key_snapshot *snap)
+{
+    /* Without token pasting, the scanner's lexical look finds every use;
+     * an option can spell a macro anywhere. */
+    if (memmem(in->source, in->len, "##", 2)) return 1;
+    if (in->options && (strstr(in->options, "##") || strstr(in->options, "__TIME__") ||
+                        strstr(in->options, "__DATE__") || strstr(in->options, "__TIMESTAMP__") ||
+                        strstr(in->options, "__FILE__")))
+        return 1;
+    for (size_t i = 0; i < in->nembedded; i++)
+        if (memmem(in->embedded[i].source, in->embedded[i].len, "##", 2)) return 1;
+    for (size_t i = 0; snap && i < snap->n; i++)
+        if (memmem(snap->files[i].bytes, snap->files[i].len, "##", 2)) return 1;
+    return 0;
 }
 
 /* ---- direct mode: manifests ------------------------------------------------ */
@@ -742,8 +893,9 @@ int preproc_start(struct key_buf *k, store *st, const struct key_source *in, con
     int no_manifest;
     char scan_why[512];
     int h = headers_without_preprocessor(k, st, in, &m, &mhash, &no_manifest, route, scan_why, sizeof scan_why);
-    if (h <= 0) {
-        if (h) snprintf(why, why_len, "%s", scan_why);
+    if (h == 0) return expansion_checked(k, st, in, identity, why, why_len);
+    if (h < 0) {
+        snprintf(why, why_len, "%s", scan_why);
         return h;
     }
 
@@ -767,7 +919,7 @@ int preproc_start(struct key_buf *k, store *st, const struct key_source *in, con
     int rc = take_result(k, in, scan_why, &r, why, why_len);
     free_result(&r);
     key_free(&m);
-    return rc;
+    return rc == 0 ? expansion_checked(k, st, in, identity, why, why_len) : rc;
 }
 
 int preproc_finish(struct preproc_job *job, struct key_buf *k, uint64_t *ran_ns, char *why, size_t why_len)
@@ -782,6 +934,7 @@ int preproc_finish(struct preproc_job *job, struct key_buf *k, uint64_t *ran_ns,
     else job_main(job);
     if (ran_ns) *ran_ns = job->ran_ns;
     int rc = k ? take_result(k, &job->in, job->scan_why, &job->result, why, why_len) : -1;
+    if (rc == 0) rc = expansion_checked(k, job->st, &job->in, job->identity, why, why_len);
     free_job(job);
     return rc;
 }

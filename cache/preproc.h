@@ -117,6 +117,21 @@ int preproc_files(const struct key_source *in, const char *identity, char ***fil
                   size_t why_len);
 void preproc_free_files(char **files, size_t n);
 
+/* Time and place after macro expansion. The scanner finds __DATE__,
+ * __TIME__ and __TIMESTAMP__ as tokens; token pasting (CAT(__TI,ME__)) and
+ * -D values make them where no token shows. preproc_may_expand_time() says
+ * whether the program could (a "##" in the source, an embedded header or a
+ * snapshot file; a time macro or __FILE__ named in the options);
+ * preproc_expands_time() then runs the preprocessor (clang -E) on the
+ * snapshot's bytes (a VFS overlay: the files as the key read them) with
+ * those macros redefined to a mark, and looks for the mark and for the main
+ * source's __FILE__. 0: none arises; KEY_TIME_MACROS with why; -1 when the
+ * check could not run (why). */
+struct key_snapshot;
+int preproc_may_expand_time(const struct key_source *in, const struct key_snapshot *snap);
+int preproc_expands_time(const struct key_source *in, const char *identity, const struct key_snapshot *snap,
+                         char *why, size_t why_len);
+
 /* The kernel names a source declares ("a, b"), for log lines about it. */
 void preproc_kernel_names(const char *source, size_t len, char *out, size_t out_len);
 

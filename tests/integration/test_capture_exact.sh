@@ -13,7 +13,12 @@
 #     all the same, the next run with the header written again hits;
 #  3. a driver's environment variable (POCL_EXTRA_BUILD_FLAGS) is keyed;
 #  4. `#pragma once` through a link, the link then replaced by a copy:
-#     keyed by file identity, as the compiler decides.
+#     keyed by file identity, as the compiler decides;
+#  5. runs back to back: the run started the moment a cold one exited waits
+#     for its capture (one line) and hits, and so does every run after it;
+#  6. time and place, however they arise: __TIME__ made by token pasting,
+#     __TIME__ in a -D option, __FILE__ in the program source: not cached
+#     (the reason said), never another run's binary.
 source "$(dirname "$0")/lib.sh"
 export CLSHIM_CAPTURE_PROCESS=1 # run-all.sh turns it off for other tests
 export CLSHIM_LOG=info
@@ -91,6 +96,7 @@ for trial in 1 2 3; do
     echo '#define V 1.0f' >"$TMP/gen/h.h"
     fresh_pocl
     run_shim gen2 "$SF" "$TMP/p.cl" --options "-I $TMP/gen"
+    wait_captures "generated header $trial, second run"
     same_output ref1 gen2 "generated header $trial: the second run" >/dev/null
     hit gen2 || { cat "$TMP/gen1.err" "$TMP/gen2.err" >&2; fail "generated header $trial: the second run missed"; }
 done
@@ -109,6 +115,7 @@ fresh_pocl; POCL_EXTRA_BUILD_FLAGS=-DVAL=2 run_shim envs2 "$SF" "$TMP/env.cl"
 same_output env1 envs1 "POCL_EXTRA_BUILD_FLAGS=-DVAL=1 under clshim"
 same_output env2 envs2 "POCL_EXTRA_BUILD_FLAGS=-DVAL=2 after a run with -DVAL=1: not the other's binary"
 ! hit envs2 || fail "a build under another POCL_EXTRA_BUILD_FLAGS hit"
+wait_captures "driver environment, second run"
 
 # ---- 4. #pragma once decides by identity --------------------------------------
 rm -rf "$CLSHIM_CACHE_DIR" "$TMP/once"; mkdir -p "$CLSHIM_CACHE_DIR" "$TMP/once"
@@ -126,4 +133,49 @@ rm -rf "$TMP/pocl-ref"; run_ref once_copy "$SF" "$TMP/once.cl" --options "-I $TM
 fresh_pocl; run_shim once2 "$SF" "$TMP/once.cl" --options "-I $TMP/once"
 same_output once_copy once2 "#pragma once, the link replaced by a copy: not the link's binary"
 ! hit once2 || fail "the copy's build hit the link's entry"
+wait_captures "pragma once, second run"
+
+# ---- 5. back to back -------------------------------------------------------------
+for trial in 1 2 3; do
+    rm -rf "$CLSHIM_CACHE_DIR"; mkdir -p "$CLSHIM_CACHE_DIR"
+    printf '#include "h.h"\n%s\n// trial %s\n' "$kernel" "$trial" >"$TMP/b2b.cl"
+    fresh_pocl
+    run_shim b2b1 "$SF" "$TMP/b2b.cl" --options "-I $TMP/v1"
+    run_shim b2b2 "$SF" "$TMP/b2b.cl" --options "-I $TMP/v1"
+    run_shim b2b3 "$SF" "$TMP/b2b.cl" --options "-I $TMP/v1"
+    for t in b2b1 b2b2 b2b3; do same_output ref1 $t "back to back $trial: $t" >/dev/null; done
+    grep -q 'clshim: miss ' "$TMP/b2b1.err" || fail "back to back $trial: the first run did not miss"
+    for t in b2b2 b2b3; do
+        hit $t || { cat "$TMP/b2b1.err" "$TMP/$t.err" >&2; fail "back to back $trial: $t, started as the run before it ended, missed"; }
+    done
+    wait_captures "back to back $trial"
+done
+ok "three runs back to back, 3 times: miss, hit, hit (a run waits for the capture still in progress)"
+
+# ---- 6. time and place after expansion ---------------------------------------------
+printf '#define CAT(a,b) a##b\n__constant char t[] = CAT(__TI,ME__);\n%s\n' \
+    '__kernel void k(__global float *y) { size_t i = get_global_id(0); y[i] = (float)(t[7] - 48) * (float)(i % 7); }' \
+    >"$TMP/pasted.cl"
+printf '%s\n' '__kernel void k(__global float *y) { size_t i = get_global_id(0); y[i] = (float)T * (float)(i % 7); }' \
+    >"$TMP/topt.cl"
+printf '__constant char f[] = __FILE__;\n%s\n' \
+    '__kernel void k(__global float *y) { size_t i = get_global_id(0); y[i] = (float)f[1] * (float)(i % 7); }' \
+    >"$TMP/file.cl"
+rm -rf "$CLSHIM_CACHE_DIR"; mkdir -p "$CLSHIM_CACHE_DIR"
+for case in pasted topt file; do
+    opts=""
+    [ $case = topt ] && opts="-DT=(__TIME__[7]-'0')"
+    for run in 1 2; do
+        fresh_pocl
+        run_shim "t_${case}_$run" "$SF" "$TMP/$case.cl" --options "$opts"
+        [ "$(cat "$TMP/t_${case}_$run.rc")" = 0 ] || fail "$case: the run failed"
+        grep -q 'clshim: not caching program .*\(time macro\|__FILE__\)' "$TMP/t_${case}_$run.err" ||
+            { cat "$TMP/t_${case}_$run.err" >&2; fail "$case, run $run: not said to be uncacheable"; }
+        ! hit "t_${case}_$run" || fail "$case, run $run: a hit"
+        wait_captures "$case"
+    done
+done
+n=$("$TOOL" cache stats --json | python3 -c "import json,sys; print(json.load(sys.stdin)['uncacheable_time_macros'])")
+[ "$n" -ge 6 ] || fail "uncacheable time macros counted $n times, expected 6"
+ok "__TIME__ by token pasting and by a -D option, __FILE__ of the source: not cached, the reason said, counted"
 finish
