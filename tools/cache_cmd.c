@@ -1154,8 +1154,26 @@ static int cmd_wait(struct cmd_ctx *c, int argc, char **argv)
         if ((timeout_s = parse_seconds(v)) < 0) return usage_error("wait: '%s' is not a number of seconds", v);
     }
     int rc = capture_wait(c->dir, (unsigned long)timeout_s, "cache wait", NULL);
-    if (rc) fprintf(stderr, "clshim cache: captures still outstanding in %s after %ld s\n", c->dir, timeout_s);
-    return rc;
+    if (rc) {
+        fprintf(stderr, "clshim cache: captures still outstanding in %s after %ld s\n", c->dir, timeout_s);
+        return rc;
+    }
+    /* What became of every capture handed over since the last wait: a loss
+     * is an exit status, not only a counter in `cache stats`. */
+    struct capture_outcomes o;
+    if (capture_journal_take(c->dir, &o) != 0) return 0;
+    if (!o.lost) {
+        fprintf(stderr, "clshim: cache wait: %lu capture%s stored\n", o.stored, o.stored == 1 ? "" : "s");
+        return 0;
+    }
+    char why[600] = "";
+    for (unsigned r = 0, len = 0; r < CAPTURE_LOST_COUNT && r < 16; r++)
+        if (o.lost_by[r] && len < sizeof why - 64)
+            len += (unsigned)snprintf(why + len, sizeof why - len, "%s%lu %s", len ? ", " : "", o.lost_by[r],
+                                      capture_lost_name(r));
+    fprintf(stderr, "clshim: cache wait: %lu of %lu captures not stored (%s); the first: %s\n", o.lost,
+            o.lost + o.stored, why, o.first_lost);
+    return 1;
 }
 
 int cache_cmd_main(int argc, char **argv)

@@ -42,6 +42,7 @@
 #include "common/log.h"
 #include "program/capture_proc.h"
 #include "cache/store.h"
+#include "tools/capture_wait.h"
 #include "tools/commands.h"
 
 #define HELPER_NICE 19
@@ -254,12 +255,23 @@ static uint64_t thread_cpu_ns(void)
 static int build_and_store(const struct capture_request *rq, struct known_device *k,
                            const struct key_snapshot *snap, struct cache_hash hash, const char *prefix);
 
+/* One line of the capture journal (tools/capture_wait.h): what `cache
+ * wait` tells, also after the application's standard error is gone. */
+static void journal(const char *fmt, const char *a, const char *b, const char *c)
+{
+    char dir[4096], line[1024];
+    if (config_cache_dir(config_get(), dir, sizeof dir) != 0) return;
+    snprintf(line, sizeof line, fmt, a, b, c);
+    capture_journal_note(dir, line);
+}
+
 static void not_stored(enum capture_lost why, const char *prefix, const char *fmt, const char *detail)
 {
     char line[2048];
     snprintf(line, sizeof line, fmt, detail);
     log_msg(LOG_WARN, "capture helper: %s: %s not stored", line, prefix);
     pipeline_count_capture_lost(why, 1);
+    journal("lost %s %s %.900s", capture_lost_name(why), prefix, line);
 }
 
 /* Builds the program again (a hit in the driver's own cache) from the
@@ -279,6 +291,7 @@ static void capture_one(const struct capture_request *rq)
     store *st = pipeline_store();
     if (st && pipeline_local_get(st, hash, rq->key, rq->key_len, &sr, &arena) == CLSHIM_OK) {
         log_msg(LOG_INFO, "capture helper: %s is stored already", prefix);
+        journal("stored %s %s%s", prefix, "(already)", "");
         capture_proc_reply(0, &(struct capture_reply){.hash = hash, .compile_ns = sr.compile_ns, .log = sr.build_log,
                                                        .binary = sr.binary, .size = sr.binary_size});
         store_record_free(arena);
@@ -354,6 +367,11 @@ static int build_and_store(const struct capture_request *rq, struct known_device
         } else {
             uint64_t read_ns = thread_cpu_ns() - cpu0;
             stored = pipeline_store_late(&f, bin, size, rq->log, read_ns);
+            char bytes[32];
+            snprintf(bytes, sizeof bytes, "%zu", size);
+            if (stored) journal("stored %s %s bytes%s", prefix, bytes, "");
+            else journal("lost %s %s %s", capture_lost_name(CAPTURE_LOST_STORE), prefix,
+                         "the store refused it (full disk, read-only, or over the size limit)");
             /* The application's in-process tier gets the bytes too: a
              * program it releases and builds again is then a memory hit. */
             if (stored)
@@ -498,6 +516,9 @@ static void serve(void)
         pthread_mutex_unlock(&lock);
         if (!rq || over) {
             pipeline_count_capture_lost(CAPTURE_LOST_BUDGET, left);
+            for (size_t i = 0; i < left; i++)
+                journal("lost %s %s %s", capture_lost_name(CAPTURE_LOST_BUDGET), "-",
+                        "CLSHIM_CAPTURE_HELPER_BUDGET spent after the application exited");
             while (dropped) {
                 struct request *next = dropped->next;
                 request_free(dropped);
@@ -510,8 +531,7 @@ static void serve(void)
         if (capture_proc_decode(rq->bytes, rq->len, &cr) == 0 && cr.kind == KEY_SOURCE) {
             capture_one(&cr);
         } else {
-            log_msg(LOG_WARN, "capture helper: a malformed request was dropped");
-            pipeline_count_capture_lost(CAPTURE_LOST_REQUEST, 1);
+            not_stored(CAPTURE_LOST_REQUEST, "-", "%s", "a malformed request was dropped");
         }
         if (turn == TURN_BESIDE) beside_after = now_s() + (BESIDE_SHARE - 1) * (now_s() - t0);
         done[turn]++;

@@ -16,6 +16,7 @@
 
 #include "program/capture_proc.h"
 #include "tools/capture_wait.h"
+#include "cache/store.h"
 
 #define SCAN_PERIOD_S 1.0 /* helpers looked for (and raised) again */
 #define FIRST_REPORT_S 1.0 /* a shorter wait says nothing */
@@ -213,4 +214,75 @@ int capture_wait(const char *dir, unsigned long timeout_s, const char *who, cons
     }
     close(fd);
     return rc;
+}
+
+/* ---- the journal (capture_wait.h) ---- */
+
+/* The journal's places: in the cache directory, and in /dev/shm for when
+ * that directory's file system is full (what a lost capture often means). */
+static void journal_path(const char *dir, int spare, char *out, size_t len)
+{
+    if (!spare) {
+        snprintf(out, len, "%s/%s", dir, CAPTURE_JOURNAL);
+        return;
+    }
+    unsigned long h = 5381;
+    for (const char *p = dir; *p; p++) h = h * 33 + (unsigned char)*p;
+    snprintf(out, len, "/dev/shm/clshim-%u-%lx.%s", (unsigned)getuid(), h, CAPTURE_JOURNAL);
+}
+
+static int journal_append(const char *path, const char *buf, size_t n)
+{
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) return -1;
+    struct stat st;
+    int ok = fstat(fd, &st) == 0 && st.st_uid == getuid() &&
+             (st.st_size >= (off_t)CAPTURE_JOURNAL_MAX || write(fd, buf, n) == (ssize_t)n);
+    close(fd);
+    return ok ? 0 : -1;
+}
+
+void capture_journal_note(const char *dir, const char *line)
+{
+    char path[4200], buf[1024];
+    int n = snprintf(buf, sizeof buf, "%s\n", line);
+    if (n > (int)sizeof buf - 1) n = (int)sizeof buf - 1, buf[n - 1] = '\n';
+    journal_path(dir, 0, path, sizeof path);
+    if (journal_append(path, buf, (size_t)n) == 0) return;
+    journal_path(dir, 1, path, sizeof path);
+    (void)journal_append(path, buf, (size_t)n); /* best effort: the store's counters say it too */
+}
+
+static int take_one(const char *path, struct capture_outcomes *out)
+{
+    char taken[4300];
+    snprintf(taken, sizeof taken, "%s.%d", path, (int)getpid());
+    if (rename(path, taken) != 0) return -1;
+    FILE *f = fopen(taken, "r");
+    char line[1100];
+    while (f && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        if (!strncmp(line, "stored ", 7)) {
+            out->stored++;
+        } else if (!strncmp(line, "lost ", 5)) {
+            if (!out->lost++) snprintf(out->first_lost, sizeof out->first_lost, "%.500s", line + 5);
+            size_t wl = strcspn(line + 5, " ");
+            for (unsigned r = 0; r < CAPTURE_LOST_COUNT && r < 16; r++)
+                if (strlen(capture_lost_name(r)) == wl && !strncmp(line + 5, capture_lost_name(r), wl)) out->lost_by[r]++;
+        }
+    }
+    if (f) fclose(f);
+    unlink(taken);
+    return 0;
+}
+
+int capture_journal_take(const char *dir, struct capture_outcomes *out)
+{
+    memset(out, 0, sizeof *out);
+    char path[4200];
+    journal_path(dir, 0, path, sizeof path);
+    int found = take_one(path, out) == 0;
+    journal_path(dir, 1, path, sizeof path);
+    found |= take_one(path, out) == 0;
+    return found ? 0 : -1;
 }

@@ -33,4 +33,24 @@
  * timeout_s. */
 int capture_wait(const char *dir, unsigned long timeout_s, const char *who, const char *waiting);
 
+/* ---- what became of the captures ------------------------------------------
+ * The capture helper appends one line per capture to <dir>/CAPTURE_JOURNAL
+ * (one write of O_APPEND: lines never interleave): "stored <key> <bytes>"
+ * or "lost <reason> <key> <what happened>", <reason> one of `cache stats`'
+ * captures_lost_by_reason names. After the applications exit nothing else
+ * would ever say so: the helper's standard error is closed then.
+ * capture_journal_take() (the waiting commands, once the captures are done)
+ * moves the journal aside, reads it and removes it, so each outcome is told
+ * once: 0 with the counts, -1 when there is none. The journal stops growing
+ * at CAPTURE_JOURNAL_MAX bytes until someone takes it. */
+#define CAPTURE_JOURNAL "captures.journal"
+#define CAPTURE_JOURNAL_MAX (1u << 20)
+void capture_journal_note(const char *dir, const char *line);
+struct capture_outcomes {
+    unsigned long stored, lost;
+    unsigned long lost_by[16]; /* by enum capture_lost */
+    char first_lost[512];     /* the first lost line's text */
+};
+int capture_journal_take(const char *dir, struct capture_outcomes *out);
+
 #endif

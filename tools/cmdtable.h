@@ -90,8 +90,9 @@
       "delete entries on the server.")                                                              \
     C("cache wait", "[--timeout S]",                                                                \
       "Wait until every capture handed to a capture helper is stored or dropped, raising the "      \
-      "helpers to normal priority; a line every 5 s says what it waits for. Exit 1: captures "      \
-      "still outstanding after S seconds (default 600).")                                           \
+      "helpers to normal priority; a line every 5 s says what it waits for, and one at the end "    \
+      "what became of the captures handed over since the last wait. Exit 1: captures still "       \
+      "outstanding after S seconds (default 600), or some were not stored (how many and why).")   \
     O("--timeout S", "Wait at most S seconds.")                                                     \
     C("cache help", "", "The help of `clshim cache`.")                                              \
     C("fuse", "--plan \"a+b+c\" [OPTIONS] FILE.cl",                                                 \

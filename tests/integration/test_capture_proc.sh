@@ -139,11 +139,16 @@ done
 full_disk_cache "$P" exit 1
 fresh_pocl; CLSHIM_LOG_FILE=$TMP/full.log run_shim full "$P" release $N
 same_output rref full "full disk during the helper's stores: results of a plain run"
-wait_helper
-[ "$(count 'cannot store' "$TMP/full.log")" = 1 ] && [ "$(count 'capture helper' "$TMP/full.log")" = 0 ] ||
+! "$TOOL" cache wait --timeout 120 2>"$TMP/fullwait.err" ||
+    { cat "$TMP/fullwait.err" >&2; fail "full disk: cache wait exited 0 with captures not stored"; }
+grep -q "clshim: cache wait: [1-9][0-9]* of [1-9][0-9]* captures not stored ([1-9][0-9]* store_failed)" "$TMP/fullwait.err" ||
+    { cat "$TMP/fullwait.err" >&2; fail "full disk: cache wait did not say how many were not stored and why"; }
+[ "$(count 'cannot store' "$TMP/full.log")" = 1 ] ||
     { cat "$TMP/full.log" >&2; fail "full disk: not one 'cannot store' line from the helper"; }
 fresh_pocl; run_shim full2 "$P" release $N
 same_output rref full2 "full disk: the next run as plain"
-wait_helper # its helper holds the lock file on the tmpfs
-ok "full disk during the helper's stores: one line, same results"
+# Its helper holds the lock file on the tmpfs; its captures fail as well.
+"$TOOL" cache wait --timeout 120 2>"$TMP/fullwait2.err" || ! grep -q outstanding "$TMP/fullwait2.err" ||
+    fail "full disk: the second run's helper did not finish"
+ok "full disk during the helper's stores: one line, same results; cache wait exits 1 naming how many and why"
 finish
