@@ -26,6 +26,10 @@ static const struct quirk_entry table[] = {
      "PoCL compiles the source from its cache directory, where a quoted #include looks first: the key holds what "
      "that directory has of the main source's quoted names",
      "test_driver_quirks.sh source-dir (srcfile)"},
+    {"Portable Computing Language", NULL, NULL, QUIRK_BINARY_SCRATCH,
+     "PoCL reads a binary through an unchecked 256 MiB allocation and segfaults under an address-space limit "
+     "that leaves less: clshim reads no binary while less than 512 MiB is left under the limit",
+     "driver_quirks binary-headroom"},
 };
 
 /* The environment variables a driver reads that change what it builds

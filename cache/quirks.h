@@ -31,7 +31,16 @@ enum driver_quirk {
      * quoted name of the main source, whether that directory has it and
      * its content (struct key_source's driver_dir, cache/key.h). */
     QUIRK_POCL_SOURCE_DIR = 1u << 2,
+    /* PoCL 3.x serializes a binary (CL_PROGRAM_BINARIES) through a 256 MiB
+     * scratch allocation it does not check: under an address-space limit
+     * (ulimit -v) that leaves less, the read segfaults, where the plain
+     * application, which never reads its binaries, runs. clshim reads none
+     * while less than QUIRK_BINARY_HEADROOM is left under the limit. */
+    QUIRK_BINARY_SCRATCH = 1u << 3,
 };
+
+/* The address space QUIRK_BINARY_SCRATCH wants free under RLIMIT_AS. */
+#define QUIRK_BINARY_HEADROOM (512ull << 20)
 
 /* The longest kernel name QUIRK_LONG_KERNEL_NAME_CODEGEN allows. */
 #define QUIRK_KERNEL_NAME_MAX 254

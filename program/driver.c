@@ -7,6 +7,10 @@
  */
 #include "program/program_int.h"
 
+#include <stdio.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -50,14 +54,36 @@ int retry_after_emptying_tier(cl_int err, const char *what)
     return dropped != 0;
 }
 
+/* The address space left under RLIMIT_AS (UINT64_MAX: no limit). */
+static uint64_t address_space_left(void)
+{
+    struct rlimit lim;
+    if (getrlimit(RLIMIT_AS, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return UINT64_MAX;
+    unsigned long pages = 0;
+    FILE *statm = fopen("/proc/self/statm", "re");
+    int got = statm && fscanf(statm, "%lu", &pages) == 1;
+    if (statm) fclose(statm);
+    if (!got) return 0; /* unknown under a limit: as if short */
+    uint64_t used = (uint64_t)pages * (uint64_t)sysconf(_SC_PAGESIZE);
+    return lim.rlim_cur > used ? (uint64_t)lim.rlim_cur - used : 0;
+}
+
 /* Nonzero when reading the binaries of `prog` would make a device's driver
- * abort (QUIRK_LONG_KERNEL_NAME_CODEGEN): a kernel name is too long. */
+ * abort or crash: a kernel name is too long (QUIRK_LONG_KERNEL_NAME_CODEGEN),
+ * or too little address space is left (QUIRK_BINARY_SCRATCH). */
 int binaries_unsafe(cl_program prog, size_t n, const struct pc_dev *want)
 {
-    int quirk = 0;
+    int quirk = 0, scratch = 0;
     for (size_t i = 0; i < n; i++) {
         const struct device_info *info = device_info(pc_real, want[i].dev);
         quirk |= info && (info->quirks & QUIRK_LONG_KERNEL_NAME_CODEGEN);
+        scratch |= info && (info->quirks & QUIRK_BINARY_SCRATCH);
+    }
+    uint64_t left = scratch ? address_space_left() : UINT64_MAX;
+    if (left < QUIRK_BINARY_HEADROOM) {
+        LOG_ONCE(LOG_INFO, "not reading program binaries: %llu MiB of address space left under the process's "
+                           "limit (%s)", (unsigned long long)(left >> 20), quirk_description(QUIRK_BINARY_SCRATCH));
+        return 1;
     }
     size_t len = 0;
     if (!quirk || pc_real->clGetProgramInfo(prog, CL_PROGRAM_KERNEL_NAMES, 0, NULL, &len) != CL_SUCCESS)

@@ -17,6 +17,30 @@ grep -q "not caching program .*a kernel name of 270 characters" "$TMP/long-cold.
 fresh_pocl; run_shim long-warm "$Q" long-name
 same_output long-plain long-warm "long name: warm run under clshim works as plainly"
 
+# QUIRK_BINARY_SCRATCH: with little address space left, reading a binary
+# segfaults plainly ...
+fresh_pocl; run_plain scratch "$Q" binary-headroom
+grep -q '^ran; reading the binary' "$TMP/scratch.out" && [ "$(cat "$TMP/scratch.rc")" != 0 ] ||
+    fail "binary scratch: PoCL no longer fails reading a binary with 128 MiB left; revisit the quirk"
+ok "binary scratch: the driver crashes reading a binary under a tight address-space limit (shown without clshim)"
+# ... so under `ulimit -v` (and -n, -s) that the plain run survives, clshim
+# reads none and the run ends as plainly: same output, same exit code.
+MK=$PROGS/multikernel
+for lim in "-v 800000" "-n 32" "-s 128"; do
+    tag=lim${lim// /}
+    fresh_pocl; (ulimit $lim; run_plain "$tag-plain" "$MK")
+    [ "$(cat "$TMP/$tag-plain.rc")" = 0 ] || fail "ulimit $lim: the plain run fails; pick another limit"
+    for cp in 0 1; do
+        fresh_pocl; (ulimit $lim; CLSHIM_CAPTURE_PROCESS=$cp CLSHIM_LOG=info run_shim "$tag-$cp" "$MK")
+        same_output "$tag-plain" "$tag-$cp" "ulimit $lim (capture helper $cp): as plainly" >/dev/null
+        [ "$(cat "$TMP/$tag-$cp.rc")" = 0 ] || fail "ulimit $lim (capture helper $cp): exit code $(cat "$TMP/$tag-$cp.rc")"
+        "$CLSHIM_BUILD/clshim-tool" cache wait --timeout 120 >/dev/null 2>&1 || true
+    done
+done
+grep -q 'not reading program binaries: .* MiB of address space left' "$TMP/lim-v800000-0.err" ||
+    { cat "$TMP/lim-v800000-0.err" >&2; fail "ulimit -v: the binary read was not said to be skipped"; }
+ok "ulimit -v 800000, -n 32, -s 128: clshim's runs end as the plain ones (same output, exit code 0), one line"
+
 # QUIRK_POCL_SOURCE_DIR: PoCL compiles the source from a temporary file in
 # $POCL_CACHE_DIR, so a quoted #include of the main source finds a header
 # there before the working directory and the -I directories.

@@ -7,7 +7,13 @@
  *   driver_quirks uncached-binary-race  threads making programs from one
  *                                       binary (PoCL_KERNEL_CACHE=0 aborts)
  *   driver_quirks threads-from-source   threads building one source and running it
+ *   driver_quirks binary-headroom       builds and runs a one-kernel program, then
+ *                                       limits its address space to 128 MiB more
+ *                                       than it uses and reads the binary (PoCL 3.1
+ *                                       segfaults: an unchecked 256 MiB allocation)
  */
+#include <sys/resource.h>
+#include <unistd.h>
 #include <pthread.h>
 
 #include "common.h"
@@ -147,6 +153,22 @@ int main(int argc, char **argv)
         cl_program p = built_from_source(small_src, "");
         shared_bin = binary_of(p, &shared_size);
         rc = threads(binary_worker, "binary programs on 4 threads");
+        clReleaseProgram(p);
+    } else if (!strcmp(what, "binary-headroom")) {
+        cl_program p = built_from_source(small_src, "");
+        rc = run_one(p, "one") == 1 ? 0 : 1;
+        unsigned long pages = 0;
+        FILE *statm = fopen("/proc/self/statm", "r");
+        if (!statm || fscanf(statm, "%lu", &pages) != 1) return 2;
+        fclose(statm);
+        rlim_t used = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE);
+        struct rlimit lim = {used + (128u << 20), used + (128u << 20)};
+        if (setrlimit(RLIMIT_AS, &lim) != 0) return 2;
+        printf("ran; reading the binary with 128 MiB of address space left\n");
+        fflush(stdout);
+        size_t size;
+        free(binary_of(p, &size));
+        printf("binary of %zu bytes\n", size);
         clReleaseProgram(p);
     } else if (!strcmp(what, "threads-from-source")) {
         rc = threads(source_worker, "source programs on 4 threads");
