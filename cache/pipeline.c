@@ -404,6 +404,34 @@ int pipeline_record_get(const struct key_buf *k, void **value, size_t *size)
     return rc;
 }
 
+/* The record that says a key's capture was refused for its cost. */
+static int over_cost_key(struct key_buf *m, const void *key, size_t key_len)
+{
+    memset(m, 0, sizeof *m);
+    key_begin(m, KEY_MANIFEST, "");
+    key_add_blob(m, "capture-over-cost", key, key_len);
+    return m->oom ? -1 : 0;
+}
+
+void pipeline_note_over_cost(const void *key, size_t key_len, const char *why)
+{
+    struct key_buf m;
+    if (over_cost_key(&m, key, key_len) == 0) pipeline_record_put(&m, why, strlen(why) + 1, KEY_MANIFEST, "", 0);
+    key_free(&m);
+}
+
+int pipeline_over_cost(const void *key, size_t key_len, char *why, size_t why_len)
+{
+    struct key_buf m;
+    void *v = NULL;
+    size_t n = 0;
+    int found = over_cost_key(&m, key, key_len) == 0 && pipeline_record_get(&m, &v, &n) == 0;
+    if (found && why_len) snprintf(why, why_len, "%.*s", (int)(n ? n - 1 : 0), n ? (const char *)v : "");
+    free(v);
+    key_free(&m);
+    return found;
+}
+
 void pipeline_record_put(const struct key_buf *k, const void *value, size_t size, enum key_kind kind,
                          const char *device, uint64_t make_ns)
 {

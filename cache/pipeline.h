@@ -258,6 +258,12 @@ int pipeline_record_get(const struct key_buf *k, void **value, size_t *size);
 void pipeline_record_put(const struct key_buf *k, const void *value, size_t size, enum key_kind kind,
                          const char *device, uint64_t make_ns);
 
+/* A key whose capture was refused for its cost (the capture helper's CPU
+ * budget: twice the build): noted so that later runs do not hand it over
+ * again (pipeline_over_cost: 1 with the helper's words in why). */
+void pipeline_note_over_cost(const void *key, size_t key_len, const char *why);
+int pipeline_over_cost(const void *key, size_t key_len, char *why, size_t why_len);
+
 /* Counters of this process (the store's names; see store.h). */
 struct pipeline_stats {
     struct store_stats store;

@@ -784,7 +784,8 @@ const char *capture_lost_name(enum capture_lost why)
         [CAPTURE_LOST_INPUTS] = "inputs_changed", [CAPTURE_LOST_BUILD] = "build_failed",
         [CAPTURE_LOST_READ] = "binary_unreadable", [CAPTURE_LOST_DEVICE] = "no_device",
         [CAPTURE_LOST_BUDGET] = "helper_budget", [CAPTURE_LOST_EXIT] = "exit_budget",
-        [CAPTURE_LOST_STORE] = "store_failed", [CAPTURE_LOST_REQUEST] = "bad_request"};
+        [CAPTURE_LOST_STORE] = "store_failed", [CAPTURE_LOST_REQUEST] = "bad_request",
+        [CAPTURE_LOST_COST] = "over_cost"};
     return (unsigned)why < CAPTURE_LOST_COUNT ? names[why] : "?";
 }
 

@@ -221,6 +221,7 @@ enum capture_lost {
     CAPTURE_LOST_EXIT,    /* CLSHIM_CAPTURE_EXIT_BUDGET spent (captures in the application) */
     CAPTURE_LOST_STORE,   /* the store refused it (full disk, too big, read-only) */
     CAPTURE_LOST_REQUEST, /* a request the helper could not read */
+    CAPTURE_LOST_COST,    /* it would have cost more CPU than twice the application's build */
     CAPTURE_LOST_COUNT
 };
 /* A short name of each ("inputs_changed", ...), for stats and JSON. */

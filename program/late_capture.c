@@ -218,6 +218,18 @@ static int hand_to_helper(struct pc_program *rec)
         struct pc_dev *d = &rec->devs[i];
         struct pipeline_flight *f = &rec->flights[i];
         if (!d->needs_capture || !f->key) continue;
+        char why[600];
+        if (pipeline_over_cost(f->key, f->key_len, why, sizeof why)) {
+            /* An earlier capture of this key ran out of its budget: none
+             * again (here it would cost the application that CPU). */
+            char hex[33];
+            key_hash_hex(f->hash, hex);
+            log_msg(LOG_INFO, "not capturing %.16s: an earlier capture was refused: %s", hex, why);
+            pipeline_count_capture_lost(CAPTURE_LOST_COST, 1);
+            d->needs_capture = 0;
+            pipeline_let_go(f);
+            continue;
+        }
         char *log = read_build_log(built, d->dev);
         struct key_buf snap = {0};
         snapshot_encode(f->snap, &snap);

@@ -8,11 +8,15 @@
  * the request is stored or dropped (`clshim cache wait` takes it
  * exclusively). The helper: a reader thread takes every request off
  * the socket as it comes (the application's sends never find it full while
- * the helper builds), and the main thread builds, reads and stores them in
- * order, one at a time. At end of file (the application has exited) the
- * helper lets go of the application's standard error (a shell reading it
- * would wait for the helper) and stores what is left within
- * CLSHIM_CAPTURE_HELPER_BUDGET seconds.
+ * the helper builds) and takes the key's cross-process claim over from the
+ * application; the main thread runs the captures in order, one at a time,
+ * each in a process of its own (`clshim-tool capture-one`: the build under
+ * the request's snapshot and the read, within a CPU budget), and stores
+ * what comes back. The helper itself never calls OpenCL. At end of file
+ * (the application has exited) the helper lets go of the application's
+ * standard error (a shell reading it would wait for the helper) and stores
+ * what is left within CLSHIM_CAPTURE_HELPER_BUDGET seconds. Every capture's
+ * outcome goes to the journal `cache wait` reads (tools/capture_wait.h).
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -23,6 +27,10 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
+#include <sys/uio.h>
+#include <spawn.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -44,6 +52,8 @@
 #include "cache/store.h"
 #include "tools/capture_wait.h"
 #include "tools/commands.h"
+
+extern char **environ;
 
 #define HELPER_NICE 19
 
@@ -252,9 +262,6 @@ static uint64_t thread_cpu_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static int build_and_store(const struct capture_request *rq, struct known_device *k,
-                           const struct key_snapshot *snap, struct cache_hash hash, const char *prefix);
-
 /* One line of the capture journal (tools/capture_wait.h): what `cache
  * wait` tells, also after the application's standard error is gone. */
 static void journal(const char *fmt, const char *a, const char *b, const char *c)
@@ -274,11 +281,232 @@ static void not_stored(enum capture_lost why, const char *prefix, const char *fm
     journal("lost %s %s %.900s", capture_lost_name(why), prefix, line);
 }
 
+/* ---- one capture, in a process of its own (`clshim-tool capture-one`) ------
+ * A capture's cost is the driver's: PoCL generates code for every kernel of
+ * the program when its binary is read (2,001 kernels of which one ran: 141.6
+ * s of CPU against a 3.0 s compile). No driver call can be abandoned, so
+ * each capture runs in a child process with a CPU budget it cannot
+ * overrun: twice the application's own build CPU, at least
+ * CAPTURE_COST_FLOOR_NS (the child's start, driver start and cache lookup).
+ * Past it the kernel stops the child (a CPU-time timer's SIGKILL): the
+ * capture is not made, counted as over_cost and said. The child builds
+ * under the sandbox from the request's snapshot and hands the binary back
+ * through its standard output (a memory file); the helper stores it (the
+ * store is the helper's: an LMDB environment is not shared with a child). */
+#define CAPTURE_COST_FACTOR 2
+#define CAPTURE_COST_FLOOR_NS 250000000ull
+
+/* The child's answer: status (0, or 1 + enum capture_lost), the CPU time of
+ * the read, the binary's size, then the binary or a message. */
+struct child_answer {
+    uint32_t status;
+    uint64_t read_ns;
+    uint64_t size;
+};
+
+static uint64_t budget_ns(const struct capture_request *rq)
+{
+    uint64_t b = CAPTURE_COST_FACTOR * rq->compile_ns;
+    return b > CAPTURE_COST_FLOOR_NS ? b : CAPTURE_COST_FLOOR_NS;
+}
+
+/* The child's side: answers on fd 1 and exits. */
+static int answer(uint32_t status, uint64_t read_ns, const void *bytes, size_t size)
+{
+    struct child_answer a = {status, read_ns, size};
+    struct iovec iov[2] = {{&a, sizeof a}, {(void *)bytes, size}};
+    ssize_t want = (ssize_t)(sizeof a + size);
+    return writev(1, iov, 2) == want ? 0 : 1;
+}
+static int fail_with(enum capture_lost why, const char *fmt, const char *detail)
+{
+    char msg[1024];
+    snprintf(msg, sizeof msg, fmt, detail);
+    return answer(1u + (uint32_t)why, 0, msg, strlen(msg));
+}
+
+/* The driver's source directory here, as program/build.c names it (the
+ * helper runs in the application's environment); NULL when none. */
+static const char *driver_dir(const char *identity, char *out, size_t len)
+{
+    char platform[512] = "";
+    const char *pn = strstr(identity, "platform.name=");
+    if (pn) snprintf(platform, sizeof platform, "%.*s", (int)strcspn(pn + 14, "\n"), pn + 14);
+    return quirk_source_dir(quirks_for(platform, NULL), out, len) == 0 ? out : NULL;
+}
+
+/* Arms the CPU budget: SIGKILL once the process has used budget_ns of CPU
+ * (not SIGXCPU: LLVM's handler for it returns, and the process goes on). */
+static int arm_budget(uint64_t ns)
+{
+    struct sigevent ev = {.sigev_notify = SIGEV_SIGNAL, .sigev_signo = SIGKILL};
+    timer_t t;
+    if (timer_create(CLOCK_PROCESS_CPUTIME_ID, &ev, &t) != 0) return -1;
+    struct itimerspec when = {.it_value = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)}};
+    return timer_settime(t, 0, &when, NULL);
+}
+
+int capture_one_main(int argc, char **argv)
+{
+    (void)argv;
+    if (argc != 1) {
+        fprintf(stderr, "usage: clshim-tool capture-one (started by the capture helper)\n");
+        return 2;
+    }
+    struct stat st;
+    char *bytes = NULL;
+    if (fstat(0, &st) != 0 || st.st_size <= 0 || !(bytes = malloc((size_t)st.st_size)) ||
+        pread(0, bytes, (size_t)st.st_size, 0) != st.st_size)
+        return fail_with(CAPTURE_LOST_REQUEST, "%s", "the request cannot be read");
+    struct capture_request rq;
+    if (capture_proc_decode(bytes, (size_t)st.st_size, &rq) != 0)
+        return fail_with(CAPTURE_LOST_REQUEST, "%s", "the request cannot be decoded");
+    if (arm_budget(budget_ns(&rq)) != 0) return fail_with(CAPTURE_LOST_BUILD, "%s", "no CPU budget can be set");
+    if (!dlopen("libOpenCL.so.1", RTLD_NOW | RTLD_GLOBAL))
+        return fail_with(CAPTURE_LOST_DEVICE, "cannot load libOpenCL.so.1 (%s)", dlerror());
+    clapi_from_loader(&api);
+    struct known_device *k = find_device(rq.identity);
+    if (!k) return fail_with(CAPTURE_LOST_DEVICE, "no device '%s' here", rq.device);
+    struct key_snapshot *snap = snapshot_decode(rq.snapshot, rq.snapshot_len);
+    if (!snap) return fail_with(CAPTURE_LOST_REQUEST, "%s", "the request's snapshot cannot be read");
+    if (chdir(rq.cwd) != 0) /* relative -I directories are the application's */
+        return fail_with(CAPTURE_LOST_INPUTS, "cannot enter the application's directory %s", rq.cwd);
+    cl_int err;
+    const char *src = rq.source;
+    size_t len = rq.source_len;
+    char ddir[4096], why[1400] = "";
+    cl_program prog = api.clCreateProgramWithSource(k->ctx, 1, &src, &len, &err);
+    struct sandbox *sb = sandbox_begin(snap, rq.key, rq.key_len, driver_dir(rq.identity, ddir, sizeof ddir));
+    if (prog) err = api.clBuildProgram(prog, 1, &k->dev, rq.options, NULL, NULL);
+    int exact = sandbox_end(sb, why, sizeof why) == 0;
+    if (!prog || err != CL_SUCCESS) {
+        char code[16];
+        snprintf(code, sizeof code, "%d", err);
+        return fail_with(CAPTURE_LOST_BUILD, "the build failed here (%s)", code);
+    }
+    if (!exact) return fail_with(CAPTURE_LOST_INPUTS, "%s", why);
+    size_t size = 0;
+    unsigned char *bin = NULL;
+    uint64_t cpu0 = thread_cpu_ns();
+    if (api.clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) != CL_SUCCESS || !size ||
+        !(bin = malloc(size)) || api.clGetProgramInfo(prog, CL_PROGRAM_BINARIES, sizeof bin, &bin, NULL) != CL_SUCCESS)
+        return fail_with(CAPTURE_LOST_READ, "%s", "cannot read the binary");
+    int rc = answer(0, thread_cpu_ns() - cpu0, bin, size);
+    /* Leaves at once: the driver's teardown is not the capture's. */
+    fflush(NULL);
+    _exit(rc);
+}
+
+#define WATCH_PERIOD_MS 10
+
+/* A live child's CPU time and its waited-for children's (/proc/PID/stat
+ * fields 14-17); 0 when it cannot be read. */
+static uint64_t child_cpu_ns(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+    unsigned long long t[4] = {0};
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %llu %llu", &t[0], &t[1],
+                     &t[2], &t[3]) != 4)
+        return 0;
+    long hz = sysconf(_SC_CLK_TCK);
+    return (t[0] + t[1] + t[2] + t[3]) * (1000000000ull / (unsigned long long)(hz > 0 ? hz : 100));
+}
+
+/* The helper's side: the capture of rq (its request bytes as received) in
+ * a child; 0 with the binary (malloc'd) and the CPU time of its read, or
+ * -1 with *why (the child's message in msg). */
+static int capture_in_child(const void *req, size_t req_len, const struct capture_request *rq, void **bin,
+                            size_t *size, uint64_t *read_ns, enum capture_lost *why, char *msg, size_t msg_len)
+{
+    *bin = NULL;
+    *why = CAPTURE_LOST_BUILD;
+    int in = memfd_create("clshim-capture-one", MFD_CLOEXEC), out = memfd_create("clshim-capture-answer", MFD_CLOEXEC);
+    int rc = -1;
+    pid_t pid = -1;
+    if (in < 0 || out < 0 || write(in, req, req_len) != (ssize_t)req_len) {
+        snprintf(msg, msg_len, "cannot hand the capture to a child process");
+        goto out;
+    }
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, in, 0);
+    posix_spawn_file_actions_adddup2(&fa, out, 1);
+    char *args[] = {"clshim-tool", "capture-one", NULL};
+    int spawned = posix_spawn(&pid, "/proc/self/exe", &fa, NULL, args, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (spawned != 0) {
+        snprintf(msg, msg_len, "cannot start a capture process (%s)", strerror(spawned));
+        goto out;
+    }
+    int status = 0, over = 0;
+    struct rusage ru = {0};
+    /* The budget counts the linker processes PoCL runs per kernel too: the
+     * child's CPU and its children's, from /proc, every WATCH_PERIOD_MS. */
+    for (;;) {
+        pid_t got = wait4(pid, &status, WNOHANG, &ru);
+        if (got == pid || (got < 0 && errno != EINTR)) break;
+        /* a 1/32 margin for what runs between two looks */
+        if (got == 0 && !over && child_cpu_ns(pid) >= budget_ns(rq) - budget_ns(rq) / 32) {
+            over = 1;
+            kill(pid, SIGKILL);
+        }
+        nanosleep(&(struct timespec){0, WATCH_PERIOD_MS * 1000000L}, NULL);
+    }
+    uint64_t used_ns = (uint64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000u +
+                       (uint64_t)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000u;
+    log_msg(LOG_DEBUG, "capture helper: the capture's process used %.2f s of CPU (its budget %.2f s)", used_ns / 1e9,
+            budget_ns(rq) / 1e9);
+    if (over || (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL && used_ns >= budget_ns(rq) - budget_ns(rq) / 32)) {
+        *why = CAPTURE_LOST_COST;
+        snprintf(msg, msg_len, "it would cost more than %.2f s of CPU (%d times the application's build, %.2f s "
+                               "at least): reading the driver's binary generates code for every kernel",
+                 budget_ns(rq) / 1e9, CAPTURE_COST_FACTOR, CAPTURE_COST_FLOOR_NS / 1e9);
+        goto out;
+    }
+    struct child_answer a;
+    struct stat st;
+    if (!WIFEXITED(status) || fstat(out, &st) != 0 || st.st_size < (off_t)sizeof a ||
+        pread(out, &a, sizeof a, 0) != (ssize_t)sizeof a || (off_t)(sizeof a + a.size) != st.st_size) {
+        snprintf(msg, msg_len, "the capture process ended with no answer (%s %d)",
+                 WIFSIGNALED(status) ? "signal" : "status", WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+        goto out;
+    }
+    char *data = malloc(a.size + 1);
+    if (!data || pread(out, data, a.size, sizeof a) != (ssize_t)a.size) {
+        free(data);
+        snprintf(msg, msg_len, "cannot read the capture's answer");
+        goto out;
+    }
+    data[a.size] = 0;
+    if (a.status) {
+        *why = a.status - 1 < CAPTURE_LOST_COUNT ? (enum capture_lost)(a.status - 1) : CAPTURE_LOST_BUILD;
+        snprintf(msg, msg_len, "%s", data);
+        free(data);
+        goto out;
+    }
+    *bin = data;
+    *size = a.size;
+    *read_ns = a.read_ns;
+    rc = 0;
+out:
+    if (in >= 0) close(in);
+    if (out >= 0) close(out);
+    return rc;
+}
+
 /* Builds the program again (a hit in the driver's own cache) from the
  * application's snapshot of the files its key names, under a sandbox
- * (cache/sandbox.h): the build reads those bytes and nothing else of the
- * user's, so the binary is exactly the key's, whatever the files hold now. */
-static void capture_one(const struct capture_request *rq)
+ * (cache/sandbox.h), in a child within its CPU budget: the binary is
+ * exactly the key's, whatever the files hold now. */
+static void capture_one(const void *req, size_t req_len, const struct capture_request *rq)
 {
     struct cache_hash hash = key_hash(rq->key, rq->key_len);
     char prefix[33];
@@ -297,11 +525,6 @@ static void capture_one(const struct capture_request *rq)
         store_record_free(arena);
         return;
     }
-    struct known_device *k = find_device(rq->identity);
-    if (!k) {
-        not_stored(CAPTURE_LOST_DEVICE, prefix, "no device '%s' here", rq->device);
-        return;
-    }
     struct key_snapshot *snap = snapshot_decode(rq->snapshot, rq->snapshot_len);
     char why[3100] = "";
     int stored = 0;
@@ -309,63 +532,20 @@ static void capture_one(const struct capture_request *rq)
         not_stored(CAPTURE_LOST_REQUEST, prefix, "%s", "the request's snapshot cannot be read");
     } else if (snapshot_matches_key(snap, rq->key, rq->key_len, why, sizeof why) != 0) {
         not_stored(CAPTURE_LOST_INPUTS, prefix, "the snapshot is not what the key names (%s)", why);
-    } else if (chdir(rq->cwd) != 0) { /* relative -I directories are the application's */
-        not_stored(CAPTURE_LOST_INPUTS, prefix, "cannot enter the application's directory %s", rq->cwd);
+    } else if (!st) {
+        not_stored(CAPTURE_LOST_STORE, prefix, "%s", "no cache to store into");
     } else {
-        stored = build_and_store(rq, k, snap, hash, prefix);
-    }
-    snapshot_free(snap);
-    if (!stored) capture_proc_reply(0, &(struct capture_reply){.hash = hash}); /* not stored: the app may hand it again */
-}
-
-/* The driver's source directory here, as program/build.c names it (the
- * helper runs in the application's environment); NULL when none. */
-static const char *driver_dir(const char *identity, char *out, size_t len)
-{
-    char platform[512] = "";
-    const char *pn = strstr(identity, "platform.name=");
-    if (pn) snprintf(platform, sizeof platform, "%.*s", (int)strcspn(pn + 14, "\n"), pn + 14);
-    return quirk_source_dir(quirks_for(platform, NULL), out, len) == 0 ? out : NULL;
-}
-
-/* 1 when stored (and the application told, with the bytes). */
-static int build_and_store(const struct capture_request *rq, struct known_device *k,
-                           const struct key_snapshot *snap, struct cache_hash hash, const char *prefix)
-{
-    int stored = 0;
-    cl_int err;
-    const char *src = rq->source;
-    size_t len = rq->source_len;
-    char ddir[4096], why[1400] = "";
-    cl_program prog = api.clCreateProgramWithSource(k->ctx, 1, &src, &len, &err);
-    struct sandbox *sb = sandbox_begin(snap, rq->key, rq->key_len, driver_dir(rq->identity, ddir, sizeof ddir));
-    if (prog) err = api.clBuildProgram(prog, 1, &k->dev, rq->options, NULL, NULL);
-    int exact = sandbox_end(sb, why, sizeof why) == 0;
-    if (!prog || err != CL_SUCCESS) {
-        char code[16];
-        snprintf(code, sizeof code, "%d", err);
-        not_stored(CAPTURE_LOST_BUILD, prefix, "the build failed here (%s)", code);
-        if (prog) api.clReleaseProgram(prog);
-        return 0;
-    }
-    if (!exact) {
-        not_stored(CAPTURE_LOST_INPUTS, prefix, "%s", why);
-        api.clReleaseProgram(prog);
-        return 0;
-    }
-    size_t size = 0;
-    unsigned char *bin = NULL;
-    uint64_t cpu0 = thread_cpu_ns();
-    if (api.clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) == CL_SUCCESS && size &&
-        (bin = malloc(size)) &&
-        api.clGetProgramInfo(prog, CL_PROGRAM_BINARIES, sizeof bin, &bin, NULL) == CL_SUCCESS) {
-        struct pipeline_flight f = {.device = rq->device, .kind = (enum key_kind)rq->kind,
-                                    .key = (char *)rq->key, .key_len = rq->key_len, .hash = hash,
-                                    .compile_ns = rq->compile_ns, .names_files = 1, .exact = 1};
-        if (!pipeline_store()) {
-            not_stored(CAPTURE_LOST_STORE, prefix, "%s", "no cache to store into");
+        void *bin;
+        size_t size;
+        uint64_t read_ns;
+        enum capture_lost lost;
+        if (capture_in_child(req, req_len, rq, &bin, &size, &read_ns, &lost, why, sizeof why) != 0) {
+            not_stored(lost, prefix, "%s", why);
+            if (lost == CAPTURE_LOST_COST) pipeline_note_over_cost(rq->key, rq->key_len, why);
         } else {
-            uint64_t read_ns = thread_cpu_ns() - cpu0;
+            struct pipeline_flight f = {.device = rq->device, .kind = (enum key_kind)rq->kind,
+                                        .key = (char *)rq->key, .key_len = rq->key_len, .hash = hash,
+                                        .compile_ns = rq->compile_ns, .names_files = 1, .exact = 1};
             stored = pipeline_store_late(&f, bin, size, rq->log, read_ns);
             char bytes[32];
             snprintf(bytes, sizeof bytes, "%zu", size);
@@ -377,13 +557,11 @@ static int build_and_store(const struct capture_request *rq, struct known_device
             if (stored)
                 capture_proc_reply(0, &(struct capture_reply){.hash = hash, .compile_ns = rq->compile_ns + read_ns,
                                                                .log = rq->log, .binary = bin, .size = size});
+            free(bin);
         }
-    } else {
-        not_stored(CAPTURE_LOST_READ, prefix, "%s", "cannot read the binary");
     }
-    free(bin);
-    api.clReleaseProgram(prog);
-    return stored;
+    snapshot_free(snap);
+    if (!stored) capture_proc_reply(0, &(struct capture_reply){.hash = hash}); /* not stored: the app may hand it again */
 }
 
 /* ---- when to capture ---------------------------------------------------------
@@ -471,13 +649,9 @@ static int past_budget(unsigned budget, double cpu_at_exit)
 
 static void serve(void)
 {
-    /* The tool does not link the loader in (nothing else of it calls
-     * OpenCL); the real one, as the environment is clshim's own no more. */
-    if (!dlopen("libOpenCL.so.1", RTLD_NOW | RTLD_GLOBAL)) {
-        log_msg(LOG_WARN, "capture helper: cannot load libOpenCL.so.1 (%s): nothing stored", dlerror());
-        return;
-    }
-    clapi_from_loader(&api);
+    /* The helper itself never calls OpenCL: each capture's child does
+     * (capture_one_main), loading the real loader, as the environment is
+     * clshim's own no more. */
     pthread_t t;
     if (pthread_create(&t, NULL, reader, NULL) != 0) {
         log_msg(LOG_WARN, "capture helper: cannot start its reader: nothing stored");
@@ -529,7 +703,7 @@ static void serve(void)
         double t0 = now_s();
         struct capture_request cr;
         if (capture_proc_decode(rq->bytes, rq->len, &cr) == 0 && cr.kind == KEY_SOURCE) {
-            capture_one(&cr);
+            capture_one(rq->bytes, rq->len, &cr);
         } else {
             not_stored(CAPTURE_LOST_REQUEST, "-", "%s", "a malformed request was dropped");
         }

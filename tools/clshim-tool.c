@@ -35,6 +35,7 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "help")) return help_main(argc - 1, argv + 1);
     if (!strcmp(argv[1], "--version")) return printf("clshim %s\n", CLSHIM_VERSION) < 0;
     if (!strcmp(argv[1], "capture-helper")) return capture_helper_main(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "capture-one")) return capture_one_main(argc - 1, argv + 1);
     fprintf(stderr, "clshim: unknown command '%s'\n", argv[1]);
     return 2;
 }

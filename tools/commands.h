@@ -29,5 +29,6 @@ const char *ptx_find_libdevice(char *path, size_t len);
 int ptx_print(const struct clshim_llvm_api *api, const void *bc, size_t size, const struct ptx_cmd_opts *o,
               const char *tag);
 int capture_helper_main(int argc, char **argv); /* tools/capture_helper.c: started by the shim */
+int capture_one_main(int argc, char **argv);    /* tools/capture_helper.c: one capture, started by the helper */
 
 #endif
