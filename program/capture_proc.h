@@ -36,7 +36,13 @@
  *    snapshot is exactly what the key names and the sandbox saw the build
  *    read nothing else of the user's: exact by construction, whatever
  *    happens to the files meanwhile (a header rewritten and restored, a
- *    generated header deleted after the run). It answers each
+ *    generated header deleted after the run). Each capture runs in a
+ *    process of its own, stopped at twice the application's build CPU
+ *    (reading a PoCL binary generates code for every kernel): such a key
+ *    is noted (pipeline_note_over_cost) and not handed over again. The
+ *    helper takes the key's cross-process claim over from the
+ *    application at once, so a process wanting the key waits for the
+ *    capture rather than compiling it again. It answers each
  *    request on the same socket (capture_proc_reply(): the bytes when
  *    stored), which the application reads at its next build
  *    (capture_proc_poll()) into its in-process tier. Not while the
