@@ -413,20 +413,28 @@ static int over_cost_key(struct key_buf *m, const void *key, size_t key_len)
     return m->oom ? -1 : 0;
 }
 
-void pipeline_note_over_cost(const void *key, size_t key_len, const char *why)
+void pipeline_note_over_cost(const void *key, size_t key_len, uint64_t budget_ns, const char *why)
 {
     struct key_buf m;
-    if (over_cost_key(&m, key, key_len) == 0) pipeline_record_put(&m, why, strlen(why) + 1, KEY_MANIFEST, "", 0);
+    char value[1100];
+    int n = snprintf(value, sizeof value, "%llu %.1000s", (unsigned long long)budget_ns, why);
+    if (over_cost_key(&m, key, key_len) == 0) pipeline_record_put(&m, value, (size_t)n + 1, KEY_MANIFEST, "", 0);
     key_free(&m);
 }
 
-int pipeline_over_cost(const void *key, size_t key_len, char *why, size_t why_len)
+int pipeline_over_cost(const void *key, size_t key_len, uint64_t budget_ns, char *why, size_t why_len)
 {
     struct key_buf m;
     void *v = NULL;
     size_t n = 0;
-    int found = over_cost_key(&m, key, key_len) == 0 && pipeline_record_get(&m, &v, &n) == 0;
-    if (found && why_len) snprintf(why, why_len, "%.*s", (int)(n ? n - 1 : 0), n ? (const char *)v : "");
+    int found = over_cost_key(&m, key, key_len) == 0 && pipeline_record_get(&m, &v, &n) == 0 && n && v &&
+                ((char *)v)[n - 1] == 0;
+    char *text = NULL;
+    unsigned long long refused = found ? strtoull(v, &text, 10) : 0;
+    /* A budget twice as large (a build that cost that much more here) may
+     * do: tried again. Builds vary by tens of percent: not on that. */
+    found = found && budget_ns < 2 * refused;
+    if (found && why_len) snprintf(why, why_len, "%s", text && *text == ' ' ? text + 1 : "");
     free(v);
     key_free(&m);
     return found;

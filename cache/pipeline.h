@@ -259,10 +259,13 @@ void pipeline_record_put(const struct key_buf *k, const void *value, size_t size
                          const char *device, uint64_t make_ns);
 
 /* A key whose capture was refused for its cost (the capture helper's CPU
- * budget: twice the build): noted so that later runs do not hand it over
- * again (pipeline_over_cost: 1 with the helper's words in why). */
-void pipeline_note_over_cost(const void *key, size_t key_len, const char *why);
-int pipeline_over_cost(const void *key, size_t key_len, char *why, size_t why_len);
+ * budget: twice the build), with the budget it ran out of: noted so that
+ * later runs do not hand it over again. pipeline_over_cost(): 1 (with the
+ * helper's words in why) when a capture with budget_ns was refused so;
+ * a budget twice the refused one (a build that cost that much more here)
+ * is tried again. */
+void pipeline_note_over_cost(const void *key, size_t key_len, uint64_t budget_ns, const char *why);
+int pipeline_over_cost(const void *key, size_t key_len, uint64_t budget_ns, char *why, size_t why_len);
 
 /* Counters of this process (the store's names; see store.h). */
 struct pipeline_stats {

@@ -125,6 +125,17 @@ void capture_proc_after_fork_in_child(void);
  * strings are NUL-terminated); -1 when buf is not a well-formed request. */
 int capture_proc_decode(const void *buf, size_t len, struct capture_request *out);
 
+/* A capture's CPU budget: CAPTURE_COST_FACTOR times the application's
+ * build CPU, CAPTURE_COST_FLOOR_NS at least (a capture process's start, the
+ * driver's and its cache lookup: 0.08-0.09 s measured for a small program). */
+#define CAPTURE_COST_FACTOR 2
+#define CAPTURE_COST_FLOOR_NS 250000000ull
+static inline uint64_t capture_budget_ns(uint64_t compile_ns)
+{
+    uint64_t b = CAPTURE_COST_FACTOR * compile_ns;
+    return b > CAPTURE_COST_FLOOR_NS ? b : CAPTURE_COST_FLOOR_NS;
+}
+
 /* The lock file helpers hold (shared) in a cache directory. */
 #define CAPTURE_PROC_LOCK "capture.lock"
 

@@ -219,7 +219,7 @@ static int hand_to_helper(struct pc_program *rec)
         struct pipeline_flight *f = &rec->flights[i];
         if (!d->needs_capture || !f->key) continue;
         char why[600];
-        if (pipeline_over_cost(f->key, f->key_len, why, sizeof why)) {
+        if (pipeline_over_cost(f->key, f->key_len, capture_budget_ns(f->compile_ns), why, sizeof why)) {
             /* An earlier capture of this key ran out of its budget: none
              * again (here it would cost the application that CPU). */
             char hex[33];

@@ -293,8 +293,6 @@ static void not_stored(enum capture_lost why, const char *prefix, const char *fm
  * under the sandbox from the request's snapshot and hands the binary back
  * through its standard output (a memory file); the helper stores it (the
  * store is the helper's: an LMDB environment is not shared with a child). */
-#define CAPTURE_COST_FACTOR 2
-#define CAPTURE_COST_FLOOR_NS 250000000ull
 
 /* The child's answer: status (0, or 1 + enum capture_lost), the CPU time of
  * the read, the binary's size, then the binary or a message. */
@@ -304,11 +302,7 @@ struct child_answer {
     uint64_t size;
 };
 
-static uint64_t budget_ns(const struct capture_request *rq)
-{
-    uint64_t b = CAPTURE_COST_FACTOR * rq->compile_ns;
-    return b > CAPTURE_COST_FLOOR_NS ? b : CAPTURE_COST_FLOOR_NS;
-}
+static uint64_t budget_ns(const struct capture_request *rq) { return capture_budget_ns(rq->compile_ns); }
 
 /* The child's side: answers on fd 1 and exits. */
 static int answer(uint32_t status, uint64_t read_ns, const void *bytes, size_t size)
@@ -541,7 +535,7 @@ static void capture_one(const void *req, size_t req_len, const struct capture_re
         enum capture_lost lost;
         if (capture_in_child(req, req_len, rq, &bin, &size, &read_ns, &lost, why, sizeof why) != 0) {
             not_stored(lost, prefix, "%s", why);
-            if (lost == CAPTURE_LOST_COST) pipeline_note_over_cost(rq->key, rq->key_len, why);
+            if (lost == CAPTURE_LOST_COST) pipeline_note_over_cost(rq->key, rq->key_len, budget_ns(rq), why);
         } else {
             struct pipeline_flight f = {.device = rq->device, .kind = (enum key_kind)rq->kind,
                                         .key = (char *)rq->key, .key_len = rq->key_len, .hash = hash,
