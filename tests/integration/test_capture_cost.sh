@@ -1,7 +1,8 @@
 #!/bin/bash
 # run-all: alone (the CPU figures compare a capture with a build)
-# A capture costs at most twice the application's own build CPU, or it is
-# not made (issue 44): reading a PoCL binary generates code for every
+# A capture costs at most twice the application's own build CPU (2 s at
+# least, program/capture_proc.h says why), or it is not made (issue 44):
+# reading a PoCL binary generates code for every
 # kernel of the program (201 kernels of which one runs: 13.9 s of CPU
 # against a 1.36 s compile before this budget). The helper runs each
 # capture in a process of its own, stopped when its CPU (the linker
@@ -30,9 +31,9 @@ grep -q 'captures not stored (1 over_cost)' "$TMP/wait.err" || { cat "$TMP/wait.
 build_ms=$(grep -o 'compiled in [0-9.]* ms ([0-9.]* ms CPU)' "$TMP/cold.log" | head -1 | sed 's/.*(\([0-9.]*\) ms CPU)/\1/')
 used_s=$(grep -o "the capture's process used [0-9.]* s of CPU" "$TMP/cold.log" | head -1 | awk '{ print $5 }')
 [ -n "$build_ms" ] && [ -n "$used_s" ] || { cat "$TMP/cold.log" >&2; fail "no build or capture CPU figure"; }
-python3 -c "import sys; b = $build_ms / 1000; u = $used_s; print(f'build {b:.2f} s CPU, capture {u:.2f} s CPU: {u / b:.2f}x'); sys.exit(0 if u <= max(2.1 * b, 0.3) else 1)" ||
-    fail "the capture cost more than twice the build"
-ok "201 kernels: the capture stopped at its budget (at most 2x the build's CPU), not stored, cache wait exit 1"
+python3 -c "import sys; b = $build_ms / 1000; u = $used_s; print(f'build {b:.2f} s CPU, capture {u:.2f} s CPU: {u / b:.2f}x'); sys.exit(0 if u <= 1.05 * max(2 * b, 2.0) else 1)" ||
+    fail "the capture cost more than its budget"
+ok "201 kernels: the capture stopped at its budget (twice the build's CPU, 2 s at least), not stored, cache wait exit 1"
 
 fresh_pocl
 CLSHIM_LOG=info run_shim warm "$SF" "$TMP/many.cl"
