@@ -610,8 +610,11 @@ void pipeline_key_finish(struct pipeline_flight *f, size_t n, const void *handle
 
 /* Waits for another process building the same key; 0 with the record when
  * it appeared, -1 when we should build (claim taken, or waited too long). */
+static int passed_to_helper(struct cache_hash h);
+
 static int wait_for_other_builder(store *st, struct pipeline_flight *f, struct store_record *rec, void **arena)
 {
+    if (passed_to_helper(f->hash)) return -1; /* its own capture: built again here, as before */
     uint64_t wait_ms = config_get()->build_wait_ms, t0 = now_ns();
     uint64_t deadline = t0 + wait_ms * 1000000u;
     unsigned sleep_us = 5000;
@@ -1103,6 +1106,21 @@ void pipeline_let_go(struct pipeline_flight *f)
     if (rm) remote_release(rm, f->hash); /* a no-op after a push */
 }
 
+/* Keys whose claim this process passed to its capture helper: this process
+ * never waits for them (it would wait for its own capture), the others do. */
+#define PASSED_MAX 256
+static struct cache_hash passed[PASSED_MAX];
+static size_t npassed, passed_next;
+
+static int passed_to_helper(struct cache_hash h)
+{
+    int found = 0;
+    pthread_mutex_lock(&claims_lock);
+    for (size_t i = 0; i < npassed && !found; i++) found = passed[i].lo == h.lo && passed[i].hi == h.hi;
+    pthread_mutex_unlock(&claims_lock);
+    return found;
+}
+
 void pipeline_pass_claim(struct pipeline_flight *f)
 {
     f->owes_store = 0;
@@ -1114,6 +1132,9 @@ void pipeline_pass_claim(struct pipeline_flight *f)
             claims[i] = claims[--nclaims];
             break;
         }
+    passed[passed_next] = f->hash; /* a ring: the oldest are long captured */
+    passed_next = (passed_next + 1) % PASSED_MAX;
+    if (npassed < PASSED_MAX) npassed++;
     pthread_mutex_unlock(&claims_lock);
     remote *rm = get_remote();
     if (rm) remote_release(rm, f->hash);

@@ -149,6 +149,7 @@ static cl_int build_record(struct pc_program *rec, cl_uint ndev, const cl_device
     rec->ran = 0;
     rec->source_build = r.built && rec->kind == KEY_SOURCE && !rec->translated;
     rec->handed_off = 0;
+    rec->built_cpu_ns = process_cpu_ns();
     return err;
 }
 

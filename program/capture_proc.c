@@ -32,11 +32,12 @@ extern char **environ;
 
 /* ---- the request as bytes --------------------------------------------------
  * "CLSHCAP2", kind (u32; REQUEST_AGAIN set: capture_request.again),
- * compile_ns (u64), then identity, device, options, source, key, log, cwd,
+ * compile_ns (u64), first_use_ns (u64), then identity, device, options,
+ * source, key, log, cwd,
  * snapshot (cache/snapshot.h's encoding): each a u64 length and the bytes,
  * then a NUL. */
 
-static const char magic[8] = {'C', 'L', 'S', 'H', 'C', 'A', 'P', '3'};
+static const char magic[8] = {'C', 'L', 'S', 'H', 'C', 'A', 'P', '4'};
 #define NFIELDS 8
 #define REQUEST_AGAIN 0x80000000u
 
@@ -60,13 +61,14 @@ static int encode(const struct capture_request *rq)
     fields_of(rq, p, n);
     assert(!(rq->kind & REQUEST_AGAIN));
     uint32_t kind = rq->kind | (rq->again ? REQUEST_AGAIN : 0);
-    uint64_t compile_ns = rq->compile_ns;
+    uint64_t compile_ns = rq->compile_ns, first_use_ns = rq->first_use_ns;
     static const char nul = 0;
-    struct iovec iov[3 + 3 * NFIELDS];
+    struct iovec iov[4 + 3 * NFIELDS];
     size_t k = 0, total = 0;
     iov[k++] = (struct iovec){(void *)magic, sizeof magic};
     iov[k++] = (struct iovec){&kind, sizeof kind};
     iov[k++] = (struct iovec){&compile_ns, sizeof compile_ns};
+    iov[k++] = (struct iovec){&first_use_ns, sizeof first_use_ns};
     for (int i = 0; i < NFIELDS; i++) {
         iov[k++] = (struct iovec){&n[i], sizeof n[i]};
         iov[k++] = (struct iovec){(void *)p[i], n[i]};
@@ -86,11 +88,12 @@ static int encode(const struct capture_request *rq)
 int capture_proc_decode(const void *buf, size_t len, struct capture_request *out)
 {
     const char *b = buf, *end = b + len;
-    if (len < sizeof magic + 12 || memcmp(b, magic, sizeof magic)) return -1;
+    if (len < sizeof magic + 20 || memcmp(b, magic, sizeof magic)) return -1;
     b += sizeof magic;
     uint32_t kind;
     memcpy(&kind, b, sizeof kind), b += sizeof kind;
     memcpy(&out->compile_ns, b, sizeof out->compile_ns), b += sizeof out->compile_ns;
+    memcpy(&out->first_use_ns, b, sizeof out->first_use_ns), b += sizeof out->first_use_ns;
     out->kind = kind & ~REQUEST_AGAIN;
     out->again = !!(kind & REQUEST_AGAIN);
     const char *f[NFIELDS];

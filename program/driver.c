@@ -19,19 +19,16 @@
 
 static int read_binaries_locked(cl_program prog, size_t n, const struct pc_dev *want, void **bins, size_t *sizes);
 
-uint64_t now_ns(void)
+static uint64_t clock_ns(clockid_t which)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(which, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-uint64_t thread_cpu_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
+uint64_t now_ns(void) { return clock_ns(CLOCK_MONOTONIC); }
+uint64_t process_cpu_ns(void) { return clock_ns(CLOCK_PROCESS_CPUTIME_ID); }
+uint64_t thread_cpu_ns(void) { return clock_ns(CLOCK_THREAD_CPUTIME_ID); }
 
 /* Every read of a program's binaries, clshim's and the app's, one at a
  * time: PoCL generates code at a program's first read, and two reads at

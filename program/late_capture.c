@@ -219,7 +219,8 @@ static int hand_to_helper(struct pc_program *rec)
         struct pipeline_flight *f = &rec->flights[i];
         if (!d->needs_capture || !f->key) continue;
         char why[600];
-        if (pipeline_over_cost(f->key, f->key_len, capture_budget_ns(f->compile_ns), why, sizeof why)) {
+        uint64_t first_use = process_cpu_ns() - rec->built_cpu_ns;
+        if (pipeline_over_cost(f->key, f->key_len, capture_budget_ns(f->compile_ns, first_use), why, sizeof why)) {
             /* An earlier capture of this key ran out of its budget: none
              * again (here it would cost the application that CPU). */
             char hex[33];
@@ -236,7 +237,8 @@ static int hand_to_helper(struct pc_program *rec)
         struct capture_request rq = {.identity = device_info(pc_real, d->dev)->identity, .device = f->device,
                                      .kind = rec->kind, .options = rec->driver_options,
                                      .source = rec->input, .source_len = rec->input_len, .key = f->key,
-                                     .key_len = f->key_len, .compile_ns = f->compile_ns, .log = log,
+                                     .key_len = f->key_len, .compile_ns = f->compile_ns,
+                                     .first_use_ns = first_use, .log = log,
                                      .cwd = rec->cwd, .snapshot = snap.data, .snapshot_len = snap.len};
         int rc = snap.oom ? -1 : capture_proc_send(&rq);
         key_free(&snap);

@@ -56,6 +56,7 @@ struct pc_program {
     int orphaned;           /* released by the app while queued: the worker frees it (pc_pending_lock) */
     int source_build;       /* built from source by clBuildProgram here (rec->lock) */
     int handed_off;         /* its captures went to the capture helper (rec->lock) */
+    uint64_t built_cpu_ns;  /* the process's CPU time when its build ended (rec->lock) */
     cl_program handle;
     cl_context context;
     enum key_kind kind;     /* KEY_SOURCE or KEY_IL */
@@ -115,6 +116,7 @@ void drop_reference(struct pc_program *rec);
 /* driver.c: clocks, binaries and logs read from the driver, the retry. */
 uint64_t now_ns(void);
 uint64_t thread_cpu_ns(void);
+uint64_t process_cpu_ns(void);
 int retry_after_emptying_tier(cl_int err, const char *what);
 int binaries_unsafe(cl_program prog, size_t n, const struct pc_dev *want);
 int read_binaries(cl_program prog, size_t n, const struct pc_dev *want, void **bins, size_t *sizes);

@@ -302,7 +302,10 @@ struct child_answer {
     uint64_t size;
 };
 
-static uint64_t budget_ns(const struct capture_request *rq) { return capture_budget_ns(rq->compile_ns); }
+static uint64_t budget_ns(const struct capture_request *rq)
+{
+    return capture_budget_ns(rq->compile_ns, rq->first_use_ns);
+}
 
 /* The child's side: answers on fd 1 and exits. */
 static int answer(uint32_t status, uint64_t read_ns, const void *bytes, size_t size)
@@ -460,8 +463,8 @@ static int capture_in_child(const void *req, size_t req_len, const struct captur
             budget_ns(rq) / 1e9);
     if (over || (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL && used_ns >= budget_ns(rq) - budget_ns(rq) / 32)) {
         *why = CAPTURE_LOST_COST;
-        snprintf(msg, msg_len, "it would cost more than %.2f s of CPU (%d times the application's build, %.2f s "
-                               "at least): reading the driver's binary generates code for every kernel",
+        snprintf(msg, msg_len, "it would cost more than %.2f s of CPU (%d times the application's build and first "
+                               "use, %.2f s at least): reading the driver's binary generates code for every kernel",
                  budget_ns(rq) / 1e9, CAPTURE_COST_FACTOR, CAPTURE_COST_FLOOR_NS / 1e9);
         goto out;
     }

@@ -12,7 +12,8 @@
 #  2. a generated header deleted right after the run (a tuner's job): stored
 #     all the same, the next run with the header written again hits;
 #  3. a driver's environment variable (POCL_EXTRA_BUILD_FLAGS) is keyed;
-#  4. `#pragma once` through a link, the link then replaced by a copy:
+#  4. `#pragma once` through a symbolic or a hard link, the link then
+#     replaced by a copy:
 #     keyed by file identity, as the compiler decides;
 #  5. runs back to back: the run started the moment a cold one exited waits
 #     for its capture (one line) and hits, and so does every run after it;
@@ -118,22 +119,24 @@ same_output env2 envs2 "POCL_EXTRA_BUILD_FLAGS=-DVAL=2 after a run with -DVAL=1:
 wait_captures "driver environment, second run"
 
 # ---- 4. #pragma once decides by identity --------------------------------------
-rm -rf "$CLSHIM_CACHE_DIR" "$TMP/once"; mkdir -p "$CLSHIM_CACHE_DIR" "$TMP/once"
-printf '#pragma once\n#ifdef SEEN\n#define TWICE 1\n#endif\n#define SEEN 1\n' >"$TMP/once/a.h"
-ln -s a.h "$TMP/once/b.h"
-printf '#include "a.h"\n#include "b.h"\n#ifdef TWICE\n#define V 2.0f\n#else\n#define V 1.0f\n#endif\n%s\n' "$kernel" \
-    >"$TMP/once.cl"
-run_ref once_link "$SF" "$TMP/once.cl" --options "-I $TMP/once"
-fresh_pocl; run_shim once1 "$SF" "$TMP/once.cl" --options "-I $TMP/once"
-same_output once_link once1 "#pragma once through a link"
-wait_captures "pragma once"
-rm "$TMP/once/b.h" && cp "$TMP/once/a.h" "$TMP/once/b.h"
-rm -rf "$TMP/pocl-ref"; run_ref once_copy "$SF" "$TMP/once.cl" --options "-I $TMP/once"
-! cmp -s "$TMP/once_link.out" "$TMP/once_copy.out" || fail "a copy for the link does not change the plain build"
-fresh_pocl; run_shim once2 "$SF" "$TMP/once.cl" --options "-I $TMP/once"
-same_output once_copy once2 "#pragma once, the link replaced by a copy: not the link's binary"
-! hit once2 || fail "the copy's build hit the link's entry"
-wait_captures "pragma once, second run"
+for how in symlink hardlink; do
+    rm -rf "$CLSHIM_CACHE_DIR" "$TMP/once" "$TMP/pocl-ref"; mkdir -p "$CLSHIM_CACHE_DIR" "$TMP/once"
+    printf '#pragma once\n#ifdef SEEN\n#define TWICE 1\n#endif\n#define SEEN 1\n' >"$TMP/once/a.h"
+    if [ $how = symlink ]; then ln -s a.h "$TMP/once/b.h"; else ln "$TMP/once/a.h" "$TMP/once/b.h"; fi
+    printf '#include "a.h"\n#include "b.h"\n#ifdef TWICE\n#define V 2.0f\n#else\n#define V 1.0f\n#endif\n%s\n' \
+        "$kernel" >"$TMP/once.cl"
+    run_ref once_link "$SF" "$TMP/once.cl" --options "-I $TMP/once"
+    fresh_pocl; run_shim once1 "$SF" "$TMP/once.cl" --options "-I $TMP/once"
+    same_output once_link once1 "#pragma once through a $how"
+    wait_captures "pragma once ($how)"
+    rm "$TMP/once/b.h" && cp "$TMP/once/a.h" "$TMP/once/b.h"
+    rm -rf "$TMP/pocl-ref"; run_ref once_copy "$SF" "$TMP/once.cl" --options "-I $TMP/once"
+    ! cmp -s "$TMP/once_link.out" "$TMP/once_copy.out" || fail "a copy for the $how does not change the plain build"
+    fresh_pocl; run_shim once2 "$SF" "$TMP/once.cl" --options "-I $TMP/once"
+    same_output once_copy once2 "#pragma once, the $how replaced by a copy: not the $how's binary"
+    ! hit once2 || fail "the copy's build hit the $how's entry"
+    wait_captures "pragma once ($how), second run"
+done
 
 # ---- 5. back to back -------------------------------------------------------------
 for trial in 1 2 3; do
