@@ -13,7 +13,7 @@ entries() { "$TOOL" cache stats --json | python3 -c "import json,sys; print(json
 # A lost capture makes `cache wait` exit 1 too (saying so): only "still
 # outstanding" is the helper not finishing.
 wait_helper() {
-    "$TOOL" cache wait --timeout 120 2>"$TMP/wait.err" || ! grep -q outstanding "$TMP/wait.err" ||
+    "$TOOL" cache wait --timeout 120 2>"$TMP/wait.err" || ! grep -q "captures still outstanding in" "$TMP/wait.err" ||
         fail "clshim cache wait: the helper did not finish"
 }
 empty_cache() { rm -rf "$CLSHIM_CACHE_DIR"; mkdir -p "$CLSHIM_CACHE_DIR"; }

@@ -148,7 +148,7 @@ grep -q "clshim: cache wait: [1-9][0-9]* of [1-9][0-9]* captures not stored ([1-
 fresh_pocl; run_shim full2 "$P" release $N
 same_output rref full2 "full disk: the next run as plain"
 # Its helper holds the lock file on the tmpfs; its captures fail as well.
-"$TOOL" cache wait --timeout 120 2>"$TMP/fullwait2.err" || ! grep -q outstanding "$TMP/fullwait2.err" ||
+"$TOOL" cache wait --timeout 120 2>"$TMP/fullwait2.err" || ! grep -q "captures still outstanding in" "$TMP/fullwait2.err" ||
     fail "full disk: the second run's helper did not finish"
 ok "full disk during the helper's stores: one line, same results; cache wait exits 1 naming how many and why"
 finish
