@@ -1,7 +1,9 @@
 #!/bin/sh
 # Installs the Debian packages clshim needs. Idempotent: a quick no-op when
 # everything is present. Needs root (or sudo) only when something is missing.
-#   scripts/install-deps.sh [EXTRA_PACKAGE...]
+#   scripts/install-deps.sh [--no-pypi] [EXTRA_PACKAGE...]
+# --no-pypi: the Debian packages only, nothing from the Python package index
+# (`make demo`, `make all`: only integration/test_remote_s3 needs moto).
 # With arguments it installs those too: targets that need more than make
 # check (check-fresh's debootstrap) name them here, so every package the
 # project uses is installed by the project's own files.
@@ -32,11 +34,18 @@ install_moto() {
         { echo "clshim: cannot install moto[server] into $MOTO_VENV (needed by integration/test_remote_s3)" >&2; exit 1; }
 }
 
+WANT_MOTO=1
+if [ "${1:-}" = --no-pypi ]; then
+    WANT_MOTO=0
+    shift
+fi
+install_moto_if_wanted() { [ "$WANT_MOTO" = 0 ] || install_moto; }
+
 missing=""
 for p in $PACKAGES "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
-[ -z "$missing" ] && { install_moto; exit 0; }
+[ -z "$missing" ] && { install_moto_if_wanted; exit 0; }
 
 echo "clshim: installing missing packages:$missing"
 if [ "$(id -u)" -eq 0 ]; then
@@ -53,4 +62,4 @@ $SUDO apt-get update -qq
 # shellcheck disable=SC2086
 $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
 echo "clshim: packages installed"
-install_moto
+install_moto_if_wanted
