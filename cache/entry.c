@@ -21,8 +21,26 @@ enum {
     OFF_DEVLEN = 108, OFF_LOGLEN = 112, OFF_SRCLEN = 116,
 };
 
-/* Bytes of a source before its `where` (entry.h). */
+/* Bytes of a source before its `where` (entry.h): unsealed, sealed. */
 #define SOURCE_FIXED 40u
+#define SOURCE_SEALED_FIXED (SOURCE_FIXED + 32u + 64u)
+#define SOURCE_FLAGS (STORE_SOURCE_SIGNED | STORE_SOURCE_SEALED)
+
+static uint32_t get32(const unsigned char *p);
+
+/* Whether a source part of `len` bytes at p is well formed. */
+static int source_ok(const unsigned char *p, uint64_t len)
+{
+    if (len < SOURCE_FIXED) return 0;
+    uint32_t kind = get32(p), flags = get32(p + 4);
+    if (flags & ~SOURCE_FLAGS) return 0;
+    uint64_t fixed = flags & STORE_SOURCE_SEALED ? SOURCE_SEALED_FIXED : SOURCE_FIXED;
+    if (len < fixed) return 0;
+    uint64_t where = len - fixed;
+    if (kind == STORE_SOURCE_REMOTE) return where >= 1 && where <= STORE_SOURCE_WHERE_MAX;
+    /* Built here: a seal and nothing else. */
+    return kind == STORE_SOURCE_HERE && flags == STORE_SOURCE_SEALED && where == 0;
+}
 
 /* The binding's key ("clshimB2"): a new format version takes a new one, so
  * a binding never verifies across versions. */
@@ -121,8 +139,7 @@ int entry_parse(const void *buf, size_t len, struct entry_view *v)
     v->compile_ns = get64(p + OFF_COMPILE);
     uint64_t key_len = get32(p + OFF_KEYLEN), dev_len = get32(p + OFF_DEVLEN);
     uint64_t log_len = get32(p + OFF_LOGLEN), src_len = get32(p + OFF_SRCLEN);
-    if (src_len && (src_len <= SOURCE_FIXED || src_len > SOURCE_FIXED + STORE_SOURCE_WHERE_MAX))
-        return CLSHIM_ECORRUPT;
+    if (src_len && src_len > SOURCE_SEALED_FIXED + STORE_SOURCE_WHERE_MAX) return CLSHIM_ECORRUPT;
 
     /* Every part is at most 4 GiB, so the sum cannot overflow 64 bits
      * unless payload_size is absurd; bound it by the record first. */
@@ -143,9 +160,22 @@ int entry_parse(const void *buf, size_t len, struct entry_view *v)
     v->device = (const char *)q, v->device_len = (size_t)dev_len, q += dev_len;
     v->log = (const char *)q, v->log_len = (size_t)log_len, q += log_len;
     v->source = src_len ? q : NULL, v->source_len = (size_t)src_len, q += src_len;
-    if (v->source && (get32(v->source) != STORE_SOURCE_REMOTE || (get32(v->source + 4) & ~STORE_SOURCE_SIGNED)))
-        return CLSHIM_ECORRUPT;
+    if (v->source && !source_ok(v->source, v->source_len)) return CLSHIM_ECORRUPT;
     v->payload = q;
+    return CLSHIM_OK;
+}
+
+int entry_peek_key(const void *buf, size_t len, const void **key, size_t *key_len, uint64_t *created)
+{
+    const unsigned char *p = buf;
+    if (!buf || len < ENTRY_HEADER_SIZE || memcmp(p, entry_magic, sizeof entry_magic) != 0 ||
+        get16(p + OFF_VERSION) != ENTRY_VERSION)
+        return CLSHIM_ECORRUPT;
+    uint64_t n = get32(p + OFF_KEYLEN);
+    if (n > len - ENTRY_HEADER_SIZE) return CLSHIM_ECORRUPT;
+    *key = p + ENTRY_HEADER_SIZE;
+    *key_len = (size_t)n;
+    if (created) *created = get64(p + OFF_CREATED);
     return CLSHIM_OK;
 }
 
@@ -156,14 +186,23 @@ int entry_source(const struct entry_view *v, struct store_source *out)
     out->kind = get32(v->source);
     out->flags = get32(v->source + 4);
     memcpy(out->signer, v->source + 8, sizeof out->signer);
-    memcpy(out->where, v->source + SOURCE_FIXED, v->source_len - SOURCE_FIXED);
+    size_t fixed = SOURCE_FIXED;
+    if (out->flags & STORE_SOURCE_SEALED) {
+        memcpy(out->seal_signer, v->source + SOURCE_FIXED, sizeof out->seal_signer);
+        memcpy(out->seal, v->source + SOURCE_FIXED + 32, sizeof out->seal);
+        fixed = SOURCE_SEALED_FIXED;
+    }
+    memcpy(out->where, v->source + fixed, v->source_len - fixed);
     return 1;
 }
 
-/* The source part as written: fixed fields, then `where` cut to its limit. */
+/* The source part as written: fixed fields, then `where` cut to its limit
+ * (none for an entry built here). */
 static size_t source_size(const struct store_source *src)
 {
-    return src ? SOURCE_FIXED + strnlen(src->where, STORE_SOURCE_WHERE_MAX) : 0;
+    if (!src) return 0;
+    size_t fixed = src->flags & STORE_SOURCE_SEALED ? SOURCE_SEALED_FIXED : SOURCE_FIXED;
+    return fixed + (src->kind == STORE_SOURCE_REMOTE ? strnlen(src->where, STORE_SOURCE_WHERE_MAX) : 0);
 }
 
 /* One decompression context per thread, freed when the thread exits. */
@@ -238,12 +277,17 @@ void entry_write(void *dst, const struct entry_fields *f)
     if (f->log_len) memcpy(q, f->log, f->log_len);
     q += f->log_len;
     if (f->source) {
-        size_t where = source_size(f->source) - SOURCE_FIXED;
+        size_t fixed = f->source->flags & STORE_SOURCE_SEALED ? SOURCE_SEALED_FIXED : SOURCE_FIXED;
+        size_t where = source_size(f->source) - fixed;
         put32(q, f->source->kind);
         put32(q + 4, f->source->flags);
         memcpy(q + 8, f->source->signer, sizeof f->source->signer);
-        memcpy(q + SOURCE_FIXED, f->source->where, where);
-        q += SOURCE_FIXED + where;
+        if (fixed == SOURCE_SEALED_FIXED) {
+            memcpy(q + SOURCE_FIXED, f->source->seal_signer, sizeof f->source->seal_signer);
+            memcpy(q + SOURCE_FIXED + 32, f->source->seal, sizeof f->source->seal);
+        }
+        memcpy(q + fixed, f->source->where, where);
+        q += fixed + where;
     }
     if (f->payload_size) memcpy(q, f->payload, f->payload_size);
     put64(p + OFF_RECSUM, record_sum(p, len));

@@ -23,14 +23,21 @@
  *      116    4  source length: 0 when built on this machine
  *      120       key material, device name, build log, source, payload
  *
- * The source (provenance) of an entry copied from the remote tier:
- *        0    4  kind (STORE_SOURCE_REMOTE)
- *        4    4  flags (STORE_SOURCE_SIGNED: the signer field holds who signed it)
+ * The source (provenance) of an entry copied from the remote tier, and the
+ * seal of a sealed entry (cache/sign.h):
+ *        0    4  kind (STORE_SOURCE_REMOTE; STORE_SOURCE_HERE: a seal only)
+ *        4    4  flags (STORE_SOURCE_SIGNED: the signer field holds who signed
+ *                the remote value; STORE_SOURCE_SEALED: a seal follows it)
  *        8   32  the signer's ed25519 public key (zero when unsigned)
- *       40       where: the server and namespace (1-255 bytes, no NUL)
+ *   sealed only:
+ *       40   32  the sealer's ed25519 public key
+ *       72   64  the seal (ed25519 of sign_seal_digest())
+ *   40 or 136    where: the server and namespace (1-255 bytes, no NUL;
+ *                none for STORE_SOURCE_HERE)
  * Until issue 31 the source length was a reserved zero field, so entries
  * built here are byte for byte what they were; an older clshim refuses a
- * record with a source (as damaged) and builds the program again.
+ * record with a source (as damaged) and builds the program again, and so
+ * does one from before seals for a sealed record.
  *
  * The record checksum covers every byte, so one flipped bit anywhere is
  * caught before anything is trusted. The binding ties the binary to its key:
@@ -105,6 +112,13 @@ struct entry_view {
  * absent, so the next build replaces them without a warning). Does not
  * decompress. */
 int entry_parse(const void *buf, size_t len, struct entry_view *v);
+
+/* The key material and creation time of a record, its bounds checked and
+ * nothing else (not its checksum: the binary is never read). Only for what
+ * is shown, never served: the store's index of a program's entries
+ * (store_family_get()) and the entries it writes itself. CLSHIM_OK or
+ * CLSHIM_ECORRUPT (not this format version, or a length past the end). */
+int entry_peek_key(const void *buf, size_t len, const void **key, size_t *key_len, uint64_t *created);
 
 /* The source of a parsed record, decoded into *out: 1 when it has one, 0
  * when built here (entry_parse() checked its form). */

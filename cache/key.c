@@ -752,6 +752,16 @@ int key_add_headers(struct key_buf *k, const char *source, size_t len, const cha
     return key_scan_headers(k, &in, why, why_len);
 }
 
+int key_input_is(const void *key, size_t key_len, const void *input, size_t len)
+{
+    char head[64]; /* a field before it ends with its newline (key_add_blob) */
+    int n = snprintf(head, sizeof head, "\ninput=%zu bytes\n", len);
+    const char *k = key;
+    size_t tail = (size_t)n + len + 1;
+    return key && key_len >= tail && k[key_len - 1] == '\n' && memcmp(k + key_len - tail, head, (size_t)n) == 0 &&
+           (len == 0 || memcmp(k + key_len - 1 - len, input, len) == 0);
+}
+
 /* ---- the files a key names (key.h) --------------------------------------- */
 
 struct key_input_file {
@@ -765,13 +775,60 @@ struct key_inputs {
     size_t n;
 };
 
+#define NAME(s) {s, sizeof s - 1}
+struct field_name {
+    const char *s;
+    size_t len;
+};
+
 /* Fields whose value is "<n> bytes" followed by n raw bytes (key_add_blob). */
 static int is_blob_field(const char *name, size_t len)
 {
-    static const char *const blobs[] = {"input", "manifest-of", "derived", "derived-any-device"};
+    static const struct field_name blobs[] = {NAME("input"), NAME("manifest-of"), NAME("derived"),
+                                              NAME("derived-any-device")};
     for (size_t i = 0; i < sizeof blobs / sizeof *blobs; i++)
-        if (len == strlen(blobs[i]) && !memcmp(name, blobs[i], len)) return 1;
+        if (len == blobs[i].len && !memcmp(name, blobs[i].s, len)) return 1;
     return len > 16 && !memcmp(name, "embedded-header ", 16);
+}
+
+/* Fields named by a path or a header's name, which may hold '=' itself:
+ * their line splits at its last '=' (the value, a hash or "<n> bytes",
+ * has none); every other line at its first (an option's value may). */
+static int is_path_field(const char *line, size_t len)
+{
+    static const struct field_name named[] = {NAME("header "), NAME("header-absent "), NAME("header-alias "),
+                                              NAME("driver-dir-header "), NAME("driver-dir-absent "),
+                                              NAME("embedded-header ")};
+    if (len < 7 || (line[0] != 'h' && line[0] != 'd' && line[0] != 'e')) return 0;
+    for (size_t i = 0; i < sizeof named / sizeof *named; i++)
+        if (len > named[i].len && !memcmp(line, named[i].s, named[i].len)) return 1;
+    return 0;
+}
+
+int key_fields(const void *key, size_t len, int (*fn)(const struct key_field *f, void *arg), void *arg)
+{
+    const char *p = key, *end = p + len;
+    const char *eol = len ? memchr(p, '\n', len) : NULL;
+    if (!eol || strncmp(p, "clshim-key ", 11) != 0) return -1;
+    struct key_field f = {"clshim-key", 10, p + 11, (size_t)(eol - p) - 11, 0};
+    if (fn(&f, arg)) return 0;
+    for (p = eol + 1; p < end; p = eol + 1) {
+        if (!(eol = memchr(p, '\n', (size_t)(end - p)))) return -1;
+        size_t line = (size_t)(eol - p);
+        const char *eq = is_path_field(p, line) ? memrchr(p, '=', line) : memchr(p, '=', line);
+        if (!eq) return -1;
+        f = (struct key_field){p, (size_t)(eq - p), eq + 1, (size_t)(eol - eq - 1), 0};
+        char *after = NULL;
+        int named_blob = is_blob_field(p, f.name_len);
+        unsigned long long blob = named_blob ? strtoull(f.value, &after, 10) : 0;
+        if (named_blob && after > f.value && after == eol - 6 && !memcmp(after, " bytes", 6)) {
+            if (blob >= (unsigned long long)(end - eol - 1) || eol[1 + blob] != '\n') return -1;
+            f.value = eol + 1, f.value_len = (size_t)blob, f.blob = 1;
+            eol += 1 + blob; /* the blob's closing newline */
+        }
+        if (fn(&f, arg)) return 0;
+    }
+    return 0;
 }
 
 static int add_input(struct key_inputs *in, const char *path, size_t len, const char *hex, size_t hex_len,
@@ -801,39 +858,35 @@ static const struct {
     {"driver-dir-absent ", 1, 1},
 };
 
+struct inputs_walk {
+    struct key_inputs *in;
+    int bad;
+};
+
+static int list_input(const struct key_field *f, void *arg)
+{
+    struct inputs_walk *w = arg;
+    if (f->blob) return 0;
+    for (size_t i = 0; i < sizeof input_fields / sizeof *input_fields; i++) {
+        size_t pl = strlen(input_fields[i].prefix);
+        if (f->name_len <= pl || memcmp(f->name, input_fields[i].prefix, pl) != 0) continue;
+        w->bad = (input_fields[i].absent && f->value_len != 0) ||
+                 add_input(w->in, f->name + pl, f->name_len - pl, f->value, f->value_len, input_fields[i].driver_dir) != 0;
+        return w->bad;
+    }
+    return 0;
+}
+
 int key_inputs_parse(const void *key, size_t len, struct key_inputs **out)
 {
-    const char *p = key, *end = p + len;
-    struct key_inputs *in = calloc(1, sizeof *in);
-    if (!in) return -1;
-    const char *eol = memchr(p, '\n', len);
-    if (!eol || strncmp(p, "clshim-key ", 11) != 0) goto bad;
-    for (p = eol + 1; p < end; p = eol + 1) {
-        if (!(eol = memchr(p, '\n', (size_t)(end - p)))) goto bad;
-        const char *eq = memrchr(p, '=', (size_t)(eol - p));
-        if (!eq) goto bad;
-        const char *value = eq + 1;
-        size_t vlen = (size_t)(eol - value);
-        char *after;
-        unsigned long long blob = strtoull(value, &after, 10);
-        if (is_blob_field(p, (size_t)(eq - p)) && after > value && after == eol - 6 && !memcmp(after, " bytes", 6)) {
-            if (blob >= (unsigned long long)(end - eol - 1) || eol[1 + blob] != '\n') goto bad;
-            eol += 1 + blob; /* the blob's closing newline */
-            continue;
-        }
-        for (size_t i = 0; i < sizeof input_fields / sizeof *input_fields; i++) {
-            size_t pl = strlen(input_fields[i].prefix);
-            if ((size_t)(eq - p) <= pl || memcmp(p, input_fields[i].prefix, pl) != 0) continue;
-            if (input_fields[i].absent && vlen != 0) goto bad;
-            if (add_input(in, p + pl, (size_t)(eq - p) - pl, value, vlen, input_fields[i].driver_dir) != 0) goto bad;
-            break;
-        }
+    struct inputs_walk w = {calloc(1, sizeof *w.in), 0};
+    if (!w.in) return -1;
+    if (key_fields(key, len, list_input, &w) != 0 || w.bad) {
+        key_inputs_free(w.in);
+        return -1;
     }
-    *out = in;
+    *out = w.in;
     return 0;
-bad:
-    key_inputs_free(in);
-    return -1;
 }
 
 size_t key_inputs_count(const struct key_inputs *in) { return in ? in->n : 0; }
@@ -852,4 +905,32 @@ void key_inputs_free(struct key_inputs *in)
     for (size_t i = 0; i < in->n; i++) free(in->file[i].path);
     free(in->file);
     free(in);
+}
+
+/* ---- the family of a key (key.h) ------------------------------------------ */
+
+struct family_walk {
+    int manifest, found;
+    struct key_field input;
+};
+
+static int find_input(const struct key_field *f, void *arg)
+{
+    struct family_walk *w = arg;
+    if (f->name_len == 4 && !memcmp(f->name, "kind", 4))
+        w->manifest = f->value_len == 8 && !memcmp(f->value, "manifest", 8);
+    if (!f->blob || f->name_len != 5 || memcmp(f->name, "input", 5) != 0) return 0;
+    w->input = *f;
+    w->found = 1;
+    return 1;
+}
+
+int key_family(const void *key, size_t len, struct cache_hash *family, size_t *input_at)
+{
+    struct family_walk w = {0, 0, {0}};
+    if (key_fields(key, len, find_input, &w) != 0) return -1;
+    if (!w.found || w.manifest) return 0;
+    if (family) *family = key_hash(w.input.value, w.input.value_len);
+    if (input_at) *input_at = (size_t)(w.input.name - (const char *)key);
+    return 1;
 }

@@ -172,6 +172,39 @@ void key_scan_driver_dir(struct key_buf *k, const struct key_source *in);
 int key_add_headers(struct key_buf *k, const char *source, size_t len, const char *options,
                     char *why, size_t why_len);
 
+/* Whether the key's last field is its input holding exactly these bytes
+ * (what a build of the key compiles: the capture helper checks the source
+ * it is handed). 1 or 0. */
+int key_input_is(const void *key, size_t key_len, const void *input, size_t len);
+
+/* ---- reading key material ---------------------------------------------------
+ * key_fields() calls fn for each field of key material, in order: first
+ * the format line as name "clshim-key" with the version as its value, then
+ * every "name=value" line (value as stored: key_add_text's escapes kept)
+ * and every blob (blob set, value its bytes). A line names a path or a
+ * header ("header <path>", "header-absent", "header-alias",
+ * "driver-dir-header", "driver-dir-absent", "embedded-header") up to its
+ * last '=', any other up to its first. Pointers are into key. fn returns
+ * nonzero to stop. Returns 0 (walked or stopped), -1 when the material is
+ * malformed (fn saw the fields before the fault). */
+struct key_field {
+    const char *name;
+    size_t name_len;
+    const char *value;
+    size_t value_len;
+    int blob;
+};
+int key_fields(const void *key, size_t len, int (*fn)(const struct key_field *f, void *arg), void *arg);
+
+/* The family of key material: XXH3-128 of its "input" blob (the program's
+ * source strings, IL or binaries), which every key of one program shares,
+ * whatever its options, headers, device or driver. 1 with *family and
+ * *input_at (the offset of the input field, the material's last: the
+ * bytes before it are what a comparison of two keys of one family needs;
+ * may be NULL); 0 when the key has no input (link, fusion) or is a
+ * manifest's (cache/preproc.h); -1 when it is not key material. */
+int key_family(const void *key, size_t len, struct cache_hash *family, size_t *input_at);
+
 /* ---- the files a key names --------------------------------------------------
  * key_inputs_parse() lists the key's "header <path>=<hex>" and
  * "header-absent <path>=" fields (relative paths are the application's

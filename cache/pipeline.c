@@ -17,9 +17,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "cache/keydiff.h"
 #include "cache/preproc.h"
 #include "cache/remote.h"
 #include "cache/sign.h"
@@ -29,7 +31,7 @@
 #include "common/log.h"
 
 static struct store_stats proc_stats;
-static uint64_t stat_memory_hits, stat_translations, stat_failed, stat_failed_shared, stat_slow_loads;
+static uint64_t stat_translations, stat_failed, stat_failed_shared, stat_slow_loads;
 #define STAT_ADD(field, n) __atomic_add_fetch(&(field), (n), __ATOMIC_RELAXED)
 
 static uint64_t clock_ns(clockid_t id)
@@ -55,6 +57,56 @@ static void key_prefix(struct cache_hash h, char out[17])
 static store *the_store;
 static pthread_once_t store_once = PTHREAD_ONCE_INIT;
 
+/* CLSHIM_TRUST, loaded once; NULL when unset. A file that cannot be read
+ * adds no key: trust narrows, never widens. */
+static sign_trust *local_trust;
+static pthread_once_t local_trust_once = PTHREAD_ONCE_INIT;
+
+/* A trust knob's keys into *out (NULL when the knob is empty), one line
+ * naming what could not be read. */
+static void load_trust_knob(const char *knob, const char *files, sign_trust **out)
+{
+    if (!*files) return;
+    char err[1024];
+    if (sign_trust_load(files, out, err, sizeof err) != 0) {
+        size_t n = sign_trust_count(*out);
+        log_msg(LOG_WARN, "%s: %s; %zu other key%s trusted (fix or remove that file)", knob, err, n,
+                n == 1 ? " is" : "s are");
+    }
+}
+
+static void load_local_trust(void)
+{
+    load_trust_knob("CLSHIM_TRUST", config_get()->trust, &local_trust);
+    if (*config_get()->trust && !local_trust) { /* out of memory: an empty set, which trusts nothing */
+        static sign_trust *none;
+        char err[64];
+        if (!none) sign_trust_load(NULL, &none, err, sizeof err);
+        local_trust = none;
+    }
+}
+
+static const sign_trust *get_local_trust(void)
+{
+    pthread_once(&local_trust_once, load_local_trust);
+    return local_trust;
+}
+
+/* CLSHIM_SIGN_KEY into sk: 1 when read, 0 when unset or in an untrusted CI
+ * context (which never signs); -1 (logged) when it cannot be read. */
+static int load_seal_key(unsigned char sk[SIGN_SECRET_BYTES])
+{
+    const struct clshim_config *cfg = config_get();
+    if (!*cfg->sign_key || cfg->ci_untrusted) return 0;
+    char err[1024];
+    if (sign_read_secret(cfg->sign_key, sk, err, sizeof err) == 0) return 1;
+    static int said; /* the store and the remote tier ask */
+    if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+        log_msg(LOG_WARN, "CLSHIM_SIGN_KEY: %s; nothing is stored (fix the file, or unset the knob to store "
+                          "unsealed entries)", err);
+    return -1;
+}
+
 static void open_store(void)
 {
     const struct clshim_config *cfg = config_get();
@@ -74,8 +126,14 @@ static void open_store(void)
         .readonly = cfg->cache_readonly,
         .allow_shared = cfg->cache_allow_shared,
         .compress_level = (int)cfg->cache_compress_level,
+        .trust = get_local_trust(),
     };
+    unsigned char sk[SIGN_SECRET_BYTES];
+    int sealing = load_seal_key(sk);
+    if (sealing > 0) opt.seal_key = sk;
+    if (sealing < 0) opt.readonly = 1;
     int rc = store_open(&opt, &the_store);
+    sodium_memzero(sk, sizeof sk);
     if (rc != CLSHIM_OK) {
         /* The store has said why (one warning); this line only at info,
          * except for a cache configured read-only that does not exist yet. */
@@ -214,6 +272,10 @@ static void drop_all_claims(void)
 
 static remote *the_remote;
 static pthread_once_t remote_once = PTHREAD_ONCE_INIT;
+static int hold_remote_refusals; /* pipeline_hold_remote_refusals() */
+/* The remote tier's counters already added to proc_stats (by
+ * pipeline_remote_settle()): what pipeline_exit() adds is the rest. */
+static struct remote_counters remote_counted;
 
 /* The keys remote values must be signed by (CLSHIM_REMOTE_TRUST), loaded
  * once, also without CLSHIM_REMOTE (local copies of remote values are
@@ -226,14 +288,8 @@ static pthread_once_t trust_once = PTHREAD_ONCE_INIT;
 
 static void load_trust(void)
 {
-    const char *files = config_get()->remote_trust;
-    if (!*files) return;
-    char err[1024];
-    if (sign_trust_load(files, &the_trust, err, sizeof err) != 0) {
-        size_t n = sign_trust_count(the_trust);
-        log_msg(LOG_WARN, "CLSHIM_REMOTE_TRUST: %s; %zu other key%s trusted (fix or remove that file)", err, n,
-                n == 1 ? " is" : "s are");
-    }
+    if (!*config_get()->remote_trust) return;
+    load_trust_knob("CLSHIM_REMOTE_TRUST", config_get()->remote_trust, &the_trust);
     trust_broken = !the_trust;
 }
 
@@ -269,8 +325,14 @@ static void open_remote(void)
         log_msg(LOG_WARN, "CLSHIM_REMOTE_TRUST cannot be loaded (out of memory); remote tier off");
         return;
     }
-    unsigned char sk[SIGN_SECRET_BYTES];
-    int signing = cfg->remote_readonly ? 0 : load_sign_key(sk);
+    unsigned char sk[SIGN_SECRET_BYTES], seal[SIGN_SECRET_BYTES];
+    int sealing = cfg->remote_readonly || cfg->ci_untrusted ? 0 : load_seal_key(seal);
+    if (cfg->ci_untrusted && (!cfg->remote_readonly || *cfg->remote_sign_key || *cfg->sign_key))
+        log_msg(LOG_WARN, "%s: an untrusted CI context, so the remote tier is read only and nothing is signed "
+                          "(CLSHIM_CI_CONTEXT=trusted overrides)", cfg->ci_why);
+    int signing = cfg->remote_readonly || cfg->ci_untrusted ? 0 : load_sign_key(sk);
+    if (signing == 0 && sealing > 0) memcpy(sk, seal, sizeof sk), signing = 1; /* CLSHIM_SIGN_KEY signs values too */
+    const sign_trust *seal_trust = get_local_trust();
     struct remote_options opt = {
         .url = cfg->remote,
         .password_file = cfg->remote_password_file,
@@ -280,20 +342,25 @@ static void open_remote(void)
         .timeout_ms = cfg->remote_timeout_ms,
         .max_value = cfg->remote_max_value,
         .expire_s = cfg->remote_expire_days * 86400,
-        .readonly = cfg->remote_readonly || signing < 0,
+        .readonly = cfg->remote_readonly || cfg->ci_untrusted || signing < 0 || sealing < 0,
         .compress_level = (int)cfg->cache_compress_level,
         .sign_key = signing > 0 ? sk : NULL,
-        .trust = trust,
+        .trust = trust ? trust : seal_trust, /* CLSHIM_TRUST vouches for values too */
+        .hold_refusals = hold_remote_refusals,
+        .seal_key = sealing > 0 ? seal : NULL,
+        .seal_trust = seal_trust,
     };
     if (cfg->remote_ca && *cfg->remote_ca && access(cfg->remote_ca, R_OK) != 0) {
         log_msg(LOG_WARN, "CLSHIM_REMOTE_CA=%s: cannot be read (%s); remote tier off", cfg->remote_ca,
                 strerror(errno));
         sodium_memzero(sk, sizeof sk);
+        sodium_memzero(seal, sizeof seal);
         the_remote = NULL;
         return;
     }
     int rc = remote_open(&opt, &the_remote);
     sodium_memzero(sk, sizeof sk);
+    sodium_memzero(seal, sizeof seal);
     if (rc != CLSHIM_OK) {
         char name[512];
         config_redact_url(cfg->remote, name, sizeof name);
@@ -315,7 +382,7 @@ static remote *get_remote(void)
  * logged, and the lookup goes on as a miss. 1: usable. */
 static int still_trusted(store *st, struct cache_hash hash, const struct store_record *sr)
 {
-    if (!sr->source || !*config_get()->remote_trust) return 1;
+    if (!sr->source || sr->source->kind != STORE_SOURCE_REMOTE || !*config_get()->remote_trust) return 1;
     int broken;
     const sign_trust *t = get_trust(&broken);
     if (!broken && (sr->source->flags & STORE_SOURCE_SIGNED) && sign_trust_has(t, sr->source->signer)) return 1;
@@ -335,6 +402,17 @@ static int local_get(store *st, struct cache_hash hash, const void *key, size_t 
                      void **arena)
 {
     int rc = store_get(st, hash, key, key_len, sr, arena);
+    if (rc == CLSHIM_EUNTRUSTED) {
+        STAT_ADD(proc_stats.untrusted, 1);
+        static int said; /* one line a run; the counter has the rest */
+        if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED)) {
+            char prefix[17];
+            key_prefix(hash, prefix);
+            log_msg(LOG_INFO, "cache entry %s ignored: not sealed by a key in CLSHIM_TRUST (`clshim cache verify "
+                              "--trust` lists such entries); compiling", prefix);
+        }
+        return CLSHIM_ENOTFOUND;
+    }
     if (rc == CLSHIM_OK && !still_trusted(st, hash, sr)) {
         store_record_free(*arena);
         *arena = NULL;
@@ -785,7 +863,9 @@ static const char *source_name(enum pipeline_source from)
 
 void pipeline_hit(struct pipeline_flight *f, size_t n)
 {
-    /* What the hit cost this thread, against what the compile cost. */
+    /* What the hit cost this thread, against what the compile cost (with
+     * its children: pipeline_clock). A hit's load runs no child process
+     * (PoCL's binary holds the linked code), so thread CPU time is all of it. */
     double ms = n ? (now_ns() - f[0].t0) / 1e6 : 0;
     uint64_t used = n ? thread_cpu_ns() - f[0].cpu0 : 0;
     for (size_t i = 0; i < n; i++) {
@@ -794,7 +874,8 @@ void pipeline_hit(struct pipeline_flight *f, size_t n)
         uint64_t saved = f[i].entry ? memtier_compile_ns(f[i].entry) : 0;
         f[i].compile_ns = saved;
         STAT_ADD(proc_stats.hits, 1);
-        if (f[i].from == PIPELINE_FROM_MEMORY) STAT_ADD(stat_memory_hits, 1);
+        if (f[i].from == PIPELINE_FROM_MEMORY) STAT_ADD(proc_stats.memory_hits, 1);
+        else if (f[i].from == PIPELINE_FROM_DISK) STAT_ADD(proc_stats.disk_hits, 1);
         STAT_ADD(proc_stats.compile_ns_saved, saved > used ? saved - used : 0);
         /* A hit must never cost more than the compile it replaces: one that
          * loaded from disk or the remote tier slower than its compile is
@@ -804,9 +885,10 @@ void pipeline_hit(struct pipeline_flight *f, size_t n)
             store_note_slow_load(st, f[i].hash, used / n, saved) == CLSHIM_OK)
             log_msg(LOG_INFO, "%s%s loaded in %.1f ms of CPU time, more than its compile (%.1f ms): the driver "
                               "compiles it from now on", kind_noun(f[i].kind), prefix, used / n / 1e6, saved / 1e6);
-        log_msg(LOG_INFO, "hit %s%s on '%s' (%s%s): %.1f ms instead of %.1f ms of compile CPU time",
+        log_msg(LOG_INFO, "hit %s%s on '%s' (%s%s): %.1f ms of CPU time (%.1f ms wall) instead of %.1f ms of "
+                          "compile CPU time",
                 kind_noun(f[i].kind), prefix, f[i].device ? f[i].device : "?", source_name(f[i].from),
-                kind_hit(f[i].kind), ms, saved / 1e6);
+                kind_hit(f[i].kind), used / n / 1e6, ms, saved / 1e6);
     }
 }
 
@@ -846,17 +928,40 @@ void pipeline_rejected(struct pipeline_flight *f, size_t n, int error, const voi
 
 /* ---- build ------------------------------------------------------------------- */
 
+/* CPU time of the children the process has waited for. */
+static uint64_t children_cpu_ns(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_CHILDREN, &ru) != 0) return 0;
+    return ((uint64_t)ru.ru_utime.tv_sec + (uint64_t)ru.ru_stime.tv_sec) * 1000000000u +
+           ((uint64_t)ru.ru_utime.tv_usec + (uint64_t)ru.ru_stime.tv_usec) * 1000u;
+}
+
+/* Clocks running, and started ever: a clock that found none running and
+ * saw none start is alone (pipeline.h). */
+static unsigned long clocks_running, clocks_started;
+
 void pipeline_clock_start(struct pipeline_clock *c)
 {
+    c->alone = __atomic_fetch_add(&clocks_running, 1, __ATOMIC_SEQ_CST) == 0;
+    c->starts0 = __atomic_add_fetch(&clocks_started, 1, __ATOMIC_SEQ_CST);
     c->wall0 = now_ns();
     c->cpu0 = thread_cpu_ns();
+    c->children0 = children_cpu_ns();
     c->wall_ns = c->cpu_ns = 0;
+    c->children_counted = 0;
 }
 
 void pipeline_clock_stop(struct pipeline_clock *c)
 {
+    uint64_t children = children_cpu_ns() - c->children0;
     c->wall_ns = now_ns() - c->wall0;
     c->cpu_ns = thread_cpu_ns() - c->cpu0;
+    c->children_counted = c->alone && __atomic_load_n(&clocks_started, __ATOMIC_SEQ_CST) == c->starts0;
+    __atomic_sub_fetch(&clocks_running, 1, __ATOMIC_SEQ_CST);
+    if (c->children_counted) c->cpu_ns += children;
+    if (children) log_msg(LOG_DEBUG, "build clock: %.1f ms of child processes' CPU time %s", children / 1e6,
+                          c->children_counted ? "counted" : "not counted (other builds ran meanwhile)");
 }
 
 int pipeline_attach(struct pipeline_flight *f, void *object, const void *tag, void (*release)(void *object))
@@ -944,6 +1049,8 @@ static const char *not_stored_why(int rc)
 {
     switch (rc) {
     case CLSHIM_EREADONLY: return "the cache is read-only";
+    case CLSHIM_EUNTRUSTED:
+        return "an entry this process does not trust is there, and without CLSHIM_SIGN_KEY it keeps it";
     case CLSHIM_ETOOBIG:
         return "its size is outside CLSHIM_CACHE_MIN_ENTRY..CLSHIM_CACHE_MAX_ENTRY, or over CLSHIM_CACHE_MAX_SIZE";
     default: return clshim_strerror(rc);
@@ -955,7 +1062,9 @@ static const char *not_stored_why(int rc)
 static void warn_store_failed(int rc)
 {
     static int warned;
-    if (rc == CLSHIM_EREADONLY || rc == CLSHIM_ETOOBIG || __atomic_exchange_n(&warned, 1, __ATOMIC_ACQ_REL)) return;
+    if (rc == CLSHIM_EREADONLY || rc == CLSHIM_ETOOBIG || rc == CLSHIM_EUNTRUSTED ||
+        __atomic_exchange_n(&warned, 1, __ATOMIC_ACQ_REL))
+        return;
     char dir[4096] = "the cache directory";
     config_cache_dir(config_get(), dir, sizeof dir);
     if (rc == CLSHIM_ENOSPC)
@@ -988,6 +1097,51 @@ static int inputs_exact(struct pipeline_flight *fl)
     return 0;
 }
 
+/* A miss of a key the store evicted (store_was_evicted(); asked before the
+ * key is stored again): counted, with the largest size limit that would
+ * have kept such a key this run (an atomic maximum: threads count at once). */
+static void count_evicted_miss(store *st, struct cache_hash hash)
+{
+    struct store_evicted ev;
+    if (!st || store_was_evicted(st, hash, &ev) != CLSHIM_OK) return;
+    STAT_ADD(proc_stats.misses_evicted, 1);
+    char prefix[17];
+    key_prefix(hash, prefix);
+    if (ev.why == STORE_EVICTED_AGE) {
+        STAT_ADD(proc_stats.misses_evicted_age, 1);
+        log_msg(LOG_INFO, "%s was evicted for age (unused for CLSHIM_CACHE_MAX_AGE days): compiled again", prefix);
+        return;
+    }
+    uint64_t seen = __atomic_load_n(&proc_stats.evicted_keep_limit, __ATOMIC_RELAXED);
+    while (seen < ev.keep_limit && !__atomic_compare_exchange_n(&proc_stats.evicted_keep_limit, &seen, ev.keep_limit,
+                                                                1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {}
+    log_msg(LOG_INFO, "%s was evicted for size (%llu bytes stored): compiled again; a CLSHIM_CACHE_MAX_SIZE of %llu "
+                      "bytes would have kept it", prefix, (unsigned long long)ev.size,
+            (unsigned long long)ev.keep_limit);
+}
+
+/* A miss explained (cache/keydiff.h): recorded as the last miss for
+ * `clshim cache why --last` and, with CLSHIM_LOG=info, the line that names
+ * the nearest stored entry of the same program and what differs, into
+ * `line` ("" when the store holds none). Before the new entry is stored.
+ * Its line has no "miss " in it: scripts count those, one per miss. What it
+ * adds to a miss: docs/cache.md, "Why a key missed". */
+static void explain_miss(store *st, const struct pipeline_flight *fl, char *line, size_t len)
+{
+    line[0] = 0;
+    struct keydiff_miss m;
+    if (!st || !fl->key || keydiff_miss_of(fl->hash, fl->key, fl->key_len, &m) != 0) return;
+    if (!store_is_readonly(st)) keydiff_note_miss(st, &m);
+    struct keydiff_near near;
+    if (!log_enabled(LOG_INFO) || keydiff_nearest(st, &m, &near) != 1) return;
+    char prefix[17], nearest[17], what[1024];
+    key_prefix(fl->hash, prefix);
+    key_prefix(near.hash, nearest);
+    keydiff_summary(near.diff, what, sizeof what);
+    snprintf(line, len, "%s missed: nearest stored entry %s differs in %s", prefix, nearest, what);
+    keydiff_free(near.diff);
+}
+
 void pipeline_built(struct pipeline_flight *f, size_t n, const struct pipeline_output *out)
 {
     if (out->error) {
@@ -999,15 +1153,19 @@ void pipeline_built(struct pipeline_flight *f, size_t n, const struct pipeline_o
         struct pipeline_flight *fl = &f[i];
         if (!fl->filling) continue;
         STAT_ADD(proc_stats.misses, 1);
+        count_evicted_miss(st, fl->hash);
         const char *log = out->logs && out->logs[i] ? out->logs[i] : "";
         fl->compile_ns = out->clock->cpu_ns / n;
         double ms = out->clock->wall_ns / n / 1e6;
         char prefix[17];
         key_prefix(fl->hash, prefix);
         const char *dev = fl->device ? fl->device : "?", *noun = kind_noun(fl->kind), *verb = kind_verb(fl->kind);
+        char why[1200];
+        explain_miss(st, fl, why, sizeof why);
         if (!out->late && !inputs_exact(fl)) {
             log_msg(LOG_INFO, "miss %s%s on '%s': %s in %.1f ms (%.1f ms CPU), not stored (" NOT_EXACT ")", noun,
                     prefix, dev, verb, ms, fl->compile_ns / 1e6);
+            if (*why) log_msg(LOG_INFO, "%s", why);
             memtier_abandon(fl->entry);
             fl->entry = NULL;
             fl->filling = 0;
@@ -1029,6 +1187,7 @@ void pipeline_built(struct pipeline_flight *f, size_t n, const struct pipeline_o
                 fl->claimed = 0;
             log_msg(LOG_INFO, "miss %s%s on '%s': %s in %.1f ms (%.1f ms CPU), %s", noun, prefix, dev, verb, ms,
                     fl->compile_ns / 1e6, late_plan());
+            if (*why) log_msg(LOG_INFO, "%s", why);
             continue;
         }
         if (!out->binaries || !out->binaries[i]) {
@@ -1055,6 +1214,7 @@ void pipeline_built(struct pipeline_flight *f, size_t n, const struct pipeline_o
         log_msg(LOG_INFO, "miss %s%s on '%s': %s in %.1f ms (%.1f ms CPU), %s %zu bytes%s%s%s", noun, prefix, dev, verb,
                 ms, fl->compile_ns / 1e6, rc == CLSHIM_OK ? "stored" : "not stored", out->sizes[i],
                 rc == CLSHIM_OK ? "" : " (", rc == CLSHIM_OK ? "" : not_stored_why(rc), rc == CLSHIM_OK ? "" : ")");
+        if (*why) log_msg(LOG_INFO, "%s", why);
     }
 }
 
@@ -1194,7 +1354,7 @@ void pipeline_flush_stats(void)
 void pipeline_stats(struct pipeline_stats *out)
 {
     out->store = proc_stats;
-    out->memory_hits = stat_memory_hits;
+    out->memory_hits = proc_stats.memory_hits;
     out->slow_loads = stat_slow_loads;
     out->translations = stat_translations;
     out->failed = stat_failed;
@@ -1221,14 +1381,47 @@ void pipeline_print_summary(void)
                                    (unsigned long long)s.store.capture_lost[i], capture_lost_name((enum capture_lost)i));
             first = 0;
         }
+    char evicted[64] = "";
+    if (s.store.misses_evicted)
+        snprintf(evicted, sizeof evicted, " (%llu of evicted entries)", (unsigned long long)s.store.misses_evicted);
     log_msg(LOG_WARN,
-            "summary: %llu hits (%llu from memory), %llu misses, %llu failed (%llu shared), %llu stored%s%s, "
+            "summary: %llu hits (%llu from memory), %llu misses%s, %llu failed (%llu shared), %llu stored%s%s, "
             "%llu rejected, %llu uncacheable, %llu IL translations; compile CPU time saved %.1f ms",
             (unsigned long long)s.store.hits, (unsigned long long)s.memory_hits, (unsigned long long)s.store.misses,
-            (unsigned long long)s.failed, (unsigned long long)s.failed_shared, (unsigned long long)s.store.stores,
+            evicted, (unsigned long long)s.failed, (unsigned long long)s.failed_shared,
+            (unsigned long long)s.store.stores,
             handed, config_get()->cache_readonly ? " (read-only: counters not written)" : "",
             (unsigned long long)s.store.rejected, (unsigned long long)s.store.uncacheable,
             (unsigned long long)s.translations, s.store.compile_ns_saved / 1e6);
+}
+
+/* The remote tier's counters since the last call into proc_stats. */
+static void count_remote(const struct remote_counters *now)
+{
+    const struct remote_counters *was = &remote_counted;
+    proc_stats.remote_hits += now->hits - was->hits, proc_stats.remote_misses += now->misses - was->misses;
+    proc_stats.remote_errors += now->errors - was->errors, proc_stats.remote_corrupt += now->corrupt - was->corrupt;
+    proc_stats.remote_pushes += now->pushes - was->pushes, proc_stats.remote_timeouts += now->timeouts - was->timeouts;
+    proc_stats.remote_lost += now->lost - was->lost, proc_stats.remote_garbage += now->garbage - was->garbage;
+    proc_stats.remote_oversize += now->oversize - was->oversize;
+    proc_stats.remote_refused += now->refused - was->refused;
+    proc_stats.remote_untrusted += now->untrusted - was->untrusted;
+    proc_stats.remote_pushes_refused += now->pushes_refused - was->pushes_refused;
+    remote_counted = *now;
+}
+
+void pipeline_hold_remote_refusals(void) { hold_remote_refusals = 1; }
+
+unsigned pipeline_remote_settle(char *line, size_t len)
+{
+    if (len) *line = 0;
+    remote *rm = __atomic_load_n(&the_remote, __ATOMIC_ACQUIRE);
+    if (!rm) return 0; /* not opened: nothing was pushed */
+    remote_flush(rm, REMOTE_DRAIN_MS);
+    struct remote_counters now;
+    remote_counters_get(rm, &now);
+    count_remote(&now);
+    return remote_take_refusals(rm, line, len);
 }
 
 void pipeline_exit(void)
@@ -1239,12 +1432,8 @@ void pipeline_exit(void)
         struct remote_counters rc;
         remote_close(the_remote, &rc); /* waits a bounded time for queued pushes */
         the_remote = NULL;
-        proc_stats.remote_hits = rc.hits, proc_stats.remote_misses = rc.misses;
-        proc_stats.remote_errors = rc.errors, proc_stats.remote_corrupt = rc.corrupt;
-        proc_stats.remote_pushes = rc.pushes, proc_stats.remote_timeouts = rc.timeouts;
-        proc_stats.remote_lost = rc.lost, proc_stats.remote_garbage = rc.garbage;
-        proc_stats.remote_oversize = rc.oversize, proc_stats.remote_refused = rc.refused;
-        proc_stats.remote_untrusted = rc.untrusted;
+        count_remote(&rc);
+        memset(&remote_counted, 0, sizeof remote_counted);
     }
     if (st) {
         /* A read-only run writes nothing, its counters included. */
@@ -1259,7 +1448,7 @@ void pipeline_after_fork_in_child(void)
     the_store = NULL;
     store_once = (pthread_once_t)PTHREAD_ONCE_INIT;
     memset(&proc_stats, 0, sizeof proc_stats);
-    stat_memory_hits = stat_translations = stat_failed = stat_failed_shared = stat_slow_loads = 0;
+    stat_translations = stat_failed = stat_failed_shared = stat_slow_loads = 0;
     claims_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
     nclaims = 0; /* the parent's; its thread is not in this process */
     reaper_running = 0;

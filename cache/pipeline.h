@@ -127,9 +127,9 @@ int pipeline_key(struct pipeline_flight *f, struct key_buf *k, const struct key_
  * (pipeline_built() stores it like any miss) unless another thread fills
  * or has filled that key already — then it stores nothing, the other's
  * result stands. It is not looked up in the store (the compile is done: a
- * key stored meanwhile, or by another working directory, is stored again,
- * harmless) and takes no cross-process claim: a claim exists to make other
- * processes wait instead of compiling, and this compile is over, so
+ * key stored meanwhile, or one whose manifest alone was evicted, is stored
+ * again, harmless) and takes no cross-process claim: a claim exists to make
+ * other processes wait instead of compiling, and this compile is over, so
  * processes that start the same program meanwhile compile it too. A
  * failing preprocessor leaves the flight keyless (one line; counted as
  * uncacheable). pipeline_end() and pipeline_flight_free() discard a key
@@ -164,11 +164,18 @@ void pipeline_failure_shared(struct pipeline_flight *f, size_t n);
  * each flight refills from the caller's rebuild where nobody else does. */
 void pipeline_rejected(struct pipeline_flight *f, size_t n, int error, const void *handle);
 
-/* A build's cost: wall time and this thread's CPU time around the driver's
- * work (PoCL compiles on the calling thread: measured, thread CPU time ==
- * process CPU time around clBuildProgram). */
+/* A build's cost: wall time and CPU time around the driver's work: this
+ * thread's (PoCL compiles on the calling thread) and that of the child
+ * processes the process waited for meanwhile (PoCL links a kernel's code
+ * with /usr/bin/ld, a child: thread CPU time alone missed it). Children's
+ * CPU time is the process's (RUSAGE_CHILDREN), so it is counted only when
+ * no other clock ran at the same time; cpu_ns is then the build's, else at
+ * least its thread's (children_counted says which). A first use's code
+ * generation in PoCL's worker threads at the same time would still count:
+ * clocks only see clocks. */
 struct pipeline_clock {
-    uint64_t wall0, cpu0, wall_ns, cpu_ns;
+    uint64_t wall0, cpu0, children0, starts0, wall_ns, cpu_ns;
+    int alone, children_counted;
 };
 void pipeline_clock_start(struct pipeline_clock *c);
 void pipeline_clock_stop(struct pipeline_clock *c);
@@ -283,6 +290,15 @@ void pipeline_count_capture_lost(enum capture_lost why, uint64_t n);
  * capture helper, after each capture: `clshim cache stats` right after
  * `clshim cache wait` sees its work). Only while no other thread counts. */
 void pipeline_flush_stats(void);
+/* The capture helper, before the remote tier opens: a push the server
+ * refuses is not logged (its standard error is gone once the application
+ * exits) but held for pipeline_remote_settle(), which the journal tells. */
+void pipeline_hold_remote_refusals(void);
+/* Waits (at most REMOTE_DRAIN_MS) for the pushes queued so far, moves the
+ * remote tier's counters into this process's (pipeline_flush_stats() adds
+ * them), and returns the pushes refused since the last call, the first
+ * one's line in line. 0 when the tier never opened. */
+unsigned pipeline_remote_settle(char *line, size_t len);
 /* The one summary line. */
 void pipeline_print_summary(void);
 

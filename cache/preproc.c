@@ -18,8 +18,13 @@
 #include "common/clang.h"
 #include "common/error.h"
 
-#define MANIFEST_MAGIC "clshim-manifest 2\n" /* 2: probed places, absent ones as ABSENT_MARK */
+/* 2: probed places, absent ones as ABSENT_MARK; 3: up to MANIFEST_VARIANTS
+ * variants (one per preprocessor run that found other files) separated by
+ * an empty line, the newest first (and no longer keyed by the working
+ * directory) */
+#define MANIFEST_MAGIC "clshim-manifest 3\n"
 #define ABSENT_MARK "--------------------------------" /* 32 characters, where a hash would be */
+#define MANIFEST_VARIANTS 8 /* kept per manifest; an older one is dropped */
 #define MAX_ARGS 1024
 
 /* ---- the device's predefined macros ------------------------------------- */
@@ -468,14 +473,15 @@ int preproc_may_expand_time(const struct key_source *in, const struct key_snapsh
 /* ---- direct mode: manifests ------------------------------------------------ */
 
 /* The manifest's key: everything in the key so far (kind, options, device,
- * embedded headers), the working directory (relative paths) and the source. */
+ * embedded headers) and the source. Not the working directory: a relative
+ * path the manifest lists is resolved and hashed again from wherever the
+ * process runs (use_variant()), so a directory holding the same files uses
+ * it and one holding others is refused by the hashes, as a changed header
+ * is. */
 static int manifest_key(const struct key_buf *k, const struct key_source *in, struct key_buf *m)
 {
-    char cwd[4096];
-    if (!getcwd(cwd, sizeof cwd)) return -1;
     memset(m, 0, sizeof *m);
     key_add_blob(m, "manifest-of", k->data, k->len);
-    key_add_text(m, "cwd", cwd);
     key_add_blob(m, "input", in->source, in->len);
     return m->oom ? -1 : 0;
 }
@@ -547,12 +553,12 @@ static int maybe_shadowed(const struct roots *r, const char *path)
     return 0;
 }
 
-/* Adds the manifest's fields when every listed file still has its hash and
- * none may be shadowed by a new one. */
-static int use_manifest(struct key_buf *k, const struct key_source *in, const char *text, size_t len)
+/* Adds one variant's fields (lines `body`..`end`) when every listed file,
+ * resolved from the working directory now (relative paths are), still has
+ * its hash, every absent place is still absent, and none may be shadowed
+ * by a new file. -1 (k unchanged) otherwise. */
+static int use_variant(struct key_buf *k, const struct key_source *in, const char *body, const char *end)
 {
-    size_t magic = sizeof MANIFEST_MAGIC - 1;
-    if (len < magic || memcmp(text, MANIFEST_MAGIC, magic) != 0) return -1;
     size_t mark = k->len, files_mark = key_snapshot_files(k);
     struct roots r = {NULL, 0};
     add_root(&r, "", 0);
@@ -567,11 +573,10 @@ static int use_manifest(struct key_buf *k, const struct key_source *in, const ch
             add_root(&r, dir, dl);
         }
     key_free_options(argv, argc);
-    const char *body = text + magic, *end = text + len;
     for (const char *p = body; p < end;) {
         const char *eol = memchr(p, '\n', (size_t)(end - p));
         if (!eol) break;
-        if (*p == '-') { /* an absent place is no search root */
+        if (*p == '-' || eol - p < 34) { /* an absent place is no search root */
             p = eol + 1;
             continue;
         }
@@ -603,6 +608,31 @@ static int use_manifest(struct key_buf *k, const struct key_source *in, const ch
     free(r.dir);
     if (rc) key_rewind(k, mark, files_mark);
     return rc;
+}
+
+/* The next variant of a manifest's text from *p (its lines up to an empty
+ * line or the end): 0 with [*from, *to), then *p past it; -1 at the end. */
+static int next_variant(const char **p, const char *end, const char **from, const char **to)
+{
+    if (*p >= end) return -1;
+    const char *sep = memmem(*p, (size_t)(end - *p), "\n\n", 2);
+    *from = *p;
+    *to = sep ? sep + 1 : end;
+    *p = sep ? sep + 2 : end;
+    return 0;
+}
+
+/* Adds the fields of the first variant that holds (use_variant()); -1
+ * when none does, or the text is no manifest of this format. */
+static int use_manifest(struct key_buf *k, const struct key_source *in, const char *text, size_t len)
+{
+    size_t magic = sizeof MANIFEST_MAGIC - 1;
+    if (len < magic || memcmp(text, MANIFEST_MAGIC, magic) != 0) return -1;
+    const char *p = text + magic, *end = text + len, *from, *to;
+    if (p == end) return use_variant(k, in, p, end); /* one variant, of no file */
+    while (next_variant(&p, end, &from, &to) == 0)
+        if (use_variant(k, in, from, to) == 0) return 0;
+    return -1;
 }
 
 static const char *device_name_of(const char *identity, char *out, size_t out_len)
@@ -642,7 +672,7 @@ void preproc_kernel_names(const char *source, size_t len, char *out, size_t out_
  * lists them, or why it failed. */
 struct pp_result {
     struct key_buf fields;   /* "header <path>=<hex>" fields, appended to the key as they are */
-    struct key_buf manifest; /* "<hash hex> <path>" lines after MANIFEST_MAGIC */
+    struct key_buf manifest; /* its variant: "<hash hex> <path>" lines */
     int rc;
     char why[512];
 };
@@ -656,7 +686,6 @@ static void run_preprocessor(const struct key_source *in, const char *identity, 
     r->fields.snap = snapshot_new();
     if (!r->fields.snap) r->fields.oom = 1;
     r->rc = preproc_files(in, identity, &files, &n, r->why, sizeof r->why);
-    key_append(&r->manifest, MANIFEST_MAGIC, sizeof MANIFEST_MAGIC - 1);
     for (size_t i = 0; r->rc == 0 && i < n; i++) {
         char hex[33];
         if (key_hash_input(&r->fields, files[i], hex) != 0) {
@@ -687,14 +716,36 @@ static void free_result(struct pp_result *r)
     key_free(&r->manifest);
 }
 
+/* Stores the manifest: r's variant first, then the variants of `old` (the
+ * record found, none of which held; NULL when none was) that differ from
+ * it, up to MANIFEST_VARIANTS in all. Directories whose relative names
+ * resolve to other files (two checkouts of two branches) each keep theirs,
+ * so neither pays the preprocessor again when the other ran last. Two
+ * processes merging at once may lose a variant: its next run is
+ * preprocessor mode. */
 static void store_manifest(store *st, const struct key_buf *m, struct cache_hash mhash, const char *identity,
-                           const struct pp_result *r)
+                           const struct pp_result *r, const struct key_buf *old)
 {
     if (!st || !m->data || r->rc != 0 || r->manifest.oom || store_is_readonly(st)) return;
+    struct key_buf text = {0};
+    key_append(&text, MANIFEST_MAGIC, sizeof MANIFEST_MAGIC - 1);
+    if (r->manifest.len) key_append(&text, r->manifest.data, r->manifest.len);
+    size_t magic = sizeof MANIFEST_MAGIC - 1, kept = 1;
+    if (r->manifest.len && old && old->len > magic && !memcmp(old->data, MANIFEST_MAGIC, magic)) {
+        const char *p = old->data + magic, *end = old->data + old->len, *from, *to;
+        while (kept < MANIFEST_VARIANTS && next_variant(&p, end, &from, &to) == 0) {
+            size_t vlen = (size_t)(to - from);
+            if (!vlen || (vlen == r->manifest.len && !memcmp(from, r->manifest.data, vlen))) continue;
+            key_append(&text, "\n", 1);
+            key_append(&text, from, vlen);
+            kept++;
+        }
+    }
     char dev[256];
-    struct store_record rec = {r->manifest.data, r->manifest.len, "", 0, KEY_MANIFEST,
-                               device_name_of(identity, dev, sizeof dev), NULL};
-    store_put(st, mhash, m->data, m->len, &rec);
+    struct store_record rec = {text.data, text.len, "", 0, KEY_MANIFEST, device_name_of(identity, dev, sizeof dev),
+                               NULL};
+    if (!text.oom) store_put(st, mhash, m->data, m->len, &rec);
+    key_free(&text);
 }
 
 /* Appends the preprocessor's fields to k, or says why it cannot. */
@@ -724,16 +775,19 @@ static int take_result(struct key_buf *k, const struct key_source *in, const cha
  * k has the header fields; KEY_TIME_MACROS or KEY_UNCACHEABLE (with
  * scan_why) when no route can key the program; 1 when the preprocessor
  * must list them: m is
- * then the manifest's key (m->data NULL when it could not be made) and
+ * then the manifest's key (m->data NULL when it could not be made),
  * *no_manifest says that the store has no manifest for it at all (as
- * opposed to one that no longer matches). */
+ * opposed to one that no longer matches), and `old` (else empty) holds the
+ * text of one whose variants all failed, for store_manifest(). */
 static int headers_without_preprocessor(struct key_buf *k, store *st, const struct key_source *in,
                                         struct key_buf *m, struct cache_hash *mhash, int *no_manifest,
-                                        enum preproc_route *route, char *scan_why, size_t scan_why_len)
+                                        struct key_buf *old, enum preproc_route *route, char *scan_why,
+                                        size_t scan_why_len)
 {
     size_t mark = k->len, files_mark = key_snapshot_files(k);
     *route = PREPROC_SCANNER;
     memset(m, 0, sizeof *m);
+    memset(old, 0, sizeof *old);
     *no_manifest = 0;
     int scan = key_scan_headers(k, in, scan_why, scan_why_len);
     if (scan == 0 || scan < KEY_HANDOFF) return scan;
@@ -756,6 +810,7 @@ static int headers_without_preprocessor(struct key_buf *k, store *st, const stru
             *route = PREPROC_DIRECT;
             return 0;
         }
+        if (rc == CLSHIM_OK && rec.binary_size) key_append(old, rec.binary, rec.binary_size);
         store_record_free(arena);
     }
     *route = PREPROC_PREPROCESSOR;
@@ -797,7 +852,7 @@ static void *job_main(void *arg)
     struct preproc_job *job = arg;
     uint64_t t0 = clock_ns();
     run_preprocessor(&job->in, job->identity, &job->result);
-    store_manifest(job->st, &job->mkey, job->mhash, job->identity, &job->result);
+    store_manifest(job->st, &job->mkey, job->mhash, job->identity, &job->result, NULL);
     job->ran_ns = clock_ns() - t0;
     return NULL;
 }
@@ -888,11 +943,12 @@ int preproc_start(struct key_buf *k, store *st, const struct key_source *in, con
     *job = NULL;
     enum preproc_route dummy;
     if (!route) route = &dummy;
-    struct key_buf m;
+    struct key_buf m, old;
     struct cache_hash mhash;
     int no_manifest;
     char scan_why[512];
-    int h = headers_without_preprocessor(k, st, in, &m, &mhash, &no_manifest, route, scan_why, sizeof scan_why);
+    int h = headers_without_preprocessor(k, st, in, &m, &mhash, &no_manifest, &old, route, scan_why,
+                                         sizeof scan_why);
     if (h == 0) return expansion_checked(k, st, in, identity, why, why_len);
     if (h < 0) {
         snprintf(why, why_len, "%s", scan_why);
@@ -907,6 +963,7 @@ int preproc_start(struct key_buf *k, store *st, const struct key_source *in, con
         struct preproc_job *j = new_job(in, identity, st, mhash, scan_why);
         if (j) {
             j->mkey = m; /* the job's now */
+            key_free(&old); /* empty: there was no manifest */
             start_thread(j); /* without a thread, preproc_finish() runs it */
             *job = j;
             return 0;
@@ -915,10 +972,11 @@ int preproc_start(struct key_buf *k, store *st, const struct key_source *in, con
 
     struct pp_result r;
     run_preprocessor(in, identity, &r);
-    store_manifest(st, &m, mhash, identity, &r);
+    store_manifest(st, &m, mhash, identity, &r, &old);
     int rc = take_result(k, in, scan_why, &r, why, why_len);
     free_result(&r);
     key_free(&m);
+    key_free(&old);
     return rc == 0 ? expansion_checked(k, st, in, identity, why, why_len) : rc;
 }
 

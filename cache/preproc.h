@@ -8,11 +8,12 @@
  *   1. the scanner (key_scan_headers in cache/key.h), when it is exact:
  *      plain #include "..." / <...> lines, found in the -I directories;
  *   2. direct mode: a manifest stored by an earlier preprocessor run for the
- *      same source, options, embedded headers, device and working
- *      directory (a store record of kind "manifest", keyed by that), listing
- *      each file's path and content hash. Every listed file is hashed again;
- *      when all match, the fields come from the manifest and no process is
- *      started: a warm run does not pay the preprocessor;
+ *      same source, options, embedded headers and device (a store record of
+ *      kind "manifest", keyed by that), listing each file's path as the
+ *      preprocessor wrote it (relative where the include was: `-I inc`
+ *      gives inc/x.h) and its content hash. Every listed file is hashed
+ *      again; when all match, the fields come from the manifest and no
+ *      process is started: a warm run does not pay the preprocessor;
  *   3. preprocessor mode: clang (CLSHIM_CLANG, default clang-15), spawned
  *      without clshim in LD_PRELOAD, as
  *        clang -x cl -M -MT k <predefines> -cl-std=<...> [-I <embedded dir>]
@@ -39,6 +40,26 @@
  *      as a listed one exists under another search root (the working
  *      directory, an -I directory, a listed file's directory): it could be
  *      found first now, so the preprocessor decides again.
+ *
+ *      The working directory is not in the manifest's key, so a run from
+ *      another directory (a CI checkout at another path) finds it. That is
+ *      exact because nothing the manifest says is taken on trust from
+ *      where it was made: it lists paths as the preprocessor wrote them
+ *      (relative where the include was), and each is resolved where the
+ *      process runs now: every listed file opened and hashed from the
+ *      current directory (into the key's snapshot: the bytes the build
+ *      reads), every absent place looked for there, the shadowing check
+ *      made there. The key's fields are those paths as written and the
+ *      hashes of what they resolve to now, never the directory. A
+ *      directory whose relative names resolve to the same bytes gets the
+ *      same key and the binary built from exactly those bytes; one where a
+ *      name resolves to other bytes (another file, or one found first) is
+ *      refused as a header changed in place is, and the preprocessor lists
+ *      its own files: another key.
+ *      A manifest holds up to 8 variants (format 3), the newest first, and
+ *      the first that holds is used: a preprocessor run adds its own to
+ *      those that did not hold, so directories whose headers differ (two
+ *      branches' checkouts) keep one each instead of replacing each other's.
  *
  * A manifest is an ordinary store record: evicted, or refused by
  * CLSHIM_CACHE_MIN_ENTRY, it is rebuilt by the next preprocessor run.
@@ -80,7 +101,7 @@ int preproc_add_headers(struct key_buf *k, store *st, const struct key_source *i
  * before the compile. preproc_start() is preproc_add_headers() for a
  * caller that compiles when the key misses: when the headers need the
  * preprocessor, `may_overlap` is set and the store (writable) has no
- * manifest at all for this source, options, device and working directory,
+ * manifest at all for this source, options and device (from any directory),
  * it starts the preprocessor on a thread of its own and returns 0 at once
  * with *job set and nothing added to k. The caller then compiles and calls
  * preproc_finish(), which waits for the thread and adds the header fields

@@ -49,6 +49,67 @@ static const struct {
       "POCL_LLVM_MOVE_NONKERNELS", NULL}},
 };
 
+/* Applications' cache-defeating markers (quirks.h): a source that ends with
+ * `before`, `digits` lowercase hex digits (the random part) and `after`.
+ * `stem` is the name's fixed part (the end of `before`). */
+static const struct {
+    const char *app, *before, *stem, *after, *instead;
+    size_t digits;
+    const char *where; /* where the application writes it */
+    const char *test;  /* what shows the application cannot tell */
+} app_markers[] = {
+    {"PyOpenCL", "\n\n__constant int pyopencl_defeat_cache_", "pyopencl_defeat_cache_", " = 0;", "PYOPENCL_NO_CACHE=1",
+     32, "pyopencl/cache.py (2022.3.1): src + \"\\n\\n__constant int pyopencl_defeat_cache_%s = 0;\" % uuid4().hex",
+     "integration/test_pyopencl_marker"},
+};
+
+static int lower_hex(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }
+
+int quirk_app_marker(const char *source, size_t len, const char *options, const char *identity,
+                     struct app_marker *m, char *why, size_t why_len)
+{
+    for (unsigned r = 0; source && r < sizeof app_markers / sizeof *app_markers; r++) {
+        size_t bl = strlen(app_markers[r].before), al = strlen(app_markers[r].after), dl = app_markers[r].digits;
+        if (len < bl + dl + al) continue;
+        const char *at = source + len - (bl + dl + al), *digits = at + bl;
+        if (memcmp(at, app_markers[r].before, bl) != 0 || memcmp(digits + dl, app_markers[r].after, al) != 0) continue;
+        size_t d = 0;
+        while (d < dl && lower_hex(digits[d])) d++;
+        if (d < dl) continue;
+        const char *stem = app_markers[r].stem;
+        size_t sl = strlen(stem);
+        *m = (struct app_marker){app_markers[r].app, stem, app_markers[r].instead, (size_t)(digits - source), dl, r};
+        /* The name used, or made a macro, anywhere else: renaming it
+         * could change more than its spelling. */
+        const char *where = memmem(source, len, stem, sl) != digits - sl ? "elsewhere in the source"
+                            : options && strstr(options, stem)          ? "in the build options"
+                            : identity && strstr(identity, stem)        ? "in the driver's environment"
+                                                                        : NULL;
+        if (!where) return 1;
+        if (why_len) snprintf(why, why_len, "its name's stem %s occurs %s", stem, where);
+        return -1;
+    }
+    return 0;
+}
+
+int quirk_app_marker_named(const struct app_marker *m, const void *bytes, size_t len)
+{
+    return bytes && memmem(bytes, len, m->stem, strlen(m->stem)) != NULL;
+}
+
+void quirk_app_marker_neutral(const struct app_marker *m, char *text) { memset(text + m->at, '0', m->len); }
+
+void quirk_app_marker_restore(const struct app_marker *m, const char *own, char *text, size_t len)
+{
+    size_t sl = strlen(m->stem);
+    for (char *p = text, *end = text + len; (p = memmem(p, (size_t)(end - p), m->stem, sl)); p += sl) {
+        char *digits = p + sl;
+        size_t zeros = 0;
+        while (zeros < m->len && digits + zeros < end && digits[zeros] == '0') zeros++;
+        if (zeros == m->len) memcpy(digits, own + m->at, m->len);
+    }
+}
+
 size_t quirk_driver_env(const char *platform_name, char *out, size_t out_len)
 {
     size_t o = 0;

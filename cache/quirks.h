@@ -65,4 +65,58 @@ int quirk_source_dir(unsigned quirks, char *out, size_t out_len);
 /* A one-line description of a quirk bit, for log lines. */
 const char *quirk_description(unsigned quirk);
 
+/* ---- applications that defeat driver caches on purpose ----------------------
+ * An application marker: a declaration with a fresh random name that an
+ * application appends to every source it builds, so that no driver cache can
+ * serve it. Keyed as it is, such a source never hits and every run adds
+ * entries (issue 45: PyOpenCL's suite with its own cache cold, 3 hits of 41
+ * builds, 38 new entries per run). The table (quirks.c) holds each marker's
+ * exact text and its application: PyOpenCL 2022.3.1 (pyopencl/cache.py),
+ * after each miss in its own binary cache, appends
+ * "\n\n__constant int pyopencl_defeat_cache_<uuid4 hex> = 0;".
+ *
+ * What clshim does instead (program/build.c): it keys the source with the
+ * marker's random part made zeros, its *neutral form*, and has the driver
+ * build exactly that text, so a binary stored under such a key was built from
+ * the very text the key names (docs/cache.md, "Exact by construction"). The
+ * two texts differ in the spelling of one identifier that nothing uses: the
+ * stem occurs once in the source, nowhere in the options, the driver's
+ * environment or a header the key names (else the marker stays in the key:
+ * one line says what to set instead). Renamed rather than removed, the
+ * declaration is still there for whatever the compiler says of it (a
+ * `#pragma clang diagnostic` warning or error about it, its line and
+ * column), and a build log naming it is given back with the application's
+ * own name (quirk_app_marker_restore): what the application can query is
+ * what the plain driver answers (integration/test_pyopencl_marker).
+ */
+struct app_marker {
+    const char *app;     /* "PyOpenCL" */
+    const char *stem;    /* the name's fixed part, "pyopencl_defeat_cache_" */
+    const char *instead; /* what the application's user sets to leave the marker out */
+    size_t at, len;      /* the random part: source[at, at + len) */
+    unsigned row;        /* the table's row, below 32 (a line per application) */
+};
+
+/* Whether `source` ends with a marker of the table: 0, none; 1, one whose
+ * neutral form changes nothing the application sees (*m filled); -1, one
+ * that must stay in the key (*m filled, `why` says why): its stem occurs
+ * elsewhere in the source, in `options` (a -D would make it a macro) or in
+ * `identity` (the driver's environment, cache/device.h). */
+int quirk_app_marker(const char *source, size_t len, const char *options, const char *identity,
+                     struct app_marker *m, char *why, size_t why_len);
+
+/* Whether `bytes` (a header the key names) mention the marker's stem: the
+ * neutral form could then differ from the application's text in more than a
+ * name. 1 or 0. */
+int quirk_app_marker_named(const struct app_marker *m, const void *bytes, size_t len);
+
+/* The neutral form, in place: text (a copy of the source) gets zeros for
+ * the random part. */
+void quirk_app_marker_neutral(const struct app_marker *m, char *text);
+
+/* The driver's words about the neutral text (a build log), in place: every
+ * neutral name in text[0, len) becomes the name in `own` (the application's
+ * source). The names are of one length: sizes do not change. */
+void quirk_app_marker_restore(const struct app_marker *m, const char *own, char *text, size_t len);
+
 #endif

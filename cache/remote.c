@@ -48,6 +48,9 @@ struct remote {
     /* who signs what we push, whom we take values from */
     int signing;
     unsigned char sign_key[SIGN_SECRET_BYTES];
+    int sealing;
+    unsigned char seal_key[SIGN_SECRET_BYTES];
+    const sign_trust *seal_trust;
     const sign_trust *trust;
 
     /* the lookup connection */
@@ -62,6 +65,12 @@ struct remote {
     pthread_mutex_t claims_lock;
     struct cache_hash *claims;
     size_t nclaims, claims_cap;
+
+    /* pushes the server refused (the writer's): said once, or held for
+     * remote_take_refusals() (opt.hold_refusals) */
+    int hold_refusals, refusal_said;
+    unsigned refusals_held;
+    char refusal[512];
 
     /* the writer thread and its queue */
     pthread_mutex_t qlock;
@@ -114,6 +123,7 @@ static const struct remote_backend *backend_for(const char *url)
 static void free_remote(remote *r)
 {
     sodium_memzero(r->sign_key, sizeof r->sign_key);
+    sodium_memzero(r->seal_key, sizeof r->seal_key);
     if (r->b) r->be->close(r->b);
     free(r->ns);
     free(r->claims);
@@ -145,9 +155,12 @@ int remote_open(const struct remote_options *opt, remote **out)
     r->level = opt->compress_level;
     r->trust = opt->trust;
     if (opt->sign_key) memcpy(r->sign_key, opt->sign_key, sizeof r->sign_key), r->signing = 1;
+    if (opt->seal_key) memcpy(r->seal_key, opt->seal_key, sizeof r->seal_key), r->sealing = 1;
+    r->seal_trust = opt->seal_trust;
     /* Trusting others but signing nothing: our values would be ignored by
      * our peers, and our claims would make them wait for nothing. */
     r->readonly = opt->readonly || (opt->trust && !r->signing);
+    r->hold_refusals = opt->hold_refusals;
     if (!r->ns || !(r->be = backend_for(opt->url)) || r->be->open(opt, r->ns, &r->b) != CLSHIM_OK) {
         free_remote(r);
         return CLSHIM_EINVAL;
@@ -188,6 +201,22 @@ static void trip(remote *r, enum rio_fault kind, const char *why)
         log_msg(LOG_WARN, "remote cache %s: %s; remote tier off for %d s", r->name, why, REMOTE_BREAKER_S);
 }
 
+/* A push the server refused (why: its answer and what to change, from the
+ * backend): one line per process, or held for remote_take_refusals(). The
+ * tier goes on: lookups still work, and the binary is in the local cache. */
+static void push_refused(remote *r, const char *why)
+{
+    COUNT(r, pushes_refused, 1);
+    char line[sizeof r->refusal];
+    snprintf(line, sizeof line, "remote cache %.150s refused a push: %.320s", r->name, why);
+    pthread_mutex_lock(&r->qlock);
+    int say = !r->hold_refusals && !r->refusal_said;
+    r->refusal_said = 1;
+    if (r->hold_refusals && !r->refusals_held++) memcpy(r->refusal, line, sizeof line);
+    pthread_mutex_unlock(&r->qlock);
+    if (say) log_msg(LOG_WARN, "%s; each push refused is counted (Remote pushes refused)", line);
+}
+
 /* Runs request q on *conn before deadline, connecting first. -1 when the
  * breaker is open, the server failed (counted, breaker opened, connection
  * dropped: its state is unknown) or it refused the request (counted,
@@ -199,7 +228,7 @@ static int call(remote *r, void **conn, pid_t *conn_pid, uint64_t deadline, stru
         r->be->disconnect(*conn);
         *conn = NULL;
     }
-    char why[256];
+    char why[400];
     enum rio_fault fault;
     if (!*conn) {
         if (!(*conn = r->be->connect(r->b, deadline, r->max_value, &fault, why, sizeof why))) {
@@ -212,7 +241,8 @@ static int call(remote *r, void **conn, pid_t *conn_pid, uint64_t deadline, stru
     if (fault == RIO_DENIED) {
         COUNT(r, errors, 1);
         COUNT(r, refused, 1);
-        LOG_ONCE(LOG_WARN, "remote cache %s refused a command: %s", r->name, why);
+        if (q->op == RB_PUT) push_refused(r, why);
+        else LOG_ONCE(LOG_WARN, "remote cache %s refused a command: %s", r->name, why);
         return -1;
     }
     if (fault != RIO_OK) {
@@ -294,7 +324,26 @@ static int get_value(remote *r, uint64_t deadline, struct cache_hash hash, const
         log_msg(LOG_INFO, "remote cache: entry %016llx: %s; ignored", (unsigned long long)hash.hi,
                 clshim_strerror(rc));
     }
-    if (rc == CLSHIM_OK) out->source = NULL; /* the caller's to set (remote.h) */
+    if (rc == CLSHIM_OK) {
+        /* The builder's seal travels into the reader's copy; nothing else of
+         * a record's source is the reader's business. */
+        if (out->source && (out->source->flags & STORE_SOURCE_SEALED)) {
+            src->flags |= STORE_SOURCE_SEALED;
+            memcpy(src->seal_signer, out->source->seal_signer, sizeof src->seal_signer);
+            memcpy(src->seal, out->source->seal, sizeof src->seal);
+        }
+        out->source = src;
+        const char *why = r->seal_trust ? sign_check_seal(key, key_len, out, r->seal_trust) : NULL;
+        out->source = NULL; /* the caller's to set (remote.h) */
+        if (why) {
+            COUNT(r, untrusted, 1);
+            log_msg(LOG_INFO, "remote cache: entry %016llx: %s; ignored: untrusted", (unsigned long long)hash.hi, why);
+            store_record_free(*arena);
+            *arena = NULL;
+            memset(out, 0, sizeof *out);
+            rc = CLSHIM_EPERM;
+        }
+    }
     return rc;
 }
 
@@ -535,7 +584,15 @@ int remote_push(remote *r, struct cache_hash hash, const void *key, size_t key_l
     struct op *op = calloc(1, sizeof *op);
     if (!op) return CLSHIM_ENOMEM;
     struct store_record built_here = *rec;
-    built_here.source = NULL; /* a source is this machine's note, never sent */
+    built_here.source = NULL; /* a source is this machine's note, never sent; a seal travels */
+    struct store_source seal = {.kind = STORE_SOURCE_HERE};
+    if (rec->source && (rec->source->flags & STORE_SOURCE_SEALED) && rec->source->kind == STORE_SOURCE_HERE) {
+        seal = *rec->source;
+        built_here.source = &seal;
+    } else if (r->sealing && !rec->source) {
+        sign_seal(key, key_len, rec, r->seal_key, &seal);
+        built_here.source = &seal;
+    }
     int rc = entry_encode_record(hash, key, key_len, &built_here, r->level, (uint64_t)time(NULL), &op->value,
                                  &op->len);
     if (rc == CLSHIM_OK && op->len + (r->signing ? SIGN_ENVELOPE_SIZE : 0) > r->max_value) rc = CLSHIM_ETOOBIG;
@@ -556,6 +613,33 @@ void remote_release(remote *r, struct cache_hash hash)
     if (!r || !forget_claim(r, hash)) return;
     struct op *op = calloc(1, sizeof *op);
     if (op) op->kind = OP_RELEASE, op->hash = hash, enqueue(r, op);
+}
+
+void remote_flush(remote *r, uint64_t timeout_ms)
+{
+    if (!r) return;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    uint64_t ns = (uint64_t)until.tv_nsec + (timeout_ms % 1000) * 1000000u;
+    until.tv_sec += (time_t)(timeout_ms / 1000 + ns / 1000000000u);
+    until.tv_nsec = (long)(ns % 1000000000u);
+    pthread_mutex_lock(&r->qlock);
+    int mine = r->writer_running && r->writer_pid == getpid();
+    while (mine && (r->head || r->busy))
+        if (pthread_cond_timedwait(&r->qidle, &r->qlock, &until) == ETIMEDOUT) break;
+    pthread_mutex_unlock(&r->qlock);
+}
+
+unsigned remote_take_refusals(remote *r, char *line, size_t len)
+{
+    if (len) *line = 0;
+    if (!r) return 0;
+    pthread_mutex_lock(&r->qlock);
+    unsigned n = r->refusals_held;
+    if (n && len) snprintf(line, len, "%s", r->refusal);
+    r->refusals_held = 0;
+    pthread_mutex_unlock(&r->qlock);
+    return n;
 }
 
 void remote_counters_get(remote *r, struct remote_counters *out)

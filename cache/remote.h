@@ -95,6 +95,12 @@ struct remote_options {
     const unsigned char *sign_key; /* SIGN_SECRET_BYTES to sign pushes with (copied); NULL: unsigned */
     const sign_trust *trust;   /* take only values signed by these keys (borrowed: must outlive
                                   the handle); NULL: any value that verifies */
+    int hold_refusals;         /* a push the server refuses is not logged but held for
+                                  remote_take_refusals() (the capture helper's journal) */
+    const unsigned char *seal_key; /* SIGN_SECRET_BYTES (copied): pushed records are sealed
+                                      (cache/sign.h), so readers' copies carry the seal; NULL: not */
+    const sign_trust *seal_trust; /* take only values whose record is sealed by these keys
+                                     (CLSHIM_TRUST; borrowed); NULL: any */
 };
 
 /* Parses the options; connects nothing yet (the first call does). Returns
@@ -113,6 +119,8 @@ struct remote_counters {
     uint64_t oversize;  /* replies larger than max_value */
     uint64_t refused;   /* error replies: authentication, permissions */
     uint64_t untrusted; /* values not signed by a trusted key (or forged): ignored */
+    uint64_t pushes_refused; /* pushes the server answered with an error (also in refused):
+                                the tier goes on; the first is said once (remote_take_refusals()) */
 };
 
 /* Waits up to REMOTE_DRAIN_MS for queued pushes, releases the claims this
@@ -152,6 +160,15 @@ int remote_fetch(remote *r, struct cache_hash hash, const void *key, size_t key_
  * CLSHIM_EIO (breaker open), CLSHIM_EBUSY (queue full: dropped),
  * CLSHIM_ENOMEM. */
 int remote_push(remote *r, struct cache_hash hash, const void *key, size_t key_len, const struct store_record *rec);
+
+/* Waits at most timeout_ms until the writer has sent (or dropped) what is
+ * queued: the capture helper, so that `clshim cache wait` returns after
+ * the pushes of the captures it waited for, and tells their refusals. */
+void remote_flush(remote *r, uint64_t timeout_ms);
+
+/* With opt.hold_refusals: the number of pushes refused since the last
+ * call, and the first one's line (what the log would have said) in line. */
+unsigned remote_take_refusals(remote *r, char *line, size_t len);
 
 /* Gives up this process's claim on `hash` (queued); a no-op when none. */
 void remote_release(remote *r, struct cache_hash hash);

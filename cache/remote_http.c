@@ -7,10 +7,21 @@
  * bucket and prefix as its path, each request signed by libcurl's AWS
  * SigV4 (CURLOPT_AWS_SIGV4) with AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY
  * / AWS_REGION. GET reads, PUT writes, DELETE removes (`clshim cache remote
- * rm`), HEAD of the base pings. Such stores have no atomic "set if absent"
- * and no counters: no fleet single flight (RB_NO_CLAIMS: every runner that
- * misses compiles), no fleet counters, and expiry is the store's (a
- * lifecycle rule, a cache server's own limit).
+ * rm`). A ping HEADs an object name no key has, <base>/<ns>/<32 zeros>:
+ * a plain WebDAV server (nginx) refuses a HEAD of the prefix, a directory
+ * it does not list (403), and answers 404 for the object, which is a round
+ * trip; an S3 ping HEADs the bucket, which must exist. A query in the URL
+ * (?token=...) follows every object's path. Such stores have no atomic
+ * "set if absent" and no counters: no fleet single flight (RB_NO_CLAIMS:
+ * every runner that misses compiles), no fleet counters, and expiry is the
+ * store's (a lifecycle rule, a cache server's own limit).
+ *
+ * A PUT the server answers with an error (a directory nginx may not create
+ * without create_full_put_path, a location without dav_methods PUT, a body
+ * over client_max_body_size, a reader's credentials) is RIO_DENIED: that
+ * push is refused, counted and said once with what to change (refusal()),
+ * and lookups go on; only a gateway's 502, 503 or 504 is the server's
+ * failure (RIO_LOST: the breaker).
  *
  * Deadlines: each request's whole transfer (name lookup — libcurl's
  * threaded resolver —, connect, TLS, request, every byte of the answer) is
@@ -41,8 +52,10 @@
 #include "common/log.h"
 
 struct http_be {
-    char *base;      /* no trailing '/' */
-    char *ping;      /* what a ping HEADs: the prefix, or S3's bucket */
+    char *base;      /* no trailing '/', no query (it may hold user:password@: never shown) */
+    char *query;     /* "?..." after every object's path, or "" */
+    char *dir;       /* the path of the namespace's directory, "/prefix/<ns>/", for messages */
+    char *ping;      /* what a ping HEADs: an object no key names, or S3's bucket */
     char *ns;
     char *userpwd;   /* "user:password" (basic, or S3's key:secret); NULL: none */
     char *bearer;    /* a token; NULL: none */
@@ -114,7 +127,8 @@ static void be_close(void *b)
     if (!h) return;
     if (h->userpwd) sodium_memzero(h->userpwd, strlen(h->userpwd));
     if (h->bearer) sodium_memzero(h->bearer, strlen(h->bearer));
-    free(h->base), free(h->ping), free(h->ns), free(h->userpwd), free(h->bearer), free(h->ca_file);
+    free(h->base), free(h->query), free(h->dir), free(h->ping), free(h->ns), free(h->userpwd), free(h->bearer),
+        free(h->ca_file);
     free(h);
 }
 
@@ -172,10 +186,24 @@ static int be_open(const struct remote_options *opt, const char *ns, void **out)
         else h->bearer = secret;
     }
     if (rc == CLSHIM_OK) {
+        char *q = h->sigv4[0] ? NULL : strchr(h->base, '?');
+        if (!(h->query = strdup(q ? q : ""))) rc = CLSHIM_ENOMEM;
+        if (q) *q = 0;
+    }
+    if (rc == CLSHIM_OK) {
         size_t n = strlen(h->base);
         while (n && h->base[n - 1] == '/') h->base[--n] = 0;
-        if (!h->ping && (h->ping = malloc(n + 2))) snprintf(h->ping, n + 2, "%s/", h->base);
-        if (!h->ping) rc = CLSHIM_ENOMEM;
+        /* The path after the host (after the last '@' of a user part). */
+        const char *host = strstr(h->base, "://"), *at;
+        host = host ? host + 3 : h->base;
+        at = strrchr(host, '@');
+        const char *path = strchr(at ? at + 1 : host, '/');
+        size_t len = strlen(path ? path : "") + strlen(h->ns) + 3;
+        if ((h->dir = malloc(len))) snprintf(h->dir, len, "%s/%s/", path ? path : "", h->ns);
+        len = n + strlen(h->ns) + strlen(h->query) + 36;
+        if (!h->ping && (h->ping = malloc(len)))
+            snprintf(h->ping, len, "%s/%s/%032d%s", h->base, h->ns, 0, h->query);
+        if (!h->ping || !h->dir) rc = CLSHIM_ENOMEM;
     }
     if (rc != CLSHIM_OK) {
         be_close(h);
@@ -305,10 +333,39 @@ static enum rio_fault bad_status(long status, char *why, size_t why_len)
     return RIO_GARBAGE;
 }
 
+/* A gateway's answer that its server is not there: the server's failure. */
+static int gateway_failed(long status) { return status == 502 || status == 503 || status == 504; }
+
+/* A write (PUT, DELETE) the server answered with `status`: the status and
+ * what to change on a WebDAV or HTTP store, never a credential or a query. */
+static enum rio_fault refusal(const struct http_be *h, const char *method, long status, char *why, size_t why_len)
+{
+    char hint[320];
+    switch (*h->sigv4 && status != 401 && status != 403 && status != 413 ? 0 : status) { /* S3: its own words */
+    case 401: case 403:
+        snprintf(hint, sizeof hint, "these credentials may not %s there (a reader wants CLSHIM_REMOTE_READONLY=1)",
+                 method);
+        break;
+    case 405: case 501:
+        snprintf(hint, sizeof hint, "the server takes no %s in %s (nginx: dav_methods PUT DELETE)", method, h->dir);
+        break;
+    case 409: case 500:
+        snprintf(hint, sizeof hint, "the directory %s may be missing (nginx: enable create_full_put_path, or "
+                                    "create the directories)", h->dir);
+        break;
+    case 413: snprintf(hint, sizeof hint, "%s", "the value is larger than the server takes (nginx: "
+                                                "client_max_body_size, 1m unless set)"); break;
+    case 507: snprintf(hint, sizeof hint, "%s", "the store is full"); break;
+    default: snprintf(hint, sizeof hint, "%s", "the server's error log says why"); break;
+    }
+    snprintf(why, why_len, "HTTP status %ld to %s; %s", status, method, hint);
+    return gateway_failed(status) ? RIO_LOST : RIO_DENIED;
+}
+
 static void object_url(const struct http_be *h, struct cache_hash hash, char *buf, size_t len)
 {
-    snprintf(buf, len, "%s/%s/%016llx%016llx", h->base, h->ns, (unsigned long long)hash.hi,
-             (unsigned long long)hash.lo);
+    snprintf(buf, len, "%s/%s/%016llx%016llx%s", h->base, h->ns, (unsigned long long)hash.hi,
+             (unsigned long long)hash.lo, h->query);
 }
 
 static enum rio_fault be_exec(void *b, void *conn, struct rb_req *q, uint64_t deadline, char *why, size_t why_len)
@@ -329,8 +386,8 @@ static enum rio_fault be_exec(void *b, void *conn, struct rb_req *q, uint64_t de
         lc.easy_setopt(e, CURLOPT_NOBODY, 1L);
         f = perform(c, deadline, &status, why, why_len);
         lc.easy_setopt(e, CURLOPT_NOBODY, 0L);
-        /* Any answer of an HTTP server is a round trip, unless it refuses
-         * us; an S3 bucket must exist. */
+        /* Any answer of an HTTP server is a round trip (404 too: the object
+         * is absent), unless it refuses us; an S3 bucket must exist. */
         if (f == RIO_OK && (status == 401 || status == 403 || status < 100 || (*h->sigv4 && status != 200)))
             f = bad_status(status, why, why_len);
         return f;
@@ -366,7 +423,7 @@ static enum rio_fault be_exec(void *b, void *conn, struct rb_req *q, uint64_t de
         lc.easy_setopt(e, CURLOPT_WRITEFUNCTION, discard);
         f = perform(c, deadline, &status, why, why_len);
         lc.easy_setopt(e, CURLOPT_UPLOAD, 0L);
-        if (f == RIO_OK && (status < 200 || status > 299)) f = bad_status(status, why, why_len);
+        if (f == RIO_OK && (status < 200 || status > 299)) f = refusal(h, "PUT", status, why, why_len);
         return f;
     }
     }
@@ -406,7 +463,7 @@ static int be_del(void *b, uint64_t timeout_ms, uint64_t max_value, const char *
     if (!c) return CLSHIM_EIO;
     char url[4096];
     long status = 0;
-    snprintf(url, sizeof url, "%s/%s/%s", h->base, h->ns, prefix);
+    snprintf(url, sizeof url, "%s/%s/%s%s", h->base, h->ns, prefix, h->query);
     lc.easy_setopt(c->curl, CURLOPT_URL, url);
     lc.easy_setopt(c->curl, CURLOPT_CUSTOMREQUEST, "DELETE");
     lc.easy_setopt(c->curl, CURLOPT_WRITEFUNCTION, discard);
@@ -416,7 +473,7 @@ static int be_del(void *b, uint64_t timeout_ms, uint64_t max_value, const char *
     snprintf(hex, 33, "%s", prefix);
     if (status == 404) return CLSHIM_ENOTFOUND;
     if (status < 200 || status > 299) {
-        bad_status(status, why, why_len);
+        refusal(h, "DELETE", status, why, why_len);
         return CLSHIM_EIO;
     }
     return CLSHIM_OK;

@@ -21,6 +21,7 @@
 
 int sandbox_active_count;
 void *sandbox_interposer;
+long (*sandbox_binder)(void);
 
 struct sandbox {
     const struct key_snapshot *snap;
@@ -30,6 +31,7 @@ struct sandbox {
     char cwd[4096];
     char driver_dir[4096]; /* clean; "" when none */
     int interposed;
+    long bound_sites; /* sandbox_binder()'s count at the start; -1: not bound by it */
     unsigned long served, violations;
     char first[1200];
     struct sandbox *next; /* the active list (active_lock) */
@@ -141,6 +143,7 @@ struct sandbox *sandbox_begin(const struct key_snapshot *snap, const void *key, 
 {
     struct sandbox *sb = calloc(1, sizeof *sb);
     if (!sb) return NULL;
+    sb->bound_sites = -1;
     sb->snap = snap;
     sb->recording = key == NULL;
     if (!getcwd(sb->cwd, sizeof sb->cwd)) goto bad;
@@ -163,6 +166,10 @@ struct sandbox *sandbox_begin(const struct key_snapshot *snap, const void *key, 
         if (hex[0] && snap_index(sb, i) < 0) goto bad; /* named, not in the snapshot: nothing to serve */
     }
     sb->interposed = sandbox_interposer && dlsym(RTLD_DEFAULT, "open") == sandbox_interposer;
+    if (sandbox_interposer && !sb->interposed && sandbox_binder) {
+        sb->bound_sites = sandbox_binder();
+        sb->interposed = sb->bound_sites >= 0;
+    }
     pthread_mutex_lock(&active_lock);
     sb->next = active;
     active = sb;
@@ -197,6 +204,10 @@ int sandbox_covers(const struct sandbox *sb, const void *key, size_t key_len)
 void sandbox_stop(struct sandbox *sb)
 {
     if (!sb) return;
+    if (sb->interposed && sb->bound_sites >= 0 && current == sb && sandbox_binder() != sb->bound_sites) {
+        sb->interposed = 0; /* a library loaded meanwhile called libc's file functions */
+        log_msg(LOG_DEBUG, "sandbox: the driver loaded a library that reads files during the build");
+    }
     pthread_mutex_lock(&active_lock);
     for (struct sandbox **at = &active; *at; at = &(*at)->next)
         if (*at == sb) {
@@ -256,7 +267,7 @@ int sandbox_verdict(const struct sandbox *sb, const void *key, size_t key_len, c
         return -1;
     }
     if (!sb->interposed) {
-        snprintf(why, why_len, "the driver's file reads cannot be seen (clshim is not first in the process)");
+        snprintf(why, why_len, "the driver's file reads cannot be seen (clshim is not first in the process, and its calls could not be bound)");
         return -1;
     }
     if (sb->recording) return key ? judge_records(sb, key, key_len, why, why_len) : -1;

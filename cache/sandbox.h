@@ -81,5 +81,12 @@ void sandbox_note_open(int dirfd, const char *path, int flags, int fd);
 /* Set by interpose/files.c's constructor: the address of its `open`, which
  * sandbox_begin() compares with what the dynamic linker resolves. */
 extern void *sandbox_interposer;
+/* Set by interpose/bind.c where clshim may be loaded by dlopen: binds the
+ * file calls of every object loaded since its last call to files.c's and
+ * returns how many call sites it has bound in this process so far (it only
+ * grows), or -1 when some could not be. sandbox_begin() calls it when the
+ * dynamic linker's `open` is not files.c's; sandbox_stop() again, and a
+ * count that grew means an object loaded during the build read unseen. */
+extern long (*sandbox_binder)(void);
 
 #endif

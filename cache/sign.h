@@ -33,6 +33,8 @@
 
 #include <stddef.h>
 
+#include "cache/store.h"
+
 #define SIGN_PUBLIC_BYTES 32
 #define SIGN_SECRET_BYTES 64
 #define SIGN_ENVELOPE_SIZE (8 + 32 + 64)
@@ -58,7 +60,9 @@ void sign_key_id(const unsigned char pk[SIGN_PUBLIC_BYTES], char *out);
 /* A set of trusted public keys. */
 typedef struct sign_trust sign_trust;
 
-/* Loads the public keys of `files`, a ':'-separated list. Returns 0 with
+/* Loads the public keys of `files`, a ':'-separated list; an entry that is
+ * a directory stands for every FILE.pub in it (key rotation: numbered key
+ * files, ci-1.pub, ci-2.pub, dropped in and removed). Returns 0 with
  * every key loaded; -1 when a file cannot be read or is not a public key
  * file (err names the first such file) — *out then still holds the keys
  * that did load, possibly none, so a broken entry narrows trust, never
@@ -72,6 +76,22 @@ void sign_trust_free(sign_trust *t);
 /* The envelope for `rec` (SIGN_ENVELOPE_SIZE bytes into env), signed with sk. */
 void sign_value(const void *rec, size_t len, const unsigned char sk[SIGN_SECRET_BYTES],
                 unsigned char env[SIGN_ENVELOPE_SIZE]);
+
+/* ---- seals: entries signed where they were built (CLSHIM_SIGN_KEY) ----
+ * A seal is an ed25519 signature of a BLAKE2b-512 digest of
+ * SIGN_SEAL_CONTEXT (with its NUL), then what the entry serves: its key
+ * material, origin, build log and binary, each length first (little-endian,
+ * 8 bytes; the origin 4). Nothing else of the record is in it, so the seal survives
+ * what rewrites a record (hit counts, export, a reader's copy with its
+ * source), and a binary moved under other key material fails it. */
+#define SIGN_SEAL_CONTEXT "clshim entry seal 1"
+/* Seals rec into *src: flags gain STORE_SOURCE_SEALED, seal_signer and seal
+ * are set; the rest of *src is left as the caller made it. */
+void sign_seal(const void *key, size_t key_len, const struct store_record *rec,
+               const unsigned char sk[SIGN_SECRET_BYTES], struct store_source *src);
+/* NULL when rec carries a seal (rec->source) that verifies, by a sealer in
+ * `trust`; else why not, in words ("it is not sealed", ...). */
+const char *sign_check_seal(const void *key, size_t key_len, const struct store_record *rec, const sign_trust *trust);
 
 enum sign_verdict {
     SIGN_SIGNED,   /* an envelope whose signature verifies: *signer made it */

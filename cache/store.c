@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "cache/entry.h"
+#include "cache/sign.h"
 #include "cache/store_int.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -64,6 +65,8 @@ static uint64_t get_be64(const unsigned char *b)
     for (int i = 0; i < 8; i++) v = v << 8 | b[i];
     return v;
 }
+uint64_t store_get_be64(const void *p) { return get_be64(p); }
+void store_put_be64(void *p, uint64_t v) { put_be64(p, v); }
 
 void store_hash_key(struct cache_hash h, unsigned char key[STORE_KEY_LEN])
 {
@@ -90,7 +93,7 @@ int store_map_err(int rc)
     case EROFS: return CLSHIM_EREADONLY;
     case MDB_READERS_FULL: case EBUSY: case EAGAIN: return CLSHIM_EBUSY;
     }
-    if (rc <= CLSHIM_ENOTFOUND && rc >= CLSHIM_ENOSPC) return rc; /* already ours */
+    if (rc <= CLSHIM_ENOTFOUND && rc >= CLSHIM_EUNTRUSTED) return rc; /* already ours */
     return CLSHIM_EIO;
 }
 
@@ -173,6 +176,8 @@ static void abort_after_fault(store *s, MDB_txn *txn)
     pthread_rwlock_unlock(&s->maplock);
     store_fault_noted(s);
 }
+
+void store_read_fault(store *s, MDB_txn *txn) { abort_after_fault(s, txn); }
 
 static int evict_fn(store *s, MDB_txn *txn, void *ctx);
 
@@ -331,9 +336,10 @@ int store_del_entry(store *s, MDB_txn *txn, const unsigned char *key, struct sto
 
 /* Deletes entries along "atime", oldest first, while `more` says so.
  * `cutoff`: only entries last used before it (0: any); `target`: stop at
- * this many bytes (UINT64_MAX: no size goal); `skip`: never this key. */
+ * this many bytes (UINT64_MAX: no size goal); `skip`: never this key.
+ * Each one evicted goes into the record of evicted keys, as `why`. */
 static int evict_walk(store *s, MDB_txn *txn, struct store_acct *a, uint64_t cutoff, uint64_t target,
-                      const unsigned char *skip, uint64_t *n)
+                      const unsigned char *skip, unsigned why, uint64_t *n)
 {
     MDB_cursor *c;
     int rc = mdb_cursor_open(txn, s->db_atime, &c);
@@ -351,8 +357,10 @@ static int evict_walk(store *s, MDB_txn *txn, struct store_acct *a, uint64_t cut
             op = MDB_NEXT;
             continue;
         }
+        uint64_t had = a->bytes;
         rc = store_del_entry(s, txn, from + 8, a);
-        if (rc == MDB_NOTFOUND) rc = mdb_del(txn, s->db_atime, &k, NULL); /* orphan: drop it */
+        if (rc == 0) rc = store_evicted_note(s, txn, from + 8, had - a->bytes, why);
+        else if (rc == MDB_NOTFOUND) rc = mdb_del(txn, s->db_atime, &k, NULL); /* orphan: drop it */
         if (rc) break;
         ++*n;
         k.mv_size = sizeof from, k.mv_data = from;
@@ -366,7 +374,8 @@ static int sweep_age(store *s, MDB_txn *txn, struct store_acct *a, uint64_t now)
 {
     uint64_t n = 0, age = s->opt.max_age_days * 86400;
     int rc = 0;
-    if (s->opt.max_age_days && now > age) rc = evict_walk(s, txn, a, now - age, UINT64_MAX, NULL, &n);
+    if (s->opt.max_age_days && now > age)
+        rc = evict_walk(s, txn, a, now - age, UINT64_MAX, NULL, STORE_EVICTED_AGE, &n);
     a->stat[ST_EVICT_AGE] += n;
     if (rc == 0) {
         uint64_t t = now;
@@ -402,6 +411,8 @@ struct put_ctx {
     size_t len;
     uint64_t ubytes, atime, hits;
     int swept;
+    int has_family; /* the key's family record takes the entry (store_miss.c) */
+    struct store_family_ref family;
 };
 
 /* The size-limit warning: a limit below what one run stores evicts that
@@ -437,6 +448,13 @@ static int put_fn(store *s, MDB_txn *txn, void *arg)
     struct put_ctx *c = arg;
     struct store_acct a;
     uint64_t now = store_now();
+    if (s->opt.trust && !s->opt.seal_key) {
+        /* A process that trusts some keys and seals nothing keeps what it
+         * found, whoever wrote it: it may be another reader's trusted entry
+         * (`clshim cache verify --trust` is for removing). */
+        MDB_val k = {STORE_KEY_LEN, (void *)c->key}, v;
+        if (mdb_get(txn, s->db_entries, &k, &v) == 0) return CLSHIM_EUNTRUSTED;
+    }
     int rc = store_acct_load(s, txn, &a);
     c->swept = 0;
     if (rc == 0 && sweep_due(s, now)) {
@@ -445,11 +463,13 @@ static int put_fn(store *s, MDB_txn *txn, void *arg)
     }
     if (rc == 0) rc = store_del_entry(s, txn, c->key, &a);
     if (rc == MDB_NOTFOUND) rc = 0;
+    if (rc == 0) rc = store_evicted_forget(s, txn, c->key); /* stored again: no longer evicted */
     if (rc) return rc;
     MDB_val k = {STORE_KEY_LEN, (void *)c->key}, v = {c->len, NULL};
     if ((rc = mdb_put(txn, s->db_entries, &k, &v, MDB_RESERVE)) != 0) return rc;
     memcpy(v.mv_data, c->rec, c->len);
     if ((rc = index_put(s, txn, c->key, c->atime, c->hits, c->ubytes)) != 0) return rc;
+    if (c->has_family && (rc = store_family_add(s, txn, &c->family, c->key)) != 0) return rc;
     a.count++, a.bytes += c->len, a.ubytes += c->ubytes;
     if (s->opt.max_size && a.bytes > s->opt.max_size) {
         uint64_t n = 0, target = s->opt.max_size / 100 * STORE_LOW_WATER_PCT;
@@ -464,7 +484,7 @@ static int put_fn(store *s, MDB_txn *txn, void *arg)
             s->thrash_warned = 1;
             thrash_message(s, t[0], "this run's");
         }
-        rc = evict_walk(s, txn, &a, 0, target, c->key, &n);
+        rc = evict_walk(s, txn, &a, 0, target, c->key, STORE_EVICTED_SIZE, &n);
         a.stat[ST_EVICT_SIZE] += n;
         if (rc) return rc;
     }
@@ -495,7 +515,8 @@ int store_put_encoded(store *s, struct cache_hash hash, const void *rec, size_t 
     if (s->opt.max_size && len > s->opt.max_size) return CLSHIM_ETOOBIG;
     unsigned char key[STORE_KEY_LEN];
     store_hash_key(hash, key);
-    struct put_ctx c = {key, rec, len, ubytes, atime, hits, 0};
+    struct put_ctx c = {key, rec, len, ubytes, atime, hits, 0, 0, {{0, 0}, 0}};
+    c.has_family = store_family_of(rec, len, &c.family);
     int rc = store_write(s, put_fn, &c);
     if (rc == CLSHIM_OK) __atomic_add_fetch(&s->put_bytes, len, __ATOMIC_RELAXED);
     if (rc == CLSHIM_OK && c.swept) sweep_done(s, store_now());
@@ -513,6 +534,16 @@ int store_put(store *s, struct cache_hash hash, const void *key, size_t key_len,
     uint64_t now = store_now();
     void *buf;
     size_t len;
+    /* Sealed where it was built: a copy from elsewhere keeps its own seal
+     * or none (sealing it here would vouch for what another machine built). */
+    struct store_record sealed;
+    struct store_source here = {.kind = STORE_SOURCE_HERE};
+    if (s->opt.seal_key && !rec->source) {
+        sealed = *rec;
+        sign_seal(key, key_len, rec, s->opt.seal_key, &here);
+        sealed.source = &here;
+        rec = &sealed;
+    }
     int rc = entry_encode_record(hash, key, key_len, rec, s->opt.compress_level, now, &buf, &len);
     if (rc) return rc;
     rc = store_put_encoded(s, hash, buf, len, rec->binary_size, now, 0);
@@ -592,6 +623,14 @@ int store_get(store *s, struct cache_hash hash, const void *key, size_t key_len,
             log_msg(LOG_INFO, "cache: entry %016llx: %s", (unsigned long long)hash.hi, clshim_strerror(rc));
         }
         return rc;
+    }
+    const char *why = s->opt.trust ? sign_check_seal(key, key_len, out, s->opt.trust) : NULL;
+    if (why) { /* served to nobody, deleted by nobody: `clshim cache verify --trust` lists it */
+        log_msg(LOG_DEBUG, "cache: entry %016llx not used: %s", (unsigned long long)hash.hi, why);
+        store_record_free(*arena);
+        *arena = NULL;
+        memset(out, 0, sizeof *out);
+        return CLSHIM_EUNTRUSTED;
     }
     if (!s->readonly && queue_hit(s, hash, store_now())) store_flush(s);
     return CLSHIM_OK;
@@ -680,13 +719,13 @@ static int evict_fn(store *s, MDB_txn *txn, void *ctx)
     struct store_acct a;
     int rc = store_acct_load(s, txn, &a);
     if (rc == 0 && arg[0] && now > arg[0]) {
-        rc = evict_walk(s, txn, &a, now - arg[0], UINT64_MAX, NULL, &n);
+        rc = evict_walk(s, txn, &a, now - arg[0], UINT64_MAX, NULL, STORE_EVICTED_AGE, &n);
         a.stat[ST_EVICT_AGE] += n;
         arg[2] = n;
     }
     if (rc == 0 && arg[1] != UINT64_MAX) {
         n = 0;
-        rc = evict_walk(s, txn, &a, 0, arg[1], NULL, &n);
+        rc = evict_walk(s, txn, &a, 0, arg[1], NULL, STORE_EVICTED_SIZE, &n);
         a.stat[ST_EVICT_SIZE] += n;
         arg[2] += n;
     }
@@ -712,6 +751,7 @@ static int clear_fn(store *s, MDB_txn *txn, void *ctx)
     if (rc == 0) rc = mdb_drop(txn, s->db_entries, 0);
     if (rc == 0) rc = mdb_drop(txn, s->db_access, 0);
     if (rc == 0) rc = mdb_drop(txn, s->db_atime, 0);
+    if (rc == 0) rc = store_evicted_drop(s, txn); /* what was evicted before says nothing now */
     a.count = a.bytes = a.ubytes = 0;
     return rc ? rc : store_acct_save(s, txn, &a);
 }
@@ -776,6 +816,28 @@ int store_slow_load(store *s, struct cache_hash hash, uint64_t *load_ns, uint64_
     return *load_ns ? CLSHIM_OK : CLSHIM_ENOTFOUND;
 }
 
+int store_was_evicted(store *s, struct cache_hash hash, struct store_evicted *out)
+{
+    if (!s || !out) return CLSHIM_EINVAL;
+    memset(out, 0, sizeof *out);
+    if (!s->have_dbs || !s->have_evicted) return CLSHIM_ENOTFOUND;
+    unsigned char key[STORE_KEY_LEN];
+    store_hash_key(hash, key);
+    MDB_txn *txn;
+    int rc = store_read_begin(s, &txn);
+    if (rc) return rc;
+    struct store_guard g; /* the map may be cut short under us (store_guard.c) */
+    store_guard_arm(&g);
+    if (sigsetjmp(g.jb, 0)) {
+        abort_after_fault(s, txn);
+        return CLSHIM_EIO;
+    }
+    rc = store_evicted_get(s, txn, key, out);
+    store_guard_disarm(&g);
+    store_read_end(s, txn);
+    return store_map_err(rc);
+}
+
 /* ---- statistics ---- */
 
 const char *capture_lost_name(enum capture_lost why)
@@ -804,6 +866,13 @@ static int stats_add_fn(store *s, MDB_txn *txn, void *arg)
     const uint64_t remote[] = {d->remote_timeouts, d->remote_lost, d->remote_garbage, d->remote_oversize,
                                d->remote_refused, d->remote_untrusted, d->remote_distrusted};
     for (size_t i = 0; i < sizeof remote / sizeof *remote; i++) a.stat[ST_REMOTE_TIMEOUTS + i] += remote[i];
+    a.stat[ST_MISSES_EVICTED] += d->misses_evicted;
+    a.stat[ST_MISSES_EVICTED_AGE] += d->misses_evicted_age;
+    a.stat[ST_DISK_HITS] += d->disk_hits;
+    a.stat[ST_MEMORY_HITS] += d->memory_hits;
+    a.stat[ST_REMOTE_PUSHES_REFUSED] += d->remote_pushes_refused;
+    a.stat[ST_UNTRUSTED] += d->untrusted;
+    if (d->evicted_keep_limit > a.stat[ST_EVICTED_KEEP_LIMIT]) a.stat[ST_EVICTED_KEEP_LIMIT] = d->evicted_keep_limit;
     return rc ? rc : store_acct_save(s, txn, &a);
 }
 
@@ -874,6 +943,12 @@ int store_stats_get(store *s, struct store_stats *out)
     out->remote_garbage = a.stat[ST_REMOTE_GARBAGE], out->remote_oversize = a.stat[ST_REMOTE_OVERSIZE];
     out->remote_refused = a.stat[ST_REMOTE_REFUSED], out->remote_untrusted = a.stat[ST_REMOTE_UNTRUSTED];
     out->remote_distrusted = a.stat[ST_REMOTE_DISTRUSTED];
+    out->misses_evicted = a.stat[ST_MISSES_EVICTED], out->misses_evicted_age = a.stat[ST_MISSES_EVICTED_AGE];
+    out->evicted_keep_limit = a.stat[ST_EVICTED_KEEP_LIMIT];
+    out->disk_hits = a.stat[ST_DISK_HITS];
+    out->memory_hits = a.stat[ST_MEMORY_HITS];
+    out->remote_pushes_refused = a.stat[ST_REMOTE_PUSHES_REFUSED];
+    out->untrusted = a.stat[ST_UNTRUSTED];
     return CLSHIM_OK;
 }
 

@@ -14,6 +14,7 @@
  *              live, mutable part of an entry, kept apart so that a hit
  *              rewrites 24 bytes rather than the whole binary (LMDB copies
  *              a value on any change)
+ *   "evicted", "evicted-order"  the record of evicted keys (below)
  * Hash keys are the canonical XXH128 bytes (hi then lo, big-endian), so the
  * hex of a key is the hash as key_hash_hex() prints it. Times are seconds.
  *
@@ -29,11 +30,21 @@
  * "atime" at most once per STORE_ATIME_GRANULARITY_S. The queue flushes
  * itself when it holds STORE_QUEUE_MAX hashes.
  *
+ * Evicted keys. Every eviction (size, age, by hand) also notes the key's
+ * hash, the entry's stored size and why in two more databases, "evicted"
+ * (16-byte hash -> seq, size, evicted bytes so far, why) and
+ * "evicted-order" (8-byte big-endian seq -> hash), in the same
+ * transaction: the last STORE_EVICTED_MAX evictions, the oldest dropped
+ * first. Storing a key again takes it out; store_clear() empties it.
+ * store_was_evicted() tells a caller whose lookup missed whether that key
+ * was evicted, and which size limit would have kept it (see there).
+ *
  * Statistics. The store counts what only it sees: evictions_size and
  * evictions_age (in the transaction that does them), collisions and corrupt
  * (found by store_get, queued and written by store_flush). Callers count
- * hits, misses, stores, rejected, uncacheable and compile_ns_saved and add them with
- * store_stats_add(); they must not add the store's own counters again.
+ * hits, misses (misses_evicted among them), stores, rejected, uncacheable
+ * and compile_ns_saved and add them with store_stats_add(); they must not
+ * add the store's own counters again.
  *
  * Files and safety. The directory is opened by walking its path from "/"
  * one component at a time by descriptor (openat with O_NOFOLLOW), each
@@ -54,7 +65,10 @@
  * chained to the application's, scoped to clshim's own accesses by a
  * thread-local guard), so the fault is caught: the handle is set aside with
  * one warning, lookups return CLSHIM_EIO and writes CLSHIM_EREADONLY from
- * then on, and the next store_open moves the short file aside.
+ * then on, and the next store_open moves the short file aside (unless all
+ * it lacks are free pages: LMDB never writes a page that the transaction
+ * which allocated it freed again, so a whole file may end before its last
+ * page number).
  *
  * Read-only (opt->readonly, or a shared directory): nothing is created or
  * written except the reader slot in lock.mdb; when lock.mdb cannot be
@@ -68,7 +82,10 @@
  *     exactly one "access" record, whose time is the atime record's);
  *  2. meta's total bytes == sum of the stored value sizes, meta's count ==
  *     the number of entries;
- *  3. after a store with a size limit, total bytes <= the limit.
+ *  3. after a store with a size limit, total bytes <= the limit;
+ *  4. every "evicted" record has exactly one "evicted-order" record and
+ *     vice versa, at most STORE_EVICTED_MAX of them, and no key is both
+ *     stored and in the record.
  *
  * Thread safety: a store handle may be used by many threads at once.
  * Errors: functions return CLSHIM_OK or a clshim_err (common/error.h).
@@ -91,12 +108,15 @@ typedef struct store store;
 #define STORE_ATIME_GRANULARITY_S 60
 /* Queued access updates that trigger a flush from store_get(). */
 #define STORE_QUEUE_MAX 1024
+/* Evicted keys remembered ("Evicted keys" above): about 1 MiB of records. */
+#define STORE_EVICTED_MAX 8192
 
 /* A 128-bit key hash (XXH3-128 of the key material). */
 struct cache_hash {
     uint64_t lo, hi;
 };
 
+struct sign_trust;
 struct store_options {
     const char *dir;        /* cache directory; created 0700 if missing */
     uint64_t max_size;      /* stored bytes limit; 0 = unlimited */
@@ -106,6 +126,12 @@ struct store_options {
     int readonly;           /* open read-only; every write returns CLSHIM_EREADONLY */
     int allow_shared;       /* read a directory owned by others / group-writable (then read-only) */
     int compress_level;     /* zstd level; 0 = store uncompressed */
+    /* CLSHIM_SIGN_KEY: an ed25519 secret key (64 bytes, copied at open)
+     * that seals every entry built here that store_put() writes; NULL: none. */
+    const unsigned char *seal_key;
+    /* CLSHIM_TRUST: store_get() serves only entries sealed by one of these
+     * keys (CLSHIM_EUNTRUSTED otherwise); NULL: any. Must outlive the store. */
+    const struct sign_trust *trust;
 };
 
 /* A run whose stores evict its own entries (CLSHIM_CACHE_MAX_SIZE below its
@@ -141,15 +167,24 @@ void store_close(store *s);
 
 /* Where an entry came from when this machine did not build it (its
  * provenance, entry.h): kept with the entry, shown by `clshim cache
- * list/show`, and checked against CLSHIM_REMOTE_TRUST at every lookup. */
+ * list/show`, and checked against CLSHIM_REMOTE_TRUST at every lookup.
+ * And its seal (cache/sign.h, CLSHIM_SIGN_KEY): the builder's signature of
+ * what the entry serves, which travels with it (to the remote tier, into
+ * a reader's copy, through export) and is checked against CLSHIM_TRUST at
+ * every lookup. An entry built here and sealed has a source of kind
+ * STORE_SOURCE_HERE that holds only the seal. */
+#define STORE_SOURCE_HERE 0u        /* built here (or by the sealer): only a seal */
 #define STORE_SOURCE_REMOTE 1u      /* copied from the remote tier */
-#define STORE_SOURCE_SIGNED 0x1u    /* flags: signer holds the key that signed it */
+#define STORE_SOURCE_SIGNED 0x1u    /* flags: signer holds the key that signed the remote value */
+#define STORE_SOURCE_SEALED 0x2u    /* flags: seal_signer and seal hold the entry's seal */
 #define STORE_SOURCE_WHERE_MAX 255  /* bytes of `where`, without the NUL */
 struct store_source {
-    uint32_t kind;                  /* STORE_SOURCE_REMOTE */
-    uint32_t flags;                 /* STORE_SOURCE_SIGNED or 0 */
-    unsigned char signer[32];       /* the ed25519 public key (when signed) */
-    char where[STORE_SOURCE_WHERE_MAX + 1]; /* the server and namespace, as logs name them */
+    uint32_t kind;                  /* STORE_SOURCE_HERE or STORE_SOURCE_REMOTE */
+    uint32_t flags;                 /* STORE_SOURCE_SIGNED, STORE_SOURCE_SEALED */
+    unsigned char signer[32];       /* the remote value's ed25519 public key (when signed) */
+    unsigned char seal_signer[32];  /* who sealed the entry (when sealed) */
+    unsigned char seal[64];         /* the seal: ed25519 of sign_seal_digest() */
+    char where[STORE_SOURCE_WHERE_MAX + 1]; /* the server and namespace, as logs name them ("" when here) */
 };
 
 /* What a build produced, as stored and returned. */
@@ -247,12 +282,51 @@ struct store_stats {
      * remote values dropped because their signer is no longer trusted */
     uint64_t remote_timeouts, remote_lost, remote_garbage, remote_oversize, remote_refused;
     uint64_t remote_untrusted, remote_distrusted;
+    /* misses of evicted keys (store_was_evicted(), counted by the caller
+     * with its misses), of which evicted for age; and the largest
+     * keep_limit of those evicted otherwise: the size limit that would
+     * have kept them all (a maximum: store_stats_add() keeps the larger) */
+    uint64_t misses_evicted, misses_evicted_age, evicted_keep_limit;
+    /* hits by where the binary came from: the store's entries (each of
+     * these is one hit on the entry: `cache list`'s DISK HITS) and the
+     * process's memory tier (cache/memtier.h); the remote tier's are
+     * remote_hits. Counted by the caller with its hits; a store's older
+     * record did not split them: its hits are in hits only. */
+    uint64_t disk_hits, memory_hits;
+    uint64_t remote_pushes_refused; /* pushes the server answered with an error (refused counts them too) */
+    uint64_t untrusted;       /* entries not served: not sealed by a key in CLSHIM_TRUST */
     /* read-only figures filled by store_stats_get(): */
     uint64_t entries, stored_bytes, uncompressed_bytes, max_size;
 };
 int store_stats_add(store *s, const struct store_stats *delta);
 int store_stats_get(store *s, struct store_stats *out);
 int store_stats_zero(store *s);
+
+/* Why an entry was evicted. */
+enum store_evicted_why {
+    STORE_EVICTED_SIZE = 1, /* for the size limit (or `cache evict --to-size`, or a full map) */
+    STORE_EVICTED_AGE = 2   /* unused for max_age_days (or `cache evict --older-than`) */
+};
+struct store_evicted {
+    uint64_t size;        /* its stored (compressed) size when evicted */
+    uint32_t why;         /* enum store_evicted_why */
+    uint64_t keep_limit;  /* the size limit that would have kept it until now */
+};
+/* Whether `hash` is in the record of evicted keys: CLSHIM_OK with *out,
+ * CLSHIM_ENOTFOUND when not (never evicted, stored again since, or dropped
+ * as one of the oldest), or an error of a read transaction. A caller whose
+ * lookup missed calls it before storing the key again.
+ *
+ * keep_limit, an estimate: with least-recently-used eviction an entry
+ * survives while the bytes of the entries used after it, plus its own, fit
+ * in what eviction leaves (STORE_LOW_WATER_PCT % of the limit). Those are
+ * every entry stored now (each was used after it: it was the oldest when
+ * it went, the rest came later) and every entry evicted after it (each was
+ * newer than it), so keep_limit = (stored bytes now + bytes evicted since
+ * + its size) * 100 / STORE_LOW_WATER_PCT, rounded up. An entry evicted
+ * after it and stored again since counts twice, so the estimate errs on
+ * the large side: a limit that large would have kept it. */
+int store_was_evicted(store *s, struct cache_hash hash, struct store_evicted *out);
 
 /* Writes queued access times (one transaction). */
 int store_flush(store *s);
@@ -273,6 +347,43 @@ struct store_entry_info {
  * not call other store functions. Entries that fail to decode are skipped
  * (store_verify reports them). */
 int store_foreach(store *s, int (*fn)(const struct store_entry_info *, void *), void *ctx);
+
+/* ---- explaining a miss (cache/keydiff.h, docs/cache.md "Why a key missed")
+ * Families. Every store of an entry whose key has a family (cache/key.h
+ * key_family(): its main input, so one program built with other options,
+ * headers, devices or drivers) puts the entry's hash first in the family's
+ * "meta" record ("family <hex>": at most STORE_FAMILY_MAX hashes, newest
+ * first), in the store's own write transaction: no commit of its own.
+ * Entries gone since (evicted, removed) are dropped from the record at the
+ * family's next store and skipped when it is read; records outlive
+ * `cache clear` as slow-load records do (a few hundred bytes each). So the
+ * entries of one program are found by one lookup and at most
+ * STORE_FAMILY_MAX more, whatever the size of the store: never a scan. */
+#define STORE_FAMILY_MAX 16
+struct store_family_member {
+    struct cache_hash hash;
+    uint64_t created; /* seconds since the epoch */
+    void *key;        /* malloc'd: the key material before its input field */
+    size_t key_len;
+};
+/* The family's stored entries, newest first, into out[0..*n) (at most
+ * max), their key material bounds-checked only (entry_peek_key(): for
+ * showing, never serving). Free with store_family_free(). CLSHIM_OK (*n
+ * may be 0), CLSHIM_EIO (the map faulted), CLSHIM_ENOMEM. */
+int store_family_get(store *s, struct cache_hash family, struct store_family_member *out, size_t max, size_t *n);
+void store_family_free(struct store_family_member *m, size_t n);
+
+/* The last miss: an opaque record (cache/keydiff.h writes and reads it) in
+ * the file "last-miss" of the cache directory, with its length and XXH3-64
+ * before it, rewritten in place at each miss under an exclusive flock (read
+ * under a shared one), never synced: it is advisory, a crash may lose it.
+ * store_note_last_miss(): CLSHIM_OK, CLSHIM_EREADONLY, CLSHIM_ETOOBIG (over
+ * STORE_LAST_MISS_MAX), CLSHIM_EIO. store_last_miss(): *rec malloc'd and
+ * NUL-terminated (*len without it); CLSHIM_ENOTFOUND when no miss was
+ * recorded, CLSHIM_ECORRUPT when the file is not a whole record. */
+#define STORE_LAST_MISS_MAX (4u << 20)
+int store_note_last_miss(store *s, const void *rec, size_t len);
+int store_last_miss(store *s, void **rec, size_t *len);
 
 /* Evicts entries unused for `older_than_s` seconds (0: skip) and then least
  * recently used ones until the total is <= `to_size` (UINT64_MAX: skip).
@@ -320,7 +431,7 @@ int store_compact(store *s);
 int store_export(store *s, FILE *out, uint64_t *count);
 int store_import(store *s, FILE *in, uint64_t *count, uint64_t *rejected);
 
-/* 1 when invariants 1-2 hold (for assert() in tests), else 0. */
+/* 1 when invariants 1, 2 and 4 hold (for assert() in tests), else 0. */
 int store_check_invariants(store *s);
 
 /* Tests only. The clock the store reads (seconds since the epoch); NULL
@@ -333,5 +444,7 @@ void store_set_mapsize_for_test(uint64_t bytes);
  * fsync (MDB_NOSYNC), to fill a large cache quickly; a machine crash may then
  * lose or damage it. Normal opens sync once per commit (MDB_NOMETASYNC). */
 void store_set_nosync_for_test(int on);
+/* Tests only. How many evicted keys the record keeps (0: STORE_EVICTED_MAX). */
+void store_set_evicted_max_for_test(uint64_t n);
 
 #endif

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cache/entry.h"
+#include "cache/sign.h"
 #include "cache/key.h"
 #include "cache/store.h"
 #include "cache/store_int.h"
@@ -100,7 +101,7 @@ int store_check_invariants(store *s)
     if (!s->have_dbs) return 1;
     MDB_txn *txn;
     if (store_read_begin(s, &txn) != CLSHIM_OK) return 0;
-    int ok = invariants_hold(s, txn);
+    int ok = invariants_hold(s, txn) && store_evicted_consistent(s, txn);
     store_read_end(s, txn);
     return ok;
 }
@@ -128,7 +129,26 @@ static void keylist_add(struct keylist *l, const void *key, size_t len)
 /* Full check of one record under key: decodes, compares the key hash with
  * the material, the header and the database key, and the binary checksum.
  * NULL when good, else why not (for `clshim cache verify`). */
-static const char *entry_problem(const MDB_val *k, const MDB_val *v)
+/* With a trust set: why the entry is not sealed by one of its keys, or NULL. */
+static const char *untrusted_why(const store *s, const struct entry_view *e, const void *bin)
+{
+    if (!s->opt.trust) return NULL;
+    static __thread char why[200];
+    char *log = malloc(e->log_len + 1);
+    if (!log) return "out of memory while checking it";
+    memcpy(log, e->log, e->log_len);
+    log[e->log_len] = 0;
+    struct store_source src;
+    int has = entry_source(e, &src);
+    struct store_record r = {bin, (size_t)e->binary_size, log, e->compile_ns, e->origin, "", has ? &src : NULL};
+    const char *bad = sign_check_seal(e->key, e->key_len, &r, s->opt.trust);
+    free(log);
+    if (!bad) return NULL;
+    snprintf(why, sizeof why, "untrusted: %s", bad);
+    return why;
+}
+
+static const char *entry_problem(const store *s, const MDB_val *k, const MDB_val *v)
 {
     struct entry_view e;
     if (k->mv_size != STORE_KEY_LEN) return "its database key has the wrong length";
@@ -140,8 +160,9 @@ static const char *entry_problem(const MDB_val *k, const MDB_val *v)
     void *bin = malloc(e.binary_size ? (size_t)e.binary_size : 1);
     if (!bin) return "out of memory while checking it";
     int rc = entry_unpack_binary(&e, bin);
+    const char *why = rc == CLSHIM_OK ? untrusted_why(s, &e, bin) : "its binary fails its checksum (damaged)";
     free(bin);
-    return rc == CLSHIM_OK ? NULL : "its binary fails its checksum (damaged)";
+    return why;
 }
 
 struct repair {
@@ -254,7 +275,7 @@ int store_verify_report(store *s, int fix, uint64_t *checked, uint64_t *bad,
     if (mrc == 0) {
         for (int op = MDB_FIRST; (mrc = mdb_cursor_get(c, &k, &v, op)) == 0; op = MDB_NEXT) {
             nchecked++;
-            const char *why = entry_problem(&k, &v);
+            const char *why = entry_problem(s, &k, &v);
             if (!why) continue;
             keylist_add(&r.bad, k.mv_data, k.mv_size), nbad++;
             if (report) {

@@ -72,7 +72,47 @@ static int env_try_open(store *s, unsigned flags)
     return rc;
 }
 
-/* A file shorter than its meta page says would fault (SIGBUS) on access. */
+/* The most pages past the end of data.mdb that are looked up in the free
+ * list (a larger gap is a truncation). */
+#define FREE_TAIL_MAX ((uint64_t)1 << 20)
+
+/* Whether every page in [from, to] is on LMDB's free list (database 0:
+ * transaction id -> a count and that many page numbers, native size_t).
+ * LMDB never writes a page that the transaction which allocated it freed
+ * again (a "loose" page), so a valid file may end before its last page
+ * number; such a tail is never read before it is written again. */
+static int tail_is_free(store *s, uint64_t from, uint64_t to)
+{
+    if (to < from || to - from >= FREE_TAIL_MAX) return 0;
+    size_t n = (size_t)(to - from + 1), left = n;
+    unsigned char *seen = calloc(n, 1);
+    MDB_txn *txn;
+    MDB_cursor *c;
+    if (!seen || mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn) != 0) {
+        free(seen);
+        return 0;
+    }
+    if (mdb_cursor_open(txn, 0, &c) == 0) {
+        MDB_val k, v;
+        while (left && mdb_cursor_get(c, &k, &v, MDB_NEXT) == 0) {
+            size_t count = 0, pg; /* copied out: a node's data is not aligned */
+            if (v.mv_size >= sizeof count) memcpy(&count, v.mv_data, sizeof count);
+            if (count > v.mv_size / sizeof pg - 1) break;
+            for (size_t i = 1; i <= count; i++) {
+                memcpy(&pg, (const char *)v.mv_data + i * sizeof pg, sizeof pg);
+                if (pg >= from && pg <= to && !seen[pg - from]) seen[pg - from] = 1, left--;
+            }
+        }
+        mdb_cursor_close(c);
+    }
+    mdb_txn_abort(txn);
+    free(seen);
+    return left == 0;
+}
+
+/* A file shorter than its meta page says would fault (SIGBUS) on access,
+ * unless the pages it lacks are free ones (tail_is_free()). Reading the free
+ * list may fault too: that is a truncation (the transaction is left). */
 static int env_truncated(store *s)
 {
     MDB_envinfo info;
@@ -82,7 +122,14 @@ static int env_truncated(store *s)
     if (mdb_env_info(s->env, &info) || mdb_env_stat(s->env, &st) || mdb_env_get_fd(s->env, &fd) ||
         fstat(fd, &fs))
         return 0;
-    return ((uint64_t)info.me_last_pgno + 1) * st.ms_psize > (uint64_t)fs.st_size;
+    uint64_t pages = (uint64_t)fs.st_size / st.ms_psize;
+    if ((uint64_t)info.me_last_pgno < pages) return 0;
+    struct store_guard g;
+    store_guard_arm(&g);
+    if (sigsetjmp(g.jb, 0)) return 1;
+    int free_tail = (uint64_t)fs.st_size % st.ms_psize == 0 && tail_is_free(s, pages, info.me_last_pgno);
+    store_guard_disarm(&g);
+    return !free_tail;
 }
 
 static int open_dbs(store *s)
@@ -96,6 +143,7 @@ static int open_dbs(store *s)
     if (rc == 0) rc = mdb_dbi_open(txn, "meta", create, &s->db_meta);
     if (rc == 0) rc = mdb_dbi_open(txn, "building", create, &s->db_building);
     if (rc == 0) rc = mdb_dbi_open(txn, "access", create, &s->db_access);
+    if (rc == 0) rc = store_evicted_open(s, txn);
     uint64_t version = 0;
     if (rc == 0) rc = store_meta_get(s, txn, "version", &version, 1);
     if (rc == 0 && version > STORE_FORMAT_VERSION) rc = CLSHIM_EUNSUPPORTED;
@@ -478,6 +526,10 @@ int store_open(const struct store_options *opt, store **out)
     store *s = calloc(1, sizeof *s);
     if (!s) return CLSHIM_ENOMEM;
     s->opt = *opt;
+    if (opt->seal_key) {
+        memcpy(s->seal_key, opt->seal_key, sizeof s->seal_key);
+        s->opt.seal_key = s->seal_key;
+    }
     s->dir = strdup(opt->dir);
     s->opt.dir = s->dir;
     s->readonly = opt->readonly;
@@ -518,5 +570,7 @@ void store_close(store *s)
     pthread_mutex_destroy(&s->qlock);
     free(s->queue);
     free(s->dir);
+    volatile unsigned char *k = s->seal_key; /* the secret goes with the handle */
+    for (size_t i = 0; i < sizeof s->seal_key; i++) k[i] = 0;
     free(s);
 }

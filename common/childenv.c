@@ -77,6 +77,8 @@ char **child_environ(void)
         int oom = 0;
         if (!strncmp(environ[i], "LD_PRELOAD=", 11))
             env[k] = filter_list(environ[i], 11, names_shim, NULL, &oom);
+        else if (!strncmp(environ[i], "OPENCL_LAYERS=", 14)) /* a layer changes what the driver answers */
+            env[k] = filter_list(environ[i], 14, names_shim, NULL, &oom);
         else if (!strncmp(environ[i], "LD_LIBRARY_PATH=", 16))
             env[k] = filter_list(environ[i], 16, is_dir, dir, &oom);
         else if (!(env[k] = strdup(environ[i])))

@@ -5,7 +5,9 @@
  * names libclshim and, in loader mode (this library is a libOpenCL.so.1),
  * the LD_LIBRARY_PATH entry that puts this library first: the child then
  * loads the real ICD loader, and a sanitizer-built shim cannot stop it from
- * starting (the sanitizer runtime must come first). NULL on out-of-memory
+ * starting (the sanitizer runtime must come first); and every OPENCL_LAYERS
+ * entry that names libclshim (the capture helper must see the driver's own
+ * devices, not what clshim's layer answers for them). NULL on out-of-memory
  * (the caller uses environ). free_environ() frees it.
  */
 #ifndef CLSHIM_CHILDENV_H

@@ -3,14 +3,18 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/log.h"
+#include "common/suggest.h"
 
 extern char **environ;
 
@@ -135,6 +139,7 @@ static const struct {
     {"FUSION", {"off", "auto", NULL}, "off or auto"},
     {"FUSE_ROUTE", {"auto", "ir", "source", "ptx", NULL}, "auto, ir, source or ptx"},
     {"DRIVER_CACHES", {"auto", "0", "1", NULL}, "auto, 0 or 1"},
+    {"CI_CONTEXT", {"auto", "trusted", "untrusted", NULL}, "auto, trusted or untrusted"},
 };
 
 /* What a knob accepts: its choices, else its type's values. NULL *words
@@ -161,18 +166,51 @@ static int knob_parse(const struct knob_info *k, const char *text, uint64_t *num
     return -1;
 }
 
-/* `where` is "" for the environment, else "FILE:LINE: ". */
-static void set_value(struct clshim_config *cfg, struct arena *a, int knob, const char *text,
-                      enum config_source source, const char *where, int line,
-                      void (*report)(const char *), int *invalid)
+/* Writes len bytes of text into out (cap bytes, at least 4 * max + 4) as it
+ * can be shown in a log line: printable ASCII as is, a backslash doubled,
+ * every other byte as \xHH; past max bytes, "..." instead of the rest. */
+static void escape(char *out, size_t cap, const char *text, size_t len, size_t max)
+{
+    size_t o = 0, i;
+    for (i = 0; i < len && i < max && o + 8 < cap; i++) {
+        unsigned char c = (unsigned char)text[i];
+        if (c == '\\') o += (size_t)snprintf(out + o, cap - o, "\\\\");
+        else if (c < 0x20 || c >= 0x7f) o += (size_t)snprintf(out + o, cap - o, "\\x%02x", c);
+        else out[o++] = (char)c;
+    }
+    snprintf(out + o, cap - o, "%s", i < len ? "..." : "");
+}
+
+/* A fault of the configuration, told as "<what><then><hint>": what is wrong
+ * (the part a summary of many repeats), what clshim does about it, and a
+ * hint. */
+struct fault {
+    char what[512];
+    char then[320];
+    char hint[160];
+};
+
+static void report_fault(void (*report)(const char *), const char *where, const struct fault *f)
+{
+    if (!report) return;
+    char msg[4096 + sizeof f->what + sizeof f->then + sizeof f->hint];
+    /* A longer message (a path near PATH_MAX) is cut, not dropped. */
+    if (snprintf(msg, sizeof msg, "%s%s%s%s", where, f->what, f->then, f->hint) >= 0) report(msg);
+}
+
+/* Sets a knob from text. Returns 0, or -1 when the text is not a valid value:
+ * the value before stays, `line` is noted as where the invalid one was (0
+ * for none, -1 the environment) and *f (when f is not NULL) says so. */
+static int set_value(struct clshim_config *cfg, struct arena *a, int knob, const char *text,
+                     enum config_source source, int line, struct fault *f)
 {
     const struct knob_info *k = &knobs[knob];
     char *field = (char *)cfg + k->offset;
     uint64_t num = 0;
     if (knob_parse(k, text, &num) != 0) {
-        if (report) {
+        if (f) {
             /* What stays in effect: the default, or a valid value from the file. */
-            char msg[1024], value[256];
+            char value[256], shown[4 * 64 + 4];
             const char *const *words;
             if (cfg->source[knob] == CONFIG_FROM_DEFAULT)
                 snprintf(value, sizeof value, "%s", k->def);
@@ -180,15 +218,17 @@ static void set_value(struct clshim_config *cfg, struct arena *a, int knob, cons
                 snprintf(value, sizeof value, "%s", a->buf + a->offsets[knob]);
             else
                 config_format_value(cfg, knob, value, sizeof value);
-            snprintf(msg, sizeof msg, "%sCLSHIM_%s=%.64s%s is not valid (accepts %s); using %s\"%s\"%s", where,
-                     k->name, text, strlen(text) > 64 ? "..." : "", knob_accepts(k, &words),
-                     cfg->source[knob] == CONFIG_FROM_DEFAULT ? "the default " : "", value,
+            escape(shown, sizeof shown, text, strlen(text), 64);
+            snprintf(f->what, sizeof f->what, "CLSHIM_%s=%s is not valid (accepts %s)", k->name, shown,
+                     knob_accepts(k, &words));
+            escape(shown, sizeof shown, value, strlen(value), 64);
+            snprintf(f->then, sizeof f->then, "; using %s\"%s\"%s",
+                     cfg->source[knob] == CONFIG_FROM_DEFAULT ? "the default " : "", shown,
                      cfg->source[knob] == CONFIG_FROM_FILE ? " from the config file" : "");
-            report(msg);
+            f->hint[0] = 0;
         }
         cfg->invalid_line[knob] = line;
-        (*invalid)++;
-        return;
+        return -1;
     }
     switch (k->type) {
     case CONFIG_BOOL:
@@ -197,10 +237,11 @@ static void set_value(struct clshim_config *cfg, struct arena *a, int knob, cons
     case CONFIG_UINT: *(uint64_t *)field = num; break;
     case CONFIG_PATH:
     case CONFIG_STRING:
-        if (arena_put(a, knob, text) != 0) return;
+        if (arena_put(a, knob, text) != 0) return 0;
         break;
     }
     cfg->source[knob] = source;
+    return 0;
 }
 
 static int knob_by_name(const char *name, size_t len)
@@ -218,88 +259,187 @@ static int knob_by_name(const char *name, size_t len)
 static const char *const not_knobs[] = {"LIBDIR", "BUILD", "ROOT", "LONG", "SANITIZED", "TEST_JOBS",
                                         "FUZZ_SECONDS", "FUZZ_TRANSLATE_RUNS", "FUZZ_BUILD"};
 
-/* Edit distance between a and b (b at most 63 characters). */
-static size_t edit_distance(const char *a, size_t la, const char *b, size_t lb)
-{
-    size_t row[64];
-    if (lb >= 64) return (size_t)-1;
-    for (size_t j = 0; j <= lb; j++) row[j] = j;
-    for (size_t i = 1; i <= la; i++) {
-        size_t diag = row[0];
-        row[0] = i;
-        for (size_t j = 1; j <= lb; j++) {
-            size_t up = row[j];
-            size_t best = diag + (toupper((unsigned char)a[i - 1]) != b[j - 1]);
-            if (row[j] + 1 < best) best = row[j] + 1;
-            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
-        }
-    }
-    return row[lb];
-}
-
-/* An unknown CLSHIM_ name (len bytes of name, prefix included): 1 after
- * reporting it with the closest knob, 0 when it is one of not_knobs. */
-static int report_unknown(const char *where, const char *name, size_t len, void (*report)(const char *))
+/* An unknown CLSHIM_ name (len bytes of name, prefix included): 1 with *f
+ * naming it and the closest knob, 0 when it is one of not_knobs. */
+static int unknown_name(const char *name, size_t len, struct fault *f)
 {
     const char *rest = name + 7;
     size_t rlen = len - 7;
     for (size_t i = 0; i < sizeof not_knobs / sizeof not_knobs[0]; i++)
         if (strlen(not_knobs[i]) == rlen && !strncmp(not_knobs[i], rest, rlen)) return 0;
-    if (!report) return 1;
-    size_t best = (size_t)-1;
-    int closest = 0;
-    for (int i = 0; i < CONFIG_KNOB_COUNT; i++) {
-        size_t d = edit_distance(rest, rlen, knobs[i].name, strlen(knobs[i].name));
-        if (d < best) best = d, closest = i;
-    }
-    char msg[512];
+    struct suggest sg;
+    suggest_init(&sg, rest, rlen);
+    for (int i = 0; i < CONFIG_KNOB_COUNT; i++) suggest_add(&sg, knobs[i].name, strlen(knobs[i].name));
+    const char *closest = suggest_get(&sg, NULL);
+    char shown[4 * 64 + 4];
+    escape(shown, sizeof shown, name, len, 64);
+    snprintf(f->what, sizeof f->what, "%s is not a clshim knob", shown);
+    snprintf(f->then, sizeof f->then, "; ignored");
     /* A suggestion only where it is likely the intended name. */
-    if (best <= 2 || best * 3 <= rlen)
-        snprintf(msg, sizeof msg, "%s%.*s is not a clshim knob; ignored (did you mean CLSHIM_%s?)", where,
-                 (int)(len > 64 ? 64 : len), name, knobs[closest].name);
+    if (closest)
+        snprintf(f->hint, sizeof f->hint, " (did you mean CLSHIM_%s?)", closest);
     else
-        snprintf(msg, sizeof msg, "%s%.*s is not a clshim knob; ignored ('clshim config' lists them)", where,
-                 (int)(len > 64 ? 64 : len), name);
-    report(msg);
+        snprintf(f->hint, sizeof f->hint, " ('clshim config' lists them)");
     return 1;
 }
 
+/* The most of a config file read: one of CLSHIM_NAME=value lines is a few
+ * KiB; past this it is something else, which clshim would read at load,
+ * before the application's main. docs/config.md says it. */
+#define CONFIG_FILE_MAX (1 << 20)
+
+static const char *file_kind(mode_t mode)
+{
+    if (S_ISFIFO(mode)) return "a FIFO";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    if (S_ISDIR(mode)) return "a directory";
+    if (S_ISSOCK(mode)) return "a socket";
+    return "of an unknown kind";
+}
+
+/* The text of the config file, NUL-terminated, its length in *len; NULL for
+ * none: the file is missing, or is not a regular file of at most
+ * CONFIG_FILE_MAX bytes, or cannot be read (these reported, one line). It is
+ * opened without blocking (a FIFO's open would wait for a writer) and
+ * checked on the descriptor, not the path, which could be replaced between
+ * a check and the open; no more is read than the size checked. */
+static char *read_config_file(const char *path, size_t *len, void (*report)(const char *))
+{
+    static const char fix[] = "make it a regular file of CLSHIM_NAME=value lines, or remove it";
+    char msg[4096 + 256];
+    char *text = NULL;
+    struct stat st;
+    size_t n = 0;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
+        if (errno == ENOENT || errno == ENOTDIR) return NULL;
+        snprintf(msg, sizeof msg, "config file %s cannot be opened (%s); ignored: %s", path, strerror(errno), fix);
+    } else if (fstat(fd, &st) != 0) {
+        snprintf(msg, sizeof msg, "config file %s cannot be read (%s); ignored: %s", path, strerror(errno), fix);
+    } else if (!S_ISREG(st.st_mode)) {
+        snprintf(msg, sizeof msg, "config file %s is not a regular file (%s); ignored: %s", path,
+                 file_kind(st.st_mode), fix);
+    } else if (st.st_size > CONFIG_FILE_MAX) {
+        snprintf(msg, sizeof msg,
+                 "config file %s is %lld bytes, more than the 1 MiB a config file may have; ignored: "
+                 "keep only CLSHIM_NAME=value lines in it, or remove it",
+                 path, (long long)st.st_size);
+    } else if (!(text = malloc((size_t)st.st_size + 1))) {
+        snprintf(msg, sizeof msg, "config file %s: no memory to read it; ignored", path);
+    } else {
+        ssize_t got = 0;
+        while (n < (size_t)st.st_size &&
+               ((got = read(fd, text + n, (size_t)st.st_size - n)) > 0 || (got < 0 && errno == EINTR)))
+            if (got > 0) n += (size_t)got;
+        msg[0] = 0;
+        if (got < 0)
+            snprintf(msg, sizeof msg, "config file %s cannot be read (%s); ignored: %s", path, strerror(errno), fix);
+    }
+    if (fd >= 0) close(fd);
+    if (text && !msg[0]) {
+        text[n] = 0;
+        *len = n;
+        return text;
+    }
+    free(text);
+    if (report) report(msg);
+    return NULL;
+}
+
+/* Reads the config file's settings. One bad line is reported as it is;
+ * more (a file that is not a config file, say) in one line: how many, and
+ * the first. */
 static void load_file(struct clshim_config *cfg, struct arena *a, const char *path,
                       void (*report)(const char *), int *invalid)
 {
-    FILE *f = fopen(path, "re");
-    if (!f) return;
-    char line[4096];
-    int lineno = 0;
-    while (fgets(line, sizeof line, f)) {
+    size_t len;
+    char *text = read_config_file(path, &len, report);
+    if (!text) return;
+    struct fault f, first;
+    int lineno = 0, bad = 0, first_line = 0;
+    for (char *line = text, *end; line < text + len; line = end + 1) {
+        end = memchr(line, '\n', (size_t)(text + len - line));
+        if (!end) end = text + len;
+        *end = 0;
         lineno++;
         char *p = line;
-        while (isspace((unsigned char)*p)) p++;
-        if (!*p || *p == '#') continue;
-        size_t n = strlen(p);
+        while (p < end && isspace((unsigned char)*p)) p++;
+        size_t n = (size_t)(end - p);
         while (n && isspace((unsigned char)p[n - 1])) p[--n] = 0;
-        char *eq = strchr(p, '=');
-        int knob = eq ? knob_by_name(p, (size_t)(eq - p)) : -1;
-        char where[4200];
-        snprintf(where, sizeof where, "%s:%d: ", path, lineno);
-        if (knob < 0) {
-            if (eq && !strncmp(p, "CLSHIM_", 7) && eq - p > 7) {
-                *invalid += report_unknown(where, p, (size_t)(eq - p), report);
-                continue;
-            }
-            if (report) {
-                char msg[4400];
-                snprintf(msg, sizeof msg, "%snot a CLSHIM_NAME=value setting; ignored", where);
-                report(msg);
-            }
-            (*invalid)++;
-            continue;
+        if (!n || *p == '#') continue;
+        /* NAME=value, spaces allowed around the '='; a NUL byte makes no setting. */
+        char *eq = memchr(p, 0, n) ? NULL : strchr(p, '=');
+        size_t name_len = eq ? (size_t)(eq - p) : 0;
+        while (name_len && isspace((unsigned char)p[name_len - 1])) name_len--;
+        int knob = eq ? knob_by_name(p, name_len) : -1;
+        int fault = 1;
+        if (knob >= 0) {
+            char *value = eq + 1;
+            while (isspace((unsigned char)*value)) value++;
+            fault = set_value(cfg, a, knob, value, CONFIG_FROM_FILE, lineno, &f) != 0;
+        } else if (eq && !strncmp(p, "CLSHIM_", 7) && name_len > 7) {
+            fault = unknown_name(p, name_len, &f);
+        } else {
+            char shown[4 * 40 + 4];
+            escape(shown, sizeof shown, p, n, 40);
+            snprintf(f.what, sizeof f.what, "\"%s\" is not a CLSHIM_NAME=value setting", shown);
+            snprintf(f.then, sizeof f.then, "; ignored");
+            f.hint[0] = 0;
         }
-        set_value(cfg, a, knob, eq + 1, CONFIG_FROM_FILE, where, lineno, report, invalid);
+        if (!fault) continue;
+        (*invalid)++;
+        if (bad++ == 0) first = f, first_line = lineno;
     }
-    fclose(f);
+    free(text);
+    char where[4096 + 32];
+    if (bad == 1) {
+        snprintf(where, sizeof where, "%s:%d: ", path, first_line);
+        report_fault(report, where, &first);
+    } else if (bad > 1) {
+        snprintf(where, sizeof where, "config file %s: %d lines ignored; the first, line %d: ", path, bad,
+                 first_line);
+        first.then[0] = 0;
+        report_fault(report, where, &first);
+    }
+}
+
+static const char *env_value(char *const *env, const char *name)
+{
+    size_t n = strlen(name);
+    for (char *const *e = env; e && *e; e++)
+        if (!strncmp(*e, name, n) && (*e)[n] == '=') return *e + n + 1;
+    return NULL;
+}
+
+/* CLSHIM_CI_CONTEXT: auto decides from the CI's own variables (knobs.h). */
+static void ci_context_resolve(struct clshim_config *cfg, char *const *env)
+{
+    cfg->ci_untrusted = 0;
+    cfg->ci_why[0] = 0;
+    if (!strcmp(cfg->ci_context, "trusted")) return;
+    if (!strcmp(cfg->ci_context, "untrusted")) {
+        cfg->ci_untrusted = 1;
+        snprintf(cfg->ci_why, sizeof cfg->ci_why, "CLSHIM_CI_CONTEXT=untrusted");
+        return;
+    }
+    const char *v, *event = env_value(env, "GITHUB_EVENT_NAME");
+    if ((v = env_value(env, "GITHUB_ACTIONS")) && !strcmp(v, "true") && event &&
+        (!strcmp(event, "pull_request") || !strcmp(event, "pull_request_target"))) {
+        cfg->ci_untrusted = 1;
+        snprintf(cfg->ci_why, sizeof cfg->ci_why, "a GitHub Actions run for a pull request (%s event)", event);
+        return;
+    }
+    if (!(v = env_value(env, "GITLAB_CI")) || strcmp(v, "true")) return;
+    const char *protected_ref = env_value(env, "CI_COMMIT_REF_PROTECTED");
+    const char *source = env_value(env, "CI_MERGE_REQUEST_SOURCE_PROJECT_ID"), *project = env_value(env, "CI_PROJECT_ID");
+    if (source && (!project || strcmp(source, project))) {
+        cfg->ci_untrusted = 1;
+        snprintf(cfg->ci_why, sizeof cfg->ci_why, "a GitLab pipeline for a merge request from another project");
+    } else if (!protected_ref || strcmp(protected_ref, "true")) {
+        cfg->ci_untrusted = 1;
+        snprintf(cfg->ci_why, sizeof cfg->ci_why, "a GitLab pipeline on an unprotected ref");
+    }
 }
 
 int config_load(struct clshim_config *cfg, char *const *env, const char *conf_path,
@@ -308,15 +448,18 @@ int config_load(struct clshim_config *cfg, char *const *env, const char *conf_pa
     struct arena a = {0};
     int invalid = 0;
     memset(cfg, 0, sizeof *cfg);
-    for (int i = 0; i < CONFIG_KNOB_COUNT; i++)
-        set_value(cfg, &a, i, knobs[i].def, CONFIG_FROM_DEFAULT, "", 0, NULL, &invalid);
+    for (int i = 0; i < CONFIG_KNOB_COUNT; i++) set_value(cfg, &a, i, knobs[i].def, CONFIG_FROM_DEFAULT, 0, NULL);
     if (conf_path) load_file(cfg, &a, conf_path, report, &invalid);
     for (char *const *e = env; e && *e; e++) {
         const char *eq = strchr(*e, '=');
         if (!eq) continue;
         int knob = knob_by_name(*e, (size_t)(eq - *e));
-        if (knob >= 0) set_value(cfg, &a, knob, eq + 1, CONFIG_FROM_ENV, "", -1, report, &invalid);
-        else if (!strncmp(*e, "CLSHIM_", 7) && eq - *e > 7) invalid += report_unknown("", *e, (size_t)(eq - *e), report);
+        struct fault f;
+        if (knob >= 0 ? set_value(cfg, &a, knob, eq + 1, CONFIG_FROM_ENV, -1, &f) != 0
+                      : !strncmp(*e, "CLSHIM_", 7) && eq - *e > 7 && unknown_name(*e, (size_t)(eq - *e), &f)) {
+            invalid++;
+            report_fault(report, "", &f);
+        }
     }
     /* Point PATH/STRING fields into the arena now that it no longer moves. */
     for (int i = 0; i < CONFIG_KNOB_COUNT; i++) {
@@ -325,6 +468,7 @@ int config_load(struct clshim_config *cfg, char *const *env, const char *conf_pa
         *field = a.has[i] ? a.buf + a.offsets[i] : "";
     }
     cfg->strings = a.buf;
+    ci_context_resolve(cfg, env);
     return invalid;
 }
 
@@ -427,21 +571,66 @@ void config_format_value(const struct clshim_config *cfg, int knob, char *buf, s
     case CONFIG_PATH:
     case CONFIG_STRING: snprintf(buf, len, "%s", *(const char *const *)field); break;
     }
-    if (knob == CONFIG_KNOB_REMOTE) config_redact_url(*(const char *const *)field, buf, len);
+    if (knob == CONFIG_KNOB_REMOTE || knob == CONFIG_KNOB_REMOTE_ENDPOINT)
+        config_redact_url(*(const char *const *)field, buf, len);
+}
+
+/* Appends k bytes of s to buf (len bytes, *n used), cut where it is full. */
+static void append(char *buf, size_t len, size_t *n, const char *s, size_t k)
+{
+    if (*n + 1 >= len) return;
+    if (k > len - 1 - *n) k = len - 1 - *n;
+    memcpy(buf + *n, s, k);
+    *n += k;
+    buf[*n] = 0;
 }
 
 void config_redact_url(const char *url, char *buf, size_t len)
 {
+    if (!len) return;
+    buf[0] = 0;
+    size_t n = 0;
     const char *scheme = strstr(url, "://");
     const char *rest = scheme ? scheme + 3 : url;
-    const char *at = strrchr(rest, '@');
+    const char *query = rest + strcspn(rest, "?#");
+    /* The user part ends at the last '@' before the query, so a password
+     * holding '/' or '@' (which no URL parser takes) is still hidden whole. */
+    const char *at = NULL;
+    for (const char *p = rest; p < query; p++)
+        if (*p == '@') at = p;
     const char *colon = at ? memchr(rest, ':', (size_t)(at - rest)) : NULL;
-    if (!colon) {
-        snprintf(buf, len, "%s", url);
-        return;
+    if (colon) { /* user:password@ -> user:***@ */
+        append(buf, len, &n, url, (size_t)(colon + 1 - url));
+        append(buf, len, &n, "***", 3);
+        append(buf, len, &n, at, (size_t)(query - at));
+    } else if (at && at < rest + strcspn(rest, "/")) { /* token@host: a token as the user -> ***@ */
+        append(buf, len, &n, url, (size_t)(rest - url));
+        append(buf, len, &n, "***", 3);
+        append(buf, len, &n, at, (size_t)(query - at));
+    } else {
+        append(buf, len, &n, url, (size_t)(query - url));
     }
-    /* user:password@ -> user:***@ */
-    snprintf(buf, len, "%.*s***%s", (int)(colon + 1 - url), url, at);
+    /* ?token=...&sig=... -> ?token=***&sig=***: query values are
+     * credentials as often as not (presigned URLs, tokens); only unix://'s
+     * db number is shown. A fragment is hidden whole. */
+    const char *p = query;
+    if (*p == '?') {
+        append(buf, len, &n, "?", 1);
+        for (p++; *p && *p != '#';) {
+            size_t k = strcspn(p, "&;#"), name = strcspn(p, "=&;#");
+            if (name < k && !(name == 2 && !strncmp(p, "db", 2))) {
+                append(buf, len, &n, p, name + 1);
+                append(buf, len, &n, "***", 3);
+            } else if (name < k || k == 0) {
+                append(buf, len, &n, p, k);
+            } else {
+                append(buf, len, &n, "***", 3); /* a bare value: ?TOKEN */
+            }
+            p += k;
+            if (*p == '&' || *p == ';') append(buf, len, &n, p++, 1);
+        }
+    }
+    if (*p == '#') append(buf, len, &n, "#***", p[1] ? 4 : 1);
 }
 
 void config_print(FILE *out, const struct clshim_config *cfg)
@@ -471,11 +660,15 @@ void config_print_docs(FILE *out)
             "<!-- Generated from common/knobs.h by `clshim config --docs`; do not edit. -->\n\n"
             "Every knob is an environment variable. The same names may be set in\n"
             "`$XDG_CONFIG_HOME/clshim/clshim.conf` (else `~/.config/clshim/clshim.conf`), one\n"
-            "`CLSHIM_NAME=value` a line, `#` for comments; the environment wins. An invalid value\n"
-            "is reported once per application run (not once per process that loads clshim), naming\n"
-            "the knob, what it accepts, the file and line when it is in the config file, and the\n"
-            "value used instead (the default, or the config file's). A `CLSHIM_` name that is no\n"
-            "knob is reported the same way, with the closest knob's name.\n"
+            "`CLSHIM_NAME=value` a line (spaces around the `=` allowed), `#` for comments; the\n"
+            "environment wins. The file is read only when it is a regular file of at most 1 MiB:\n"
+            "anything else there (a FIFO, a device, a directory, a larger file) is ignored, with one\n"
+            "line saying so. An invalid value is reported once per application run (not once per\n"
+            "process that loads clshim), naming the knob, what it accepts, the file and line when it\n"
+            "is in the config file, and the value used instead (the default, or the config file's).\n"
+            "A `CLSHIM_` name that is no knob is reported the same way, with the closest knob's name.\n"
+            "A config file with more than one bad line is reported in one line: how many lines were\n"
+            "ignored, and the first.\n"
             "`clshim config` prints the effective value of each knob and where it came from.\n\n"
             "| Knob | Type | Default | Since | Meaning |\n"
             "| --- | --- | --- | --- | --- |\n");

@@ -2,12 +2,14 @@
  *
  * Values come from three places, later ones winning: the defaults in
  * common/knobs.h, the file $XDG_CONFIG_HOME/clshim/clshim.conf (else
- * ~/.config/clshim/clshim.conf; lines `CLSHIM_NAME=value`, `#` comments),
- * and the environment. An invalid value is reported once per application
- * run, naming the knob, what it accepts and (in the file) the line, and the
+ * ~/.config/clshim/clshim.conf; lines `CLSHIM_NAME=value`, `#` comments;
+ * read only when it is a regular file of at most 1 MiB), and the
+ * environment. An invalid value is reported once per application run,
+ * naming the knob, what it accepts and (in the file) the line, and the
  * value before it stays; so is an unknown CLSHIM_ name, with the closest
- * knob. The process-wide configuration is loaded once, on first use: in
- * the shim, at load time (interpose/entry.c's constructor).
+ * knob; a file of many bad lines in one line, with the first. The
+ * process-wide configuration is loaded once, on first use: in the shim, at
+ * load time (interpose/entry.c's constructor).
  */
 #ifndef CLSHIM_CONFIG_H
 #define CLSHIM_CONFIG_H
@@ -43,6 +45,10 @@ struct clshim_config {
      * N line N of the config file (the environment's wins when both). */
     int invalid_line[CONFIG_KNOB_COUNT];
     char *strings; /* owns the text of PATH/STRING values */
+    /* CLSHIM_CI_CONTEXT resolved (config_load): 1 when this job may not
+     * write what others trust, and why, for the one line that says so. */
+    int ci_untrusted;
+    char ci_why[160];
 };
 
 /* The process-wide configuration, loaded on first call from the environment
@@ -51,9 +57,11 @@ const struct clshim_config *config_get(void);
 
 /* Loads a configuration from explicit inputs (for tests and the tool):
  * `env` is a NULL-terminated "NAME=value" array (may be NULL), `conf_path`
- * a config file (NULL or missing file: none). Invalid values are reported
- * through `report` (may be NULL) and replaced by the default. Returns the
- * number of invalid values. Release with config_free(). */
+ * a config file (NULL or missing file: none; one that is not a regular file
+ * of at most 1 MiB, or cannot be read: none, reported). Invalid values are
+ * reported through `report` (may be NULL; more than one bad line of the
+ * file as one summary) and replaced by the default. Returns the number of
+ * invalid values. Release with config_free(). */
 int config_load(struct clshim_config *cfg, char *const *env, const char *conf_path,
                 void (*report)(const char *message));
 void config_free(struct clshim_config *cfg);
@@ -70,13 +78,16 @@ int config_parse(enum config_type type, const char *text, uint64_t *out_num);
 /* What a knob of this type accepts, for messages ("0 or 1", ...). */
 const char *config_accepts(enum config_type type);
 
-/* Copies a URL into buf with the password of its user part (between ':' and
- * '@' after the scheme) replaced by "***": what logs and `clshim config` show
- * of CLSHIM_REMOTE. */
+/* Copies a URL into buf with its credentials replaced by "***": the
+ * password of its user part (user:password@, between ':' and the last '@'
+ * before the query), a user part without ':' in the host's place (a token
+ * as the user: TOKEN@host), every query value but unix://'s db
+ * (?token=***), and a fragment. What logs and `clshim config` show of
+ * CLSHIM_REMOTE and CLSHIM_REMOTE_ENDPOINT. */
 void config_redact_url(const char *url, char *buf, size_t len);
 
-/* A knob's value in effect as `clshim config` prints it (CLSHIM_REMOTE's
- * password hidden). */
+/* A knob's value in effect as `clshim config` prints it (the credentials
+ * of CLSHIM_REMOTE and CLSHIM_REMOTE_ENDPOINT hidden). */
 void config_format_value(const struct clshim_config *cfg, int knob, char *buf, size_t len);
 
 /* `clshim config`: every knob, its effective value and where it came from. */

@@ -19,6 +19,7 @@ const char *clshim_strerror(int err)
     case CLSHIM_EUNSUPPORTED: return "unsupported";
     case CLSHIM_EDISABLED: return "disabled by configuration";
     case CLSHIM_ENOSPC: return "no space left on device";
+    case CLSHIM_EUNTRUSTED: return "not sealed by a trusted key";
     }
     return "unknown error";
 }

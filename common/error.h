@@ -24,6 +24,7 @@ enum clshim_err {
     CLSHIM_EUNSUPPORTED = -30012,
     CLSHIM_EDISABLED = -30013, /* feature turned off by configuration */
     CLSHIM_ENOSPC = -30014,    /* the file system holding the cache is full */
+    CLSHIM_EUNTRUSTED = -30015, /* an entry not sealed by a trusted key (CLSHIM_TRUST) */
 };
 
 /* A short English description; never NULL. */

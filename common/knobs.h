@@ -27,6 +27,12 @@
     X(STATS, BOOL, stats, "0", "0.1",                                          \
       "1 prints the per-process cache summary at exit even below log level "   \
       "info (`clshim run --stats` sets it).")                                  \
+    X(STATS_FILE, PATH, stats_file, "", "0.2",                                 \
+      "Each process that built a program appends its cache counters at exit "  \
+      "to this file, as one line of NAME=N words (hits, misses by cause, "     \
+      "stored, compile time saved; docs/cache.md, \"Statistics\"). Empty: "    \
+      "none. `clshim run --stats` sets it to a file of its own and sums the "  \
+      "lines into the run's last line.")                                       \
     X(CACHE, BOOL, cache, "1", "0.1",                                          \
       "0 turns program caching off; the rest of the shim stays active.")       \
     X(CACHE_DIR, PATH, cache_dir, "", "0.1",                                   \
@@ -113,6 +119,34 @@
       "cannot be read trusts nothing (one log line). A process with TRUST "   \
       "and no SIGN_KEY never writes the server. Empty: any value that "       \
       "verifies is taken (docs/security.md says what that trusts).")          \
+    X(SIGN_KEY, PATH, sign_key, "", "0.2",                                     \
+      "A secret key file (`clshim cache keygen FILE`): every entry this "     \
+      "process builds and stores is sealed with it (ed25519), locally and "   \
+      "on the remote tier (where it also signs the value unless "             \
+      "CLSHIM_REMOTE_SIGN_KEY names another key), so readers with "           \
+      "CLSHIM_TRUST use it. When it cannot be read, nothing is stored (one "  \
+      "log line). Empty: entries are stored unsealed.")                        \
+    X(TRUST, STRING, trust, "", "0.2",                                         \
+      "Public key files (FILE.pub of `clshim cache keygen`), or directories " \
+      "of them, separated by ':'. Set, an entry is used only when sealed by " \
+      "one of these keys, whoever wrote it (a restored CI cache directory, "  \
+      "an import, the remote tier): unsealed, other-key and forged entries "  \
+      "are ignored and counted (untrusted, one line a run), never deleted "   \
+      "by a reader (`clshim cache verify --trust` lists them, `--fix` "       \
+      "removes them). What a process without CLSHIM_SIGN_KEY builds is "      \
+      "stored unsealed, which such readers ignore. A file that cannot be "    \
+      "read adds no key (one log line). Rotation: docs/security.md.")          \
+    X(CI_CONTEXT, STRING, ci_context, "auto", "0.2",                           \
+      "Whether this CI job may write what others trust: trusted, untrusted "  \
+      "or auto. Untrusted never pushes to the remote tier and never signs, "  \
+      "whatever else is set (one log line says why). auto: untrusted in a "   \
+      "GitHub Actions run for a pull request (GITHUB_ACTIONS=true and "       \
+      "GITHUB_EVENT_NAME pull_request or pull_request_target: forks and "     \
+      "branches alike, as the event file is not read) and in a GitLab "       \
+      "pipeline on an unprotected ref (GITLAB_CI=true and "                   \
+      "CI_COMMIT_REF_PROTECTED not true) or for a merge request from "        \
+      "another project (CI_MERGE_REQUEST_SOURCE_PROJECT_ID not "              \
+      "CI_PROJECT_ID); trusted elsewhere (docs/security.md).")                 \
     X(CAPTURE, STRING, capture, "auto", "0.1",                                 \
       "When a built binary is stored: build (right after clBuildProgram), "    \
       "release (at the first synchronisation after a kernel of it ran, or "    \
@@ -234,9 +268,9 @@
       "CUDA_CACHE_PATH (NVIDIA's ComputeCache) and POCL_CACHE_DIR (PoCL's "    \
       "kcache) are set to <cache dir>/driver/nvidia and .../pocl when "        \
       "libclshim.so is loaded, where not set already. 1: always; 0: never; "   \
-      "auto: when CLSHIM_CACHE_DIR (or cache_dir in the config file) names "   \
-      "the cache directory and the cache is writable, as in a CI job that "    \
-      "keeps that directory: on NVIDIA a kept clshim cache without the "       \
+      "auto: when CLSHIM_CACHE_DIR (in the environment or the config file) "   \
+      "names the cache directory and the cache is writable, as in a CI job "   \
+      "that keeps that directory: on NVIDIA a kept clshim cache without the "  \
       "ComputeCache still JIT-compiles every PTX binary (docs/cache.md).")    \
     X(FUSE_ROUTE, STRING, fuse_route, "auto", "0.2",                           \
       "How fused kernels are built: ir (a fused SPIR module, for drivers "     \
@@ -259,7 +293,7 @@
       "1 runs the preprocessor beside the driver's compile in "                \
       "clCompileProgram when a source needs it and was never seen (no "        \
       "manifest): its start-up no longer adds to a miss. 0 runs it first, "    \
-      "so a key stored by another working directory still hits. Ignored "      \
+      "so a stored key whose manifest alone was evicted still hits. Ignored "  \
       "(0) with a read-only cache, CLSHIM_REMOTE or CLSHIM_CACHE_MIN_ENTRY, "  \
       "where a missing manifest need not mean a missing binary.")             \
     X(LLVM_LIB, PATH, llvm_lib, "", "0.1",                                     \

@@ -37,6 +37,10 @@ static int default_path(char *buf, size_t len)
     return n > 0 && (size_t)n < len ? 0 : -1;
 }
 
+/* What is off without the library: what is new. Translations and fused
+ * kernels the cache holds load without it (a GPU machine with no LLVM). */
+#define LLVM_OFF "translating SPIR-V and building fused kernels are off (what the cache holds of either still loads)"
+
 static void llvm_load(void)
 {
     char path[PATH_MAX];
@@ -44,26 +48,22 @@ static void llvm_load(void)
     if (lib && *lib) {
         snprintf(path, sizeof path, "%s", lib);
     } else if (default_path(path, sizeof path) != 0) {
-        LOG_ONCE(LOG_WARN, "cannot load libclshim-llvm.so (cannot find the directory of "
-                           "libclshim.so); SPIR-V translation and fusion are off");
+        LOG_ONCE(LOG_WARN, "cannot load libclshim-llvm.so (cannot find the directory of libclshim.so); " LLVM_OFF);
         return;
     }
     void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!handle) {
         const char *why = dlerror();
-        LOG_ONCE(LOG_WARN, "cannot load %s (%s); SPIR-V translation and fusion are off", path,
-                 why ? why : "unknown error");
+        LOG_ONCE(LOG_WARN, "cannot load %s (%s); " LLVM_OFF, path, why ? why : "unknown error");
         return;
     }
     clshim_llvm_api_fn get = (clshim_llvm_api_fn)dlsym(handle, "clshim_llvm_api");
     const struct clshim_llvm_api *api = get ? get() : NULL;
     if (!api) {
-        LOG_ONCE(LOG_WARN, "cannot load %s (no clshim_llvm_api); SPIR-V translation and fusion "
-                           "are off", path);
+        LOG_ONCE(LOG_WARN, "cannot load %s (no clshim_llvm_api); " LLVM_OFF, path);
     } else if (api->version != CLSHIM_LLVM_API_VERSION) {
-        LOG_ONCE(LOG_WARN, "cannot load %s (API version %u, clshim needs %u); SPIR-V "
-                           "translation and fusion are off", path, (unsigned)api->version,
-                 (unsigned)CLSHIM_LLVM_API_VERSION);
+        LOG_ONCE(LOG_WARN, "cannot load %s (API version %u, clshim needs %u); " LLVM_OFF, path,
+                 (unsigned)api->version, (unsigned)CLSHIM_LLVM_API_VERSION);
     } else {
         const struct clshim_config *cfg = config_get();
         struct llvm_limits limits = {

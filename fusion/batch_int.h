@@ -204,6 +204,8 @@ struct fev {
     cl_event real;        /* the driver's event of the command carrying the work (atomic;
                              set under q->lock at submission, retained by the record) */
     int done;             /* the completion callback ran (atomic) */
+    uint32_t part, parts; /* of a fused launch: this command's place among its parts (0 of 0
+                             otherwise; set under q->lock before `real`, read after it) */
 };
 
 /* A held event for `e`, or NULL (also when none are tracked). Only for an

@@ -1358,6 +1358,7 @@ int fb_fuse_held(struct fq *q, int flags, const char *internal_args, int seq, st
         struct held *h = &q->held[i];
         if (h->ev) {
             fb()->real->clRetainEvent(rev);
+            h->ev->part = i, h->ev->parts = n; /* published by the release store */
             __atomic_store_n(&h->ev->real, rev, __ATOMIC_RELEASE);
             h->ev->held = 0;
             fb_pending_add(p, h->ev, rev, CL_SUCCESS);

@@ -537,6 +537,11 @@ static int scan_source(struct scan *sc, uint32_t part, char *why, size_t why_len
         }
         int top = brace == 0 && paren == 0;
         if (k == 'i') {
+            /* Joined, each kernel is renamed: a function's own name would
+             * read the new one (sizeof(__func__) too). */
+            if (word_is(t, n, "__func__") || word_is(t, n, "__FUNCTION__") || word_is(t, n, "__PRETTY_FUNCTION__"))
+                return refuse(why, why_len, "program %u reads a function's own name (%.*s), which joined programs "
+                              "rename", (unsigned)part + 1, (int)n, t);
             if (tag_next && !keyword(t, n)) names_add(&sc->decl, t, n);
             if (enum_at >= 0 && brace == enum_at && (prev_kind == '{' || prev_kind == ',') && !keyword(t, n))
                 names_add(&sc->decl, t, n);
@@ -606,6 +611,13 @@ int fs_join(const struct fs_part *parts, uint32_t n, struct fs_join *out, char *
     int rc = 0;
     for (uint32_t p = 0; p < n && !rc; p++) {
         struct scan sc = {parts[p].source, parts[p].len, 0, {0}, {0}, {0}, {0}};
+        /* A name pasted together (##) is not seen by the scan, and its
+         * pieces can spell a function's own name: no join. */
+        if (spells(&parts[p], "##")) {
+            rc = refuse(why, why_len, "program %u pastes tokens (##), which could spell __func__, and joined "
+                        "programs rename their functions", (unsigned)p + 1);
+            break;
+        }
         rc = scan_source(&sc, p, why, why_len);
         for (uint32_t i = 0; !rc && i < sc.decl.n; i++) {
             const char *name = sc.decl.v[i];

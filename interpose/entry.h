@@ -3,7 +3,9 @@
  * entry_ready() is the check every wrapper makes first: after the first
  * OpenCL call of the process it is one acquire load. entry_init() resolves
  * the real functions, reads the configuration and starts the enabled
- * modules — nothing happens when the library is merely loaded.
+ * modules. When the library is merely loaded, one constructor sets the
+ * drivers' cache variables where CLSHIM_DRIVER_CACHES applies (and makes
+ * those directories: cache/driver_caches.h); nothing else happens.
  */
 #ifndef CLSHIM_INTERPOSE_ENTRY_H
 #define CLSHIM_INTERPOSE_ENTRY_H

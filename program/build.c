@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cache/quirks.h"
+#include "cache/snapshot.h"
 #include "compiler/route_a.h"
 #include "program/capture_proc.h"
 
@@ -46,10 +47,114 @@ static void derive_key(struct pc_program *rec, const char *options, size_t i)
         key_add_text(&k, name, value);
     }
     char ddir[4096];
-    struct key_source in = {.source = rec->input, .len = rec->input_len, .options = options,
+    struct key_source in = {.source = built_input(rec), .len = rec->input_len, .options = options,
                             .driver_dir = quirk_source_dir(info->quirks, ddir, sizeof ddir) == 0 ? ddir : NULL};
-    pipeline_key(&rec->flights[i], &k, rec->kind == KEY_SOURCE ? &in : NULL, info->identity, rec->input,
+    pipeline_key(&rec->flights[i], &k, rec->kind == KEY_SOURCE ? &in : NULL, info->identity, built_input(rec),
                  rec->input_len, rec->handle);
+}
+
+/* Each application's marker is said once per process, recognised or kept. */
+static void say_marker(const struct app_marker *m, const char *kept_because)
+{
+    static unsigned said_recognised, said_kept;
+    unsigned bit = 1u << (m->row & 31);
+    if (__atomic_fetch_or(kept_because ? &said_kept : &said_recognised, bit, __ATOMIC_RELAXED) & bit) return;
+    if (kept_because)
+        log_msg(LOG_INFO, "%s's cache-defeating marker kept in the key: %s; such programs miss on every build: "
+                "set %s instead (clshim's cache then takes the place of %s's)",
+                m->app, kept_because, m->instead, m->app);
+    else
+        log_msg(LOG_INFO, "%s's cache-defeating marker recognised: the constant %s<random> it appends to its "
+                "sources is keyed and built with zeros for the random part (nothing uses it; the application "
+                "still sees its own text)",
+                m->app, m->stem);
+}
+
+/* An application's cache-defeating marker (cache/quirks.h): on a driver
+ * clshim caches on, the build's key and the driver's build are of the
+ * source's neutral form (rec->keyed), where nothing the application sees can
+ * tell. Why the neutral text is built, not only keyed: the key must name
+ * exactly what was compiled (docs/cache.md, "Exact by construction"), and
+ * the capture helper rebuilds from the text it is handed. */
+static void neutral_marker(struct pc_program *rec, const char *options)
+{
+    (void)CLSHIM_ASSERT_HELD(&rec->lock);
+    free(rec->keyed);
+    rec->keyed = NULL;
+    if (rec->kind != KEY_SOURCE || rec->translated || !rec->ndevs) return;
+    struct app_marker m;
+    char why[256] = "";
+    int found = 1;
+    for (size_t i = 0; i < rec->ndevs && found > 0; i++) {
+        const struct device_info *info = device_info(pc_real, rec->devs[i].dev);
+        if (!info || stands_aside(info)) return;
+        found = quirk_app_marker(rec->input, rec->input_len, options, info->identity, &m, why, sizeof why);
+    }
+    if (found < 0) say_marker(&m, why);
+    if (found <= 0 || !(rec->keyed = malloc(rec->input_len + 1))) return;
+    memcpy(rec->keyed, rec->input, rec->input_len + 1);
+    quirk_app_marker_neutral(&m, rec->keyed);
+    rec->marker = m;
+}
+
+/* After the keys of a neutral form: 1 when it holds, 0 when no key was
+ * made (the driver builds the application's text, as for any program not
+ * cached), -1 when a header a key names mentions the marker's stem (a
+ * macro of that name, a use of it: the rename could change more than a
+ * name; said once). */
+static int neutral_holds(struct pc_program *rec)
+{
+    int keyed = 0;
+    for (size_t i = 0; i < rec->ndevs; i++) {
+        const struct pipeline_flight *f = &rec->flights[i];
+        keyed |= f->key != NULL;
+        for (size_t j = 0; f->key && f->snap && j < f->snap->n; j++) {
+            const struct snap_file *h = &f->snap->files[j];
+            if (!quirk_app_marker_named(&rec->marker, h->bytes, h->len)) continue;
+            char why[4200];
+            snprintf(why, sizeof why, "a header the key names mentions it (%.4000s)", h->path);
+            say_marker(&rec->marker, why);
+            return -1;
+        }
+    }
+    return keyed;
+}
+
+/* The keys of every device: of the neutral form where it holds, else of the
+ * application's text. */
+static void derive_keys(struct pc_program *rec, const char *options, cl_uint ndev)
+{
+    neutral_marker(rec, options);
+    for (cl_uint i = 0; i < ndev; i++) derive_key(rec, options, i);
+    int holds = rec->keyed ? neutral_holds(rec) : 1;
+    if (holds > 0) {
+        if (rec->keyed) say_marker(&rec->marker, NULL);
+        return;
+    }
+    free(rec->keyed);
+    rec->keyed = NULL;
+    for (cl_uint i = 0; holds < 0 && i < ndev; i++) {
+        pipeline_flight_free(&rec->flights[i]);
+        derive_key(rec, options, i);
+    }
+}
+
+/* The driver's build of the neutral form: on a program of its own that
+ * stands in for the handle (as a translated IL program does), so the handle
+ * keeps the application's source for CL_PROGRAM_SOURCE. NULL with *rc when
+ * the program cannot be made. */
+static cl_program build_neutral(struct pc_program *rec, cl_uint ndev, const cl_device_id *devs, const char *options,
+                                cl_int *rc)
+{
+    const char *text = rec->keyed;
+    size_t len = rec->input_len;
+    cl_program p = pc_real->clCreateProgramWithSource(rec->context, 1, &text, &len, rc);
+    if (!p && retry_after_emptying_tier(*rc, "clCreateProgramWithSource"))
+        p = pc_real->clCreateProgramWithSource(rec->context, 1, &text, &len, rc);
+    if (!p) return NULL;
+    *rc = pc_real->clBuildProgram(p, ndev, devs, options, NULL, NULL);
+    if (retry_after_emptying_tier(*rc, "clBuildProgram")) *rc = pc_real->clBuildProgram(p, ndev, devs, options, NULL, NULL);
+    return p;
 }
 
 /* The driver's build: on the handle, or (translated IL) on a new program. */
@@ -57,7 +162,19 @@ static cl_int driver_build(struct pc_program *rec, cl_uint ndev, const cl_device
 {
     if (!rec->translated) {
         set_effective(rec, NULL);
-        cl_int rc = pc_real->clBuildProgram(rec->handle, ndev, devs, options, NULL, NULL);
+        cl_int rc;
+        cl_program neutral = rec->keyed ? build_neutral(rec, ndev, devs, options, &rc) : NULL;
+        if (neutral) {
+            set_effective(rec, neutral); /* failed too: its status and log are the build's */
+            return rc;
+        }
+        if (rec->keyed) { /* the handle is built: its binary is not what the key names */
+            log_msg(LOG_INFO, "program %p: its neutral form cannot be made (%d): not cached", (void *)rec->handle, rc);
+            pipeline_uncacheable(rec->flights, rec->ndevs);
+            free(rec->keyed);
+            rec->keyed = NULL;
+        }
+        rc = pc_real->clBuildProgram(rec->handle, ndev, devs, options, NULL, NULL);
         if (retry_after_emptying_tier(rc, "clBuildProgram"))
             rc = pc_real->clBuildProgram(rec->handle, ndev, devs, options, NULL, NULL);
         return rc;
@@ -125,6 +242,8 @@ static int start_build(struct pc_program *rec, cl_uint ndev, const cl_device_id 
     rec->driver_options = strdup(options ? options : "");
     free(rec->cwd);
     rec->cwd = getcwd(NULL, 0);
+    free(rec->keyed); /* the last build's: this one keys afresh */
+    rec->keyed = NULL;
     if (new_devs(rec, ndev, devs, rec->kind) != 0 || !rec->options || !rec->driver_options) return -1;
     return 0;
 }
@@ -137,8 +256,7 @@ static cl_int build_record(struct pc_program *rec, cl_uint ndev, const cl_device
     (void)CLSHIM_ASSERT_HELD(&rec->lock);
     need_exit_handler(); /* the driver is loaded by now */
     capture_proc_poll(keep_reply_in_memory);
-    for (cl_uint i = 0; i < ndev; i++)
-        if (config_get()->cache) derive_key(rec, options, i);
+    if (config_get()->cache) derive_keys(rec, options, ndev);
     struct run r = {.kind = &build_kind, .rec = rec, .fl = rec->flights, .devs = rec->devs, .n = ndev,
                     .cached = 1, .ctx = rec->context, .devlist = devs, .options = options, .handle = rec->handle};
     cl_int err = CL_BUILD_PROGRAM_FAILURE;
@@ -147,8 +265,12 @@ static cl_int build_record(struct pc_program *rec, cl_uint ndev, const cl_device
     *late = 0;
     for (size_t i = 0; i < rec->ndevs; i++) *late |= rec->devs[i].needs_capture;
     rec->ran = 0;
+    pthread_mutex_lock(&pc_ran_names_lock); /* no kernel lives across a build: none has run since */
+    rec->nran_names = 0;
+    pthread_mutex_unlock(&pc_ran_names_lock);
     rec->source_build = r.built && rec->kind == KEY_SOURCE && !rec->translated;
     rec->handed_off = 0;
+    rec->captured_here = 0;
     rec->built_cpu_ns = process_cpu_ns();
     return err;
 }
@@ -180,6 +302,11 @@ static cl_int build_program(cl_program prog, cl_uint num_devices, const cl_devic
     if (device_list(rec->context, num_devices, device_list_in, &owned, &ndev, &devs) != 0)
         return pc_real->clBuildProgram(prog, num_devices, device_list_in, options, notify, user_data);
     pthread_mutex_lock(&rec->lock);
+    /* Built before and not yet captured (built, queried, built again with
+     * other options before first use, as a conformance test does): that
+     * build is captured now, before the new one replaces it in the driver;
+     * dropped, it would miss on every warm run, silently. */
+    capture(rec);
     if (start_build(rec, ndev, devs, options) != 0) {
         pthread_mutex_unlock(&rec->lock);
         free(owned);
@@ -206,6 +333,8 @@ cl_int pc_build(cl_program prog, cl_uint num_devices, const cl_device_id *device
     char *with = want_arg_info ? options_with_arg_info(options) : NULL;
     if (with) LOG_ONCE(LOG_INFO, "fusion is armed: programs built with options get -cl-kernel-arg-info added");
     cl_int rc = build_program(prog, num_devices, device_list, with ? with : options, notify, user_data);
+    if (appended && (rc == CL_BUILD_PROGRAM_FAILURE || rc == CL_INVALID_BUILD_OPTIONS))
+        options_blame_build(prog, num_devices, device_list, app_options, config_get()->build_options_append);
     if (with) restore_app_options(prog, options);
     free(with);
     free(appended);

@@ -217,6 +217,8 @@ static int gave_up;   /* no helper: capture here from now on */
 #define HANDED_MAX 4096
 static struct cache_hash handed[HANDED_MAX];
 static unsigned char hurried[HANDED_MAX]; /* handed[i] was sent again, marked `again` */
+static uint64_t handed_compile_ns[HANDED_MAX];   /* what the handed request's build cost */
+static uint64_t handed_first_use_ns[HANDED_MAX]; /* and its first use (code generation on PoCL) */
 static size_t nhanded;
 
 static size_t handed_slot(struct cache_hash h) { return (size_t)(h.lo ^ (h.hi >> 7)) % HANDED_MAX; }
@@ -231,13 +233,15 @@ static int handed_find(struct cache_hash h)
     return -1;
 }
 
-static void handed_add(struct cache_hash h)
+static void handed_add(struct cache_hash h, uint64_t compile_ns, uint64_t first_use_ns)
 {
     if (is_empty(h) || nhanded >= HANDED_MAX / 2 || handed_find(h) >= 0) return;
     size_t i = handed_slot(h);
     while (!is_empty(handed[i])) i = (i + 1) % HANDED_MAX;
     handed[i] = h;
     hurried[i] = 0;
+    handed_compile_ns[i] = compile_ns;
+    handed_first_use_ns[i] = first_use_ns;
     nhanded++;
 }
 
@@ -262,6 +266,8 @@ static void handed_remove(struct cache_hash h)
         }
         handed[i] = handed[j];
         hurried[i] = hurried[j];
+        handed_compile_ns[i] = handed_compile_ns[j];
+        handed_first_use_ns[i] = handed_first_use_ns[j];
         i = j;
     }
 }
@@ -364,6 +370,16 @@ static int request_lock(void)
     return -1;
 }
 
+int capture_proc_owed(const void *key, size_t key_len, uint64_t *compile_ns, uint64_t *first_use_ns)
+{
+    struct cache_hash hash = key_hash(key, key_len);
+    pthread_mutex_lock(&lock);
+    int at = sock >= 0 && !gave_up ? handed_find(hash) : -1;
+    if (at >= 0) *compile_ns = handed_compile_ns[at], *first_use_ns = handed_first_use_ns[at];
+    pthread_mutex_unlock(&lock);
+    return at >= 0;
+}
+
 int capture_proc_send(const struct capture_request *rq)
 {
     int rc = -1;
@@ -398,7 +414,7 @@ int capture_proc_send(const struct capture_request *rq)
             hurried[at] = 1;
         } else if (w == 1) {
             rc = 0;
-            handed_add(hash);
+            handed_add(hash, rq->compile_ns, rq->first_use_ns);
         } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOBUFS && errno != ETOOMANYREFS) {
             /* Gone (it died, or ran past its budget): not started again. */
             log_msg(LOG_WARN, "the capture helper is gone (%s): binaries are captured in this process",

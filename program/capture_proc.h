@@ -94,11 +94,17 @@ struct capture_request {
 /* 0: the helper has the request; 1: it has one for this key already, not
  * yet answered: the program is built repeatedly, so the helper is asked
  * (once) to capture it at once rather than wait for the application to be
- * idle; its answer makes the next builds memory hits. Never captured in
- * this process: reading a binary is the code generation of every kernel of
- * the program, up to seconds of the application's CPU (PyOpenCL's scan
- * programs). -1: capture in this process. */
+ * idle; its answer makes the next builds memory hits. The caller reads
+ * such a program's binary itself only when every kernel of it ran here
+ * (late_capture.c): reading a binary is the code generation of every
+ * kernel of the program, up to seconds of the application's CPU for
+ * kernels it never ran (PyOpenCL's scan programs, built twice before
+ * use). -1: capture in this process. */
 int capture_proc_send(const struct capture_request *rq);
+/* Whether a request for this key went to the helper and is not answered
+ * yet (capture_proc_send() would return 1); then *compile_ns and
+ * *first_use_ns are what that request's build and first use cost. */
+int capture_proc_owed(const void *key, size_t key_len, uint64_t *compile_ns, uint64_t *first_use_ns);
 
 /* The helper's answer to a request, on the same socket: the key's hash and,
  * when it stored the binary, its bytes (size 0: not stored), so the

@@ -28,7 +28,6 @@ static uint64_t clock_ns(clockid_t which)
 
 uint64_t now_ns(void) { return clock_ns(CLOCK_MONOTONIC); }
 uint64_t process_cpu_ns(void) { return clock_ns(CLOCK_PROCESS_CPUTIME_ID); }
-uint64_t thread_cpu_ns(void) { return clock_ns(CLOCK_THREAD_CPUTIME_ID); }
 
 /* Every read of a program's binaries, clshim's and the app's, one at a
  * time: PoCL generates code at a program's first read, and two reads at

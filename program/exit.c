@@ -6,8 +6,11 @@
  */
 #include "program/program_int.h"
 
+#include <fcntl.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "program/capture.h"
 #include "program/capture_proc.h"
@@ -83,6 +86,32 @@ void pc_print_summary(void)
                           "clshim's cache", foreign, foreign == 1 ? "" : "s");
 }
 
+/* CLSHIM_STATS_FILE: this process's counters as one line appended (one
+ * write(2) with O_APPEND, so the lines of processes ending at once do not
+ * mix), which `clshim run --stats` sums into the run's line (scripts/clshim,
+ * run_summary()). Names are kept: the wrapper reads them by name. */
+static void append_counters(const char *path)
+{
+    struct pipeline_stats s;
+    pipeline_stats(&s);
+    const struct store_stats *c = &s.store;
+    char line[512];
+    int n = snprintf(line, sizeof line,
+                     "clshim-stats 1 pid=%ld hits=%llu memory_hits=%llu misses=%llu misses_evicted=%llu "
+                     "misses_evicted_age=%llu keep_limit=%llu failed=%llu uncacheable=%llu stored=%llu handed=%llu "
+                     "saved_ns=%llu foreign=%lu readonly=%d\n",
+                     (long)getpid(), (unsigned long long)c->hits, (unsigned long long)s.memory_hits,
+                     (unsigned long long)c->misses, (unsigned long long)c->misses_evicted,
+                     (unsigned long long)c->misses_evicted_age, (unsigned long long)c->evicted_keep_limit,
+                     (unsigned long long)s.failed, (unsigned long long)c->uncacheable, (unsigned long long)c->stores,
+                     (unsigned long long)c->captures_handed, (unsigned long long)c->compile_ns_saved,
+                     atomic_load_explicit(&pc_foreign_builds, memory_order_relaxed), config_get()->cache_readonly);
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0 || n <= 0 || (size_t)n >= sizeof line || write(fd, line, (size_t)n) != n)
+        log_msg(LOG_WARN, "cannot append this process's counters to CLSHIM_STATS_FILE=%s", path);
+    if (fd >= 0) close(fd);
+}
+
 static void at_exit(void)
 {
     if (atomic_load_explicit(&idle_child, memory_order_relaxed)) return; /* a forked child that built nothing: the parent reports */
@@ -92,6 +121,7 @@ static void at_exit(void)
     pipeline_count_capture_lost(CAPTURE_LOST_EXIT, dropped);
     pipeline_exit();
     const struct clshim_config *cfg = config_get();
+    if (cfg->stats_file && cfg->stats_file[0]) append_counters(cfg->stats_file);
     if (cfg->stats || log_enabled(LOG_INFO)) {
         if (!log_enabled(LOG_WARN)) log_set_level(LOG_WARN);
         pc_print_summary();

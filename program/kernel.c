@@ -24,6 +24,7 @@ static cl_int track_kernel(struct pc_program *rec, cl_kernel k, const char *name
     kr->prog = rec;
     kr->refs = 1;
     kr->substituted = substituted;
+    kr->ran = 0;
     memcpy(kr->name, name, n + 1);
     cl_int rc = substituted ? pc_real->clRetainProgram(rec->handle) : CL_SUCCESS;
     if (rc != CL_SUCCESS) {
@@ -168,7 +169,7 @@ int pc_kernel_origin(cl_kernel k, struct pc_origin *out)
     int ok = out->input && out->options && out->name && (!rec->nspecs || out->specs);
     if (ok) {
         if (rec->input_len) /* a linked program has no input of its own */
-            memcpy(out->input, rec->input, rec->input_len);
+            memcpy(out->input, built_input(rec), rec->input_len); /* the kernel's own text */
         ((char *)out->input)[rec->input_len] = 0;
         out->nspecs = rec->nspecs;
         for (size_t i = 0; i < rec->nspecs; i++) {

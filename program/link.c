@@ -196,6 +196,10 @@ cl_program pc_link(cl_context ctx, cl_uint num_devices, const cl_device_id *devi
                                 errcode_ret);
     else
         p = link_program(&c, errcode_ret);
+    if (appended && !p && errcode_ret &&
+        (*errcode_ret == CL_LINK_PROGRAM_FAILURE || *errcode_ret == CL_INVALID_LINKER_OPTIONS))
+        options_blame_link(ctx, num_devices, device_list_in, app_options, num_inputs, inputs,
+                           config_get()->link_options_append);
     free(c.mapped);
     free(appended);
     return p;

@@ -50,6 +50,49 @@ char *options_appended(const char *options, const char *append)
     return out;
 }
 
+/* One line when the knob's options are what made a build or link fail:
+ * the same call with the application's options alone succeeds (made on a
+ * scratch program through the driver, never on the application's). */
+static void blame_append(const char *what, const char *knob, const char *append, cl_program scratch,
+                         cl_int scratch_err)
+{
+    if (scratch_err == CL_SUCCESS)
+        log_msg(LOG_WARN, "the %s fails only because of %s=\"%.200s\": without it, it succeeds; fix or unset it",
+                what, knob, append);
+    if (scratch) pc_real->clReleaseProgram(scratch);
+}
+
+void options_blame_build(cl_program prog, cl_uint ndev, const cl_device_id *devs, const char *app_options,
+                         const char *append)
+{
+    struct pc_program *rec = objmap_get(pc_programs, prog);
+    if (!rec || rec->kind != KEY_SOURCE || !rec->input) return;
+    const char *src = rec->input;
+    size_t len = rec->input_len;
+    cl_int err;
+    cl_program scratch = pc_real->clCreateProgramWithSource(rec->context, 1, &src, &len, &err);
+    if (!scratch) return;
+    err = pc_real->clBuildProgram(scratch, ndev, devs, app_options, NULL, NULL);
+    blame_append("build", "CLSHIM_BUILD_OPTIONS_APPEND", append, scratch, err);
+}
+
+void options_blame_link(cl_context ctx, cl_uint ndev, const cl_device_id *devs, const char *app_options,
+                        cl_uint ninputs, const cl_program *inputs, const char *append)
+{
+    cl_int err = CL_LINK_PROGRAM_FAILURE;
+    cl_program *mapped = ninputs ? calloc(ninputs, sizeof *mapped) : NULL;
+    if (!mapped) return;
+    /* What the driver links: a compile that hit is a program of clshim's
+     * (the application's own object was never compiled by the driver). */
+    for (cl_uint i = 0; i < ninputs; i++) {
+        struct pc_program *in = objmap_get(pc_programs, inputs[i]);
+        mapped[i] = in && in->effective ? in->effective : inputs[i];
+    }
+    cl_program scratch = pc_real->clLinkProgram(ctx, ndev, devs, app_options, ninputs, mapped, NULL, NULL, &err);
+    free(mapped);
+    blame_append("link", "CLSHIM_LINK_OPTIONS_APPEND", append, scratch, scratch ? err : CL_LINK_PROGRAM_FAILURE);
+}
+
 /* After a build with added options: queries answer the application's. */
 void restore_app_options(cl_program prog, const char *options)
 {

@@ -21,7 +21,8 @@ struct pc_spec_constant {
 };
 struct pc_origin {
     enum key_kind kind;       /* KEY_SOURCE or KEY_IL */
-    void *input;              /* the source (NUL-terminated) or IL bytes */
+    void *input;              /* the source (NUL-terminated) or IL bytes, as built: an application's
+                               * cache-defeating marker in its neutral form (cache/quirks.h) */
     size_t input_len;
     char *options;            /* the program's last build options ("" if none) */
     char *name;               /* the kernel's name */
@@ -35,7 +36,8 @@ int pc_kernel_origin(cl_kernel k, struct pc_origin *out);
 void pc_origin_free(struct pc_origin *o);
 
 /* A tracked program's kind (KEY_SOURCE or KEY_IL) and a copy of its source
- * (NUL-terminated) or IL bytes in *input (malloc'd; the caller frees). 0, or
+ * (NUL-terminated, as built: see pc_origin) or IL bytes in *input
+ * (malloc'd; the caller frees). 0, or
  * -1 when the program is not tracked or out of memory (nothing to free). */
 int pc_program_input(cl_program prog, enum key_kind *kind, void **input, size_t *input_len);
 

@@ -24,6 +24,7 @@
 #include "cache/device.h"
 #include "cache/key.h"
 #include "cache/pipeline.h"
+#include "cache/quirks.h"
 #include "common/check.h"
 #include "common/clapi.h"
 #include "common/config.h"
@@ -51,11 +52,17 @@ struct spec_value {
 
 struct pc_program {
     int ran;                /* a kernel of it was enqueued (late capture) */
+    /* The names of its kernels enqueued since its build, as xxh64 hashes
+     * (pc_ran_names_lock): whether reading its binary here would generate
+     * code only for kernels the application ran (late_capture.c). */
+    uint64_t *ran_names;
+    size_t nran_names, ran_names_cap;
     int pending;            /* on the pending-capture list */
     int queued;             /* with the capture worker (pc_pending_lock; it holds a driver reference) */
     int orphaned;           /* released by the app while queued: the worker frees it (pc_pending_lock) */
     int source_build;       /* built from source by clBuildProgram here (rec->lock) */
     int handed_off;         /* its captures went to the capture helper (rec->lock) */
+    int captured_here;      /* built again before the helper answered: captured here (rec->lock) */
     uint64_t built_cpu_ns;  /* the process's CPU time when its build ended (rec->lock) */
     cl_program handle;
     cl_context context;
@@ -67,6 +74,11 @@ struct pc_program {
     struct spirv_scan *scan; /* translated IL: its spec ids */
     unsigned nkernels;      /* live kernels (atomic): a build or compile is refused then */
     pthread_mutex_t lock;   /* guards everything below */
+    /* The source as the last build keyed it and the driver built it, when it
+     * ends with an application's cache-defeating marker: its neutral form
+     * (cache/quirks.h), input_len bytes; NULL: the input itself. */
+    char *keyed;
+    struct app_marker marker; /* that marker (keyed set) */
     unsigned refs;
     struct spec_value *specs;
     size_t nspecs;
@@ -89,6 +101,7 @@ struct pc_kernel_rec {
     struct pc_program *prog;
     unsigned refs;
     int substituted;
+    int ran; /* enqueued once at least (atomic) */
     char name[];
 };
 
@@ -97,7 +110,11 @@ extern objmap *pc_programs;       /* app handle -> struct pc_program */
 extern objmap *pc_kernels;        /* kernel of a tracked program -> struct pc_kernel_rec */
 extern pthread_mutex_t pc_binary_reads; /* every read of a program's binaries (driver.c) */
 extern pthread_mutex_t pc_pending_lock; /* the pending list and rec->queued, rec->orphaned */
+extern pthread_mutex_t pc_ran_names_lock; /* every record's ran_names: held for an append or a scan only */
 extern atomic_ulong pc_foreign_builds;  /* builds of programs clshim did not create */
+
+/* The text the key names and the driver builds (rec->lock held). */
+static inline const char *built_input(const struct pc_program *rec) { return rec->keyed ? rec->keyed : rec->input; }
 
 /* record.c: records, their devices and flights, references. */
 void free_devs(struct pc_program *rec);
@@ -115,7 +132,6 @@ void drop_reference(struct pc_program *rec);
 
 /* driver.c: clocks, binaries and logs read from the driver, the retry. */
 uint64_t now_ns(void);
-uint64_t thread_cpu_ns(void);
 uint64_t process_cpu_ns(void);
 int retry_after_emptying_tier(cl_int err, const char *what);
 int binaries_unsafe(cl_program prog, size_t n, const struct pc_dev *want);
@@ -149,6 +165,12 @@ int stands_aside(const struct device_info *info);
 /* options.c: added build options. */
 char *options_with_arg_info(const char *options);
 char *options_appended(const char *options, const char *append);
+/* After a failed build (link) with CLSHIM_BUILD_OPTIONS_APPEND (_LINK_)
+ * options: one warning when the application's options alone succeed. */
+void options_blame_build(cl_program prog, cl_uint ndev, const cl_device_id *devs, const char *app_options,
+                         const char *append);
+void options_blame_link(cl_context ctx, cl_uint ndev, const cl_device_id *devs, const char *app_options,
+                        cl_uint ninputs, const cl_program *inputs, const char *append);
 void restore_app_options(cl_program prog, const char *options);
 
 /* query.c: queries. */

@@ -176,18 +176,50 @@ static cl_int options_answer(struct pc_program *rec, cl_device_id dev, size_t si
     return rc;
 }
 
+/* The build log of a build of a source's neutral form (cache/quirks.h):
+ * the log of the build that ran (the driver's, or the stored one of a hit
+ * or a shared failure) with each neutral name the application's own, as the
+ * driver's build of the application's text writes it (of one length: the
+ * size is the same). Returns 1 when it answered into *rc, 0 when the
+ * program has no neutral form. */
+static int neutral_log(struct pc_program *rec, cl_device_id dev, size_t size, void *value, size_t *size_ret,
+                       cl_int *rc)
+{
+    pthread_mutex_lock(&rec->lock);
+    if (!rec->keyed) {
+        pthread_mutex_unlock(&rec->lock);
+        return 0;
+    }
+    const char *kept = NULL;
+    for (size_t i = 0; i < rec->ndevs; i++)
+        if (rec->devs[i].dev == dev && rec->devs[i].log) kept = rec->devs[i].log;
+    cl_program built = rec->effective ? rec->effective : rec->handle;
+    /* Validates the device as the driver would. */
+    *rc = pc_real->clGetProgramBuildInfo(kept ? rec->handle : built, dev, CL_PROGRAM_BUILD_STATUS, 0, NULL, NULL);
+    char *text = *rc != CL_SUCCESS ? NULL : kept ? strdup(kept) : read_build_log(built, dev);
+    if (*rc == CL_SUCCESS && !text) *rc = CL_OUT_OF_HOST_MEMORY;
+    if (*rc == CL_SUCCESS) {
+        quirk_app_marker_restore(&rec->marker, rec->input, text, strlen(text));
+        *rc = answer(text, strlen(text) + 1, size, value, size_ret);
+    }
+    pthread_mutex_unlock(&rec->lock);
+    free(text);
+    return 1;
+}
+
 cl_int pc_get_build_info(cl_program prog, cl_device_id dev, cl_program_build_info param, size_t size, void *value,
                          size_t *size_ret)
 {
     struct pc_program *rec = objmap_get(pc_programs, prog);
     if (!rec) return pc_real->clGetProgramBuildInfo(prog, dev, param, size, value, size_ret);
     if (param == CL_PROGRAM_BUILD_OPTIONS) return options_answer(rec, dev, size, value, size_ret);
+    cl_int rc;
+    if (param == CL_PROGRAM_BUILD_LOG && neutral_log(rec, dev, size, value, size_ret, &rc)) return rc;
     if (param == CL_PROGRAM_BUILD_LOG) {
         pthread_mutex_lock(&rec->lock);
         const char *text = NULL;
         for (size_t i = 0; param == CL_PROGRAM_BUILD_LOG && i < rec->ndevs; i++)
             if (rec->devs[i].dev == dev && rec->devs[i].log) text = rec->devs[i].log;
-        cl_int rc;
         if (text) {
             /* Validate the device as the driver would. */
             rc = pc_real->clGetProgramBuildInfo(rec->handle, dev, CL_PROGRAM_BUILD_STATUS, 0, NULL, NULL);
@@ -197,13 +229,12 @@ cl_int pc_get_build_info(cl_program prog, cl_device_id dev, cl_program_build_inf
         if (text) return rc;
     }
     if (param == CL_PROGRAM_BUILD_STATUS && __atomic_load_n(&rec->failed, __ATOMIC_RELAXED)) {
-        cl_int rc = pc_real->clGetProgramBuildInfo(rec->handle, dev, param, 0, NULL, NULL); /* validates */
+        rc = pc_real->clGetProgramBuildInfo(rec->handle, dev, param, 0, NULL, NULL); /* validates */
         cl_build_status status = CL_BUILD_ERROR;
         return rc != CL_SUCCESS ? rc : answer(&status, sizeof status, size, value, size_ret);
     }
     cl_program p;
-    cl_int rc = program_for(rec, 1, &p);
-    if (rc != CL_SUCCESS) return rc;
+    if ((rc = program_for(rec, 1, &p)) != CL_SUCCESS) return rc;
     rc = pc_real->clGetProgramBuildInfo(p, dev, param, size, value, size_ret);
     pc_real->clReleaseProgram(p);
     return rc;

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/driver_writes.h"
 #include "program/capture.h"
 #include "program/capture_proc.h"
 
@@ -36,6 +37,7 @@ void pc_init(const struct cl_api *real_api)
     capture_init(&(struct capture_ops){run_capture, capture_done});
     capture_set_exit_budget(config_get()->capture_exit_budget);
     capture_set_defer_max(config_get()->capture_defer_max);
+    driver_writes_recover_early(); /* before the driver reads its cache */
 }
 
 void free_devs(struct pc_program *rec)
@@ -58,6 +60,7 @@ void free_record(struct pc_program *rec)
     remove_pending(rec);
     free_devs(rec);
     free(rec->input);
+    free(rec->keyed);
     free(rec->scan);
     free(rec->specs);
     free(rec->options);
@@ -65,6 +68,7 @@ void free_record(struct pc_program *rec)
     free(rec->compile_answer);
     free(rec->driver_options);
     free(rec->cwd);
+    free(rec->ran_names);
     pthread_mutex_destroy(&rec->lock);
     free(rec);
 }
@@ -228,7 +232,7 @@ int pc_program_input(cl_program prog, enum key_kind *kind, void **input, size_t 
     *input_len = rec->input_len;
     *input = malloc(rec->input_len + 1);
     if (*input) {
-        memcpy(*input, rec->input, rec->input_len);
+        memcpy(*input, built_input(rec), rec->input_len);
         ((char *)*input)[rec->input_len] = 0;
     }
     pthread_mutex_unlock(&rec->lock);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/driver_writes.h"
 #include "cache/quirks.h"
 #include "cache/sandbox.h"
 
@@ -70,12 +71,19 @@ static cl_program program_from_binaries(cl_context ctx, struct pipeline_flight *
 cl_program program_from_hits(cl_context ctx, struct pipeline_flight *fl, cl_uint ndev, const cl_device_id *devs,
                              const char *options, int build, cl_int *err)
 {
+    /* The driver unpacks what it needs into its own cache here: synced
+     * once in the background, not file by file (cache/driver_writes.h). */
+    const struct device_info *info = ndev ? device_info(pc_real, devs[0]) : NULL;
+    char root[4096];
+    struct driver_writes *writes =
+        info && quirk_source_dir(info->quirks, root, sizeof root) == 0 ? driver_writes_begin(root) : NULL;
     cl_program p = program_from_binaries(ctx, fl, ndev, devs, err);
     if (p && build) {
         *err = pc_real->clBuildProgram(p, ndev, devs, options, NULL, NULL);
         if (retry_after_emptying_tier(*err, "clBuildProgram"))
             *err = pc_real->clBuildProgram(p, ndev, devs, options, NULL, NULL);
     }
+    driver_writes_end(writes);
     if (p && build && *err != CL_SUCCESS) {
         pc_real->clReleaseProgram(p);
         p = NULL;

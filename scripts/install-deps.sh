@@ -13,13 +13,15 @@ set -eu
 # OpenCL loader, headers and PoCL, the store's libraries, cmocka, and what
 # the tests drive (clinfo, PyOpenCL with pytest and NumPy, Python itself),
 # the remote tier's hiredis with the Redis server and client its tests start,
-# libcurl for its HTTP and S3 backends, and openssl for the throwaway
-# certificate of the HTTPS test.
+# libcurl for its HTTP and S3 backends, openssl for the throwaway
+# certificate of the HTTPS test, and nginx (its WebDAV module is built in),
+# the stock HTTP store integration/test_remote_nginx runs on loopback with a
+# private config (the package's own service on port 80 is not used).
 PACKAGES="build-essential pkg-config clang-15 llvm-15-dev libllvmspirvlib-15-dev llvm-spirv-15
 ocl-icd-opencl-dev ocl-icd-libopencl1 opencl-c-headers pocl-opencl-icd clinfo
 python3 python3-venv python3-pyopencl python3-pytest python3-numpy
 liblmdb-dev lmdb-utils libcmocka-dev libxxhash-dev libzstd-dev zstd libsodium-dev libclc-15
-libhiredis-dev redis-server redis-tools libcurl4-openssl-dev openssl"
+libhiredis-dev redis-server redis-tools libcurl4-openssl-dev openssl nginx"
 
 # moto's S3 server (PyPI), which integration/test_remote_s3 starts on
 # loopback: installed here, never at test time, into a virtual environment

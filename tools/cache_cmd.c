@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "cache/entry.h"
+#include "cache/keydiff.h"
 #include "cache/remote.h"
 #include "cache/sign.h"
 #include "cache/store.h"
@@ -39,6 +40,23 @@ static int usage_error(const char *fmt, const char *arg)
     return 2;
 }
 
+/* An unknown option (or value) of `clshim cache SUB`, in one line with its
+ * did-you-mean from the command table (tools/help.h). */
+static int unknown_option(const char *sub, const char *arg)
+{
+    char prefix[64], command[64];
+    snprintf(prefix, sizeof prefix, "clshim cache: %s", sub);
+    snprintf(command, sizeof command, "cache %s", sub);
+    return help_unknown(prefix, command, arg);
+}
+
+/* Whether arg is option `name`, alone or as "NAME=VALUE". */
+static int is_option(const char *arg, const char *name)
+{
+    size_t n = strlen(name);
+    return !strncmp(arg, name, n) && (!arg[n] || arg[n] == '=');
+}
+
 static void human_size(uint64_t n, char *buf, size_t len)
 {
     static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -47,6 +65,67 @@ static void human_size(uint64_t n, char *buf, size_t len)
     while (v >= 1024 && u < 4) v /= 1024, u++;
     if (u == 0) snprintf(buf, len, "%llu B", (unsigned long long)n);
     else snprintf(buf, len, "%.1f %s", v, unit[u]);
+}
+
+/* human_size() of a limit to suggest: rounded up, never below n. */
+static void human_size_up(uint64_t n, char *buf, size_t len)
+{
+    static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    uint64_t scale = 1;
+    int u = 0;
+    while (u < 4 && n >= scale * 1024) scale *= 1024, u++;
+    if (u == 0) {
+        snprintf(buf, len, "%llu B", (unsigned long long)n);
+        return;
+    }
+    uint64_t tenths = (n * 10 + scale - 1) / scale;
+    snprintf(buf, len, "%llu.%llu %s", (unsigned long long)(tenths / 10), (unsigned long long)(tenths % 10), unit[u]);
+}
+
+/* The same limit as a CLSHIM_CACHE_MAX_SIZE value (K or M, rounded up). */
+static void knob_size_up(uint64_t n, char *buf, size_t len)
+{
+    if (n < (1u << 20)) snprintf(buf, len, "%lluK", (unsigned long long)((n + 1023) >> 10));
+    else snprintf(buf, len, "%lluM", (unsigned long long)((n + (1u << 20) - 1) >> 20));
+}
+
+/* Where CLSHIM_CACHE_MAX_SIZE came from, for `stats`. */
+static const char *limit_source(char *buf, size_t len)
+{
+    switch (config_get()->source[CONFIG_KNOB_CACHE_MAX_SIZE]) {
+    case CONFIG_FROM_ENV: return "from the environment";
+    case CONFIG_FROM_FILE: {
+        char path[4096];
+        const char *conf = config_file_path(path, sizeof path);
+        snprintf(buf, len, "from the config file %s", conf ? conf : "");
+        return buf;
+    }
+    default: return "the default";
+    }
+}
+
+/* The line of `stats` under the size limit: how many misses were of
+ * evicted entries, and the limit that would have kept those evicted for
+ * size (store.h, store_was_evicted(), says how it is estimated). */
+static void print_evicted_misses(const struct store_stats *st)
+{
+    uint64_t n = st->misses_evicted, age = st->misses_evicted_age, size = n > age ? n - age : 0;
+    if (!n) return;
+    printf("  %llu %s of %llu %s evicted entr%s", (unsigned long long)n, n == 1 ? "miss" : "misses",
+           (unsigned long long)st->misses, n == 1 ? "was an" : "were", n == 1 ? "y" : "ies");
+    if (size && st->evicted_keep_limit) {
+        char human[32], knob[32];
+        human_size_up(st->evicted_keep_limit, human, sizeof human);
+        knob_size_up(st->evicted_keep_limit, knob, sizeof knob);
+        printf(": a limit of %s would have kept ", human);
+        if (age) printf("the %llu evicted for size", (unsigned long long)size);
+        else printf("%s", n == 1 ? "it" : "them");
+        printf(" (CLSHIM_CACHE_MAX_SIZE=%s)", knob);
+        if (!st->max_size || st->max_size >= st->evicted_keep_limit) printf("; the limit in force now is no smaller");
+    }
+    if (age) printf("%s%llu evicted for age (unused for CLSHIM_CACHE_MAX_AGE days)", size ? "; " : ": ",
+                    (unsigned long long)age);
+    printf("\n");
 }
 
 static void human_age(uint64_t secs, char *buf, size_t len)
@@ -80,6 +159,7 @@ static uint64_t age_of(uint64_t now, uint64_t t) { return now > t ? now - t : 0;
 struct cmd_ctx {
     char dir[4096];
     store *s;
+    const sign_trust *trust; /* verify --trust: entries not sealed by these are bad */
 };
 
 static int open_cache(struct cmd_ctx *c, int writable)
@@ -89,7 +169,7 @@ static int open_cache(struct cmd_ctx *c, int writable)
         .dir = c->dir, .max_size = cfg->cache_max_size, .max_age_days = cfg->cache_max_age_days,
         .min_entry = cfg->cache_min_entry, .max_entry = cfg->cache_max_entry,
         .readonly = !writable || cfg->cache_readonly, .allow_shared = cfg->cache_allow_shared,
-        .compress_level = (int)cfg->cache_compress_level,
+        .compress_level = (int)cfg->cache_compress_level, .trust = c->trust,
     };
     int rc = store_open(&o, &c->s);
     if (rc == CLSHIM_ENOTFOUND) return rc; /* the caller says what that means for it */
@@ -125,9 +205,19 @@ static void print_remote_counters(const struct store_stats *st)
         {"Remote values untrusted", st->remote_untrusted, " (ignored: untrusted)"},
         {"Remote copies deleted", st->remote_distrusted, " (signer no longer trusted)"},
         {"Remote pushes", st->remote_pushes, ""},
+        {"Remote pushes refused", st->remote_pushes_refused, " (the server answered with an error)"},
+        {"Entries untrusted", st->untrusted, " (not sealed by a key in CLSHIM_TRUST: ignored, kept)"},
     };
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
         printf("%-25s%llu%s\n", rows[i].label, (unsigned long long)rows[i].n, rows[i].note);
+}
+
+/* Hits the counters do not place: those a record written before disk_hits
+ * and memory_hits existed (or by an older clshim) counted in hits only. */
+static uint64_t hits_not_split(const struct store_stats *st)
+{
+    uint64_t placed = st->disk_hits + st->memory_hits + st->remote_hits;
+    return st->hits > placed ? st->hits - placed : 0;
 }
 
 static int cmd_stats(struct cmd_ctx *c, int argc, char **argv)
@@ -135,7 +225,7 @@ static int cmd_stats(struct cmd_ctx *c, int argc, char **argv)
     int json = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) json = 1;
-        else return usage_error("stats: unknown option '%s'", argv[i]);
+        else return unknown_option("stats", argv[i]);
     }
     struct store_stats st = {0};
     int rc = open_cache(c, 0);
@@ -153,6 +243,7 @@ static int cmd_stats(struct cmd_ctx *c, int argc, char **argv)
     double rate = lookups ? 100.0 * (double)st.hits / (double)lookups : 0;
     double ratio = st.stored_bytes ? (double)st.uncompressed_bytes / (double)st.stored_bytes : 0;
     if (json) {
+        static const char *const source_names[] = {"default", "config file", "environment"};
         printf("{\"dir\": ");
         json_string(stdout, c->dir);
         printf(", \"exists\": %s, \"hits\": %llu, \"misses\": %llu, \"hit_rate\": %.4f, \"stores\": %llu, "
@@ -162,7 +253,8 @@ static int cmd_stats(struct cmd_ctx *c, int argc, char **argv)
                "\"uncacheable_headers\": %llu, \"uncacheable_time_macros\": %llu, \"remote_hits\": %llu, "
                "\"remote_misses\": %llu, \"remote_errors\": %llu, \"remote_corrupt\": %llu, \"remote_pushes\": %llu, "
                "\"remote_timeouts\": %llu, \"remote_lost\": %llu, \"remote_garbage\": %llu, \"remote_oversize\": %llu, "
-               "\"remote_refused\": %llu, \"remote_untrusted\": %llu, \"remote_distrusted\": %llu, ",
+               "\"remote_refused\": %llu, \"remote_untrusted\": %llu, \"remote_distrusted\": %llu, "
+               "\"remote_pushes_refused\": %llu, ",
                c->s ? "true" : "false", (unsigned long long)st.hits, (unsigned long long)st.misses,
                rate / 100, (unsigned long long)st.stores, (unsigned long long)st.evictions_size,
                (unsigned long long)st.evictions_age, (unsigned long long)st.rejected,
@@ -176,7 +268,14 @@ static int cmd_stats(struct cmd_ctx *c, int argc, char **argv)
                (unsigned long long)st.remote_timeouts, (unsigned long long)st.remote_lost,
                (unsigned long long)st.remote_garbage, (unsigned long long)st.remote_oversize,
                (unsigned long long)st.remote_refused, (unsigned long long)st.remote_untrusted,
-               (unsigned long long)st.remote_distrusted);
+               (unsigned long long)st.remote_distrusted, (unsigned long long)st.remote_pushes_refused);
+        printf("\"disk_hits\": %llu, \"memory_hits\": %llu, \"hits_not_split\": %llu, \"untrusted\": %llu, ",
+               (unsigned long long)st.disk_hits, (unsigned long long)st.memory_hits,
+               (unsigned long long)hits_not_split(&st), (unsigned long long)st.untrusted);
+        printf("\"misses_evicted\": %llu, \"misses_evicted_age\": %llu, \"evicted_keep_limit\": %llu, "
+               "\"max_size_source\": \"%s\", ", (unsigned long long)st.misses_evicted,
+               (unsigned long long)st.misses_evicted_age, (unsigned long long)st.evicted_keep_limit,
+               source_names[config_get()->source[CONFIG_KNOB_CACHE_MAX_SIZE]]);
         uint64_t lost = 0;
         for (int i = 0; i < CAPTURE_LOST_COUNT; i++) lost += st.capture_lost[i];
         printf("\"captures_handed\": %llu, \"captures_stored\": %llu, \"captures_lost\": %llu, "
@@ -189,13 +288,24 @@ static int cmd_stats(struct cmd_ctx *c, int argc, char **argv)
         printf("}}\n");
         return 0;
     }
-    char a[32], b[32], lim[32];
+    char a[32], b[32], lim[32], from[4200];
     human_size(st.stored_bytes, a, sizeof a);
     human_size(st.uncompressed_bytes, b, sizeof b);
     printf("Cache directory          %s%s\n", c->dir, c->s ? "" : " (no cache yet)");
     printf("Hits                     %llu", (unsigned long long)st.hits);
-    if (lookups) printf(" (%.1f %%)", rate);
+    if (st.hits) {
+        /* Where they came from: `cache list`'s DISK HITS sum to the first. */
+        printf(" (%llu from disk, %llu from memory", (unsigned long long)st.disk_hits,
+               (unsigned long long)st.memory_hits);
+        if (st.remote_hits) printf(", %llu from the remote tier", (unsigned long long)st.remote_hits);
+        if (hits_not_split(&st))
+            printf(", %llu not split: counted before clshim split them", (unsigned long long)hits_not_split(&st));
+        printf("; %.1f %% of lookups)", rate);
+    } else if (lookups) {
+        printf(" (%.1f %%)", rate);
+    }
     printf("\nMisses                   %llu\n", (unsigned long long)st.misses);
+    printf("  of evicted entries     %llu\n", (unsigned long long)st.misses_evicted);
     printf("Stores                   %llu\n", (unsigned long long)st.stores);
     printf("Evictions (size)         %llu\n", (unsigned long long)st.evictions_size);
     printf("Evictions (age)          %llu\n", (unsigned long long)st.evictions_age);
@@ -210,11 +320,12 @@ static int cmd_stats(struct cmd_ctx *c, int argc, char **argv)
     if (st.stored_bytes) printf(" (%s uncompressed, ratio %.2f)", b, ratio);
     if (st.max_size) {
         human_size(st.max_size, lim, sizeof lim);
-        printf("\nSize limit               %s (%.1f %% used)\n", lim,
-               100.0 * (double)st.stored_bytes / (double)st.max_size);
+        printf("\nSize limit               %s (%.1f %% used; CLSHIM_CACHE_MAX_SIZE, %s)\n", lim,
+               100.0 * (double)st.stored_bytes / (double)st.max_size, limit_source(from, sizeof from));
     } else {
-        printf("\nSize limit               none\n");
+        printf("\nSize limit               none (CLSHIM_CACHE_MAX_SIZE=0, %s)\n", limit_source(from, sizeof from));
     }
+    print_evicted_misses(&st);
     printf("Compile time saved       %.2f s\n", (double)st.compile_ns_saved / 1e9);
     print_remote_counters(&st);
     /* Late captures (PoCL): every one not made is counted by its reason. */
@@ -251,8 +362,9 @@ struct item {
     uint64_t stored, binary, created, last_access, hits;
     uint32_t origin;
     char device[96];
-    int from_remote, is_signed;
+    int from_remote, is_signed, is_sealed;
     char signer[2 * SIGN_PUBLIC_BYTES + 1]; /* hex, when signed */
+    char sealer[2 * SIGN_PUBLIC_BYTES + 1]; /* hex, when sealed */
 };
 
 /* Where an entry came from, as list and show say it: "here", or
@@ -268,6 +380,8 @@ static void item_source(struct item *it, const struct store_source *src)
     it->from_remote = src && src->kind == STORE_SOURCE_REMOTE;
     it->is_signed = it->from_remote && (src->flags & STORE_SOURCE_SIGNED);
     if (it->is_signed) sodium_bin2hex(it->signer, sizeof it->signer, src->signer, SIGN_PUBLIC_BYTES);
+    it->is_sealed = src && (src->flags & STORE_SOURCE_SEALED);
+    if (it->is_sealed) sodium_bin2hex(it->sealer, sizeof it->sealer, src->seal_signer, SIGN_PUBLIC_BYTES);
 }
 
 struct item_list {
@@ -287,7 +401,7 @@ static int collect_fn(const struct store_entry_info *e, void *ctx)
     }
     struct item *it = &l->v[l->n++];
     *it = (struct item){e->hash, e->stored_size, e->binary_size, e->created, e->last_access, e->hits,
-                        e->origin, "", 0, 0, ""};
+                        e->origin, "", 0, 0, 0, "", ""};
     snprintf(it->device, sizeof it->device, "%s", e->device_name ? e->device_name : "");
     item_source(it, e->source);
     return 0;
@@ -316,7 +430,7 @@ static int cmd_list(struct cmd_ctx *c, int argc, char **argv)
         else if (!strcmp(argv[i], "--sort=age")) cmp = by_age;
         else if (!strcmp(argv[i], "--sort=hits")) cmp = by_hits;
         else if (!strcmp(argv[i], "--sort=last-use")) cmp = by_use;
-        else return usage_error("list: unknown option '%s'", argv[i]);
+        else return unknown_option("list", argv[i]);
     }
     int rc = open_cache(c, 0);
     if (rc && rc != CLSHIM_ENOTFOUND) return 1;
@@ -338,18 +452,21 @@ static int cmd_list(struct cmd_ctx *c, int argc, char **argv)
             printf("%s\n  {\"key\": \"%s\", \"device\": ", i ? "," : "", hex);
             json_string(stdout, it->device);
             printf(", \"stored_size\": %llu, \"binary_size\": %llu, \"created\": %llu, \"last_access\": %llu, "
-                   "\"hits\": %llu, \"origin\": \"%s\", \"source\": \"%s\", \"signer\": ",
+                   "\"disk_hits\": %llu, \"origin\": \"%s\", \"source\": \"%s\", \"signer\": ",
                    (unsigned long long)it->stored, (unsigned long long)it->binary, (unsigned long long)it->created,
                    (unsigned long long)it->last_access, (unsigned long long)it->hits, entry_origin_name(it->origin),
                    it->from_remote ? "remote" : "here");
             if (it->is_signed) json_string(stdout, it->signer);
             else printf("null");
+            printf(", \"sealed_by\": ");
+            if (it->is_sealed) json_string(stdout, it->sealer);
+            else printf("null");
             printf("}");
         }
         printf("%s]\n", l.n ? "\n" : "");
     } else {
-        printf("%-16s  %-28s  %10s  %10s  %5s  %8s  %6s  %-8s  %s\n", "KEY", "DEVICE", "STORED", "BINARY", "AGE",
-               "LAST USE", "HITS", "ORIGIN", "FROM");
+        printf("%-16s  %-28s  %10s  %10s  %5s  %8s  %9s  %-8s  %s\n", "KEY", "DEVICE", "STORED", "BINARY", "AGE",
+               "LAST USE", "DISK HITS", "ORIGIN", "FROM");
         for (size_t i = 0; i < l.n; i++) {
             struct item *it = &l.v[i];
             char st[32], bin[32], age[16], use[16], from[40];
@@ -360,7 +477,7 @@ static int cmd_list(struct cmd_ctx *c, int argc, char **argv)
             human_age(age_of(now, it->created), age, sizeof age);
             human_age(age_of(now, it->last_access), use, sizeof use);
             source_short(it, from, sizeof from);
-            printf("%-16s  %-28.28s  %10s  %10s  %5s  %8s  %6llu  %-8s  %s\n", hex, it->device, st, bin, age, use,
+            printf("%-16s  %-28.28s  %10s  %10s  %5s  %8s  %9llu  %-8s  %s\n", hex, it->device, st, bin, age, use,
                    (unsigned long long)it->hits, entry_origin_name(it->origin), from);
         }
         printf("%zu entr%s\n", l.n, l.n == 1 ? "y" : "ies");
@@ -473,17 +590,20 @@ static int find_one(struct cmd_ctx *c, const char *prefix, struct find_ctx *f, i
     return -1;
 }
 
+/* The cache opened to read: 0, or 1 after saying why not (none there). */
+static int open_to_read(struct cmd_ctx *c)
+{
+    int rc = open_cache(c, 0);
+    if (rc == CLSHIM_ENOTFOUND) fprintf(stderr, "clshim cache: no cache in %s\n", c->dir);
+    return rc ? 1 : 0;
+}
+
 static int cmd_show(struct cmd_ctx *c, int argc, char **argv)
 {
     if (argc != 2) return usage_error("show: %s", argc < 2 ? "which entry? give a key prefix" : "one key prefix only");
     char prefix[33];
     if (parse_prefix(argv[1], prefix)) return usage_error("show: '%s' is not a key prefix (1-32 hex digits)", argv[1]);
-    int rc = open_cache(c, 0);
-    if (rc == CLSHIM_ENOTFOUND) {
-        fprintf(stderr, "clshim cache: no cache in %s\n", c->dir);
-        return 1;
-    }
-    if (rc) return 1;
+    if (open_to_read(c)) return 1;
     struct find_ctx f;
     if (find_one(c, prefix, &f, 0)) return 1;
     struct store_entry_info *e = &f.info;
@@ -504,8 +624,15 @@ static int cmd_show(struct cmd_ctx *c, int argc, char **argv)
     strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", localtime(&t));
     human_age(age_of(now, e->last_access), sz, sizeof sz);
     printf("Last use           %s (%s ago)\n", when, sz);
-    printf("Hits               %llu\n", (unsigned long long)e->hits);
-    if (!e->source) {
+    printf("Disk hits          %llu\n", (unsigned long long)e->hits);
+    if (e->source && (e->source->flags & STORE_SOURCE_SEALED)) {
+        char sealer[2 * SIGN_PUBLIC_BYTES + 1];
+        sodium_bin2hex(sealer, sizeof sealer, e->source->seal_signer, SIGN_PUBLIC_BYTES);
+        printf("Sealed by          %s\n", sealer);
+    } else {
+        printf("Sealed by          nobody (unsealed)\n");
+    }
+    if (!e->source || e->source->kind != STORE_SOURCE_REMOTE) {
         printf("Source             built here\n");
     } else {
         char signer[2 * SIGN_PUBLIC_BYTES + 1] = "";
@@ -516,7 +643,7 @@ static int cmd_show(struct cmd_ctx *c, int argc, char **argv)
     }
     struct store_record r;
     void *arena = NULL;
-    rc = store_get(c->s, e->hash, e->key, e->key_len, &r, &arena);
+    int rc = store_get(c->s, e->hash, e->key, e->key_len, &r, &arena);
     printf("Check              %s\n", rc == CLSHIM_OK ? "ok" : clshim_strerror(rc));
     if (rc == CLSHIM_OK) printf("Compile time       %.3f s\n", (double)r.compile_ns / 1e9);
     uint64_t load_ns, compile_ns;
@@ -534,6 +661,144 @@ static int cmd_show(struct cmd_ctx *c, int argc, char **argv)
     store_record_free(arena);
     free(f.key);
     return rc == CLSHIM_OK ? 0 : 1;
+}
+
+/* ---- why ---- */
+
+static void print_when(const char *label, uint64_t secs, uint64_t now)
+{
+    char when[64], age[32];
+    time_t t = (time_t)secs;
+    strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", localtime(&t));
+    human_age(age_of(now, secs), age, sizeof age);
+    printf(" (%s %s, %s ago)\n", label, when, age);
+}
+
+/* A value of an item as `why` prints it: "(not in this key)", "(unset)"
+ * for a driver variable, "(absent)" for a header absent at that place. */
+static const char *why_value(const struct keydiff_item *it, const char *v)
+{
+    if (!v) return it->field == KEYDIFF_DRIVER_ENV ? "(unset)" : "(not in this key)";
+    if (!*v && (it->field == KEYDIFF_HEADER || it->field == KEYDIFF_DRIVER_DIR || it->field == KEYDIFF_HEADER_PLACE))
+        return "(absent)";
+    return v;
+}
+
+static void why_json(const struct keydiff_miss *m, int last, const struct keydiff_near *near)
+{
+    char hex[33];
+    hash_hex(m->hash, hex);
+    printf("{\"key\": \"%s\", \"last_miss\": %s", hex, last ? "true" : "false");
+    if (last) printf(", \"when\": %llu", (unsigned long long)m->when);
+    if (!near->diff) {
+        printf(", \"nearest\": null, \"differences\": []}\n");
+        return;
+    }
+    hash_hex(near->hash, hex);
+    printf(", \"nearest\": \"%s\", \"nearest_created\": %llu, \"differences\": [", hex,
+           (unsigned long long)near->created);
+    for (size_t i = 0; i < keydiff_count(near->diff); i++) {
+        const struct keydiff_item *it = keydiff_item(near->diff, i);
+        char text[1024];
+        keydiff_describe(it, text, sizeof text);
+        printf("%s{\"field\": ", i ? ", " : "");
+        json_string(stdout, keydiff_field_name(it->field));
+        printf(", \"name\": ");
+        json_string(stdout, it->name);
+        printf(", \"stored\": ");
+        if (it->stored) json_string(stdout, it->stored);
+        else printf("null");
+        printf(", \"now\": ");
+        if (it->now) json_string(stdout, it->now);
+        else printf("null");
+        printf(", \"text\": ");
+        json_string(stdout, text);
+        printf("}");
+    }
+    printf("]}\n");
+}
+
+static void why_text(const struct keydiff_miss *m, int last, const struct keydiff_near *near)
+{
+    char hex[33];
+    uint64_t now = (uint64_t)time(NULL);
+    hash_hex(m->hash, hex);
+    if (!near->diff) {
+        printf("%s: no stored neighbour (the cache holds no other entry of the same program)\n", hex);
+        return;
+    }
+    printf("Key                %s", hex);
+    if (last) print_when("the last miss,", m->when, now);
+    else printf("\n");
+    hash_hex(near->hash, hex);
+    printf("Nearest            %s", hex);
+    print_when("stored", near->created, now);
+    size_t n = keydiff_count(near->diff);
+    printf("Differences        %zu (the nearest's, then this key's)\n", n);
+    for (size_t i = 0; i < n; i++) {
+        const struct keydiff_item *it = keydiff_item(near->diff, i);
+        char text[1024];
+        keydiff_describe(it, text, sizeof text);
+        printf("  %s\n    stored   %s\n    now      %s\n", text, why_value(it, it->stored), why_value(it, it->now));
+    }
+}
+
+/* `why KEYPREFIX | --last [--json]`: the key (a stored entry's, or the
+ * last miss's) against its nearest stored neighbour (cache/keydiff.h). */
+static int cmd_why(struct cmd_ctx *c, int argc, char **argv)
+{
+    int json = 0, last = 0;
+    const char *arg = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "--last")) last = 1;
+        else if (argv[i][0] == '-') return unknown_option("why", argv[i]);
+        else if (arg) return usage_error("why: %s", "one key prefix only");
+        else arg = argv[i];
+    }
+    if (last == (arg != NULL))
+        return usage_error("why: %s", last ? "a key prefix or --last, not both" : "which key? give a key prefix or --last");
+    char prefix[33];
+    if (arg && parse_prefix(arg, prefix)) return usage_error("why: '%s' is not a key prefix (1-32 hex digits)", arg);
+    if (open_to_read(c)) return 1;
+    struct keydiff_miss m;
+    struct find_ctx f = {0};
+    char hex[33] = "";
+    /* A prefix of the last miss names it, stored or not (a capture not made). */
+    int rc = keydiff_last_miss(c->s, &m);
+    if (rc == CLSHIM_OK) hash_hex(m.hash, hex);
+    if (rc == CLSHIM_OK && !last && strncmp(hex, prefix, strlen(prefix)) != 0) keydiff_miss_free(&m), rc = CLSHIM_ENOTFOUND;
+    if (last && rc == CLSHIM_ENOTFOUND) {
+        if (json) printf("{\"key\": null, \"last_miss\": true, \"nearest\": null, \"differences\": []}\n");
+        else printf("no miss recorded in %s yet\n", c->dir);
+        return 0;
+    }
+    if (last && rc) {
+        fprintf(stderr, "clshim cache: cannot read the last miss: %s\n", clshim_strerror(rc));
+        return 1;
+    }
+    if (!last && rc != CLSHIM_OK) {
+        if (find_one(c, prefix, &f, 0)) return 1;
+        if (keydiff_miss_of(f.info.hash, f.key, f.info.key_len, &m) != 0) {
+            fprintf(stderr, "clshim cache: entry %s: its key material cannot be read\n", prefix);
+            free(f.key);
+            return 1;
+        }
+    }
+    int from_last = m.buf != NULL; /* the last miss's record, with its time */
+    struct keydiff_near near;
+    rc = keydiff_nearest(c->s, &m, &near);
+    if (rc < 0) {
+        fprintf(stderr, "clshim cache: cannot read the entries: %s\n", clshim_strerror(rc));
+    } else if (json) {
+        why_json(&m, from_last, &near);
+    } else {
+        why_text(&m, from_last, &near);
+    }
+    keydiff_free(near.diff);
+    keydiff_miss_free(&m);
+    free(f.key);
+    return rc < 0 ? 1 : 0;
 }
 
 /* `rm KEYPREFIX...`: each must name one entry; the others are still removed. */
@@ -622,8 +887,8 @@ static int cmd_evict(struct cmd_ctx *c, int argc, char **argv)
         }
         if (!strncmp(argv[i], "--origin", 8))
             return usage_error("evict: %s", "--origin takes one value: remote (every local copy of a remote value)");
-        int is_age = !strncmp(argv[i], "--older-than", 12), is_size = !strncmp(argv[i], "--to-size", 9);
-        if (!is_age && !is_size) return usage_error("evict: unknown option '%s'", argv[i]);
+        int is_age = is_option(argv[i], "--older-than"), is_size = is_option(argv[i], "--to-size");
+        if (!is_age && !is_size) return unknown_option("evict", argv[i]);
         const char *eq = strchr(argv[i], '=');
         if (eq) val = eq + 1;
         else if (i + 1 < argc) val = argv[++i];
@@ -689,19 +954,40 @@ static void print_bad(const char *what, const char *why, void *ctx)
     printf("bad %s: %s\n", what, why);
 }
 
+static int verify_open(struct cmd_ctx *c, int fix, int trusting);
+
 static int cmd_verify(struct cmd_ctx *c, int argc, char **argv)
 {
     int fix = 0;
+    const char *trust_files = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--fix")) fix = 1;
-        else return usage_error("verify: unknown option '%s'", argv[i]);
+        else if (!strcmp(argv[i], "--trust") && i + 1 < argc) trust_files = argv[++i];
+        else if (!strncmp(argv[i], "--trust=", 8)) trust_files = argv[i] + 8;
+        else return unknown_option("verify", argv[i]);
+    }
+    sign_trust *trust = NULL;
+    if (trust_files) {
+        char err[1024];
+        if (sign_trust_load(trust_files, &trust, err, sizeof err) != 0) {
+            fprintf(stderr, "clshim cache: verify --trust: %s\n", err);
+            sign_trust_free(trust);
+            return 2;
+        }
+        c->trust = trust;
     }
     int rc = open_cache(c, fix);
-    if (rc == CLSHIM_ENOTFOUND) {
-        printf("No cache in %s: nothing to verify.\n", c->dir);
-        return 0;
-    }
-    if (rc) return 1;
+    if (rc == CLSHIM_OK) rc = verify_open(c, fix, trust != NULL);
+    else if (rc == CLSHIM_ENOTFOUND) printf("No cache in %s: nothing to verify.\n", c->dir), rc = 0;
+    else rc = 1;
+    sign_trust_free(trust);
+    c->trust = NULL;
+    return rc;
+}
+
+static int verify_open(struct cmd_ctx *c, int fix, int trusting)
+{
+    int rc;
     uint64_t checked = 0, bad = 0;
     if ((rc = store_verify_report(c->s, fix, &checked, &bad, print_bad, NULL)) != CLSHIM_OK) {
         fprintf(stderr, "clshim cache: verify failed: %s\n", clshim_strerror(rc));
@@ -709,8 +995,9 @@ static int cmd_verify(struct cmd_ctx *c, int argc, char **argv)
     }
     printf("Checked %llu entr%s: %llu bad", (unsigned long long)checked, checked == 1 ? "y" : "ies",
            (unsigned long long)bad);
+    if (trusting) printf(" or not sealed by a trusted key");
     if (bad && fix) printf(", removed or repaired");
-    else if (bad) printf(" (run `clshim cache verify --fix` to remove them)");
+    else if (bad) printf(" (run `clshim cache verify%s --fix` to remove them)", trusting ? " --trust ..." : "");
     printf(".\n");
     return bad && !fix ? 1 : 0;
 }
@@ -852,6 +1139,8 @@ static int cmd_export(struct cmd_ctx *c, int argc, char **argv)
     if (take_option(&argc, argv, "--wait", &wait_arg) < 0) return usage_error("export: %s", "--wait needs seconds");
     long wait_s = parse_seconds(wait_arg);
     if (wait_s < 0) return usage_error("export: '%s' is not a number of seconds", wait_arg);
+    for (int i = 1; i < argc; i++)
+        if (argv[i][0] == '-' && argv[i][1]) return unknown_option("export", argv[i]);
     if (argc != 2) return usage_error("export: %s", "give one FILE ('-' for standard output)");
     if (drivers && (keyfile || !strcmp(argv[1], "-")))
         return usage_error("export: %s", "--with-driver-caches needs a FILE, and is not signed (no --sign)");
@@ -925,6 +1214,8 @@ static int cmd_import(struct cmd_ctx *c, int argc, char **argv)
     const char *pubkey = NULL;
     if (take_option(&argc, argv, "--trust", &pubkey) < 0) return usage_error("import: %s", "--trust needs a PUBKEY");
     int drivers = take_flag(&argc, argv, "--with-driver-caches");
+    for (int i = 1; i < argc; i++)
+        if (argv[i][0] == '-' && argv[i][1]) return unknown_option("import", argv[i]);
     if (argc != 2) return usage_error("import: %s", "give one FILE ('-' for standard input)");
     if (drivers && (pubkey || !strcmp(argv[1], "-")))
         return usage_error("import: %s", "--with-driver-caches needs a FILE, and cannot be verified (no --trust)");
@@ -1038,13 +1329,14 @@ static void print_local_remote_counters(struct cmd_ctx *c, int json)
     if (json) {
         printf(", \"local\": {\"hits\": %llu, \"misses\": %llu, \"errors\": %llu, \"timeouts\": %llu, "
                "\"lost\": %llu, \"garbage\": %llu, \"oversize\": %llu, \"refused\": %llu, \"corrupt\": %llu, "
-               "\"untrusted\": %llu, \"distrusted\": %llu, \"pushes\": %llu}",
+               "\"untrusted\": %llu, \"distrusted\": %llu, \"pushes\": %llu, \"pushes_refused\": %llu}",
                (unsigned long long)st.remote_hits, (unsigned long long)st.remote_misses,
                (unsigned long long)st.remote_errors, (unsigned long long)st.remote_timeouts,
                (unsigned long long)st.remote_lost, (unsigned long long)st.remote_garbage,
                (unsigned long long)st.remote_oversize, (unsigned long long)st.remote_refused,
                (unsigned long long)st.remote_corrupt, (unsigned long long)st.remote_untrusted,
-               (unsigned long long)st.remote_distrusted, (unsigned long long)st.remote_pushes);
+               (unsigned long long)st.remote_distrusted, (unsigned long long)st.remote_pushes,
+               (unsigned long long)st.remote_pushes_refused);
         return;
     }
     printf("This cache (%s):\n", c->dir);
@@ -1055,8 +1347,9 @@ static int cmd_remote(struct cmd_ctx *c, int argc, char **argv)
 {
     const char *sub = argc > 1 ? argv[1] : "";
     int json = argc > 2 && !strcmp(argv[2], "--json");
+    if (!*sub) return usage_error("remote: say %s", "ping, stats or rm");
     if (strcmp(sub, "ping") && strcmp(sub, "stats") && strcmp(sub, "rm"))
-        return usage_error("remote: say %s", "ping, stats or rm");
+        return help_unknown("clshim cache: remote", "cache remote", sub);
     char prefix[33];
     if (!strcmp(sub, "rm")) {
         if (argc < 3) return usage_error("remote rm: %s", "which entries? give key prefixes");
@@ -1150,7 +1443,7 @@ static int cmd_wait(struct cmd_ctx *c, int argc, char **argv)
         const char *v = NULL;
         if (!strcmp(argv[i], "--timeout") && i + 1 < argc) v = argv[++i];
         else if (!strncmp(argv[i], "--timeout=", 10)) v = argv[i] + 10;
-        else return usage_error("wait: unknown option '%s'", argv[i]);
+        else return unknown_option("wait", argv[i]);
         if ((timeout_s = parse_seconds(v)) < 0) return usage_error("wait: '%s' is not a number of seconds", v);
     }
     int rc = capture_wait(c->dir, (unsigned long)timeout_s, "cache wait", NULL);
@@ -1162,6 +1455,10 @@ static int cmd_wait(struct cmd_ctx *c, int argc, char **argv)
      * is an exit status, not only a counter in `cache stats`. */
     struct capture_outcomes o;
     if (capture_journal_take(c->dir, &o) != 0) return 0;
+    /* Not a lost capture: the binary is in this cache; its peers miss it. */
+    if (o.pushes_refused)
+        fprintf(stderr, "clshim: %s; %lu push%s refused in all (Remote pushes refused)\n", o.first_refusal,
+                o.pushes_refused, o.pushes_refused == 1 ? "" : "es");
     if (!o.lost) {
         fprintf(stderr, "clshim: cache wait: %lu capture%s stored\n", o.stored, o.stored == 1 ? "" : "s");
         return 0;
@@ -1178,7 +1475,7 @@ static int cmd_wait(struct cmd_ctx *c, int argc, char **argv)
 
 int cache_cmd_main(int argc, char **argv)
 {
-    struct cmd_ctx c = {{0}, NULL};
+    struct cmd_ctx c = {{0}, NULL, NULL};
     const char *dir = NULL;
     /* --dir may come before or after the subcommand. */
     char **args = calloc((size_t)argc + 1, sizeof *args);
@@ -1205,12 +1502,14 @@ int cache_cmd_main(int argc, char **argv)
         const char *cmd = n ? args[0] : "help";
         char sub[64];
         snprintf(sub, sizeof sub, "cache %s", cmd);
-        if (n == 2 && (!strcmp(args[1], "--help") || !strcmp(args[1], "-h")) && help_print(stdout, sub) == 0)
+        /* `clshim cache remote ping --help`: the command's help. */
+        if (help_asked(n, args) && help_print(stdout, sub) == 0)
             rc = 0;
         else if (!strcmp(cmd, "stats")) rc = cmd_stats(&c, n, args);
         else if (!strcmp(cmd, "zero")) rc = cmd_zero(&c, n, args);
         else if (!strcmp(cmd, "list")) rc = cmd_list(&c, n, args);
         else if (!strcmp(cmd, "show")) rc = cmd_show(&c, n, args);
+        else if (!strcmp(cmd, "why")) rc = cmd_why(&c, n, args);
         else if (!strcmp(cmd, "evict")) rc = cmd_evict(&c, n, args);
         else if (!strcmp(cmd, "clear")) rc = cmd_clear(&c, n, args);
         else if (!strcmp(cmd, "verify")) rc = cmd_verify(&c, n, args);
@@ -1225,7 +1524,7 @@ int cache_cmd_main(int argc, char **argv)
             help_print(n ? stdout : stderr, "cache");
             rc = n ? 0 : 2; /* bare `clshim cache` is a usage error */
         } else {
-            rc = usage_error("unknown command '%s'", cmd);
+            rc = help_unknown("clshim cache", "cache", cmd);
         }
     }
     store_close(c.s);

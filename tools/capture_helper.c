@@ -69,11 +69,18 @@ struct request {
     double claim_until; /* now_s() after which the claim goes, if not yet captured */
 };
 
-/* Done with a request: its counters reach the store, then its lock goes
- * (`clshim cache wait` returns once every request's lock went). */
+static void journal(const char *fmt, const char *a, const char *b, const char *c);
+
+/* Done with a request: its push is sent (or refused: the journal says so),
+ * its counters reach the store, then its lock goes (`clshim cache wait`
+ * returns once every request's lock went, and tells what the journal holds). */
 static void request_free(struct request *rq)
 {
     if (!rq) return;
+    char refusal[512], n[16];
+    unsigned refused = pipeline_remote_settle(refusal, sizeof refusal);
+    snprintf(n, sizeof n, "%u", refused);
+    if (refused) journal("push_refused %s %s%s", n, refusal, "");
     pipeline_flush_stats();
     if (rq->claimed && pipeline_store()) store_release_build(pipeline_store(), rq->hash);
     if (rq->lock >= 0) close(rq->lock);
@@ -204,9 +211,14 @@ static void *reader(void *arg)
         pthread_mutex_unlock(&lock);
         if (r == 0) break;
     }
-    /* The application's stderr may be a pipe its caller reads to the end. */
-    int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
-    if (null >= 0) dup2(null, 2), close(null);
+    /* The application's stderr may be a pipe its caller reads to the end:
+     * it goes now (`cache wait` tells the outcomes). A terminal has no end
+     * to wait for, so there the lines after the application's exit (at
+     * CLSHIM_LOG=info, each "stored") still reach the user. */
+    if (!isatty(2)) {
+        int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+        if (null >= 0) dup2(null, 2), close(null);
+    }
     return NULL;
 }
 
@@ -253,13 +265,6 @@ static struct known_device *find_device(const char *identity)
         }
     }
     return NULL;
-}
-
-static uint64_t thread_cpu_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 /* One line of the capture journal (tools/capture_wait.h): what `cache
@@ -384,11 +389,16 @@ int capture_one_main(int argc, char **argv)
     if (!exact) return fail_with(CAPTURE_LOST_INPUTS, "%s", why);
     size_t size = 0;
     unsigned char *bin = NULL;
-    uint64_t cpu0 = thread_cpu_ns();
+    /* Reading makes PoCL generate and link the code (ld, a child process):
+     * timed with its children (pipeline_clock), or the compile it stores
+     * would be short of the link's CPU time. */
+    struct pipeline_clock clk;
+    pipeline_clock_start(&clk);
     if (api.clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) != CL_SUCCESS || !size ||
         !(bin = malloc(size)) || api.clGetProgramInfo(prog, CL_PROGRAM_BINARIES, sizeof bin, &bin, NULL) != CL_SUCCESS)
         return fail_with(CAPTURE_LOST_READ, "%s", "cannot read the binary");
-    int rc = answer(0, thread_cpu_ns() - cpu0, bin, size);
+    pipeline_clock_stop(&clk);
+    int rc = answer(0, clk.cpu_ns, bin, size);
     /* Leaves at once: the driver's teardown is not the capture's. */
     fflush(NULL);
     _exit(rc);
@@ -529,6 +539,10 @@ static void capture_one(const void *req, size_t req_len, const struct capture_re
         not_stored(CAPTURE_LOST_REQUEST, prefix, "%s", "the request's snapshot cannot be read");
     } else if (snapshot_matches_key(snap, rq->key, rq->key_len, why, sizeof why) != 0) {
         not_stored(CAPTURE_LOST_INPUTS, prefix, "the snapshot is not what the key names (%s)", why);
+    } else if (!key_input_is(rq->key, rq->key_len, rq->source, rq->source_len)) {
+        /* The source is built as it is: it must be the key's (a program
+         * keyed in a neutral form sends that form, cache/quirks.h). */
+        not_stored(CAPTURE_LOST_INPUTS, prefix, "%s", "the request's source is not the input the key names");
     } else if (!st) {
         not_stored(CAPTURE_LOST_STORE, prefix, "%s", "no cache to store into");
     } else {
@@ -744,6 +758,7 @@ int capture_helper_main(int argc, char **argv)
         return 2;
     }
     store_quiet_open_warnings(); /* the application said them */
+    pipeline_hold_remote_refusals(); /* the journal says them: `cache wait` */
     /* No lock of its own: each request brings one (capture_proc.h), so
      * `clshim cache wait` waits for captures, never for the application. */
     pid_t pid = fork(); /* this process is single-threaded: safe */

@@ -264,6 +264,12 @@ static int take_one(const char *path, struct capture_outcomes *out)
         line[strcspn(line, "\n")] = 0;
         if (!strncmp(line, "stored ", 7)) {
             out->stored++;
+        } else if (!strncmp(line, "push_refused ", 13)) {
+            char *text;
+            unsigned long n = strtoul(line + 13, &text, 10);
+            if (!out->pushes_refused && *text == ' ')
+                snprintf(out->first_refusal, sizeof out->first_refusal, "%.500s", text + 1);
+            out->pushes_refused += n;
         } else if (!strncmp(line, "lost ", 5)) {
             if (!out->lost++) snprintf(out->first_lost, sizeof out->first_lost, "%.500s", line + 5);
             size_t wl = strcspn(line + 5, " ");

@@ -37,8 +37,10 @@ int capture_wait(const char *dir, unsigned long timeout_s, const char *who, cons
  * The capture helper appends one line per capture to <dir>/CAPTURE_JOURNAL
  * (one write of O_APPEND: lines never interleave): "stored <key> <bytes>"
  * or "lost <reason> <key> <what happened>", <reason> one of `cache stats`'
- * captures_lost_by_reason names. After the applications exit nothing else
- * would ever say so: the helper's standard error is closed then.
+ * captures_lost_by_reason names; and "push_refused <n> <line>" when the
+ * remote tier's server refused n of its pushes (the first one's line).
+ * After the applications exit nothing else would ever say so: the helper's
+ * standard error is closed then.
  * capture_journal_take() (the waiting commands, once the captures are done)
  * moves the journal aside, reads it and removes it, so each outcome is told
  * once: 0 with the counts, -1 when there is none. The journal stops growing
@@ -50,6 +52,8 @@ struct capture_outcomes {
     unsigned long stored, lost;
     unsigned long lost_by[16]; /* by enum capture_lost */
     char first_lost[512];     /* the first lost line's text */
+    unsigned long pushes_refused; /* pushes the remote tier's server refused */
+    char first_refusal[512];  /* the first one's line */
 };
 int capture_journal_take(const char *dir, struct capture_outcomes *out);
 

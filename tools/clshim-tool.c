@@ -14,6 +14,7 @@ int config_cmd_main(int argc, char **argv)
         config_print_docs(stdout);
         return 0;
     }
+    if (argc > 1 && argv[1][0] == '-') return help_unknown("clshim: config", "config", argv[1]);
     if (argc > 1) {
         fprintf(stderr, "usage: clshim config [--docs]\n");
         return 2;
@@ -36,6 +37,5 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "--version")) return printf("clshim %s\n", CLSHIM_VERSION) < 0;
     if (!strcmp(argv[1], "capture-helper")) return capture_helper_main(argc - 1, argv + 1);
     if (!strcmp(argv[1], "capture-one")) return capture_one_main(argc - 1, argv + 1);
-    fprintf(stderr, "clshim: unknown command '%s'\n", argv[1]);
-    return 2;
+    return help_unknown("clshim", "", argv[1]);
 }

@@ -24,7 +24,11 @@
       "linked with libOpenCL), loader (clshim's libOpenCL.so.1 first on LD_LIBRARY_PATH, for "      \
       "programs that dlopen OpenCL), layer (OPENCL_LAYERS, for a layer-capable ICD loader), "       \
       "auto (chosen from CMD), or several joined with '+'.")                                        \
-    O("--stats", "Print the cache summary of each process at exit (CLSHIM_STATS=1).")               \
+    O("--stats",                                                                                    \
+      "Print the cache summary of each process at exit (CLSHIM_STATS=1), then one line for the "    \
+      "whole run: hits, misses by cause (new, evicted, uncacheable), stored, compile time saved, "  \
+      "and the size limit that would have kept the evicted entries. Where GITHUB_STEP_SUMMARY "     \
+      "names a file, the same is appended to it as a Markdown table, one per run.")                 \
     O("--log LEVEL", "Set CLSHIM_LOG for this run: error, warn, info or debug.")                    \
     O("--wait",                                                                                     \
       "After CMD, wait until the capture helper has stored its binaries (as `clshim cache "         \
@@ -54,6 +58,14 @@
     O("--json", "One JSON array instead of text.")                                                  \
     C("cache show", "KEYPREFIX",                                                                    \
       "One entry in full: its key material, build log, checks and source.")                         \
+    C("cache why", "KEYPREFIX|--last [--json]",                                                     \
+      "Why a key missed: the nearest stored entry of the same program (the same main source, IL "   \
+      "or binaries) and every field in which the two keys differ: a header's content, an option "   \
+      "or a define's value, the device, the driver version, a driver variable, clshim's key "       \
+      "format. KEYPREFIX names a stored entry or the last miss. A key with no stored neighbour "    \
+      "says so in one line (exit 0).")                                                              \
+    O("--last", "The most recent miss in this cache, by any process, stored or not.")              \
+    O("--json", "One JSON object instead of text.")                                                 \
     C("cache rm", "KEYPREFIX...", "Remove these entries from the local cache.")                     \
     C("cache evict", "[--older-than AGE] [--to-size SIZE] [--origin=remote]",                      \
       "Evict entries unused for AGE, or least recently used entries down to SIZE, or local "       \
@@ -64,9 +76,11 @@
     O("--to-size SIZE", "Least recently used entries until the cache holds at most SIZE (K, M, G).") \
     O("--origin=remote", "Every local copy of a value that came from the remote tier.")             \
     C("cache clear", "", "Remove every entry.")                                                     \
-    C("cache verify", "[--fix]",                                                                    \
+    C("cache verify", "[--trust FILES] [--fix]",                                                    \
       "Check every entry and name each bad one (its key and what is wrong); exit 1 when bad "      \
       "entries remain.")                                         \
+    O("--trust FILES", "Also count as bad every entry not sealed by one of these public keys "     \
+      "(':'-separated files or directories of FILE.pub, as CLSHIM_TRUST).")                         \
     O("--fix", "Remove the bad entries.")                                                           \
     C("cache compact", "", "Rewrite the database file without its free space.")                     \
     C("cache export", "[--sign KEYFILE] [--with-driver-caches] [--wait S] FILE",                    \
@@ -121,6 +135,6 @@
       "CUDA's libdevice.10.bc (default: under $CUDA_HOME or /usr/local/cuda; \"\": none).")         \
     O("-o FILE", "Write to FILE instead of standard output.")                                       \
     C("help", "[COMMAND]", "This text, or one command's help (also `clshim COMMAND --help`).")      \
-    C("--version", "", "Print clshim's version.")
+    C("--version", "", "Print clshim's version (also -V).")
 
 #endif

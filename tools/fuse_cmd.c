@@ -30,6 +30,7 @@
 #include "compiler/llvmload.h"
 #include "fusion/plan.h"
 #include "tools/commands.h"
+#include "tools/help.h"
 
 #define MAX_KERNELS 64
 
@@ -91,6 +92,8 @@ struct job {
     uint32_t sm;
 };
 
+/* 0, -1 for a usage error (the usage is printed), or the exit status
+ * after saying in one line what is wrong (tools/help.h). */
 static int parse_args(int argc, char **argv, struct job *j)
 {
     memset(j, 0, sizeof *j);
@@ -110,11 +113,13 @@ static int parse_args(int argc, char **argv, struct job *j)
             j->internal = 1, j->internal_args = a + 11;
         else if (!strcmp(a, "--sm") && i + 1 < argc) j->sm = (uint32_t)strtoul(argv[++i], NULL, 10);
         else if (!strcmp(a, "-o") && i + 1 < argc) j->out_path = argv[++i];
-        else if (a[0] == '-' || j->file) return -1;
+        else if (a[0] == '-') return help_unknown("clshim fuse", "fuse", a);
+        else if (j->file) return -1;
         else j->file = a;
     }
     if (!j->plan || !j->file || !j->dim || (j->local_dim && j->local_dim != j->dim)) return -1;
-    if (strcmp(j->emit, "cl") && strcmp(j->emit, "ll") && strcmp(j->emit, "spir") && strcmp(j->emit, "ptx")) return -1;
+    if (strcmp(j->emit, "cl") && strcmp(j->emit, "ll") && strcmp(j->emit, "spir") && strcmp(j->emit, "ptx"))
+        return help_bad_value("clshim fuse", "fuse", "--emit", j->emit);
     if (!j->local_dim) j->local[0] = j->local[1] = j->local[2] = 0;
     return 0;
 }
@@ -241,7 +246,9 @@ out:
 int fuse_cmd_main(int argc, char **argv)
 {
     struct job j;
-    if (parse_args(argc, argv, &j)) return usage();
+    if (help_asked(argc, argv)) return help_print(stdout, "fuse") != 0;
+    int bad = parse_args(argc, argv, &j);
+    if (bad) return bad > 0 ? bad : usage();
     char *plan = strdup(j.plan);
     const char *names[MAX_KERNELS];
     size_t n = plan ? split_plan(plan, names) : 0;

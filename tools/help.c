@@ -3,9 +3,11 @@
  * knob table (common/knobs.h). */
 #include "tools/help.h"
 
+#include <ctype.h>
 #include <string.h>
 
 #include "common/knobs.h"
+#include "common/suggest.h"
 #include "tools/cmdtable.h"
 
 struct row {
@@ -83,6 +85,137 @@ int help_print(FILE *out, const char *command)
         }
     }
     return shown ? 0 : -1;
+}
+
+/* The row of `command` ("" for none: clshim itself), or ROW_COUNT. */
+static size_t command_row(const char *command)
+{
+    for (size_t i = 0; i < ROW_COUNT; i++)
+        if (rows[i].args && !strcmp(rows[i].name, command)) return i;
+    return ROW_COUNT;
+}
+
+/* The length of an option's name in its row: "--sort" of "--sort=size|age". */
+static size_t option_len(const char *row_name) { return strcspn(row_name, " =["); }
+
+/* The rows of `command`'s options: from the one returned to *end. */
+static size_t options_of(const char *command, size_t *end)
+{
+    size_t c = command_row(command), j = c < ROW_COUNT ? c + 1 : ROW_COUNT;
+    for (*end = j; *end < ROW_COUNT && !rows[*end].args; (*end)++) continue;
+    return j;
+}
+
+/* The row of option `option` (n bytes) of `command`, or NULL. */
+static const char *find_option(const char *command, const char *option, size_t n)
+{
+    size_t end;
+    for (size_t j = options_of(command, &end); j < end; j++)
+        if (option_len(rows[j].name) == n && !strncmp(rows[j].name, option, n)) return rows[j].name;
+    return NULL;
+}
+
+/* The next of the alternatives "a|b c|d": past the '|' after p. */
+static const char *next_alternative(const char *p)
+{
+    p += strcspn(p, "|");
+    return *p ? p + 1 : p;
+}
+
+const char *help_closest(const char *command, const char *word, char *buf, size_t len)
+{
+    int dashed = word[0] == '-';
+    struct suggest s;
+    suggest_init(&s, word, dashed ? strcspn(word, "=") : strlen(word));
+    size_t end;
+    for (size_t j = options_of(command, &end); dashed && j < end; j++)
+        suggest_add(&s, rows[j].name, option_len(rows[j].name));
+    /* Its subcommands: the word after it ("stats" of "cache stats"); an
+     * option-like command ("--version") only for a word like an option. */
+    size_t n = strlen(command);
+    for (size_t i = 0; i < ROW_COUNT; i++) {
+        const char *name = rows[i].name;
+        if (!rows[i].args || (n && (!under(name, command) || !name[n]))) continue;
+        name += n ? n + 1 : 0;
+        if ((name[0] == '-') == dashed) suggest_add(&s, name, strcspn(name, " "));
+    }
+    /* Subcommands in its arguments: "ping|stats [--json]|rm KEYPREFIX...". */
+    size_t c = command_row(command);
+    const char *args = c < ROW_COUNT ? rows[c].args : "";
+    if (islower((unsigned char)args[0]) && !dashed)
+        for (const char *p = args; *p; p = next_alternative(p)) suggest_add(&s, p, strcspn(p, " |"));
+    size_t found = 0;
+    const char *best = suggest_get(&s, &found);
+    if (!best || found >= len) return NULL;
+    snprintf(buf, len, "%.*s", (int)found, best);
+    return buf;
+}
+
+int help_asked(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return 1;
+    return 0;
+}
+
+/* "PREFIX: unknown WHAT 'WORD'; did you mean 'CLOSEST'?", or with TAIL
+ * instead of the question where nothing is close. */
+static int say_unknown(const char *prefix, const char *what, const char *word, const char *closest,
+                       const char *tail)
+{
+    if (closest) fprintf(stderr, "%s: unknown %s '%s'; did you mean '%s'?\n", prefix, what, word, closest);
+    else fprintf(stderr, "%s: unknown %s '%s' (%s)\n", prefix, what, word, tail);
+    return 2;
+}
+
+/* "(clshim help COMMAND)", or the hint of clshim itself. */
+static const char *help_hint(const char *command, char *buf, size_t len)
+{
+    if (!*command) return "clshim --help lists them";
+    snprintf(buf, len, "clshim help %s", command);
+    return buf;
+}
+
+int help_unknown(const char *prefix, const char *command, const char *word)
+{
+    char closest[64], hint[160];
+    if (word[0] == '-') {
+        size_t n = strcspn(word, "=");
+        const char *row = find_option(command, word, n);
+        if (row) { /* an option of the table, used wrongly */
+            int takes_value = row[option_len(row)] != 0;
+            if (word[n] == '=' && takes_value) return help_bad_value(prefix, command, row, word + n + 1);
+            fprintf(stderr, "%s: %.*s %s\n", prefix, (int)n, word, takes_value ? "needs a value" : "takes no value");
+            return 2;
+        }
+    }
+    return say_unknown(prefix, word[0] == '-' ? "option" : "command", word,
+                       help_closest(command, word, closest, sizeof closest), help_hint(command, hint, sizeof hint));
+}
+
+int help_bad_value(const char *prefix, const char *command, const char *option, const char *value)
+{
+    size_t n = option_len(option);
+    const char *row = find_option(command, option, n);
+    /* A closed list: "--sort=size|age|hits|last-use". */
+    const char *list = row && row[n] == '=' ? row + n + 1 : NULL;
+    char what[80], hint[256];
+    snprintf(what, sizeof what, "%.*s value", (int)n, option);
+    if (!list) return say_unknown(prefix, what, value, NULL, help_hint(command, hint, sizeof hint));
+    struct suggest s;
+    suggest_init(&s, value, strlen(value));
+    size_t at = 0;
+    for (const char *p = list; *p; p = next_alternative(p)) {
+        size_t k = strcspn(p, "|");
+        suggest_add(&s, p, k);
+        if (at < sizeof hint)
+            at += (size_t)snprintf(hint + at, sizeof hint - at, "%s%.*s", !at ? "" : p[k] ? ", " : " or ", (int)k, p);
+    }
+    size_t k = 0;
+    const char *best = suggest_get(&s, &k);
+    char closest[64];
+    if (best) snprintf(closest, sizeof closest, "%.*s", (int)k, best);
+    return say_unknown(prefix, what, value, best ? closest : NULL, hint);
 }
 
 /* Text for roff: '-' and '\' escaped, a leading '.' or '\'' kept literal. */
@@ -197,6 +330,16 @@ int help_main(int argc, char **argv)
         }
         return 0;
     }
+    if (argc == 5 && !strcmp(argv[1], "--unknown")) return help_unknown(argv[2], argv[3], argv[4]);
+    if (argc >= 3 && !strcmp(argv[1], "--closest")) {
+        struct suggest s;
+        suggest_init(&s, argv[2], strlen(argv[2]));
+        for (int i = 3; i < argc; i++) suggest_add(&s, argv[i], strlen(argv[i]));
+        size_t n = 0;
+        const char *best = suggest_get(&s, &n);
+        if (best) printf("%.*s\n", (int)n, best);
+        return !best;
+    }
     /* The command's words joined: `clshim help cache evict`. */
     char command[128] = "";
     for (int i = 1; i < argc; i++) {
@@ -205,6 +348,14 @@ int help_main(int argc, char **argv)
         snprintf(command + len, sizeof command - len, "%s%s", len ? " " : "", argv[i]);
     }
     if (help_print(stdout, command) == 0) return 0;
-    fprintf(stderr, "clshim: no command '%s' (clshim --help lists them)\n", command);
+    /* `clshim help cache stat`: the closest of the commands under the words before. */
+    const char *last = strrchr(command, ' '), *word = last ? last + 1 : command;
+    char parent[128], closest[64];
+    snprintf(parent, sizeof parent, "%.*s", last ? (int)(last - command) : 0, command);
+    if (help_closest(parent, word, closest, sizeof closest))
+        fprintf(stderr, "clshim: no command '%s'; did you mean '%s%s%s'?\n", command, parent, *parent ? " " : "",
+                closest);
+    else
+        fprintf(stderr, "clshim: no command '%s' (clshim --help lists them)\n", command);
     return 2;
 }

@@ -26,6 +26,7 @@
 #include "fusion/frontend.h"
 #include "compiler/llvmload.h"
 #include "tools/commands.h"
+#include "tools/help.h"
 
 static int usage(void)
 {
@@ -111,6 +112,7 @@ int ptx_cmd_main(int argc, char **argv)
 {
     struct ptx_cmd_opts o = {.options = ""};
     const char *file = NULL;
+    if (help_asked(argc, argv)) return help_print(stdout, "ptx") != 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--sm") && i + 1 < argc) o.sm = (uint32_t)strtoul(argv[++i], NULL, 10);
@@ -118,7 +120,8 @@ int ptx_cmd_main(int argc, char **argv)
         else if (!strcmp(a, "--builtins=vendor-differs-ok")) o.allow_unmatched = 1;
         else if (!strcmp(a, "-o") && i + 1 < argc) o.out_path = argv[++i];
         else if (!strcmp(a, "--libdevice") && i + 1 < argc) o.libdevice = argv[++i];
-        else if (a[0] == '-' || file) return usage();
+        else if (a[0] == '-') return help_unknown("clshim ptx", "ptx", a);
+        else if (file) return usage();
         else file = a;
     }
     if (!file) return usage();

@@ -31,7 +31,11 @@ occurrences() {
         { n++ } END { print n + 0 }' "$2"
 }
 
-fresh_pocl() { rm -rf "$POCL_CACHE_DIR"; mkdir -p "$POCL_CACHE_DIR"; }
+# A new empty PoCL cache directory for the next runs. Not the old one emptied:
+# a capture helper of an earlier run may still be writing into that one
+# (under load it outlives its app), and PoCL then reads its half-written
+# files (an assertion in pocl_llvm_read_program_llvm_irs) or rm -rf fails.
+fresh_pocl() { POCL_CACHE_DIR=$(mktemp -d "$TMP/pocl.XXXXXX"); export POCL_CACHE_DIR; }
 # The plain reference run of a comparison with the shim: the driver alone,
 # on a PoCL cache of its own that the test's reference runs share (what the
 # driver caches of its own compiles changes no result, and a cold PoCL
@@ -78,6 +82,15 @@ remote_base_ms() { # PROG
         [ "$t" -lt "$BASE_MS" ] && BASE_MS=$t
     done
     echo "without a remote tier: $BASE_MS ms (best of 3)"
+}
+# A run of PROG under the shim, tag TAG, on an empty cache of its own
+# ($TMP/cache-TAG) that the remote tier answers: the results of the plain
+# run tagged ref, no compile, one remote hit.
+remote_hit_run() { # TAG PROG
+    fresh_pocl; run_shim "$1" env CLSHIM_CACHE_DIR="$TMP/cache-$1" "$2"
+    same_output ref "$1" "$1: same results as without clshim"
+    [ "$(count 'miss ' "$TMP/$1.err")" = 0 ] || fail "$1: compiled although the remote tier had it"
+    [ "$(count 'hit .*(remote)' "$TMP/$1.err")" = 1 ] || fail "$1: expected one remote hit"
 }
 # Stops every server this test started (a stopped one is killed).
 stop_redis() { local p; for p in $REDIS_PIDS; do kill -KILL "$p" 2>/dev/null || true; done; REDIS_PIDS=""; }

@@ -139,4 +139,18 @@ cpu_ms=$(sed -n 's/.*capture helper: .*CPU \([0-9.]*\) s while it ran, \([0-9.]*
 [ $waited -le $((2 * cpu_ms + 5000)) ] ||
     { cat "$TMP/real.err" >&2; fail "cache wait took $waited ms for a helper's $cpu_ms ms of CPU (two busy loops)"; }
 ok "two busy loops: cache wait returned in $waited ms for the helper's $cpu_ms ms of CPU, $N stored"
+# At CLSHIM_LOG=info the helper's "stored" line reaches a terminal, though
+# it comes after the application exited (into a pipe or file it does not: whoever
+# reads it to the end would wait for the helper; `cache wait` says it).
+fresh_pocl
+export CLSHIM_CACHE_DIR=$TMP/tty-cache
+script -qec "env CLSHIM_LOG=info LD_PRELOAD=$SHIM $PROGS/fusion_chain --mode chain >/dev/null; $TOOL cache wait --timeout 120 >/dev/null 2>&1; sleep 0.5" /dev/null >"$TMP/tty.out" 2>&1 || true
+tr -d '\r' <"$TMP/tty.out" >"$TMP/tty.txt"
+grep -q '^clshim: capture of .* handed to the capture helper' "$TMP/tty.txt" || { cat "$TMP/tty.txt" >&2; fail "terminal: not handed to the helper"; }
+[ "$(count '^clshim: stored [0-9a-f]*: [0-9]* bytes' "$TMP/tty.txt")" = 1 ] || { cat "$TMP/tty.txt" >&2; fail "terminal: no stored line"; }
+run_shim piped env CLSHIM_LOG=info CLSHIM_CACHE_DIR="$TMP/pipe-cache" "$PROGS/fusion_chain" --mode chain
+"$TOOL" cache --dir "$TMP/pipe-cache" wait --timeout 120 >"$TMP/pipe-wait.out" 2>&1 || true
+[ "$(count '^clshim: stored ' "$TMP/piped.err")" = 0 ] || fail "a file got the helper's line after the app's exit"
+grep -q "1 capture stored" "$TMP/pipe-wait.out" || { cat "$TMP/pipe-wait.out" >&2; fail "cache wait: no stored count"; }
+ok "at info the helper's stored line reaches a terminal; into a pipe, cache wait tells it"
 finish

@@ -25,7 +25,7 @@ awk '/^case "\$cmd" in/ { on = 1; next } on && /^esac/ { on = 0 }
     "$ROOT/scripts/clshim" >"$TMP/script-cmds"
 [ "$(wc -l <"$TMP/script-cmds")" -ge 8 ] || fail "found too few commands in scripts/clshim"
 while read -r c; do
-    case "$c" in -h|--help|version|'""'|'*') continue ;; esac # spellings of help and --version; the error
+    case "$c" in -h|--help|-V|version|'""'|'*') continue ;; esac # spellings of help and --version; the error
     has "$c" scripts/clshim
 done <"$TMP/script-cmds"
 has "plan suggest" scripts/clshim
@@ -88,6 +88,70 @@ grep -ohE 'CLSHIM_[A-Z0-9_]*[A-Z0-9]' "${docs[@]}" | sort -u | grep -vxFf "$TMP/
     esac
 done
 ok "every clshim command and CLSHIM_ knob the docs name exists"
+
+# A mistake is said in one line (not the usage) with the exit status of a
+# usage error, 2: a misspelt command, option or value of a closed list with
+# the closest one of the table.
+said() { # RC LINE CMD...: CMD exits RC, prints nothing and says LINE on stderr
+    local rc=$1 line=$2; shift 2
+    local what="clshim ${*:2}"
+    run_plain said "$@"
+    [ "$(cat "$TMP/said.rc")" = "$rc" ] || fail "$what: exit status $(cat "$TMP/said.rc"), not $rc"
+    [ "$(cat "$TMP/said.err")" = "$line" ] || fail "$what: said '$(cat "$TMP/said.err")', not '$line'"
+    [ ! -s "$TMP/said.out" ] || fail "$what: printed '$(head -3 "$TMP/said.out")'"
+}
+said 2 "clshim: unknown command 'cach'; did you mean 'cache'?" "$CLSHIM" cach stats
+said 2 "clshim: unknown command 'frobnicate' (clshim --help lists them)" "$CLSHIM" frobnicate
+said 2 "clshim: unknown option '--verison'; did you mean '--version'?" "$CLSHIM" --verison
+said 2 "clshim cache: unknown command 'stat'; did you mean 'stats'?" "$CLSHIM" cache stat
+said 2 "clshim cache: evict: unknown option '--older-then'; did you mean '--older-than'?" \
+    "$CLSHIM" cache evict --older-then 1d
+said 2 "clshim cache: list: unknown --sort value 'hit'; did you mean 'hits'?" "$CLSHIM" cache list --sort=hit
+said 2 "clshim cache: list: unknown --sort value 'x' (size, age, hits or last-use)" "$CLSHIM" cache list --sort=x
+said 2 "clshim cache: list: --sort needs a value" "$CLSHIM" cache list --sort
+said 2 "clshim cache: remote: unknown command 'pign'; did you mean 'ping'?" "$CLSHIM" cache remote pign
+said 2 "clshim cache: export: unknown option '--sing'; did you mean '--sign'?" "$CLSHIM" cache export --sing k f
+said 2 "clshim: run: unknown option '--mdoe'; did you mean '--mode'?" "$CLSHIM" run --mdoe preload -- true
+said 2 "clshim: plan: unknown command 'sugest'; did you mean 'suggest'?" "$CLSHIM" plan sugest -- true
+said 2 "clshim: config: unknown option '--doc'; did you mean '--docs'?" "$CLSHIM" config --doc
+said 2 "clshim fuse: unknown --emit value 'ptxx'; did you mean 'ptx'?" "$CLSHIM" fuse --plan a+b --emit=ptxx f.cl
+said 2 "clshim ptx: unknown option '--libdevic'; did you mean '--libdevice'?" "$CLSHIM" ptx --libdevic d f.cl
+said 2 "clshim: no command 'cache stat'; did you mean 'cache stats'?" "$CLSHIM" help cache stat
+ok "a misspelt command, option or value: one line with the closest one, exit 2"
+
+# --help after a subcommand's arguments, and -V, as everywhere else.
+run_plain remote-help "$CLSHIM" cache remote ping --help
+[ "$(cat "$TMP/remote-help.rc")" = 0 ] || fail "clshim cache remote ping --help: exit $(cat "$TMP/remote-help.rc")"
+grep -q "^usage: clshim cache remote ping|stats" "$TMP/remote-help.out" ||
+    fail "clshim cache remote ping --help: no usage: $(cat "$TMP/remote-help.err")"
+"$CLSHIM" --version >"$TMP/version-long"
+"$CLSHIM" -V >"$TMP/version-short" || fail "clshim -V failed"
+cmp -s "$TMP/version-long" "$TMP/version-short" || fail "clshim -V printed '$(cat "$TMP/version-short")'"
+ok "clshim cache remote ping --help prints its usage; clshim -V is --version"
+
+# A command that cannot be run: one line of clshim's, the shell's status
+# (127 not found, 126 not runnable), none of the wrapper's own lines.
+said 127 "clshim: run: /nonexistent: No such file or directory" "$CLSHIM" run -- /nonexistent
+said 127 "clshim: run: /nonexistent: No such file or directory" "$CLSHIM" run --wait --mode=auto -- /nonexistent
+said 127 "clshim: run: no-such-command-here: command not found" "$CLSHIM" run -- no-such-command-here
+said 126 "clshim: run: $TMP: Is a directory" "$CLSHIM" run -- "$TMP"
+printf '#!/no/such/interpreter -x\n' >"$TMP/script" && chmod +x "$TMP/script"
+said 127 "clshim: run: $TMP/script: /no/such/interpreter: bad interpreter: No such file or directory" \
+    "$CLSHIM" run -- "$TMP/script"
+touch "$TMP/not-executable"
+said 126 "clshim: run: $TMP/not-executable: Permission denied" "$CLSHIM" run -- "$TMP/not-executable"
+ok "clshim run of a command that cannot be run: one line, exit 127 or 126"
+
+# A bad --mode lists every mode, and each of them runs.
+modes="preload, loader, layer, auto, preload+loader, preload+layer, loader+layer or preload+loader+layer"
+said 2 "clshim: run: unknown mode 'prelod'; did you mean 'preload'? ($modes)" "$CLSHIM" run --mode=prelod -- true
+said 2 "clshim: run: unknown mode '' ($modes)" "$CLSHIM" run --mode= -- true
+said 2 "clshim: run: unknown mode 'preload+'; did you mean 'preload'? ($modes)" "$CLSHIM" run --mode=preload+ -- true
+for m in ${modes//,/} layer+preload; do
+    [ "$m" = or ] && continue
+    "$CLSHIM" run --mode="$m" -- true || fail "clshim run --mode=$m, a mode it lists, fails"
+done
+ok "a bad --mode lists the modes and their combinations, each of which runs"
 
 # The script as it is in the source tree (not made by make).
 CLSHIM_LIBDIR=$CLSHIM_BUILD "$ROOT/scripts/clshim" --version >"$TMP/version"

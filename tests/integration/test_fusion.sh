@@ -118,6 +118,19 @@ grep -q "^callbacks 12$" "$TMP/events.out" || fail "events: callbacks missing"
 [ "$(grep -c '^callback before the rest: 1$' "$TMP/events.out")" = 3 ] || fail "events: a callback waited for did not fire"
 ok "events: held events work in waits, queries, callbacks, profiling and other queues"
 
+# 4b. Profiling of a fused chain on an in-order queue keeps the queue's
+#     order (each command starts after the one before ended), as plain: the
+#     fused launch's run is split among its parts, under a plan and auto.
+shim_vs_plain profile "$PLAN" "$FC" --mode profile --iterations 4
+[ "$(fused offset+scale+square profile)" = 4 ] || fail "profile: expected 4 fused launches"
+grep -q "after the one before 1" "$TMP/profile.out" && ! grep -q "after the one before 0" "$TMP/profile.out" ||
+    fail "profile: the plain run's order is not what the test expects"
+run_ref ref_profile8 "$FC" --mode profile --iterations 8
+fresh_pocl; run_shim profile_auto env CLSHIM_FUSION=auto "$FC" --mode profile --iterations 8
+same_output ref_profile8 profile_auto "profile, automatic fusion: the plain driver's results and profiling order"
+[ "$(count 'into one launch' "$TMP/profile_auto.err")" -ge 1 ] || fail "profile (auto): nothing fused"
+ok "profile: a fused chain's events keep an in-order queue's profiling order (plan and auto)"
+
 # 5. clSetKernelArg after the enqueue does not change held kernels.
 shim_vs_plain setarg "$PLAN" "$FC" --mode setarg
 [ "$(fused offset+scale+square setarg)" = 3 ] || fail "setarg: expected 3 fused launches"

@@ -35,6 +35,15 @@ vs_plain three CLSHIM_FUSE="$K3" -- --programs 3 --iterations 4
 [ "$(count ') refused: ' "$TMP/three.err")" = 0 ] || fail "three: a refusal: $(grep ') refused: ' "$TMP/three.err")"
 ok "three programs with the same kernel, helper, typedef and constant names: joined, fused, bit for bit"
 
+# 1b. A kernel that reads its own name (sizeof(__func__)): joined, it would
+#     be renamed and read another; refused with the reason, run as plain.
+vs_plain func CLSHIM_FUSE="$K3" -- --programs 3 --iterations 3 --func
+cmp -s "$TMP/ref_func.out" "$TMP/ref_three.out" && fail "func: __func__ changes nothing (the test is void)"
+grep -q "refused: program 3 reads a function's own name (__func__)" "$TMP/func.err" ||
+    { cat "$TMP/func.err" >&2; fail "func: no refusal naming __func__"; }
+[ "$(fused "$K3" func)" = 0 ] || fail "func: fused although a kernel reads its name"
+ok "a kernel reading __func__: not joined (it would be renamed), results as plain"
+
 # 2. Two programs.
 vs_plain two CLSHIM_FUSE="elwise_kernel+elwise_kernel" -- --programs 2 --iterations 3
 [ "$(joined 2 two)" = 1 ] || fail "two: the two programs were not joined"

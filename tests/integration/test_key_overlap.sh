@@ -4,10 +4,12 @@
 # (clCompileProgram + clLinkProgram, `#include M2S(INCLUDE_PATH/h.h)`):
 # - a source never seen overlaps; results, exit codes and build logs are
 #   the plain run's; the next run hits through direct mode;
-# - a key already stored (by a run in another working directory, whose
-#   manifest this one cannot use) is compiled and stored again, counted as
-#   a miss, results unchanged; CLSHIM_PREPROC_OVERLAP=0 or
-#   CLSHIM_CACHE_MIN_ENTRY run the preprocessor first, and that run hits;
+# - another working directory uses that manifest (test_preproc_cwd has
+#   the relative paths) and hits;
+# - a key already stored whose manifest is gone (evicted alone) is
+#   compiled and stored again, counted as a miss, results unchanged;
+#   CLSHIM_PREPROC_OVERLAP=0 or CLSHIM_CACHE_MIN_ENTRY run the preprocessor
+#   first, and that run hits;
 # - a failing driver compile returns the driver's error and log;
 # - a failing preprocessor leaves the compile's result as it is, and the
 #   program is counted as uncacheable.
@@ -23,6 +25,15 @@ HOPTS="-D INCLUDE_PATH=$INC -D \"XM2S(x)=#x\" -D \"M2S(x)=XM2S(x)\""
 compile_link() { "$SF" "$TMP/hc.cl" --options "$HOPTS" --compile-link; }
 # The key of the compiled object a run missed or hit ("" when none).
 object_key() { grep -oE '(miss|hit) [0-9a-f]{16} on .*(compiled object|\(disk, compiled object)' "$1" | head -1 | cut -d' ' -f2; }
+# Removes every manifest record (as eviction might, leaving the binaries).
+drop_manifests() {
+    local keys
+    keys=$("$CLSHIM_BUILD/clshim-tool" cache list --json | grep '"origin": "manifest"' | grep -oE '"key": "[0-9a-f]+"' |
+        cut -d'"' -f4)
+    [ -n "$keys" ] || fail "no manifest to remove"
+    # shellcheck disable=SC2086
+    "$CLSHIM_BUILD/clshim-tool" cache rm $keys >/dev/null
+}
 uncacheable() { "$CLSHIM_BUILD/clshim-tool" cache stats | awk '/^Uncacheable programs/ { print $NF }'; }
 
 fresh_pocl; run_plain ref compile_link
@@ -43,25 +54,38 @@ grep -q 'headers from its manifest' "$TMP/warm.err" || fail "second run: not dir
 grep -q 'headers from the preprocessor' "$TMP/warm.err" && fail "second run: the preprocessor ran"
 ok "never seen: overlapped, stored, and the next run hits through the manifest the preprocessor's thread stored"
 
-# Another working directory has no manifest: the compile runs (the key
-# turns out to be stored already), stores again, counts a miss.
+# Another working directory: the manifest is not keyed by it, the files
+# it lists are the same, so the stored key hits; nothing runs beside.
 cd "$TMP/b"
 fresh_pocl; run_shim other compile_link
-same_output ref other "key already stored: the plain run's results"
-grep -q "beside the compile" "$TMP/other.err" || fail "other directory: no overlap"
-grep -q "miss $KEY on .*compiled object in .* stored" "$TMP/other.err" ||
-    fail "other directory: expected the same key $KEY compiled and stored again: $(grep clshim: "$TMP/other.err")"
-fresh_pocl; run_shim other_warm compile_link
-grep -q "hit $KEY on .*compiled object" "$TMP/other_warm.err" || fail "other directory, second run: no hit"
-ok "a key already stored: compiled, stored again as a miss, the same key; then a hit"
+same_output ref other "another working directory: the plain run's results"
+grep -q "hit $KEY on .*compiled object" "$TMP/other.err" ||
+    fail "other directory: expected a hit of $KEY: $(grep clshim: "$TMP/other.err")"
+grep -q 'headers from its manifest' "$TMP/other.err" || fail "other directory: not direct mode"
+grep -q "beside the compile" "$TMP/other.err" && fail "other directory: overlapped"
+ok "another working directory: the manifest holds, a hit"
+
+# The manifest alone evicted: the compile runs (the key turns out to be
+# stored already), stores again, counts a miss.
+drop_manifests
+fresh_pocl; run_shim evicted compile_link
+same_output ref evicted "key already stored: the plain run's results"
+grep -q "beside the compile" "$TMP/evicted.err" || fail "manifest evicted: no overlap"
+grep -q "miss $KEY on .*compiled object in .* stored" "$TMP/evicted.err" ||
+    fail "manifest evicted: expected the same key $KEY compiled and stored again: $(grep clshim: "$TMP/evicted.err")"
+fresh_pocl; run_shim evicted_warm compile_link
+grep -q "hit $KEY on .*compiled object" "$TMP/evicted_warm.err" || fail "manifest evicted, second run: no hit"
+ok "a key already stored without its manifest: compiled, stored again as a miss, the same key; then a hit"
 
 # Overlap off, or manifests that might not be stored: the preprocessor
-# first, so a stored key hits.
+# first, so a stored key without its manifest hits.
+drop_manifests
 cd "$TMP/c"
 fresh_pocl; CLSHIM_PREPROC_OVERLAP=0 run_shim knob_off compile_link
 same_output ref knob_off "CLSHIM_PREPROC_OVERLAP=0: the plain run's results"
 grep -q "hit $KEY on .*compiled object" "$TMP/knob_off.err" || fail "overlap off: no hit of the stored key"
 grep -q "beside the compile" "$TMP/knob_off.err" && fail "overlap off: overlapped"
+drop_manifests
 cd "$TMP/d"
 fresh_pocl; CLSHIM_CACHE_MIN_ENTRY=1 run_shim min_entry compile_link
 grep -q "hit $KEY on .*compiled object" "$TMP/min_entry.err" || fail "CLSHIM_CACHE_MIN_ENTRY: no hit of the stored key"

@@ -31,7 +31,10 @@ fresh_pocl
 CLSHIM_BUILD_OPTIONS_APPEND=-DV=2 CLSHIM_LINK_OPTIONS_APPEND=-cl-fast-relaxed-math run_shim hit "$P" "-DW=1" ""
 same_output bad hit "appended options, a hit: the plain driver's results and options answers; the link's error"
 [ "$(count 'clshim: hit .*(disk' "$TMP/hit.err")" = 2 ] || { cat "$TMP/hit.err" >&2; fail "build and compile did not hit"; }
-ok "the appended options change the key"
+[ "$(count 'clshim: the link fails only because of CLSHIM_LINK_OPTIONS_APPEND="-cl-fast-relaxed-math": without it, it succeeds' "$TMP/hit.err")" = 1 ] ||
+    { cat "$TMP/hit.err" >&2; fail "the link that failed only because of the appended option: not one line saying so"; }
+[ "$(count 'fails only because of' "$TMP/miss.err")" = 0 ] || fail "a blame line where nothing failed"
+ok "the appended options change the key; a link they alone break says so"
 
 # 3. `clshim cache show` has the combined options in the key material.
 key=$(sed -n 's/^clshim: miss \([0-9a-f]*\) .*compiled object.*/\1/p' "$TMP/miss.err")
@@ -55,4 +58,14 @@ for run in "off|-DV=2   -DX=1 |-DX=1  -create-library " "off|  -DV=2|" "auto|-DV
     same_output o_plain o_miss "fusion $armed, '$b' / '$l', a miss: the driver's options answers"
     same_output o_plain o_hit "fusion $armed, '$b' / '$l', hits: the driver's options answers"
 done
+# 4. A build the appended option alone breaks says so in one line; a build
+#    that fails by itself blames nothing.
+fresh_pocl; run_plain badopt "$P" "-DW=1 -cl-no-such-option" ""
+fresh_pocl; CLSHIM_BUILD_OPTIONS_APPEND=-cl-no-such-option run_shim blamed "$P" "-DW=1" ""
+same_output badopt blamed "a build the appended option breaks: the plain driver's errors"
+[ "$(count 'clshim: the build fails only because of CLSHIM_BUILD_OPTIONS_APPEND="-cl-no-such-option"' "$TMP/blamed.err")" -ge 1 ] ||
+    { cat "$TMP/blamed.err" >&2; fail "no line blaming CLSHIM_BUILD_OPTIONS_APPEND"; }
+fresh_pocl; CLSHIM_BUILD_OPTIONS_APPEND=-DV=2 run_shim own "$P" "-DW=1 -cl-no-such-option" ""
+[ "$(count 'fails only because of' "$TMP/own.err")" = 0 ] || { cat "$TMP/own.err" >&2; fail "blamed the knob for the app's own bad option"; }
+ok "a build the appended options alone break says so; the app's own failure blames nothing"
 finish

@@ -79,11 +79,12 @@ static void stats_reports_counts_and_ratio(void **state)
     struct fixture *fx = *state;
     populate(fx, 5);
     store *s = open_default(fx, 3);
-    struct store_stats d = {.hits = 8, .misses = 2, .stores = 5, .compile_ns_saved = 2500000000ull};
+    struct store_stats d = {.hits = 8, .disk_hits = 5, .memory_hits = 3, .misses = 2, .stores = 5,
+                            .compile_ns_saved = 2500000000ull};
     assert_int_equal(store_stats_add(s, &d), CLSHIM_OK);
     store_close(s);
     assert_int_equal(run_cmd(fx, "stats", NULL), 0);
-    assert_contains(out_buf, "Hits                     8 (80.0 %)");
+    assert_contains(out_buf, "Hits                     8 (5 from disk, 3 from memory; 80.0 % of lookups)");
     assert_contains(out_buf, "Misses                   2");
     assert_contains(out_buf, "Stores                   5");
     assert_contains(out_buf, "Entries                  5");
@@ -100,6 +101,35 @@ static void stats_reports_counts_and_ratio(void **state)
     assert_int_equal(run_cmd(fx, "stats", NULL), 0);
     assert_contains(out_buf, "Hits                     0\n");
     assert_contains(out_buf, "Entries                  5");
+}
+
+/* stats counts the misses of evicted entries under the size limit, which it
+ * shows with where it comes from, with the limit that would have kept them;
+ * --json too */
+static void stats_reports_evicted_misses(void **state)
+{
+    struct fixture *fx = *state;
+    populate(fx, 1);
+    store *s = open_default(fx, 3);
+    struct store_stats d = {.misses = 40, .misses_evicted = 3, .evicted_keep_limit = (uint64_t)1400 << 20};
+    assert_int_equal(store_stats_add(s, &d), CLSHIM_OK);
+    store_close(s);
+    assert_int_equal(run_cmd(fx, "stats", NULL), 0);
+    assert_contains(out_buf, "Misses                   40\n  of evicted entries     3\n");
+    assert_contains(out_buf, "Size limit               1.0 GiB (0.0 % used; CLSHIM_CACHE_MAX_SIZE, the default)\n"
+                             "  3 misses of 40 were evicted entries: a limit of 1.4 GiB would have kept them "
+                             "(CLSHIM_CACHE_MAX_SIZE=1400M)\n");
+    assert_int_equal(run_cmd(fx, "stats", "--json", NULL), 0);
+    assert_contains(out_buf, "\"misses_evicted\": 3, \"misses_evicted_age\": 0, \"evicted_keep_limit\": 1468006400, "
+                             "\"max_size_source\": \"default\"");
+    /* one more, evicted for age: no size limit would have kept that one */
+    s = open_default(fx, 3);
+    d = (struct store_stats){.misses = 1, .misses_evicted = 1, .misses_evicted_age = 1};
+    assert_int_equal(store_stats_add(s, &d), CLSHIM_OK);
+    store_close(s);
+    assert_int_equal(run_cmd(fx, "stats", NULL), 0);
+    assert_contains(out_buf, "  4 misses of 41 were evicted entries: a limit of 1.4 GiB would have kept the 3 evicted "
+                             "for size (CLSHIM_CACHE_MAX_SIZE=1400M); 1 evicted for age");
 }
 
 /* stats of a directory without a cache says so and creates nothing */
@@ -308,6 +338,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(stats_reports_counts_and_ratio, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(stats_reports_evicted_misses, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(stats_without_cache_creates_nothing, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(list_shows_entries_sorted, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(show_prints_one_entry, fx_setup, fx_teardown),

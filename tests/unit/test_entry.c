@@ -292,6 +292,48 @@ static void source_round_trips(void **state)
     free(rec);
 }
 
+/* A seal round-trips on both kinds of source; malformed combinations
+ * (a seal flag on a HERE source missing, a `where` on one, an unknown
+ * flag), checksum resealed, are refused. */
+static void sealed_sources_round_trip(void **state)
+{
+    (void)state;
+    unsigned char bin[700];
+    fill_binary(bin, sizeof bin, 17);
+    struct cache_hash h = entry_xxh3_128(key_text, sizeof key_text - 1);
+    for (int kind = 0; kind < 2; kind++) {
+        struct store_source src = {.kind = kind ? STORE_SOURCE_REMOTE : STORE_SOURCE_HERE,
+                                   .flags = STORE_SOURCE_SEALED | (kind ? STORE_SOURCE_SIGNED : 0)};
+        for (size_t i = 0; i < sizeof src.seal; i++) src.seal[i] = (unsigned char)(i * 3 + 2);
+        for (size_t i = 0; i < sizeof src.seal_signer; i++) src.seal_signer[i] = (unsigned char)(i + 9);
+        if (kind) snprintf(src.where, sizeof src.where, "redis://x namespace y");
+        struct store_record in = {bin, sizeof bin, "log", 5, ENTRY_ORIGIN_SOURCE, "dev", &src}, out;
+        void *rec, *arena;
+        size_t len;
+        assert_int_equal(entry_encode_record(h, key_text, sizeof key_text - 1, &in, 3, 1000, &rec, &len), CLSHIM_OK);
+        assert_int_equal(entry_open_record(rec, len, h, key_text, sizeof key_text - 1, &out, &arena), CLSHIM_OK);
+        assert_non_null(out.source);
+        assert_int_equal(out.source->kind, src.kind);
+        assert_int_equal(out.source->flags, src.flags);
+        assert_memory_equal(out.source->seal, src.seal, sizeof src.seal);
+        assert_memory_equal(out.source->seal_signer, src.seal_signer, sizeof src.seal_signer);
+        assert_string_equal(out.source->where, src.where);
+        assert_memory_equal(out.binary, bin, sizeof bin);
+        free(arena);
+        struct entry_view v;
+        assert_int_equal(entry_parse(rec, len, &v), CLSHIM_OK);
+        unsigned char *p = (unsigned char *)v.source;
+        unsigned char flags = p[4];
+        p[4] = (unsigned char)(flags | 0x4); /* an unknown flag */
+        entry_set_access(rec, len, 1, 1);
+        assert_int_equal(entry_parse(rec, len, &v), CLSHIM_ECORRUPT);
+        p[4] = (unsigned char)(flags & ~STORE_SOURCE_SEALED); /* the seal's bytes taken as `where` */
+        entry_set_access(rec, len, 1, 1);
+        assert_int_equal(entry_parse(rec, len, &v), kind ? CLSHIM_OK : CLSHIM_ECORRUPT);
+        free(rec);
+    }
+}
+
 static void binary_moved_under_another_key_is_refused(void **state)
 {
     (void)state;
@@ -416,6 +458,7 @@ int main(void)
         cmocka_unit_test(binary_moved_under_another_key_is_refused),
         cmocka_unit_test(encoded_record_opens_for_its_key_only),
         cmocka_unit_test(source_round_trips),
+        cmocka_unit_test(sealed_sources_round_trip),
         cmocka_unit_test(version_1_record_is_refused),
         cmocka_unit_test(random_input_is_refused),
         cmocka_unit_test(incompressible_binary_is_stored_raw),

@@ -122,6 +122,11 @@ static void refuses_what_could_leak(void **state)
         {"#pragma OPENCL FP_CONTRACT OFF\n__kernel void k(__global float *x) { }\n", "#pragma"},
         {"#ifdef helper\n#endif\nfloat helper(float v) { return v; }\n__kernel void k(__global float *x) { }\n",
          "tests 'helper' in a conditional directive"},
+        /* A kernel's own name: joined, it is renamed. */
+        {"__kernel void k(__global float *x) { x[0] = sizeof(__func__); }\n", "own name (__func__)"},
+        {"__kernel void k(__global float *x) { x[0] = sizeof(__FUNCTION__); }\n", "own name (__FUNCTION__)"},
+        {"#define CAT(a, b) a##b\n__kernel void k(__global float *x) { x[0] = sizeof(CAT(__fu, nc__)); }\n",
+         "pastes tokens (##)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         struct fs_join j;

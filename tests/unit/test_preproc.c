@@ -220,6 +220,68 @@ static void include_order_shadowing(void **state)
     assert_false(same(shadowed.hash, swapped.hash));
 }
 
+/* A tree under dir: NAME/inc/r.h with `content`, and NAME itself made. */
+static void tree_with(const char *name, const char *content)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    mkdir(path, 0700);
+    snprintf(path, sizeof path, "%s/inc", name);
+    char full[320];
+    snprintf(full, sizeof full, "%s/%s", dir, path);
+    mkdir(full, 0700);
+    snprintf(path, sizeof path, "%s/inc/r.h", name);
+    put(path, content);
+}
+
+/* The key of `#include H` (H "r.h", -I inc) from directory `name`, which
+ * must be found by `route`; with `as`, it must equal as->hash (`equal`)
+ * or differ from it. */
+static struct result key_in(const char *name, enum preproc_route route, const struct result *as, int equal)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    assert_int_equal(chdir(path), 0);
+    struct result r = key_of("#define H \"r.h\"\n#include H\n", "-I inc", NULL, 0);
+    assert_int_equal(r.rc, 0);
+    assert_int_equal(r.route, route);
+    if (as) assert_int_equal(same(r.hash, as->hash), equal);
+    return r;
+}
+
+/* The manifest is not keyed by the working directory: relative paths are
+ * hashed again from the new one. The same files elsewhere: direct mode,
+ * the same key. Other bytes under the same relative name (changed, or
+ * found first in the working directory): the preprocessor, another key.
+ * Each directory's variant is kept, up to MANIFEST_VARIANTS (8). */
+static void manifest_across_directories(void **state)
+{
+    tree_with("w1", "#define R 1\n");
+    tree_with("w2", "#define R 1\n");
+    tree_with("w3", "#define R 3\n");
+    tree_with("w4", "#define R 1\n");
+    put("w4/r.h", "#define R 4\n"); /* "r.h" is found here first */
+    struct result one = key_in("w1", PREPROC_PREPROCESSOR, NULL, 0);
+    key_in("w2", PREPROC_DIRECT, &one, 1);
+    struct result other = key_in("w3", PREPROC_PREPROCESSOR, &one, 0);
+    key_in("w3", PREPROC_DIRECT, &other, 1);
+    struct result shadowed = key_in("w4", PREPROC_PREPROCESSOR, &one, 0);
+    assert_false(same(other.hash, shadowed.hash));
+    /* every directory's variant is still there */
+    key_in("w1", PREPROC_DIRECT, &one, 1);
+    key_in("w3", PREPROC_DIRECT, &other, 1);
+    /* eight newer variants push w1's out: the preprocessor, the same key */
+    for (int i = 0; i < 8; i++) {
+        char name[16], text[32];
+        snprintf(name, sizeof name, "v%d", i);
+        snprintf(text, sizeof text, "#define R %d\n", 100 + i);
+        tree_with(name, text);
+        key_in(name, PREPROC_PREPROCESSOR, &one, 0);
+    }
+    key_in("w1", PREPROC_PREPROCESSOR, &one, 1);
+    key_in("w2", PREPROC_DIRECT, &one, 1);
+}
+
 /* only a failing preprocessor makes a program uncacheable; the reason
  * names the include line's trouble and the kernels */
 static void preprocessor_failure_is_uncacheable(void **state)
@@ -436,6 +498,7 @@ int main(void)
         cmocka_unit_test(device_macros_select_headers),
         cmocka_unit_test(embedded_headers),
         cmocka_unit_test(include_order_shadowing),
+        cmocka_unit_test(manifest_across_directories),
         cmocka_unit_test(preprocessor_failure_is_uncacheable),
         cmocka_unit_test(routes_and_cost),
         cmocka_unit_test(file_list),

@@ -19,6 +19,7 @@
 #include "cache/key.h"
 #include "cache/sandbox.h"
 #include "cache/snapshot.h"
+#include "tests/unit/tmpdir.h"
 
 static void write_file(const char *path, const char *text)
 {
@@ -33,8 +34,7 @@ static char dir[256];
 static int setup(void **state)
 {
     (void)state;
-    snprintf(dir, sizeof dir, "/tmp/clshim-sandbox.XXXXXX");
-    assert_non_null(mkdtemp(dir));
+    assert_int_equal(tmpdir_make(dir, sizeof dir, "sandbox"), 0);
     assert_int_equal(chdir(dir), 0);
     mkdir("inc", 0700);
     return 0;
@@ -43,9 +43,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return tmpdir_remove(dir);
 }
 
 /* A key of `src` with the scanner (-I inc), its snapshot kept. */

@@ -146,12 +146,102 @@ static void trust_sets(void **state)
     assert_false(sign_trust_has(NULL, pk));
 }
 
+/* a seal verifies for exactly what was sealed: any byte of the key
+ * material, the origin, the log or the binary changed, another sealer
+ * named, or the seal itself changed, and it does not */
+static void seals(void **state)
+{
+    (void)state;
+    unsigned char sk[SIGN_SECRET_BYTES], pk[SIGN_PUBLIC_BYTES], sk2[SIGN_SECRET_BYTES], pk2[SIGN_PUBLIC_BYTES];
+    keypair("s1", sk, pk);
+    keypair("s2", sk2, pk2);
+    char list[1024], err[512];
+    snprintf(list, sizeof list, "%s/s1.pub", dir);
+    sign_trust *t;
+    assert_int_equal(sign_trust_load(list, &t, err, sizeof err), 0);
+    char key[] = "key material", log[] = "build log";
+    unsigned char bin[256];
+    for (size_t i = 0; i < sizeof bin; i++) bin[i] = (unsigned char)(i * 7);
+    struct store_source src = {.kind = STORE_SOURCE_HERE};
+    struct store_record r = {bin, sizeof bin, log, 5, 1, "dev", NULL};
+    assert_string_equal(sign_check_seal(key, sizeof key, &r, t), "it is not sealed");
+    sign_seal(key, sizeof key, &r, sk, &src);
+    r.source = &src;
+    assert_true(src.flags & STORE_SOURCE_SEALED);
+    assert_memory_equal(src.seal_signer, pk, SIGN_PUBLIC_BYTES);
+    assert_null(sign_check_seal(key, sizeof key, &r, t));
+    /* what the seal does not cover: compile time and device name */
+    r.compile_ns = 99, r.device_name = "other";
+    assert_null(sign_check_seal(key, sizeof key, &r, t));
+    /* what it covers */
+    key[0] ^= 1;
+    assert_non_null(sign_check_seal(key, sizeof key, &r, t));
+    key[0] ^= 1;
+    assert_non_null(sign_check_seal(key, sizeof key - 1, &r, t));
+    r.origin = 2;
+    assert_non_null(sign_check_seal(key, sizeof key, &r, t));
+    r.origin = 1;
+    log[0] ^= 1;
+    assert_non_null(sign_check_seal(key, sizeof key, &r, t));
+    log[0] ^= 1;
+    for (size_t i = 0; i < sizeof bin; i += 51) {
+        bin[i] ^= 0x80;
+        assert_non_null(sign_check_seal(key, sizeof key, &r, t));
+        bin[i] ^= 0x80;
+    }
+    r.binary_size--;
+    assert_non_null(sign_check_seal(key, sizeof key, &r, t));
+    r.binary_size++;
+    for (size_t i = 0; i < sizeof src.seal; i += 13) {
+        src.seal[i] ^= 1;
+        assert_string_equal(sign_check_seal(key, sizeof key, &r, t), "its seal does not verify (forged or changed)");
+        src.seal[i] ^= 1;
+    }
+    assert_null(sign_check_seal(key, sizeof key, &r, t));
+    /* another key's seal: not trusted; a trusted key's name on it: forged */
+    struct store_source other = {.kind = STORE_SOURCE_HERE};
+    sign_seal(key, sizeof key, &r, sk2, &other);
+    r.source = &other;
+    assert_string_equal(sign_check_seal(key, sizeof key, &r, t), "its sealer is not in CLSHIM_TRUST");
+    memcpy(other.seal_signer, pk, SIGN_PUBLIC_BYTES);
+    assert_string_equal(sign_check_seal(key, sizeof key, &r, t), "its seal does not verify (forged or changed)");
+    (void)pk2;
+    sign_trust_free(t);
+}
+
+/* a directory in a trust list stands for every FILE.pub in it */
+static void trust_directories(void **state)
+{
+    (void)state;
+    unsigned char sk[SIGN_SECRET_BYTES], pk[SIGN_PUBLIC_BYTES], sk2[SIGN_SECRET_BYTES], pk2[SIGN_PUBLIC_BYTES];
+    char sub[256], cmd[1024], err[512];
+    snprintf(sub, sizeof sub, "%s/keys", dir);
+    assert_int_equal(mkdir(sub, 0700), 0);
+    keypair("keys/ci-1", sk, pk);
+    keypair("keys/ci-2", sk2, pk2);
+    snprintf(cmd, sizeof cmd, "rm '%s/ci-1' '%s/ci-2'", sub, sub); /* secrets do not belong there */
+    assert_int_equal(system(cmd), 0);
+    sign_trust *t;
+    assert_int_equal(sign_trust_load(sub, &t, err, sizeof err), 0);
+    assert_int_equal(sign_trust_count(t), 2);
+    assert_true(sign_trust_has(t, pk) && sign_trust_has(t, pk2));
+    sign_trust_free(t);
+    snprintf(cmd, sizeof cmd, "rm '%s/ci-1.pub'", sub);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(sign_trust_load(sub, &t, err, sizeof err), 0);
+    assert_int_equal(sign_trust_count(t), 1);
+    assert_true(sign_trust_has(t, pk2) && !sign_trust_has(t, pk));
+    sign_trust_free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(keygen_files),
         cmocka_unit_test(signed_value_checks),
         cmocka_unit_test(trust_sets),
+        cmocka_unit_test(seals),
+        cmocka_unit_test(trust_directories),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

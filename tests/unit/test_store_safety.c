@@ -338,6 +338,47 @@ static void truncated_database_is_moved_aside(void **state)
     store_close(s);
 }
 
+/* a data.mdb that ends before its last page number, the pages it lacks
+ * free ones (LMDB never writes a page that the transaction which allocated
+ * it freed again), is whole: opened as it is, nothing moved aside. An
+ * eviction that notes its keys in the record of evicted keys leaves such a
+ * file. */
+static void free_tail_is_not_a_truncation(void **state)
+{
+    struct fixture *fx = *state;
+    fake_now = 1000000;
+    store *s = open_default(fx, 0);
+    for (int i = 0; i < 20; i++) {
+        fake_now += 100;
+        assert_int_equal(put_key(s, i, 500), CLSHIM_OK);
+    }
+    uint64_t one = record_size(0, 500);
+    assert_int_equal(store_evict(s, 0, 15 * one, NULL), CLSHIM_OK);
+    assert_int_equal(store_evict(s, 0, 6 * one, NULL), CLSHIM_OK); /* 6 left: 14..19 */
+    store_close(s);
+    MDB_env *env;
+    MDB_txn *txn;
+    MDB_envinfo info;
+    MDB_stat st;
+    raw_begin(fx->dir, &env, &txn);
+    mdb_txn_abort(txn);
+    assert_int_equal(mdb_env_info(env, &info), 0);
+    assert_int_equal(mdb_env_stat(env, &st), 0);
+    mdb_env_close(env);
+    /* the case itself: the file ends before its last page */
+    assert_true(((uint64_t)info.me_last_pgno + 1) * st.ms_psize > file_size(fx->dir, "data.mdb"));
+    struct store_options o = default_options(fx, 0);
+    o.readonly = 1;
+    assert_int_equal(store_open(&o, &s), CLSHIM_OK);
+    for (int i = 14; i < 20; i++) assert_int_equal(get_key(s, i), CLSHIM_OK);
+    store_close(s);
+    s = open_default(fx, 0);
+    assert_int_equal(count_prefix(fx->dir, "data.mdb.corrupt-"), 0);
+    for (int i = 14; i < 20; i++) assert_int_equal(get_key(s, i), CLSHIM_OK);
+    assert_true(store_check_invariants(s));
+    store_close(s);
+}
+
 /* read-only: gets work, every write is refused, and data.mdb keeps its
  * size and modification time */
 static void readonly_never_writes(void **state)
@@ -449,6 +490,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(symlinks_on_the_way_are_checked, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(garbage_database_is_moved_aside, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(truncated_database_is_moved_aside, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(free_tail_is_not_a_truncation, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(readonly_never_writes, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(readonly_missing_cache_creates_nothing, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(readonly_garbage_is_reported_not_moved, fx_setup, fx_teardown),

@@ -4,7 +4,10 @@
  * see. It builds one program with clCompileProgram (with an embedded header)
  * + clLinkProgram and a second with clBuildProgram, runs a kernel from each
  * and prints their checksums, so runs in every clshim mode can be diffed.
- *   dlopen_app [--library NAME] [--scale N]
+ * With --include DIR a third program is compiled with "-I DIR" and links:
+ * its header, DIR/dl_weight.h (defining DL_WEIGHT), is read by the
+ * driver's compiler from the file system.
+ *   dlopen_app [--library NAME] [--scale N] [--include DIR]
  */
 #define CL_TARGET_OPENCL_VERSION 300
 #include <CL/cl.h>
@@ -50,6 +53,13 @@ static const char *built_src =
     "    y[i] = x[i] * x[i] + 1.0f;\n"
     "}\n";
 
+static const char *included_src =
+    "#include \"dl_weight.h\"\n"
+    "__kernel void weigh_file(__global const float *x, __global float *y) {\n"
+    "    size_t i = get_global_id(0);\n"
+    "    y[i] = x[i] * DL_WEIGHT;\n"
+    "}\n";
+
 #define N 2048
 
 static double run_kernel(cl_context ctx, cl_command_queue q, cl_program prog, const char *name)
@@ -88,11 +98,13 @@ int main(int argc, char **argv)
 {
     const char *library = "libOpenCL.so.1";
     int scale = 3;
+    const char *include_dir = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--library") && i + 1 < argc) library = argv[++i];
         else if (!strcmp(argv[i], "--scale") && i + 1 < argc) scale = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--include") && i + 1 < argc) include_dir = argv[++i];
         else {
-            fprintf(stderr, "usage: dlopen_app [--library NAME] [--scale N]\n");
+            fprintf(stderr, "usage: dlopen_app [--library NAME] [--scale N] [--include DIR]\n");
             return 2;
         }
     }
@@ -141,6 +153,21 @@ int main(int argc, char **argv)
     if (err != CL_SUCCESS) print_log(built, dev);
     CHECK(err);
     printf("build: square_add checksum %.3f\n", run_kernel(ctx, q, built, "square_add"));
+
+    if (include_dir) { /* a header from the file system, through -I */
+        cl_program file_unit = cl.clCreateProgramWithSource(ctx, 1, &included_src, NULL, &err);
+        CHECK(err);
+        char inc[4200];
+        snprintf(inc, sizeof inc, "-I %s", include_dir);
+        err = cl.clCompileProgram(file_unit, 1, &dev, inc, 0, NULL, NULL, NULL, NULL);
+        if (err != CL_SUCCESS) print_log(file_unit, dev);
+        CHECK(err);
+        cl_program file_linked = cl.clLinkProgram(ctx, 1, &dev, "", 1, &file_unit, NULL, NULL, &err);
+        CHECK(err);
+        printf("include: weigh_file checksum %.3f\n", run_kernel(ctx, q, file_linked, "weigh_file"));
+        cl.clReleaseProgram(file_linked);
+        cl.clReleaseProgram(file_unit);
+    }
 
     cl.clReleaseProgram(built);
     cl.clReleaseProgram(linked);

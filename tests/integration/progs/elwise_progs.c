@@ -43,7 +43,7 @@
     "  }\n"                                                                                                   \
     "}\n"
 
-static const char *sources[3] = {
+static const char *sources[3] = { /* not const: --func replaces the last */
     "typedef float elwise_t;\n"
     "__constant elwise_t elwise_c = 1.0f;\n"
     "elwise_t elwise_op(elwise_t v, float s) { return s * v + elwise_c; }\n"
@@ -55,6 +55,13 @@ static const char *sources[3] = {
     "float elwise_op(float v) { return v - elwise_c; }\n"
     ELWISE("", "", "y[i] = elwise_op(x[i]);"),
 };
+
+/* --func: the last program's kernel reads its own name (sizeof(__func__):
+ * 14 for "elwise_kernel"), which a join must not change. */
+static const char *func_source =
+    "__constant float elwise_c = 0.5f;\n"
+    "float elwise_op(float v) { return v - elwise_c; }\n"
+    ELWISE("", "", "y[i] = elwise_op(x[i]) + (float)sizeof(__func__);");
 
 static cl_command_queue q;
 static size_t gws, lws;
@@ -105,6 +112,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--cus") && i + 1 < argc) cus = (size_t)atol(argv[++i]);
         else if (!strcmp(argv[i], "--options2") && i + 1 < argc) options2 = argv[++i];
         else if (!strcmp(argv[i], "--contract-off2")) contract_off2 = 1;
+        else if (!strcmp(argv[i], "--func")) sources[2] = func_source;
         else {
             fprintf(stderr, "usage: elwise_progs [--programs 2|3] [--n N] [--iterations I] [--reps R] [--steps S] "
                     "[--cus C] [--options2 OPTS] [--contract-off2]\n");

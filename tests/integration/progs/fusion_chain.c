@@ -164,6 +164,40 @@ static void CL_CALLBACK on_done(cl_event e, cl_int status, void *user)
     if (status == CL_COMPLETE) __atomic_add_fetch(&callbacks_done, 1, __ATOMIC_SEQ_CST);
 }
 
+/* The chain offset, scale, square (arguments 0.5, 3), an event each. */
+static void chain_with_events(struct chain *c, cl_event e[3])
+{
+    args_chain(c, 0.5f, 3.0f);
+    launch(c->q, c->koff, n_elems, 0, NULL, &e[0]);
+    launch(c->q, c->kscale, n_elems, 0, NULL, &e[1]);
+    launch(c->q, c->ksq, n_elems, 0, NULL, &e[2]);
+}
+
+/* --mode profile: the chain with an event each, finished, then its events'
+ * profiling read (nothing else touches them, so a plan fuses the chain):
+ * on an in-order queue each command starts after the one before ended. */
+static void mode_profile(struct chain *c, int iters)
+{
+    for (int it = 0; it < iters; it++) {
+        cl_event e[3];
+        chain_with_events(c, e);
+        CHECK(clFinish(c->q));
+        cl_ulong prev_end = 0;
+        for (int i = 0; i < 3; i++) {
+            cl_ulong tq = 0, ts = 0, t0 = 0, t1 = 0;
+            CHECK(clGetEventProfilingInfo(e[i], CL_PROFILING_COMMAND_QUEUED, sizeof tq, &tq, NULL));
+            CHECK(clGetEventProfilingInfo(e[i], CL_PROFILING_COMMAND_SUBMIT, sizeof ts, &ts, NULL));
+            CHECK(clGetEventProfilingInfo(e[i], CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL));
+            CHECK(clGetEventProfilingInfo(e[i], CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL));
+            printf("profile %d: queued<=submit<=start<=end %d, after the one before %d\n", i,
+                   tq <= ts && ts <= t0 && t0 <= t1 && t0 > 0, t0 >= prev_end);
+            prev_end = t1;
+            CHECK(clReleaseEvent(e[i]));
+        }
+        report(c, c->c, "profile");
+    }
+}
+
 static void mode_events(struct chain *c, int iters)
 {
     cl_int err;
@@ -171,11 +205,8 @@ static void mode_events(struct chain *c, int iters)
     CHECK(err);
     for (int it = 0; it < iters; it++) {
         /* 1. a complete sequence; its events waited for, queried, called back. */
-        args_chain(c, 0.5f, 3.0f);
         cl_event e[3];
-        launch(c->q, c->koff, n_elems, 0, NULL, &e[0]);
-        launch(c->q, c->kscale, n_elems, 0, NULL, &e[1]);
-        launch(c->q, c->ksq, n_elems, 0, NULL, &e[2]);
+        chain_with_events(c, e);
         for (int i = 0; i < 3; i++) CHECK(clSetEventCallback(e[i], CL_COMPLETE, on_done, NULL));
         CHECK(clWaitForEvents(3, e));
         for (int i = 0; i < 3; i++) {
@@ -532,6 +563,7 @@ int main(int argc, char **argv)
     else if (!strcmp(mode, "ranges")) mode_ranges(&c, iters);
     else if (!strcmp(mode, "sync")) mode_sync(&c, iters);
     else if (!strcmp(mode, "events")) mode_events(&c, iters);
+    else if (!strcmp(mode, "profile")) mode_profile(&c, iters);
     else if (!strcmp(mode, "setarg")) mode_setarg(&c, iters);
     else if (!strcmp(mode, "sizes")) mode_sizes(&c, iters);
     else if (!strcmp(mode, "elide")) mode_elide(&c, iters);

@@ -2,22 +2,27 @@
  * does it again N times in the same process, as a library that creates its
  * programs on demand does (issue 30: "a released program built again in
  * the same process is a memory hit").
- *   rebuild N [PAUSE_MS [busy]]
+ *   rebuild N [PAUSE_MS [busy|idle [partial]]]
  * PAUSE_MS: how long the process sleeps after each release (an application
  * idle between uses), or with `busy` computes on one core (an application
- * busy between uses). Prints one checksum per round. */
+ * busy between uses). `partial`: the program has a second kernel that
+ * never runs. Prints one checksum per round. */
 #include "common.h"
 
 #include <time.h>
 
-static const char *src =
+static const char *whole_src =
     "__kernel void k(__global float *y) { size_t i = get_global_id(0); y[i] = 0.5f * (float)(i % 11) + 1.0f; }\n";
+static const char *partial_src =
+    "__kernel void k(__global float *y) { size_t i = get_global_id(0); y[i] = 0.5f * (float)(i % 11) + 1.0f; }\n"
+    "__kernel void never(__global float *y) { y[get_global_id(0)] = cos(y[get_global_id(0)]); }\n";
 
 int main(int argc, char **argv)
 {
     int rounds = argc > 1 ? atoi(argv[1]) : 3;
     long idle_ms = argc > 2 ? atol(argv[2]) : 0;
     int busy = argc > 3 && !strcmp(argv[3], "busy");
+    const char *src = argc > 4 && !strcmp(argv[4], "partial") ? partial_src : whole_src;
     cl_int err;
     cl_device_id dev = first_device(NULL);
     cl_context ctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);

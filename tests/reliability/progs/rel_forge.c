@@ -28,6 +28,14 @@
  *   rel_forge seed FILE           writes one valid encoded entry (fuzz seed)
  *   rel_forge swap-files A B OUT  "swap" on two records in files (the remote
  *                                 tier's values): OUT is A with B's binary
+ *   rel_forge plant DIR FROM [--seal KEYFILE | --keep-seal]
+ *                                 through the store API: every entry of DIR
+ *                                 gets the binary and log of FROM's first
+ *                                 entry (another program's real binary) under
+ *                                 its own, honest key: every check but a seal
+ *                                 passes. --seal seals it with KEYFILE (the
+ *                                 attacker's own key); --keep-seal keeps the
+ *                                 entry's seal (made for its old binary)
  * Prints how many values it changed; exit 1 when none. */
 #include <lmdb.h>
 #include <signal.h>
@@ -38,6 +46,7 @@
 #include <unistd.h>
 
 #include "cache/entry.h"
+#include "cache/sign.h"
 #include "cache/store.h"
 #include "common/error.h"
 
@@ -220,6 +229,44 @@ static int garble_sized(const char *dir, uint64_t forced_size)
     return changed ? 0 : 1;
 }
 
+static int plant(const char *dir, const char *from, const char *mode, const char *keyfile)
+{
+    struct store_options fo = {.dir = from, .readonly = 1};
+    store *fs;
+    if (store_open(&fo, &fs) != CLSHIM_OK) return fprintf(stderr, "rel_forge: cannot open %s\n", from), 1;
+    static struct garble_list src, dst;
+    store_foreach(fs, collect, &src);
+    struct store_record fr;
+    void *farena = NULL;
+    if (!src.n || store_get(fs, src.hash[0], src.key[0], src.key_len[0], &fr, &farena) != CLSHIM_OK)
+        return fprintf(stderr, "rel_forge: no entry to take from %s\n", from), 1;
+    unsigned char sk[SIGN_SECRET_BYTES];
+    char err[512];
+    if (keyfile && sign_read_secret(keyfile, sk, err, sizeof err) != 0) return fprintf(stderr, "rel_forge: %s\n", err), 1;
+    struct store_options o = {.dir = dir, .compress_level = 3, .seal_key = keyfile ? sk : NULL};
+    store *s;
+    if (store_open(&o, &s) != CLSHIM_OK) return fprintf(stderr, "rel_forge: cannot open %s\n", dir), 1;
+    store_foreach(s, collect, &dst);
+    int changed = 0;
+    for (size_t i = 0; i < dst.n; i++) {
+        struct store_record old;
+        void *arena = NULL;
+        struct store_source keep;
+        int have = store_get(s, dst.hash[i], dst.key[i], dst.key_len[i], &old, &arena) == CLSHIM_OK && old.source;
+        if (have) keep = *old.source;
+        store_record_free(arena);
+        if (!strcmp(mode, "keep-seal") && !have) continue; /* nothing sealed to keep */
+        struct store_record r = fr;
+        r.source = !strcmp(mode, "keep-seal") ? &keep : NULL;
+        if (store_put(s, dst.hash[i], dst.key[i], dst.key_len[i], &r) == CLSHIM_OK) changed++;
+    }
+    store_close(s);
+    store_record_free(farena);
+    store_close(fs);
+    printf("planted %d entries\n", changed);
+    return changed ? 0 : 1;
+}
+
 /* A child opens a transaction (read-only, or the write lock) and dies
  * holding it. */
 static int stale_txn(const char *dir, unsigned flags)
@@ -325,6 +372,10 @@ int main(int argc, char **argv)
     if (argc == 3 && !strcmp(argv[1], "seed")) return seed(argv[2]);
     if (argc == 3 && !strcmp(argv[1], "hold")) return hold(argv[2]);
     if (argc == 5 && !strcmp(argv[1], "swap-files")) return swap_files(argv[2], argv[3], argv[4]);
+    if (argc == 4 && !strcmp(argv[1], "plant")) return plant(argv[2], argv[3], "plain", NULL);
+    if (argc == 6 && !strcmp(argv[1], "plant") && !strcmp(argv[4], "--seal")) return plant(argv[2], argv[3], "seal", argv[5]);
+    if (argc == 5 && !strcmp(argv[1], "plant") && !strcmp(argv[4], "--keep-seal"))
+        return plant(argv[2], argv[3], "keep-seal", NULL);
     fprintf(stderr, "usage: rel_forge corrupt DIR flip|truncate|extend|sizes|keylen|swap | garble DIR | huge DIR MIB | "
                     "stale-reader DIR | stale-writer DIR | hold DIR | seed FILE | swap-files A B OUT\n");
     return 2;
