@@ -955,10 +955,11 @@ int store_stats_get(store *s, struct store_stats *out)
 /* ---- build claims ---- */
 
 #define CLAIM_LEN (8 + 8 + 36) /* pid, start ms, boot id */
+#define CLAIM_WANTED_LEN (CLAIM_LEN + 8) /* and when a process first waited for it (store_want_build) */
 
 static int claim_live(store *s, const MDB_val *v, uint64_t stale_ms)
 {
-    if (v->mv_size != CLAIM_LEN) return 0;
+    if (v->mv_size != CLAIM_LEN && v->mv_size != CLAIM_WANTED_LEN) return 0;
     const unsigned char *p = v->mv_data;
     uint64_t pid = store_get64(p), start = store_get64(p + 8), now = now_ms();
     if (memcmp(p + 16, s->boot_id, 36) != 0) return 0; /* rebooted since: pids mean nothing */
@@ -981,12 +982,12 @@ static int claim_fn(store *s, MDB_txn *txn, void *arg)
     int rc = mdb_get(txn, s->db_building, &k, &v);
     if (rc && rc != MDB_NOTFOUND) return rc;
     if (c->release) {
-        if (rc == 0 && v.mv_size == CLAIM_LEN && store_get64(v.mv_data) == (uint64_t)getpid())
+        if (rc == 0 && v.mv_size >= CLAIM_LEN && store_get64(v.mv_data) == (uint64_t)getpid())
             return mdb_del(txn, s->db_building, &k, NULL);
         return 0;
     }
     if (rc == 0 && claim_live(s, &v, c->stale_ms) &&
-        !(c->from_pid && v.mv_size == CLAIM_LEN && store_get64(v.mv_data) == c->from_pid))
+        !(c->from_pid && v.mv_size >= CLAIM_LEN && store_get64(v.mv_data) == c->from_pid))
         return CLSHIM_EBUSY;
     unsigned char buf[CLAIM_LEN];
     store_put64(buf, (uint64_t)getpid());
@@ -1014,6 +1015,51 @@ int store_take_claim(store *s, struct cache_hash hash, pid_t from, uint64_t stal
     store_hash_key(hash, key);
     struct claim_ctx c = {key, stale_ms, 0, from > 0 ? (uint64_t)from : 0};
     return store_write(s, claim_fn, &c);
+}
+
+/* Marks a live claim of another process as waited for; the mark goes with
+ * the claim (a new claim is written without it). */
+static int want_fn(store *s, MDB_txn *txn, void *arg)
+{
+    MDB_val k = {STORE_KEY_LEN, arg}, v;
+    int rc = mdb_get(txn, s->db_building, &k, &v);
+    if (rc) return rc == MDB_NOTFOUND ? 0 : rc;
+    if (v.mv_size != CLAIM_LEN || !claim_live(s, &v, UINT64_MAX)) return 0; /* marked already, or nobody's */
+    unsigned char buf[CLAIM_WANTED_LEN];
+    memcpy(buf, v.mv_data, CLAIM_LEN);
+    store_put64(buf + CLAIM_LEN, now_ms());
+    MDB_val nv = {sizeof buf, buf};
+    return mdb_put(txn, s->db_building, &k, &nv, 0);
+}
+
+int store_want_build(store *s, struct cache_hash hash)
+{
+    if (!s) return CLSHIM_EINVAL;
+    if (s->readonly) return CLSHIM_OK;
+    unsigned char key[STORE_KEY_LEN];
+    store_hash_key(hash, key);
+    return store_write(s, want_fn, key);
+}
+
+int store_build_wanted(store *s, struct cache_hash hash)
+{
+    if (!s || !s->have_dbs) return 0;
+    unsigned char key[STORE_KEY_LEN];
+    store_hash_key(hash, key);
+    MDB_txn *txn;
+    if (store_read_begin(s, &txn)) return 0;
+    struct store_guard g; /* the map may be cut short under us (store_guard.c) */
+    store_guard_arm(&g);
+    if (sigsetjmp(g.jb, 0)) {
+        abort_after_fault(s, txn);
+        return 0;
+    }
+    MDB_val k = {STORE_KEY_LEN, key}, v;
+    int wanted = mdb_get(txn, s->db_building, &k, &v) == 0 && v.mv_size == CLAIM_WANTED_LEN &&
+                 store_get64(v.mv_data) == (uint64_t)getpid();
+    store_guard_disarm(&g);
+    store_read_end(s, txn);
+    return wanted;
 }
 
 int store_release_build(store *s, struct cache_hash hash)

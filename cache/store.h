@@ -233,6 +233,14 @@ int store_release_build(store *s, struct cache_hash hash);
  * the capture helper takes the application's claim of a key it captures,
  * so processes wait for the capture, not for the application. */
 int store_take_claim(store *s, struct cache_hash hash, pid_t from, uint64_t stale_ms);
+/* Demand for a claimed key: a process that waits for another's claim says
+ * so once (store_want_build(); a no-op when the claim is gone or marked),
+ * and the holder asks store_build_wanted(): 1 when its own claim of `hash`
+ * has been waited for. The capture helper captures such keys first and at
+ * normal priority, so a run started right after a cold one hits however
+ * busy the machine is. */
+int store_want_build(store *s, struct cache_hash hash);
+int store_build_wanted(store *s, struct cache_hash hash);
 
 /* Entries that load slower than they compile (a hit must never cost more
  * than the compile it replaces): store_note_slow_load() records, for a key,

@@ -2,8 +2,10 @@
  * binaries for an application (program/capture_proc.h says why and how).
  *
  * Started by the application with the request socket as stdin. It forks the
- * helper proper into a session of its own at nice 19 and exits, so the
- * application reaps it at once and never has the helper as a child. Each
+ * helper proper into a session of its own and exits, so the application
+ * reaps it at once and never has the helper as a child. Captures run at
+ * nice 19 while the application lives, at normal priority once it exited
+ * or another process waits for one (see "priority"). Each
  * request carries a shared flock on <cache dir>/capture.lock, closed once
  * the request is stored or dropped (`clshim cache wait` takes it
  * exclusively). The helper: a reader thread takes every request off
@@ -56,6 +58,7 @@
 extern char **environ;
 
 #define HELPER_NICE 19
+#define URGENCY_LOOKS 10 /* the capture's urgency is looked at every 10th watch period */
 
 struct request {
     struct request *next;
@@ -66,6 +69,7 @@ struct request {
     struct cache_hash hash; /* of its key; zero when it does not decode */
     int again;      /* the application built it again: captured without waiting */
     int claimed;    /* the helper holds the key's claim (taken from the application) */
+    int wanted;     /* another process waits for it (store_build_wanted): captured first, at normal priority */
     double claim_until; /* now_s() after which the claim goes, if not yet captured */
 };
 
@@ -427,12 +431,63 @@ static uint64_t child_cpu_ns(pid_t pid)
     return (t[0] + t[1] + t[2] + t[3]) * (1000000000ull / (unsigned long long)(hz > 0 ? hz : 100));
 }
 
+/* ---- priority --------------------------------------------------------------
+ * A capture nobody waits for runs at nice 19 while the application lives:
+ * beside it, it must not slow it (a tuner's cold run stayed 1.36x plain with
+ * the helper's session at normal priority). Once the application has
+ * exited, or another process waits for the key (store_build_wanted), the
+ * capture is on somebody's way: it runs at normal priority. At nice 19
+ * beside four busy loops a capture got about 1.5% of a core, and the run
+ * started right after a cold one compiled the program again itself.
+ * Where the kernel groups processes by session (sched_autogroup_enabled:
+ * nice then only weighs within a group) the helper's session group takes
+ * the same nice; its value may go down again without privilege, a
+ * process's may not, so the helper itself stays at 0 and sets each capture
+ * process's nice (raising one again may be refused: it then stays at 19). */
+static int group_nice = -1; /* the session group's, as last set; -1: not yet */
+
+static void set_group_nice(int nice)
+{
+    if (nice == group_nice) return;
+    int fd = open("/proc/self/autogroup", O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return; /* no autogroups: each process's nice is enough */
+    char text[8];
+    int n = snprintf(text, sizeof text, "%d", nice);
+    ssize_t w = write(fd, text, (size_t)n);
+    if (w < 0 && errno == EAGAIN) { /* the kernel takes one change per 100 ms */
+        nanosleep(&(struct timespec){0, 110 * 1000000L}, NULL);
+        w = write(fd, text, (size_t)n);
+    }
+    close(fd);
+    if (w == n) group_nice = nice;
+    else log_msg(LOG_DEBUG, "capture helper: its session's group keeps its priority (%s)", strerror(errno));
+}
+
+static int app_gone(void)
+{
+    pthread_mutex_lock(&lock);
+    int gone = ended;
+    pthread_mutex_unlock(&lock);
+    return gone;
+}
+
+static void set_urgency(pid_t child, int urgent)
+{
+    int nice = urgent ? 0 : HELPER_NICE;
+    set_group_nice(nice);
+    if (child > 0) (void)setpriority(PRIO_PROCESS, (id_t)child, nice);
+}
+
 /* The helper's side: the capture of rq (its request bytes as received) in
  * a child; 0 with the binary (malloc'd) and the CPU time of its read, or
- * -1 with *why (the child's message in msg). */
-static int capture_in_child(const void *req, size_t req_len, const struct capture_request *rq, void **bin,
-                            size_t *size, uint64_t *read_ns, enum capture_lost *why, char *msg, size_t msg_len)
+ * -1 with *why (the child's message in msg). Urgent (see "priority"): at
+ * normal priority from the start; otherwise it becomes so when the
+ * application exits or another process waits for the key meanwhile. */
+static int capture_in_child(const void *req, size_t req_len, const struct capture_request *rq, int urgent,
+                            void **bin, size_t *size, uint64_t *read_ns, enum capture_lost *why, char *msg,
+                            size_t msg_len)
 {
+    struct cache_hash hash = key_hash(rq->key, rq->key_len);
     *bin = NULL;
     *why = CAPTURE_LOST_BUILD;
     int in = memfd_create("clshim-capture-one", MFD_CLOEXEC), out = memfd_create("clshim-capture-answer", MFD_CLOEXEC);
@@ -453,10 +508,12 @@ static int capture_in_child(const void *req, size_t req_len, const struct captur
         snprintf(msg, msg_len, "cannot start a capture process (%s)", strerror(spawned));
         goto out;
     }
+    set_urgency(pid, urgent);
     int status = 0, over = 0;
     struct rusage ru = {0};
     /* The budget counts the linker processes PoCL runs per kernel too: the
      * child's CPU and its children's, from /proc, every WATCH_PERIOD_MS. */
+    unsigned looks = 0;
     for (;;) {
         pid_t got = wait4(pid, &status, WNOHANG, &ru);
         if (got == pid || (got < 0 && errno != EINTR)) break;
@@ -465,6 +522,9 @@ static int capture_in_child(const void *req, size_t req_len, const struct captur
             over = 1;
             kill(pid, SIGKILL);
         }
+        if (got == 0 && !urgent && ++looks % URGENCY_LOOKS == 0 &&
+            (app_gone() || store_build_wanted(pipeline_store(), hash)))
+            set_urgency(pid, urgent = 1);
         nanosleep(&(struct timespec){0, WATCH_PERIOD_MS * 1000000L}, NULL);
     }
     uint64_t used_ns = (uint64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000u +
@@ -513,7 +573,7 @@ out:
  * application's snapshot of the files its key names, under a sandbox
  * (cache/sandbox.h), in a child within its CPU budget: the binary is
  * exactly the key's, whatever the files hold now. */
-static void capture_one(const void *req, size_t req_len, const struct capture_request *rq)
+static void capture_one(const void *req, size_t req_len, const struct capture_request *rq, int urgent)
 {
     struct cache_hash hash = key_hash(rq->key, rq->key_len);
     char prefix[33];
@@ -550,7 +610,7 @@ static void capture_one(const void *req, size_t req_len, const struct capture_re
         size_t size;
         uint64_t read_ns;
         enum capture_lost lost;
-        if (capture_in_child(req, req_len, rq, &bin, &size, &read_ns, &lost, why, sizeof why) != 0) {
+        if (capture_in_child(req, req_len, rq, urgent, &bin, &size, &read_ns, &lost, why, sizeof why) != 0) {
             not_stored(lost, prefix, "%s", why);
             if (lost == CAPTURE_LOST_COST) pipeline_note_over_cost(rq->key, rq->key_len, budget_ns(rq), why);
         } else {
@@ -595,13 +655,41 @@ static void watch_start(struct busy_watch *w)
 
 enum turn { TURN_NOW, TURN_IDLE, TURN_BESIDE, TURN_EXITED };
 
+/* Off the queue (lock held): the first request another process waits for,
+ * else the oldest. */
+static struct request *take_next(void)
+{
+    struct request **at = &first, *prev = NULL;
+    while (*at && !(*at)->wanted) prev = *at, at = &(*at)->next;
+    if (!*at) at = &first, prev = NULL;
+    struct request *rq = *at;
+    if (!rq) return NULL;
+    *at = rq->next;
+    if (last == rq) last = prev;
+    rq->next = NULL;
+    return rq;
+}
+
+/* Queued requests another process now waits for (lock held): 1 when any. */
+static int mark_wanted(void)
+{
+    int any = 0;
+    for (struct request *r = first; r; r = r->next) {
+        if (r->claimed && !r->wanted) r->wanted = store_build_wanted(pipeline_store(), r->hash);
+        any |= r->wanted;
+    }
+    return any;
+}
+
 /* Claims of requests that waited past their grace go (lock held): a
- * process that wants such a key compiles it rather than wait longer. */
+ * process that wants such a key compiles it rather than wait longer. A
+ * waited-for request is exempt: it is captured next, at normal priority,
+ * so its waiter waits for one capture under way and its own at most. */
 static void release_stale_claims(void)
 {
     double now = now_s();
     for (struct request *r = first; r; r = r->next)
-        if (r->claimed && now > r->claim_until) {
+        if (r->claimed && !r->wanted && now > r->claim_until) {
             store_release_build(pipeline_store(), r->hash);
             r->claimed = 0;
         }
@@ -615,13 +703,14 @@ static enum turn wait_turn(struct busy_watch *w, unsigned defer_max, double besi
     for (;;) {
         pthread_mutex_lock(&lock);
         while (!first && !ended) pthread_cond_wait(&arrived, &lock);
+        int wanted = mark_wanted();
         release_stale_claims();
         int gone = ended;
         double oldest = first ? first->came_at : 0;
         int again = first && first->again;
         pthread_mutex_unlock(&lock);
         if (gone) return TURN_EXITED;
-        if (!w->pid || !defer_max || again) return TURN_NOW;
+        if (!w->pid || !defer_max || again || wanted) return TURN_NOW;
         if (!busy_watch_busy(w)) return TURN_IDLE;
         double now = now_s();
         if (now - oldest >= defer_max && now >= beside_after) return TURN_BESIDE;
@@ -684,11 +773,8 @@ static void serve(void)
                                   ? "the application is idle: capturing"
                                   : "the application stays busy past CLSHIM_CAPTURE_DEFER_MAX: capturing beside it");
         pthread_mutex_lock(&lock);
-        struct request *rq = first;
-        if (rq) {
-            first = rq->next;
-            if (!first) last = NULL;
-        }
+        (void)mark_wanted();
+        struct request *rq = take_next();
         int over = ended && past_budget(budget, cpu_at_exit);
         struct request *dropped = NULL;
         if (over && rq) {
@@ -714,7 +800,7 @@ static void serve(void)
         double t0 = now_s();
         struct capture_request cr;
         if (capture_proc_decode(rq->bytes, rq->len, &cr) == 0 && cr.kind == KEY_SOURCE) {
-            capture_one(rq->bytes, rq->len, &cr);
+            capture_one(rq->bytes, rq->len, &cr, turn == TURN_EXITED || rq->wanted || app_gone());
         } else {
             not_stored(CAPTURE_LOST_REQUEST, "-", "%s", "a malformed request was dropped");
         }
@@ -734,21 +820,6 @@ static void serve(void)
     pipeline_exit();
 }
 
-/* Nice 19, and where the kernel groups processes by session for the
- * scheduler (sched_autogroup_enabled: nice then only weighs within a
- * group), its new session's group at nice 19 too: otherwise the helper's
- * session gets as much CPU as the application's (measured: the tuner
- * stayed at 1.36x with the helper at nice 19 in a group of its own). */
-static void lowest_priority(void)
-{
-    (void)setpriority(PRIO_PROCESS, 0, HELPER_NICE);
-    int fd = open("/proc/self/autogroup", O_WRONLY | O_CLOEXEC);
-    if (fd < 0) return; /* no autogroups: nice is enough */
-    char nice[8];
-    int n = snprintf(nice, sizeof nice, "%d", HELPER_NICE);
-    if (write(fd, nice, (size_t)n) != n) log_msg(LOG_DEBUG, "capture helper: its session's group keeps its priority");
-    close(fd);
-}
 
 int capture_helper_main(int argc, char **argv)
 {
@@ -765,7 +836,7 @@ int capture_helper_main(int argc, char **argv)
     if (pid < 0) return 1;
     if (pid > 0) _exit(0);
     setsid();
-    lowest_priority();
+    set_urgency(0, 0); /* its session's group; each capture's process gets its own (see "priority") */
     double t0 = now_s();
     serve();
     log_msg(LOG_DEBUG, "capture helper: done after %.1f s", now_s() - t0);

@@ -155,6 +155,30 @@ for trial in 1 2 3; do
 done
 ok "three runs back to back, 3 times: miss, hit, hit (a run waits for the capture still in progress)"
 
+# 5b. The same beside four busy loops, with three programs a run: the
+#     captures wait in a queue. A capture nobody waits for runs at nice 19
+#     while its application lives; once the application exited, or a run
+#     waits for the key, it runs at normal priority and a waited-for key
+#     goes first (at nice 19 a capture got about 1.5% of a core here, the
+#     claims of the queued ones expired, and the next run compiled them).
+BG=$PROGS/capture_bg
+rm -rf "$CLSHIM_CACHE_DIR"; mkdir -p "$CLSHIM_CACHE_DIR"
+fresh_pocl; run_plain busy_ref "$BG" exit 3
+LOOPS=()
+for _ in 1 2 3 4; do (while :; do :; done) & LOOPS+=($!); done
+trap 'kill "${LOOPS[@]}" 2>/dev/null || true' EXIT
+fresh_pocl
+for t in busy1 busy2 busy3; do run_shim $t "$BG" exit 3; done
+kill "${LOOPS[@]}"; wait "${LOOPS[@]}" 2>/dev/null || true
+for t in busy1 busy2 busy3; do same_output busy_ref $t "beside four busy loops: $t" >/dev/null; done
+[ "$(count 'clshim: miss ' "$TMP/busy1.err")" = 3 ] || fail "beside four busy loops: the first run did not miss 3 times"
+for t in busy2 busy3; do
+    [ "$(count 'clshim: hit ' "$TMP/$t.err")" = 3 ] ||
+        { cat "$TMP/busy1.err" "$TMP/$t.err" >&2; fail "beside four busy loops: $t, started as the run before it ended, missed"; }
+done
+wait_captures "beside four busy loops"
+ok "three runs of three programs back to back beside four busy loops: 3 misses, 3 hits, 3 hits"
+
 # ---- 6. time and place after expansion ---------------------------------------------
 printf '#define CAT(a,b) a##b\n__constant char t[] = CAT(__TI,ME__);\n%s\n' \
     '__kernel void k(__global float *y) { size_t i = get_global_id(0); y[i] = (float)(t[7] - 48) * (float)(i % 7); }' \

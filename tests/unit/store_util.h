@@ -230,17 +230,17 @@ static inline uint64_t file_size(const char *dir, const char *name)
 /* ---- child processes (each opens its own handle; LMDB handles never
  * cross fork) ---- */
 
-/* A child claims h and exits without releasing; returns its claim result. */
-static inline int child_claim(struct fixture *fx, struct cache_hash h, uint64_t stale_ms, int unused)
+/* A child claims h (or, with want, marks another's claim of it waited for:
+ * store_want_build) and exits without releasing; returns its result. */
+static inline int child_claim_or_want(struct fixture *fx, struct cache_hash h, uint64_t stale_ms, int want)
 {
-    (void)unused;
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
         struct store_options o = default_options(fx, 3);
         store *s;
         if (store_open(&o, &s) != CLSHIM_OK) _exit(100);
-        int rc = store_claim_build(s, h, stale_ms);
+        int rc = want ? store_want_build(s, h) : store_claim_build(s, h, stale_ms);
         _exit(rc == CLSHIM_OK ? 0 : rc == CLSHIM_EBUSY ? 1 : 2);
     }
     int status;
@@ -248,6 +248,12 @@ static inline int child_claim(struct fixture *fx, struct cache_hash h, uint64_t 
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) <= 1);
     return WEXITSTATUS(status) == 0 ? CLSHIM_OK : CLSHIM_EBUSY;
 }
+static inline int child_claim(struct fixture *fx, struct cache_hash h, uint64_t stale_ms, int unused)
+{
+    (void)unused;
+    return child_claim_or_want(fx, h, stale_ms, 0);
+}
+static inline int child_want(struct fixture *fx, struct cache_hash h) { return child_claim_or_want(fx, h, 0, 1); }
 
 /* A child opens the cache (claiming h unless NULL), signals, and waits
  * until the returned fd is closed. */

@@ -367,6 +367,31 @@ static void build_claims_across_processes(void **state)
     store_close(s);
 }
 
+/* demand: another process's want marks this process's live claim; the
+ * mark leaves the claim live for others and goes with it */
+static void build_claims_say_when_waited_for(void **state)
+{
+    struct fixture *fx = *state;
+    store *s = open_default(fx, 3);
+    struct cache_hash h = key_hash_of(7), other = key_hash_of(8);
+    assert_false(store_build_wanted(s, h)); /* no claim */
+    assert_int_equal(store_claim_build(s, h, 60000), CLSHIM_OK);
+    assert_false(store_build_wanted(s, h));
+    assert_int_equal(child_want(fx, h), CLSHIM_OK);
+    assert_true(store_build_wanted(s, h));
+    assert_false(store_build_wanted(s, other));
+    assert_int_equal(child_want(fx, h), CLSHIM_OK); /* marked already: a no-op */
+    assert_true(store_build_wanted(s, h));
+    assert_int_equal(child_claim(fx, h, 60000, 0), CLSHIM_EBUSY); /* still held */
+    assert_int_equal(store_release_build(s, h), CLSHIM_OK);
+    assert_false(store_build_wanted(s, h));
+    assert_int_equal(child_want(fx, other), CLSHIM_OK); /* nobody's claim: nothing marked */
+    assert_int_equal(store_claim_build(s, other, 60000), CLSHIM_OK);
+    assert_false(store_build_wanted(s, other));
+    assert_int_equal(store_release_build(s, other), CLSHIM_OK);
+    store_close(s);
+}
+
 /* counters add up, survive reopen, and zero keeps the entries */
 static void stats_add_get_zero(void **state)
 {
@@ -628,6 +653,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(age_sweep_evicts_old_entries_once_a_day, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(entry_size_limits_are_enforced, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(build_claims_across_processes, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(build_claims_say_when_waited_for, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(stats_add_get_zero, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(map_grows_when_full, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(map_grown_by_another_process_is_adopted, fx_setup, fx_teardown),
