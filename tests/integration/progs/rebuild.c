@@ -2,11 +2,14 @@
  * does it again N times in the same process, as a library that creates its
  * programs on demand does (issue 30: "a released program built again in
  * the same process is a memory hit").
- *   rebuild N [PAUSE_MS [busy|idle [partial]]]
+ *   rebuild N [PAUSE_MS [busy|idle|wait [partial]]]
  * PAUSE_MS: how long the process sleeps after each release (an application
  * idle between uses), or with `busy` computes on one core (an application
- * busy between uses). `partial`: the program has a second kernel that
- * never runs. Prints one checksum per round. */
+ * busy between uses). `wait`: after each release it runs the command in
+ * $REBUILD_WAIT, if set, and waits for it (`clshim cache wait`: the next
+ * round then comes after the capture, whatever the load). `partial`: the
+ * program has a second kernel that never runs. Prints one checksum per
+ * round. */
 #include "common.h"
 
 #include <time.h>
@@ -22,6 +25,7 @@ int main(int argc, char **argv)
     int rounds = argc > 1 ? atoi(argv[1]) : 3;
     long idle_ms = argc > 2 ? atol(argv[2]) : 0;
     int busy = argc > 3 && !strcmp(argv[3], "busy");
+    const char *wait_cmd = argc > 3 && !strcmp(argv[3], "wait") ? getenv("REBUILD_WAIT") : NULL;
     const char *src = argc > 4 && !strcmp(argv[4], "partial") ? partial_src : whole_src;
     cl_int err;
     cl_device_id dev = first_device(NULL);
@@ -42,6 +46,10 @@ int main(int argc, char **argv)
         fflush(stdout);
         clReleaseKernel(k);
         clReleaseProgram(prog);
+        if (wait_cmd && system(wait_cmd) != 0) {
+            fprintf(stderr, "rebuild: '%s' failed\n", wait_cmd);
+            return 1;
+        }
         if (idle_ms && busy) {
             struct timespec t0, t;
             clock_gettime(CLOCK_MONOTONIC, &t0);
