@@ -370,12 +370,16 @@ static int request_lock(void)
     return -1;
 }
 
-int capture_proc_owed(const void *key, size_t key_len, uint64_t *compile_ns, uint64_t *first_use_ns)
+int capture_proc_owed(const void *key, size_t key_len, uint64_t *compile_ns, uint64_t *first_use_ns,
+                      int *hurried_already)
 {
     struct cache_hash hash = key_hash(key, key_len);
     pthread_mutex_lock(&lock);
     int at = sock >= 0 && !gave_up ? handed_find(hash) : -1;
-    if (at >= 0) *compile_ns = handed_compile_ns[at], *first_use_ns = handed_first_use_ns[at];
+    if (at >= 0) {
+        *compile_ns = handed_compile_ns[at], *first_use_ns = handed_first_use_ns[at];
+        *hurried_already = hurried[at];
+    }
     pthread_mutex_unlock(&lock);
     return at >= 0;
 }

@@ -26,7 +26,9 @@
  *    its own and exits; the caller reaps it at once (waitpid on its pid
  *    only), so the application has no child left.
  *  - The helper (capture_helper_main(), tools/) builds each program again
- *    at nice 19 in its own process: a hit in the driver's cache, which
+ *    in its own process (at nice 19 while the application lives and
+ *    nobody waits for the key, else at normal priority): a hit in the
+ *    driver's cache, which
  *    holds the code the application generated at first enqueue, so the
  *    binary it reads holds the same work-group functions. Its build reads
  *    no file the key names from the file system: the request carries the
@@ -95,16 +97,18 @@ struct capture_request {
  * yet answered: the program is built repeatedly, so the helper is asked
  * (once) to capture it at once rather than wait for the application to be
  * idle; its answer makes the next builds memory hits. The caller reads
- * such a program's binary itself only when every kernel of it ran here
- * (late_capture.c): reading a binary is the code generation of every
- * kernel of the program, up to seconds of the application's CPU for
- * kernels it never ran (PyOpenCL's scan programs, built twice before
- * use). -1: capture in this process. */
+ * such a program's binary itself only at a third build still unanswered,
+ * and only when every kernel of it ran here (late_capture.c): reading a
+ * binary is the code generation of every kernel of the program, up to
+ * seconds of the application's CPU for kernels it never ran (PyOpenCL's
+ * scan programs, built twice before use). -1: capture in this process. */
 int capture_proc_send(const struct capture_request *rq);
 /* Whether a request for this key went to the helper and is not answered
  * yet (capture_proc_send() would return 1); then *compile_ns and
- * *first_use_ns are what that request's build and first use cost. */
-int capture_proc_owed(const void *key, size_t key_len, uint64_t *compile_ns, uint64_t *first_use_ns);
+ * *first_use_ns are what that request's build and first use cost, and
+ * *hurried_already whether the helper was asked to hurry already. */
+int capture_proc_owed(const void *key, size_t key_len, uint64_t *compile_ns, uint64_t *first_use_ns,
+                      int *hurried_already);
 
 /* The helper's answer to a request, on the same socket: the key's hash and,
  * when it stored the binary, its bytes (size 0: not stored), so the
