@@ -14,7 +14,9 @@
 # (CLSHIM_LOG=info written to CLSHIM_LOG_FILE, so the client's own output
 # holds nothing of clshim's). Settings in the array COMPAT_RUN_ENV
 # (VAR=value words) are added last, in every mode: make compat's armed mode
-# passes its fusion plan that way.
+# passes its fusion plan that way. PYOPENCL_NO_CACHE=1 is set in every run
+# unless COMPAT_PYOPENCL_OWN_CACHE is set (then PyOpenCL's cache is on, and
+# cold: each run has its own XDG_CACHE_HOME).
 #
 # Needs: COMPAT_TMP (scratch dir), SHIM (absolute path of libclshim.so).
 # Safe under set -euo pipefail: helpers report through their return codes.
@@ -113,8 +115,11 @@ compat_run() {
     for v in $(compgen -e); do
         case $v in CLSHIM_*|PYOPENCL_*|LD_PRELOAD|POCL_CACHE_DIR) e+=(-u "$v") ;; esac
     done
-    e+=(POCL_CACHE_DIR="$priv/pocl" PYOPENCL_NO_CACHE=1 HOME="$priv/home"
+    e+=(POCL_CACHE_DIR="$priv/pocl" HOME="$priv/home"
         XDG_CACHE_HOME="$priv/xdg-cache" XDG_CONFIG_HOME="$priv/xdg-config")
+    # PyOpenCL's own cache stays off unless asked for (it is cold in every
+    # run then: XDG_CACHE_HOME is the run's own, as on a fresh CI runner).
+    [ -n "${COMPAT_PYOPENCL_OWN_CACHE:-}" ] || e+=(PYOPENCL_NO_CACHE=1)
     if [ "$mode" != plain ]; then
         mkdir -p "$cache"
         e+=(LD_PRELOAD="$SHIM" CLSHIM_CACHE_DIR="$cache" CLSHIM_LOG=info CLSHIM_LOG_FILE="$out/clshim.log")
