@@ -142,7 +142,7 @@ $(BUILD)/tests/unit/%: tests/unit/%.c $(CORE_A)
 	$(CC) $(CFLAGS_C) -Wno-unused-parameter -o $@ $< $(CORE_A) $(LDFLAGS_C) -lcmocka -lOpenCL $(CORE_LIBS)
 
 # test_cache_cmd includes tools/cache_cmd.c, so it links what that file uses.
-TEST_CACHE_CMD_OBJ := $(call obj,tools/archive_sign.c tools/capture_wait.c tools/help.c)
+TEST_CACHE_CMD_OBJ := $(call obj,tools/archive_sign.c tools/capture_wait.c tools/help.c tools/warm_cmd.c tools/capture_helper.c)
 $(BUILD)/tests/unit/test_cache_cmd: tests/unit/test_cache_cmd.c $(CORE_A) $(TEST_CACHE_CMD_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_C) -Wno-unused-parameter -o $@ $< $(TEST_CACHE_CMD_OBJ) $(CORE_A) $(LDFLAGS_C) \

@@ -253,6 +253,17 @@ class Report:
                           "(`bench_tuner`, `bench/run.sh BUILD --with-tuner`)", "way", "time / cold",
                           lambda r, cold: "%.2f" % (r.med / cold.med))
 
+    def warm(self):
+        rows = self.of("warm_ttfr")
+        if rows:
+            self.parts.append("### After a driver change: `clshim cache warm`\n\nTime to first result of the mixed program "
+                              "on PoCL's basic device with a cache filled on its pthread device (another key "
+                              "identity, as after a driver upgrade), without and with `clshim cache warm` before the "
+                              "run; warm-next is the run after that one; warm-cmd is the command itself "
+                              "(`bench/warm_ttfr.sh`), ms:\n\n" +
+                              table(["way", "ms", "vs plain"], against(rows, "plain", lambda r, p: "%.2fx" % (p.med / r.med)
+                                                                       if r.variant != "warm-cmd" else "")) + "\n")
+
     def il(self):
         rows = self.of("il")
         if rows:
@@ -368,7 +379,7 @@ class Report:
                  m.get("versions", "?"), m.get("load_before", "?"), m.get("load_after", "?"),
                  " **Quick run: fewer repetitions and sizes; a check, not figures to quote.**"
                  if m.get("quick") == "1" else "")]
-        for section in (self.ttfr, self.ci, self.clients, self.tuner, self.remote, self.il, self.passthrough,
+        for section in (self.ttfr, self.ci, self.clients, self.warm, self.tuner, self.remote, self.il, self.passthrough,
                         self.fusion, self.store):
             section()
         return "\n".join(head + self.parts)

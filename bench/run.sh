@@ -16,6 +16,8 @@
 #                                  100 variants built and run once each:
 #                                  whole-process time cold, clshim cold, clshim warm
 #   clients.sh                     real clients (PyOpenCL, the demo app) cold and warm
+#   warm_ttfr.sh                   time to first result after a driver change (PoCL
+#                                  pthread -> basic), without and with `cache warm`
 #   bench_il                       SPIR-V time to first result
 #   bench_passthrough              cost per intercepted call and at load
 #   bench_fusion                   fusion speed-up vs N for K = 2, 4, 8 (stored
@@ -129,6 +131,7 @@ elif [ -n "$QUICK" ]; then
     bench bench_ttfr "${SHIM[@]}" --program mixed --reps 3
     bench bench_ttfr "${SHIM[@]}" --program small --ci 4 --reps 1
     run clients "$ROOT/bench/clients.sh" "$BUILD" --quick
+    run warm_ttfr "$ROOT/bench/warm_ttfr.sh" "$BUILD" --quick
     bench bench_il "${SHIM[@]}" --quick
     bench bench_passthrough "${SHIM[@]}" --quick
     bench bench_fusion --k 4 --n 65536
@@ -140,6 +143,7 @@ else
     bench bench_ttfr "${SHIM[@]}" --program mixed --ci 8 --reps 5
     [ "$TUNER" = 1 ] && bench bench_tuner "${SHIM[@]}" --reps 5 # ~6 min alone: opt-in
     run clients "$ROOT/bench/clients.sh" "$BUILD"
+    run warm_ttfr "$ROOT/bench/warm_ttfr.sh" "$BUILD"
     bench bench_il "${SHIM[@]}"
     bench bench_passthrough "${SHIM[@]}"
     bench bench_fusion

@@ -57,6 +57,20 @@ void key_add_text(struct key_buf *k, const char *name, const char *value)
     key_append(k, "\n", 1);
 }
 
+char *key_field_text(const struct key_field *f)
+{
+    const char *v = f->value;
+    char *out = malloc(f->value_len + 1), *o = out;
+    if (!out) return NULL;
+    for (size_t i = 0; i < f->value_len; i++) {
+        if (v[i] == '\\' && i + 1 < f->value_len && (v[i + 1] == 'n' || v[i + 1] == '\\'))
+            *o++ = v[++i] == 'n' ? '\n' : '\\';
+        else *o++ = v[i];
+    }
+    *o = 0;
+    return out;
+}
+
 void key_add_blob(struct key_buf *k, const char *name, const void *data, size_t len)
 {
     char head[128];

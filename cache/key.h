@@ -195,6 +195,9 @@ struct key_field {
     int blob;
 };
 int key_fields(const void *key, size_t len, int (*fn)(const struct key_field *f, void *arg), void *arg);
+/* A text field's value as key_add_text() was given it (its escapes undone):
+ * malloc'd and NUL-terminated; NULL when out of memory. */
+char *key_field_text(const struct key_field *f);
 
 /* The family of key material: XXH3-128 of its "input" blob (the program's
  * source strings, IL or binaries), which every key of one program shares,

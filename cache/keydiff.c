@@ -93,18 +93,6 @@ static void add(struct side *s, enum keydiff_field field, const char *name, size
 }
 
 /* key_add_text()'s escapes undone: malloc'd, NULL when out of memory. */
-static char *unescape(const char *v, size_t n)
-{
-    char *out = malloc(n + 1), *o = out;
-    if (!out) return NULL;
-    for (size_t i = 0; i < n; i++) {
-        if (v[i] == '\\' && i + 1 < n && (v[i + 1] == 'n' || v[i + 1] == '\\')) *o++ = v[++i] == 'n' ? '\n' : '\\';
-        else *o++ = v[i];
-    }
-    *o = 0;
-    return out;
-}
-
 static int starts(const char *s, size_t n, const char *prefix)
 {
     size_t p = strlen(prefix);
@@ -189,7 +177,7 @@ static int read_field(const struct key_field *f, void *arg)
                  f->value, f->value_len);
         return 0;
     }
-    char *v = unescape(f->value, f->value_len);
+    char *v = key_field_text(f);
     if (!v) {
         s->oom = 1;
         return 1;

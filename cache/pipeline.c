@@ -315,10 +315,17 @@ static int load_sign_key(unsigned char sk[SIGN_SECRET_BYTES])
     return -1;
 }
 
+static int remote_off; /* pipeline_remote_off() */
+
+void pipeline_remote_off(void)
+{
+    remote_off = 1;
+}
+
 static void open_remote(void)
 {
     const struct clshim_config *cfg = config_get();
-    if (!cfg->cache || !*cfg->remote) return;
+    if (!cfg->cache || !*cfg->remote || remote_off) return;
     int broken;
     const sign_trust *trust = get_trust(&broken);
     if (broken) {
@@ -461,6 +468,14 @@ static int tier_put(store *st, struct cache_hash hash, const void *key, size_t k
     return rc;
 }
 
+int pipeline_push_stored(struct cache_hash hash, const void *key, size_t key_len, const struct store_record *sr)
+{
+    remote *rm = get_remote();
+    if (!rm) return -1;
+    remote_push(rm, hash, key, key_len, sr);
+    return 0;
+}
+
 int pipeline_record_get(const struct key_buf *k, void **value, size_t *size)
 {
     *value = NULL;
@@ -514,6 +529,45 @@ int pipeline_over_cost(const void *key, size_t key_len, uint64_t budget_ns, char
     found = found && budget_ns < 2 * refused;
     if (found && why_len) snprintf(why, why_len, "%s", text && *text == ' ' ? text + 1 : "");
     free(v);
+    key_free(&m);
+    return found;
+}
+
+/* The record that says a key's entry was built before any run (`clshim
+ * cache warm`): "1" while it is so, "0" once captured after a use. */
+static int provisional_key(struct key_buf *m, const void *key, size_t key_len)
+{
+    memset(m, 0, sizeof *m);
+    key_begin(m, KEY_MANIFEST, "");
+    key_add_blob(m, "built-before-use", key, key_len);
+    return m->oom ? -1 : 0;
+}
+
+void pipeline_note_provisional(const void *key, size_t key_len, int provisional)
+{
+    struct key_buf m;
+    if (provisional_key(&m, key, key_len) == 0) pipeline_record_put(&m, provisional ? "1" : "0", 2, KEY_MANIFEST, "", 0);
+    key_free(&m);
+}
+
+int pipeline_provisional(const void *key, size_t key_len, int ask_remote)
+{
+    struct key_buf m;
+    int found = 0;
+    store *st = pipeline_store();
+    if (!st || provisional_key(&m, key, key_len) != 0) return 0;
+    if (ask_remote) {
+        void *v = NULL;
+        size_t n = 0;
+        found = pipeline_record_get(&m, &v, &n) == 0 && n == 2 && !memcmp(v, "1", 2);
+        free(v);
+    } else {
+        struct store_record sr;
+        void *arena = NULL;
+        found = store_get(st, key_hash(m.data, m.len), m.data, m.len, &sr, &arena) == CLSHIM_OK &&
+                sr.binary_size == 2 && !memcmp(sr.binary, "1", 2);
+        store_record_free(arena);
+    }
     key_free(&m);
     return found;
 }

@@ -246,6 +246,25 @@ void pipeline_pass_claim(struct pipeline_flight *f);
 void pipeline_end(struct pipeline_flight *f, size_t n);
 void pipeline_flight_free(struct pipeline_flight *f);
 
+/* Entries built before any run (`clshim cache warm`) on a driver that
+ * generates code at a kernel's first enqueue (PoCL: device_info()'s
+ * lazy_codegen) lack that code, which every run then generates again; such
+ * an entry is noted provisional (a record beside it, on the remote tier
+ * too), and the first run that hits it has it captured again after its
+ * first use (program/capture_proc.h: `refresh`), which notes it done.
+ * pipeline_provisional(): 1 while noted so; the local store only, unless
+ * ask_remote (a value the remote tier served: its note is there). */
+void pipeline_note_provisional(const void *key, size_t key_len, int provisional);
+int pipeline_provisional(const void *key, size_t key_len, int ask_remote);
+
+/* Keeps the remote tier closed for this process (`clshim cache warm`
+ * without --push builds for the local cache only); before its first use. */
+void pipeline_remote_off(void);
+/* Queues an entry of the local store (its record as store_get() gave it)
+ * for the remote tier, as a store would; -1 when there is no remote tier
+ * (pipeline_remote_settle() tells what it refused). */
+int pipeline_push_stored(struct cache_hash hash, const void *key, size_t key_len, const struct store_record *sr);
+
 /* The store (opened on first need; NULL without a persistent cache). */
 store *pipeline_store(void);
 

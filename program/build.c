@@ -268,7 +268,7 @@ static cl_int build_record(struct pc_program *rec, cl_uint ndev, const cl_device
     pthread_mutex_lock(&pc_ran_names_lock); /* no kernel lives across a build: none has run since */
     rec->nran_names = 0;
     pthread_mutex_unlock(&pc_ran_names_lock);
-    rec->source_build = r.built && rec->kind == KEY_SOURCE && !rec->translated;
+    rec->source_build = (r.built || r.refresh) && rec->kind == KEY_SOURCE && !rec->translated;
     rec->handed_off = 0;
     rec->captured_here = 0;
     rec->built_cpu_ns = process_cpu_ns();

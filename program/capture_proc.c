@@ -31,15 +31,17 @@
 extern char **environ;
 
 /* ---- the request as bytes --------------------------------------------------
- * "CLSHCAP2", kind (u32; REQUEST_AGAIN set: capture_request.again),
+ * "CLSHCAP5", kind (u32; REQUEST_AGAIN set: capture_request.again;
+ * REQUEST_REFRESH: capture_request.refresh),
  * compile_ns (u64), first_use_ns (u64), then identity, device, options,
  * source, key, log, cwd,
- * snapshot (cache/snapshot.h's encoding): each a u64 length and the bytes,
- * then a NUL. */
+ * snapshot (cache/snapshot.h's encoding), parts: each a u64 length and the
+ * bytes, then a NUL. */
 
-static const char magic[8] = {'C', 'L', 'S', 'H', 'C', 'A', 'P', '4'};
-#define NFIELDS 8
+static const char magic[8] = {'C', 'L', 'S', 'H', 'C', 'A', 'P', '5'};
+#define NFIELDS 9
 #define REQUEST_AGAIN 0x80000000u
+#define REQUEST_REFRESH 0x40000000u
 
 static void fields_of(const struct capture_request *rq, const void *p[NFIELDS], uint64_t n[NFIELDS])
 {
@@ -51,16 +53,16 @@ static void fields_of(const struct capture_request *rq, const void *p[NFIELDS], 
     p[5] = rq->log ? rq->log : "", n[5] = strlen(p[5]);
     p[6] = rq->cwd, n[6] = strlen(rq->cwd);
     p[7] = rq->snapshot ? rq->snapshot : "", n[7] = rq->snapshot ? rq->snapshot_len : 0;
+    p[8] = rq->parts ? rq->parts : "", n[8] = rq->parts ? rq->parts_len : 0;
 }
 
-/* Writes the request into a new memfd; -1 on failure. */
-static int encode(const struct capture_request *rq)
+int capture_proc_encode(const struct capture_request *rq)
 {
     const void *p[NFIELDS];
     uint64_t n[NFIELDS];
     fields_of(rq, p, n);
-    assert(!(rq->kind & REQUEST_AGAIN));
-    uint32_t kind = rq->kind | (rq->again ? REQUEST_AGAIN : 0);
+    assert(!(rq->kind & (REQUEST_AGAIN | REQUEST_REFRESH)));
+    uint32_t kind = rq->kind | (rq->again ? REQUEST_AGAIN : 0) | (rq->refresh ? REQUEST_REFRESH : 0);
     uint64_t compile_ns = rq->compile_ns, first_use_ns = rq->first_use_ns;
     static const char nul = 0;
     struct iovec iov[4 + 3 * NFIELDS];
@@ -94,8 +96,9 @@ int capture_proc_decode(const void *buf, size_t len, struct capture_request *out
     memcpy(&kind, b, sizeof kind), b += sizeof kind;
     memcpy(&out->compile_ns, b, sizeof out->compile_ns), b += sizeof out->compile_ns;
     memcpy(&out->first_use_ns, b, sizeof out->first_use_ns), b += sizeof out->first_use_ns;
-    out->kind = kind & ~REQUEST_AGAIN;
+    out->kind = kind & ~(REQUEST_AGAIN | REQUEST_REFRESH);
     out->again = !!(kind & REQUEST_AGAIN);
+    out->refresh = !!(kind & REQUEST_REFRESH);
     const char *f[NFIELDS];
     uint64_t n[NFIELDS];
     for (int i = 0; i < NFIELDS; i++) {
@@ -113,7 +116,37 @@ int capture_proc_decode(const void *buf, size_t len, struct capture_request *out
     out->log = f[5];
     out->cwd = f[6];
     out->snapshot = f[7], out->snapshot_len = n[7];
+    out->parts = f[8], out->parts_len = n[8];
     return b == end ? 0 : -1;
+}
+
+void capture_part_add(struct key_buf *out, const char *name, const void *bytes, size_t size)
+{
+    uint64_t n = strlen(name), z = size;
+    key_append(out, &n, sizeof n);
+    key_append(out, name, (size_t)n);
+    key_append(out, &z, sizeof z);
+    key_append(out, bytes, size);
+}
+
+int capture_part_next(const void *parts, size_t len, size_t *at, const char **name, size_t *name_len,
+                      const void **bytes, size_t *size)
+{
+    const char *b = parts;
+    if (*at == len) return 0;
+    uint64_t n, z;
+    if (*at > len || len - *at < sizeof n) return -1;
+    memcpy(&n, b + *at, sizeof n);
+    size_t p = *at + sizeof n;
+    if (n > len - p || len - p - n < sizeof z) return -1;
+    *name = b + p, *name_len = (size_t)n;
+    p += (size_t)n;
+    memcpy(&z, b + p, sizeof z);
+    p += sizeof z;
+    if (z > len - p) return -1;
+    *bytes = b + p, *size = (size_t)z;
+    *at = p + (size_t)z;
+    return 1;
 }
 
 /* ---- answers -----------------------------------------------------------------
@@ -404,7 +437,7 @@ int capture_proc_send(const struct capture_request *rq)
     if (at >= 0) rc = 1;
     struct capture_request copy = *rq;
     copy.again = at >= 0;
-    int fd = encode(&copy);
+    int fd = capture_proc_encode(&copy);
     int lockfd = fd >= 0 ? request_lock() : -1;
     if (lockfd < 0 && fd >= 0) {
         LOG_ONCE(LOG_INFO, "cannot lock %s in the cache directory: binaries are captured in this process",

@@ -89,6 +89,15 @@ struct capture_request {
     const void *snapshot;   /* the bytes of every file the key names, as the key read them
                              * (cache/snapshot.h's encoding): all the helper's build may read */
     size_t snapshot_len;
+    /* What else the build takes, as parts (capture_part_add()): a compile
+     * (KEY_COMPILE) its embedded headers, by name, with their text; a link
+     * (KEY_LINK) its compiled inputs, in order, as binaries (`clshim cache
+     * warm`). Empty for a build from source (KEY_SOURCE). */
+    const void *parts;
+    size_t parts_len;
+    int refresh;            /* the key's entry is stored, built before any run (`clshim cache
+                             * warm`: cache/pipeline.h, pipeline_provisional()): captured
+                             * again all the same, with the code this run generated */
     int again;              /* set by capture_proc_send: the application built the key
                              * again before the answer, so the helper captures it now */
 };
@@ -133,6 +142,21 @@ void capture_proc_poll(void (*fn)(const struct capture_reply *r));
 ssize_t capture_proc_recv(int sock, int flags, int fds[2]);
 
 void capture_proc_after_fork_in_child(void);
+
+/* The request in a new memory file (what capture_proc_send() hands over
+ * and `clshim-tool capture-one` reads on its standard input); -1 when it
+ * cannot be made. rq->again is encoded too. */
+int capture_proc_encode(const struct capture_request *rq);
+
+/* Parts (capture_request.parts): each a u64 name length, the name, a u64
+ * size and the bytes. capture_part_add() appends one to `out` (a byte
+ * buffer: a zeroed struct key_buf); capture_part_next() reads the one at
+ * *at (0: the first) and moves *at past it: 1, 0 at the end, -1 when the
+ * parts are malformed. */
+struct key_buf;
+void capture_part_add(struct key_buf *out, const char *name, const void *bytes, size_t size);
+int capture_part_next(const void *parts, size_t len, size_t *at, const char **name, size_t *name_len,
+                      const void **bytes, size_t *size);
 
 /* The helper's side: a request as received (pointers into buf, whose
  * strings are NUL-terminated); -1 when buf is not a well-formed request. */

@@ -337,7 +337,8 @@ static int hand_to_helper(struct pc_program *rec)
                                      .source = built_input(rec), .source_len = rec->input_len, .key = f->key,
                                      .key_len = f->key_len, .compile_ns = f->compile_ns,
                                      .first_use_ns = first_use, .log = log,
-                                     .cwd = rec->cwd, .snapshot = snap.data, .snapshot_len = snap.len};
+                                     .cwd = rec->cwd, .snapshot = snap.data, .snapshot_len = snap.len,
+                                     .refresh = d->refresh};
         int rc = snap.oom ? -1 : capture_proc_send(&rq);
         key_free(&snap);
         free(log);
@@ -348,9 +349,11 @@ static int hand_to_helper(struct pc_program *rec)
         if (rc == 0) pipeline_count_handed();
         d->needs_capture = 0;
         /* The helper takes the claim over: processes that want the key
-         * wait for its store (bounded: CLSHIM_BUILD_WAIT_MS), not compile. */
-        if (rc == 0) pipeline_pass_claim(f);
+         * wait for its store (bounded: CLSHIM_BUILD_WAIT_MS), not compile.
+         * A refresh has no claim: the entry is there meanwhile. */
+        if (rc == 0 && !d->refresh) pipeline_pass_claim(f);
         else pipeline_let_go(f);
+        d->refresh = 0;
         if (log_enabled(LOG_INFO)) {
             char hex[33];
             key_hash_hex(f->hash, hex);
@@ -389,9 +392,10 @@ void capture(struct pc_program *rec)
             if (d->attached) pipeline_keep_bytes(f->hash, bins[i], sizes[i]);
             if (!st || !d->needs_capture || !f->key || sizes[i] == f->stored_size) continue;
             char *log = read_build_log(built, d->dev);
-            pipeline_store_late(f, bins[i], sizes[i], log, read_cpu);
+            if (pipeline_store_late(f, bins[i], sizes[i], log, read_cpu) && d->refresh)
+                pipeline_note_provisional(f->key, f->key_len, 0);
             free(log);
-            d->needs_capture = 0;
+            d->needs_capture = d->refresh = 0;
         }
     }
     /* Stored or not, waiting processes have nothing more to wait for. */

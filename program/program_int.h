@@ -41,6 +41,8 @@ struct pc_dev {
     void *object;           /* a compile hit: the compiled object in hand (owned) */
     size_t object_size;
     int needs_capture;      /* built by the driver here: store (again) at use, release or exit */
+    int refresh;            /* ... or a hit of an entry built before any run: captured again
+                             * after its first use (run.c, owe_refresh()) */
     cl_program attached;    /* the built program lent to the in-memory tier */
 };
 
@@ -219,6 +221,7 @@ struct run {
     int cached;                 /* the pipeline takes part (begin ... end) */
     int nothing_built;          /* set by the driver step: nothing to store (a refused make()) */
     int built;                  /* set by the run: the driver built */
+    int refresh;                /* set by the run: a hit owes a capture after its first use */
     cl_context ctx;
     const cl_device_id *devlist; /* n devices */
     const char *options;

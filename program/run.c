@@ -197,6 +197,34 @@ static void store_built(struct run *r, cl_program built, cl_int err, const struc
     free(sizes);
 }
 
+/* A hit of an entry built before any run (`clshim cache warm`) on a
+ * driver that generates code at a kernel's first enqueue (PoCL) lacks that
+ * code, which every run would generate again: the program is captured
+ * again after its first use (the capture helper builds it in the driver's
+ * cache, where this run's code is), replacing the entry
+ * (cache/pipeline.h, pipeline_provisional()). Sources only. */
+static void owe_refresh(struct run *r)
+{
+    struct pc_program *rec = r->rec;
+    /* Only the helper can: a program made from a binary reads back as that binary here. */
+    if (!rec || !(r->kind->store & RUN_CAPTURE) || rec->kind != KEY_SOURCE || rec->translated || !capture_late(rec) ||
+        !config_get()->capture_process)
+        return;
+    for (size_t i = 0; i < r->n; i++) {
+        struct pipeline_flight *f = &r->fl[i];
+        const struct device_info *info = device_info(pc_real, r->devs[i].dev);
+        if (!f->key || f->from == PIPELINE_FROM_MEMORY || !info || !info->shared_codegen_cache ||
+            !pipeline_provisional(f->key, f->key_len, f->from == PIPELINE_FROM_REMOTE))
+            continue;
+        r->devs[i].needs_capture = r->devs[i].refresh = r->refresh = 1;
+        char hex[33];
+        key_hash_hex(f->hash, hex);
+        log_msg(LOG_INFO, "hit %.16s was built before any run (clshim cache warm): captured again after its first "
+                          "use, with the code the driver generates then",
+                hex);
+    }
+}
+
 /* Every flight hit: the kind's program from the binaries, or the driver
  * refused them (the entries are dropped; the caller builds). */
 static cl_program run_hit(struct run *r, cl_int *err)
@@ -208,6 +236,7 @@ static cl_program run_hit(struct run *r, cl_int *err)
     }
     if (r->kind->took_hit) r->kind->took_hit(r, p);
     pipeline_hit(r->fl, r->n);
+    owe_refresh(r);
     return p;
 }
 

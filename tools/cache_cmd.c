@@ -1520,6 +1520,7 @@ int cache_cmd_main(int argc, char **argv)
         else if (!strcmp(cmd, "remote")) rc = cmd_remote(&c, n, args);
         else if (!strcmp(cmd, "rm")) rc = cmd_rm(&c, n, args);
         else if (!strcmp(cmd, "wait")) rc = cmd_wait(&c, n, args);
+        else if (!strcmp(cmd, "warm")) rc = cache_warm_main(c.dir, n, args);
         else if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
             help_print(n ? stdout : stderr, "cache");
             rc = n ? 0 : 2; /* bare `clshim cache` is a usage error */

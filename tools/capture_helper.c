@@ -52,6 +52,7 @@
 #include "common/log.h"
 #include "program/capture_proc.h"
 #include "cache/store.h"
+#include "tools/capture_child.h"
 #include "tools/capture_wait.h"
 #include "tools/commands.h"
 
@@ -352,6 +353,58 @@ static int arm_budget(uint64_t ns)
     return timer_settime(t, 0, &when, NULL);
 }
 
+/* The parts of a request (capture_proc.h) as programs: a compile's embedded
+ * headers from their text, with their names (NUL-terminated copies), or a
+ * link's inputs from their binaries. The count, or -1 when malformed or
+ * a program cannot be made. */
+static int programs_of_parts(struct known_device *k, const struct capture_request *rq, int binaries,
+                             cl_program **progs, char ***names)
+{
+    size_t at = 0, n = 0, size, name_len;
+    const char *name;
+    const void *bytes;
+    int more;
+    *progs = NULL, *names = NULL;
+    while ((more = capture_part_next(rq->parts, rq->parts_len, &at, &name, &name_len, &bytes, &size)) > 0) {
+        cl_program *p = realloc(*progs, (n + 1) * sizeof *p);
+        char **nm = p ? realloc(*names, (n + 1) * sizeof *nm) : NULL;
+        if (p) *progs = p;
+        if (nm) *names = nm;
+        if (!p || !nm || !(nm[n] = strndup(name, name_len))) return -1;
+        cl_int err, status;
+        if (binaries) {
+            const unsigned char *b = bytes;
+            p[n] = api.clCreateProgramWithBinary(k->ctx, 1, &k->dev, &size, &b, &status, &err);
+        } else {
+            const char *text = bytes;
+            p[n] = api.clCreateProgramWithSource(k->ctx, 1, &text, &size, &err);
+        }
+        if (!p[n]) return -1;
+        n++;
+    }
+    return more < 0 ? -1 : (int)n;
+}
+
+static cl_int compile_parts(struct known_device *k, cl_program prog, const struct capture_request *rq)
+{
+    cl_program *hdrs;
+    char **names;
+    int n = programs_of_parts(k, rq, 0, &hdrs, &names);
+    if (n < 0) return CL_INVALID_VALUE;
+    return api.clCompileProgram(prog, 1, &k->dev, rq->options, (cl_uint)n, n ? hdrs : NULL,
+                                n ? (const char **)names : NULL, NULL, NULL);
+}
+
+static cl_int link_parts(struct known_device *k, const struct capture_request *rq, cl_program *out)
+{
+    cl_program *inputs;
+    char **names;
+    int n = programs_of_parts(k, rq, 1, &inputs, &names);
+    cl_int err = CL_INVALID_VALUE;
+    *out = n > 0 ? api.clLinkProgram(k->ctx, 1, &k->dev, rq->options, (cl_uint)n, inputs, NULL, NULL, &err) : NULL;
+    return err;
+}
+
 int capture_one_main(int argc, char **argv)
 {
     (void)argv;
@@ -377,14 +430,23 @@ int capture_one_main(int argc, char **argv)
     if (!snap) return fail_with(CAPTURE_LOST_REQUEST, "%s", "the request's snapshot cannot be read");
     if (chdir(rq.cwd) != 0) /* relative -I directories are the application's */
         return fail_with(CAPTURE_LOST_INPUTS, "cannot enter the application's directory %s", rq.cwd);
-    cl_int err;
-    const char *src = rq.source;
-    size_t len = rq.source_len;
+    cl_int err = CL_SUCCESS;
     char ddir[4096], why[1400] = "";
-    cl_program prog = api.clCreateProgramWithSource(k->ctx, 1, &src, &len, &err);
-    struct sandbox *sb = sandbox_begin(snap, rq.key, rq.key_len, driver_dir(rq.identity, ddir, sizeof ddir));
-    if (prog) err = api.clBuildProgram(prog, 1, &k->dev, rq.options, NULL, NULL);
-    int exact = sandbox_end(sb, why, sizeof why) == 0;
+    cl_program prog = NULL;
+    int exact = 1;
+    if (rq.kind == KEY_LINK) {
+        /* The compiled inputs as the request has them: the bytes stored
+         * under the input keys the link's key names; no file is read. */
+        err = link_parts(k, &rq, &prog);
+    } else {
+        const char *src = rq.source;
+        size_t len = rq.source_len;
+        prog = api.clCreateProgramWithSource(k->ctx, 1, &src, &len, &err);
+        struct sandbox *sb = sandbox_begin(snap, rq.key, rq.key_len, driver_dir(rq.identity, ddir, sizeof ddir));
+        if (prog && rq.kind == KEY_COMPILE) err = compile_parts(k, prog, &rq);
+        else if (prog) err = api.clBuildProgram(prog, 1, &k->dev, rq.options, NULL, NULL);
+        exact = sandbox_end(sb, why, sizeof why) == 0;
+    }
     if (!prog || err != CL_SUCCESS) {
         char code[16];
         snprintf(code, sizeof code, "%d", err);
@@ -478,6 +540,94 @@ static void set_urgency(pid_t child, int urgent)
     if (child > 0) (void)setpriority(PRIO_PROCESS, (id_t)child, nice);
 }
 
+int capture_child_start(struct capture_child *c, const void *req, size_t len, uint64_t budget_ns, char *msg,
+                        size_t msg_len)
+{
+    *c = (struct capture_child){.pid = -1, .in = -1, .out = -1, .budget_ns = budget_ns};
+    c->in = memfd_create("clshim-capture-one", MFD_CLOEXEC);
+    c->out = memfd_create("clshim-capture-answer", MFD_CLOEXEC);
+    if (c->in < 0 || c->out < 0 || write(c->in, req, len) != (ssize_t)len) {
+        snprintf(msg, msg_len, "cannot hand the capture to a child process");
+        goto fail;
+    }
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, c->in, 0);
+    posix_spawn_file_actions_adddup2(&fa, c->out, 1);
+    char *args[] = {"clshim-tool", "capture-one", NULL};
+    int spawned = posix_spawn(&c->pid, "/proc/self/exe", &fa, NULL, args, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (spawned == 0) return 0;
+    snprintf(msg, msg_len, "cannot start a capture process (%s)", strerror(spawned));
+fail:
+    if (c->in >= 0) close(c->in);
+    if (c->out >= 0) close(c->out);
+    c->in = c->out = c->pid = -1;
+    return -1;
+}
+
+int capture_child_done(struct capture_child *c)
+{
+    pid_t got = wait4(c->pid, &c->status, WNOHANG, &c->ru);
+    if (got == c->pid) return 1;
+    if (got < 0 && errno != EINTR) { /* not ours to wait for any more: nothing to answer */
+        c->status = 0x7f00; /* exited 127 */
+        return 1;
+    }
+    /* a 1/32 margin for what runs between two looks */
+    if (got == 0 && !c->over && child_cpu_ns(c->pid) >= c->budget_ns - c->budget_ns / 32) {
+        c->over = 1;
+        kill(c->pid, SIGKILL);
+    }
+    return 0;
+}
+
+uint64_t capture_child_cpu_ns(const struct capture_child *c)
+{
+    return (uint64_t)(c->ru.ru_utime.tv_sec + c->ru.ru_stime.tv_sec) * 1000000000u +
+           (uint64_t)(c->ru.ru_utime.tv_usec + c->ru.ru_stime.tv_usec) * 1000u;
+}
+
+int capture_child_answer(struct capture_child *c, void **bin, size_t *size, uint64_t *read_ns,
+                         enum capture_lost *why, char *msg, size_t msg_len)
+{
+    int rc = -1, status = c->status;
+    *bin = NULL;
+    *why = CAPTURE_LOST_BUILD;
+    uint64_t used_ns = capture_child_cpu_ns(c);
+    struct child_answer a;
+    struct stat st;
+    char *data = NULL;
+    if (c->over || (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL && used_ns >= c->budget_ns - c->budget_ns / 32)) {
+        *why = CAPTURE_LOST_COST;
+        snprintf(msg, msg_len, "it would cost more than %.2f s of CPU (%d times the application's build and first "
+                               "use, %.2f s at least): reading the driver's binary generates code for every kernel",
+                 c->budget_ns / 1e9, CAPTURE_COST_FACTOR, CAPTURE_COST_FLOOR_NS / 1e9);
+    } else if (!WIFEXITED(status) || fstat(c->out, &st) != 0 || st.st_size < (off_t)sizeof a ||
+               pread(c->out, &a, sizeof a, 0) != (ssize_t)sizeof a || (off_t)(sizeof a + a.size) != st.st_size) {
+        snprintf(msg, msg_len, "the capture process ended with no answer (%s %d)",
+                 WIFSIGNALED(status) ? "signal" : "status", WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+    } else if (!(data = malloc(a.size + 1)) || pread(c->out, data, a.size, sizeof a) != (ssize_t)a.size) {
+        snprintf(msg, msg_len, "cannot read the capture's answer");
+    } else {
+        data[a.size] = 0;
+        if (a.status) {
+            *why = a.status - 1 < CAPTURE_LOST_COUNT ? (enum capture_lost)(a.status - 1) : CAPTURE_LOST_BUILD;
+            snprintf(msg, msg_len, "%s", data);
+        } else {
+            *bin = data, data = NULL;
+            *size = a.size;
+            *read_ns = a.read_ns;
+            rc = 0;
+        }
+    }
+    free(data);
+    close(c->in);
+    close(c->out);
+    c->in = c->out = -1;
+    return rc;
+}
+
 /* The helper's side: the capture of rq (its request bytes as received) in
  * a child; 0 with the binary (malloc'd) and the CPU time of its read, or
  * -1 with *why (the child's message in msg). Urgent (see "priority"): at
@@ -488,85 +638,20 @@ static int capture_in_child(const void *req, size_t req_len, const struct captur
                             size_t msg_len)
 {
     struct cache_hash hash = key_hash(rq->key, rq->key_len);
+    struct capture_child c;
     *bin = NULL;
     *why = CAPTURE_LOST_BUILD;
-    int in = memfd_create("clshim-capture-one", MFD_CLOEXEC), out = memfd_create("clshim-capture-answer", MFD_CLOEXEC);
-    int rc = -1;
-    pid_t pid = -1;
-    if (in < 0 || out < 0 || write(in, req, req_len) != (ssize_t)req_len) {
-        snprintf(msg, msg_len, "cannot hand the capture to a child process");
-        goto out;
-    }
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, in, 0);
-    posix_spawn_file_actions_adddup2(&fa, out, 1);
-    char *args[] = {"clshim-tool", "capture-one", NULL};
-    int spawned = posix_spawn(&pid, "/proc/self/exe", &fa, NULL, args, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (spawned != 0) {
-        snprintf(msg, msg_len, "cannot start a capture process (%s)", strerror(spawned));
-        goto out;
-    }
-    set_urgency(pid, urgent);
-    int status = 0, over = 0;
-    struct rusage ru = {0};
-    /* The budget counts the linker processes PoCL runs per kernel too: the
-     * child's CPU and its children's, from /proc, every WATCH_PERIOD_MS. */
+    if (capture_child_start(&c, req, req_len, budget_ns(rq), msg, msg_len) != 0) return -1;
+    set_urgency(c.pid, urgent);
     unsigned looks = 0;
-    for (;;) {
-        pid_t got = wait4(pid, &status, WNOHANG, &ru);
-        if (got == pid || (got < 0 && errno != EINTR)) break;
-        /* a 1/32 margin for what runs between two looks */
-        if (got == 0 && !over && child_cpu_ns(pid) >= budget_ns(rq) - budget_ns(rq) / 32) {
-            over = 1;
-            kill(pid, SIGKILL);
-        }
-        if (got == 0 && !urgent && ++looks % URGENCY_LOOKS == 0 &&
-            (app_gone() || store_build_wanted(pipeline_store(), hash)))
-            set_urgency(pid, urgent = 1);
+    while (!capture_child_done(&c)) {
+        if (!urgent && ++looks % URGENCY_LOOKS == 0 && (app_gone() || store_build_wanted(pipeline_store(), hash)))
+            set_urgency(c.pid, urgent = 1);
         nanosleep(&(struct timespec){0, WATCH_PERIOD_MS * 1000000L}, NULL);
     }
-    uint64_t used_ns = (uint64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000u +
-                       (uint64_t)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000u;
-    log_msg(LOG_DEBUG, "capture helper: the capture's process used %.2f s of CPU (its budget %.2f s)", used_ns / 1e9,
-            budget_ns(rq) / 1e9);
-    if (over || (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL && used_ns >= budget_ns(rq) - budget_ns(rq) / 32)) {
-        *why = CAPTURE_LOST_COST;
-        snprintf(msg, msg_len, "it would cost more than %.2f s of CPU (%d times the application's build and first "
-                               "use, %.2f s at least): reading the driver's binary generates code for every kernel",
-                 budget_ns(rq) / 1e9, CAPTURE_COST_FACTOR, CAPTURE_COST_FLOOR_NS / 1e9);
-        goto out;
-    }
-    struct child_answer a;
-    struct stat st;
-    if (!WIFEXITED(status) || fstat(out, &st) != 0 || st.st_size < (off_t)sizeof a ||
-        pread(out, &a, sizeof a, 0) != (ssize_t)sizeof a || (off_t)(sizeof a + a.size) != st.st_size) {
-        snprintf(msg, msg_len, "the capture process ended with no answer (%s %d)",
-                 WIFSIGNALED(status) ? "signal" : "status", WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
-        goto out;
-    }
-    char *data = malloc(a.size + 1);
-    if (!data || pread(out, data, a.size, sizeof a) != (ssize_t)a.size) {
-        free(data);
-        snprintf(msg, msg_len, "cannot read the capture's answer");
-        goto out;
-    }
-    data[a.size] = 0;
-    if (a.status) {
-        *why = a.status - 1 < CAPTURE_LOST_COUNT ? (enum capture_lost)(a.status - 1) : CAPTURE_LOST_BUILD;
-        snprintf(msg, msg_len, "%s", data);
-        free(data);
-        goto out;
-    }
-    *bin = data;
-    *size = a.size;
-    *read_ns = a.read_ns;
-    rc = 0;
-out:
-    if (in >= 0) close(in);
-    if (out >= 0) close(out);
-    return rc;
+    log_msg(LOG_DEBUG, "capture helper: the capture's process used %.2f s of CPU (its budget %.2f s)",
+            capture_child_cpu_ns(&c) / 1e9, c.budget_ns / 1e9);
+    return capture_child_answer(&c, bin, size, read_ns, why, msg, msg_len);
 }
 
 /* Builds the program again (a hit in the driver's own cache) from the
@@ -584,7 +669,7 @@ static void capture_one(const void *req, size_t req_len, const struct capture_re
     struct store_record sr;
     void *arena = NULL;
     store *st = pipeline_store();
-    if (st && pipeline_local_get(st, hash, rq->key, rq->key_len, &sr, &arena) == CLSHIM_OK) {
+    if (!rq->refresh && st && pipeline_local_get(st, hash, rq->key, rq->key_len, &sr, &arena) == CLSHIM_OK) {
         log_msg(LOG_INFO, "capture helper: %s is stored already", prefix);
         journal("stored %s %s%s", prefix, "(already)", "");
         capture_proc_reply(0, &(struct capture_reply){.hash = hash, .compile_ns = sr.compile_ns, .log = sr.build_log,
@@ -618,6 +703,8 @@ static void capture_one(const void *req, size_t req_len, const struct capture_re
                                         .key = (char *)rq->key, .key_len = rq->key_len, .hash = hash,
                                         .compile_ns = rq->compile_ns, .names_files = 1, .exact = 1};
             stored = pipeline_store_late(&f, bin, size, rq->log, read_ns);
+            /* A refresh (capture_proc.h): the entry has the code of a run now. */
+            if (stored && rq->refresh) pipeline_note_provisional(rq->key, rq->key_len, 0);
             char bytes[32];
             snprintf(bytes, sizeof bytes, "%zu", size);
             if (stored) journal("stored %s %s bytes%s", prefix, bytes, "");

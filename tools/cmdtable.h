@@ -108,6 +108,19 @@
       "what became of the captures handed over since the last wait. Exit 1: captures still "       \
       "outstanding after S seconds (default 600), or some were not stored (how many and why).")   \
     O("--timeout S", "Wait at most S seconds.")                                                     \
+    C("cache warm", "[--device NAME] [--jobs N] [--push] [--json]",                                \
+      "Build, for the present devices with the present driver, every stored program (built from "   \
+      "source, compiled, or linked) that the cache holds for another device or driver, so that "    \
+      "the first run after a driver upgrade hits. Each is built in a process of its own at low "    \
+      "priority from the bytes its new key names (headers are found from the working directory: "   \
+      "run it where the application runs); a program whose headers or embedded headers changed "    \
+      "since it was stored is skipped and named. One line per program skipped, a summary. Exit 1: " \
+      "a build could not be stored or a push was refused.")                                          \
+    O("--device NAME", "Only the devices whose name contains NAME (default: every device).")        \
+    O("--jobs N", "At most N builds at once (default: the number of processors).")                  \
+    O("--push", "Also push what it builds (and what it finds warm already) to the remote tier "      \
+      "(CLSHIM_REMOTE), signed with CLSHIM_SIGN_KEY or CLSHIM_REMOTE_SIGN_KEY when set.")             \
+    O("--json", "One JSON object: the counts and every program's outcome.")                         \
     C("cache help", "", "The help of `clshim cache`.")                                              \
     C("fuse", "--plan \"a+b+c\" [OPTIONS] FILE.cl",                                                 \
       "What the fuser makes of a plan, offline: the fused kernel as generated OpenCL C, the "       \

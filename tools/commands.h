@@ -6,6 +6,7 @@
 
 int config_cmd_main(int argc, char **argv);
 int cache_cmd_main(int argc, char **argv);
+int cache_warm_main(const char *dir, int argc, char **argv); /* tools/warm_cmd.c: `clshim cache warm` */
 int fuse_cmd_main(int argc, char **argv); /* tools/fuse_cmd.c */
 int ptx_cmd_main(int argc, char **argv);  /* tools/ptx_cmd.c */
 
