@@ -29,6 +29,7 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/profile.h"
 
 static struct store_stats proc_stats;
 static uint64_t stat_translations, stat_failed, stat_failed_shared, stat_slow_loads;
@@ -941,6 +942,12 @@ void pipeline_hit(struct pipeline_flight *f, size_t n)
             store_note_slow_load(st, f[i].hash, used / n, saved) == CLSHIM_OK)
             log_msg(LOG_INFO, "%s%s loaded in %.1f ms of CPU time, more than its compile (%.1f ms): the driver "
                               "compiles it from now on", kind_noun(f[i].kind), prefix, used / n / 1e6, saved / 1e6);
+        if (__atomic_load_n(&profile_active, __ATOMIC_RELAXED)) {
+            char outcome[24];
+            snprintf(outcome, sizeof outcome, "hit (%s)", source_name(f[i].from));
+            profile_build(key_kind_name(f[i].kind), prefix, outcome, f[i].device, f[0].t0, (uint64_t)(ms * 1e6),
+                          used / n, saved);
+        }
         log_msg(LOG_INFO, "hit %s%s on '%s' (%s%s): %.1f ms of CPU time (%.1f ms wall) instead of %.1f ms of "
                           "compile CPU time",
                 kind_noun(f[i].kind), prefix, f[i].device ? f[i].device : "?", source_name(f[i].from),
@@ -1218,6 +1225,9 @@ void pipeline_built(struct pipeline_flight *f, size_t n, const struct pipeline_o
         const char *dev = fl->device ? fl->device : "?", *noun = kind_noun(fl->kind), *verb = kind_verb(fl->kind);
         char why[1200];
         explain_miss(st, fl, why, sizeof why);
+        if (__atomic_load_n(&profile_active, __ATOMIC_RELAXED))
+            profile_build(key_kind_name(fl->kind), prefix, "miss", dev, fl->t0, out->clock->wall_ns / n,
+                          fl->compile_ns, fl->compile_ns);
         if (!out->late && !inputs_exact(fl)) {
             log_msg(LOG_INFO, "miss %s%s on '%s': %s in %.1f ms (%.1f ms CPU), not stored (" NOT_EXACT ")", noun,
                     prefix, dev, verb, ms, fl->compile_ns / 1e6);

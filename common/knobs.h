@@ -263,6 +263,12 @@
       "window of, how it was issued, work-items, occurrences, verdict, time "  \
       "per occurrence unfused and fused, measured or timed). `clshim plan "    \
       "suggest` sets it and turns the lines into a plan.")                     \
+    X(PROFILE, PATH, profile, "", "0.2",                                      \
+      "A directory: each process times every kernel launch on the device, "    \
+      "counts its fused launches and records its builds, and writes them at "  \
+      "exit to DIR/profile.PID.txt. Queues are then created with profiling "   \
+      "on; every query still answers as the application made them. `clshim "  \
+      "run --profile` sets it and prints the tables (docs/profile.md).")       \
     X(DRIVER_CACHES, STRING, driver_caches, "auto", "0.2",                    \
       "Keep the drivers' own caches inside clshim's cache directory: "       \
       "CUDA_CACHE_PATH (NVIDIA's ComputeCache) and POCL_CACHE_DIR (PoCL's "    \

@@ -58,6 +58,7 @@
 #include "program/origin.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/profile.h"
 #include "fusion/batch.h"
 #include "fusion/batch_int.h"
 #include "fusion/froute.h"
@@ -433,6 +434,27 @@ static void seq_label(const struct fq *q, char *out, size_t len)
         int w = snprintf(out + o, len - o, "%s%s", i ? "+" : "", q->held[i].rec->name);
         if (w > 0 && o + (size_t)w < len) o += (size_t)w;
     }
+}
+
+/* `clshim run --profile` (common/profile.h): a fused launch of the held
+ * kernels, timed on the driver's own event. */
+static struct profile_api fused_api;
+static void fill_fused_api(void)
+{
+    const struct cl_api *r = fb()->real;
+    fused_api = (struct profile_api){r->clGetEventProfilingInfo, r->clRetainEvent, r->clReleaseEvent,
+                                     r->clSetEventCallback};
+}
+
+static void profile_fused_launch(const struct fq *q, cl_event rev)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, fill_fused_api);
+    char label[1024];
+    seq_label(q, label, sizeof label);
+    profile_fused(label, q->nheld);
+    if (rev) profile_launch(&fused_api, rev, label, PROFILE_FUSED, q->q);
+    else profile_untimed(label, PROFILE_FUSED);
 }
 
 /* The name and ND-range of held kernel h, as the fuser takes them. */
@@ -1352,6 +1374,7 @@ int fb_fuse_held(struct fq *q, int flags, const char *internal_args, int seq, st
         return -1;
     }
     if (!repeat) repeat_save(q, asked, internal_args, gen, seq, e);
+    if (__atomic_load_n(&profile_active, __ATOMIC_RELAXED)) profile_fused_launch(q, rev);
     /* Launched: every held command's work is in rev. */
     uint32_t n = q->nheld;
     for (uint32_t i = 0; i < n; i++) {

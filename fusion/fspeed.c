@@ -41,6 +41,7 @@
 #include <time.h>
 
 #include "common/log.h"
+#include "common/profile.h"
 #include "fusion/batch_int.h"
 
 #define FS_PERIOD_MIN 64    /* occurrences between measurements, doubled while the verdict stays */
@@ -97,6 +98,7 @@ static void decide(uint32_t s, struct fs_speed *f)
     f->measured = 1;
     char names[512];
     fa_seq_names(&fb()->plan->seqs[s], names, sizeof names);
+    if (__atomic_load_n(&profile_active, __ATOMIC_RELAXED)) profile_fused_speed(names, um * 1e6, fm * 1e6);
     if (!is_auto(s)) {
         /* One line, at the default level: the user asked for this fusion. */
         if (slower)

@@ -6,10 +6,13 @@
  * relaxed load (SLOW() below) — no lock, no map lookup. The first call of
  * the process sees -1 and reads the configuration once.
  */
+#include <pthread.h>
+
 #include "program/program.h"
 #include "common/log.h"
 #include "fusion/batch.h"
 #include "interpose/entry.h"
+#include "interpose/profiled.h"
 
 #define NEED_INT(name) if (!r->name) return entry_missing(#name)
 #define NEED_PTR(name) if (!r->name) return entry_missing_ptr(#name, errcode_ret)
@@ -21,6 +24,9 @@ static int armed_now(const struct cl_api *r)
 }
 
 #define SLOW() (__builtin_expect(fusion_hot(), 0) && armed_now(r) > 0)
+
+/* `clshim run --profile` (common/profile.h): one relaxed load while off. */
+#define PROFILING() __builtin_expect(__atomic_load_n(&profile_active, __ATOMIC_RELAXED), 0)
 
 /* Late captures of the program cache (progcache.h): one relaxed load each
  * while nothing is pending. */
@@ -46,7 +52,8 @@ SHIM_EXPORT cl_command_queue clCreateCommandQueue(cl_context context, cl_device_
 {
     const struct cl_api *r = entry_real();
     NEED_PTR(clCreateCommandQueue);
-    cl_command_queue q = r->clCreateCommandQueue(context, device, properties, errcode_ret);
+    cl_command_queue q = PROFILING() ? profiled_create_queue(r, context, device, properties, errcode_ret)
+                                     : r->clCreateCommandQueue(context, device, properties, errcode_ret);
     if (q && SLOW()) fusion_queue_created(q);
     return q;
 }
@@ -57,7 +64,8 @@ SHIM_EXPORT cl_command_queue clCreateCommandQueueWithProperties(cl_context conte
 {
     const struct cl_api *r = entry_real();
     NEED_PTR(clCreateCommandQueueWithProperties);
-    cl_command_queue q = r->clCreateCommandQueueWithProperties(context, device, properties, errcode_ret);
+    cl_command_queue q = PROFILING() ? profiled_create_queue_props(r, context, device, properties, errcode_ret)
+                                     : r->clCreateCommandQueueWithProperties(context, device, properties, errcode_ret);
     if (q && SLOW()) fusion_queue_created(q);
     return q;
 }
@@ -67,7 +75,18 @@ SHIM_EXPORT cl_int clReleaseCommandQueue(cl_command_queue queue)
     const struct cl_api *r = entry_real();
     NEED_INT(clReleaseCommandQueue);
     if (queue && SLOW()) fusion_release_queue(queue);
+    if (queue && PROFILING()) profiled_release_queue(r, queue);
     return r->clReleaseCommandQueue(queue);
+}
+
+SHIM_EXPORT cl_int clGetCommandQueueInfo(cl_command_queue queue, cl_command_queue_info param_name,
+                                         size_t param_value_size, void *param_value, size_t *param_value_size_ret)
+{
+    const struct cl_api *r = entry_real();
+    NEED_INT(clGetCommandQueueInfo);
+    if (queue && PROFILING())
+        return profiled_queue_info(r, queue, param_name, param_value_size, param_value, param_value_size_ret);
+    return r->clGetCommandQueueInfo(queue, param_name, param_value_size, param_value, param_value_size_ret);
 }
 
 SHIM_EXPORT cl_int clFlush(cl_command_queue queue)
@@ -112,6 +131,37 @@ SHIM_EXPORT cl_int clSetKernelArgSVMPointer(cl_kernel kernel, cl_uint arg_index,
     return r->clSetKernelArgSVMPointer(kernel, arg_index, arg_value);
 }
 
+static cl_int event_profiling(cl_event event, cl_profiling_info param_name, size_t param_value_size,
+                              void *param_value, size_t *param_value_size_ret);
+
+/* What a profiled launch's event is held and read with: clshim's own
+ * entry points (a held kernel answers its share of the fused launch), the
+ * driver's callback (clshim's would submit a held kernel). */
+static struct profile_api profile_app_api;
+static void fill_profile_api(void)
+{
+    profile_app_api = (struct profile_api){event_profiling, clRetainEvent, clReleaseEvent,
+                                           entry_real()->clSetEventCallback};
+}
+
+/* A launch under `clshim run --profile`: with an event of clshim's own
+ * where the application asked for none, timed at its completion. */
+static cl_int profiled(const struct cl_api *r, cl_command_queue queue, cl_kernel kernel, cl_uint work_dim,
+                       const size_t *off, const size_t *gws, const size_t *lws, cl_uint nw, const cl_event *wl,
+                       cl_event *event, int task)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, fill_profile_api);
+    cl_event mine = NULL, *ev = event ? event : &mine;
+    cl_int rc;
+    if (queue && kernel && SLOW()) rc = fusion_enqueue_kernel(queue, kernel, work_dim, off, gws, lws, nw, wl, ev, task);
+    else if (task) rc = r->clEnqueueTask(queue, kernel, nw, wl, ev);
+    else rc = r->clEnqueueNDRangeKernel(queue, kernel, work_dim, off, gws, lws, nw, wl, ev);
+    if (rc == CL_SUCCESS) profiled_launch(r, &profile_app_api, queue, kernel, *ev);
+    if (mine) clReleaseEvent(mine);
+    return rc;
+}
+
 SHIM_EXPORT cl_int clEnqueueNDRangeKernel(cl_command_queue queue, cl_kernel kernel, cl_uint work_dim,
                                           const size_t *global_work_offset, const size_t *global_work_size,
                                           const size_t *local_work_size, cl_uint num_events_in_wait_list,
@@ -120,6 +170,9 @@ SHIM_EXPORT cl_int clEnqueueNDRangeKernel(cl_command_queue queue, cl_kernel kern
     const struct cl_api *r = entry_real();
     NEED_INT(clEnqueueNDRangeKernel);
     NOTE_ENQUEUE(kernel);
+    if (PROFILING())
+        return profiled(r, queue, kernel, work_dim, global_work_offset, global_work_size, local_work_size,
+                        num_events_in_wait_list, event_wait_list, event, 0);
     if (queue && kernel && SLOW())
         return fusion_enqueue_kernel(queue, kernel, work_dim, global_work_offset, global_work_size,
                                      local_work_size, num_events_in_wait_list, event_wait_list, event, 0);
@@ -133,6 +186,8 @@ SHIM_EXPORT cl_int clEnqueueTask(cl_command_queue queue, cl_kernel kernel, cl_ui
     const struct cl_api *r = entry_real();
     NEED_INT(clEnqueueTask);
     NOTE_ENQUEUE(kernel);
+    if (PROFILING())
+        return profiled(r, queue, kernel, 1, NULL, NULL, NULL, num_events_in_wait_list, event_wait_list, event, 1);
     if (queue && kernel && SLOW())
         return fusion_enqueue_kernel(queue, kernel, 1, NULL, NULL, NULL, num_events_in_wait_list,
                                      event_wait_list, event, 1);
@@ -522,11 +577,24 @@ SHIM_EXPORT cl_int clGetEventInfo(cl_event event, cl_event_info param_name, size
     return r->clGetEventInfo(event, param_name, param_value_size, param_value, param_value_size_ret);
 }
 
+/* A launch's times as the application reads them, a held kernel's too. */
+static cl_int event_profiling(cl_event event, cl_profiling_info param_name, size_t param_value_size,
+                              void *param_value, size_t *param_value_size_ret)
+{
+    const struct cl_api *r = entry_real();
+    if (event && SLOW())
+        return fusion_get_event_profiling_info(event, param_name, param_value_size, param_value,
+                                               param_value_size_ret);
+    return r->clGetEventProfilingInfo(event, param_name, param_value_size, param_value, param_value_size_ret);
+}
+
 SHIM_EXPORT cl_int clGetEventProfilingInfo(cl_event event, cl_profiling_info param_name, size_t param_value_size,
                                            void *param_value, size_t *param_value_size_ret)
 {
     const struct cl_api *r = entry_real();
     NEED_INT(clGetEventProfilingInfo);
+    /* Profiling the application did not ask for answers as without it. */
+    if (event && PROFILING() && profiled_hidden(r, event, clGetEventInfo)) return CL_PROFILING_INFO_NOT_AVAILABLE;
     if (event && SLOW())
         return fusion_get_event_profiling_info(event, param_name, param_value_size, param_value,
                                                param_value_size_ret);

@@ -13,6 +13,7 @@
 #include "common/config.h"
 #include "common/extstr.h"
 #include "common/log.h"
+#include "common/profile.h"
 #include "fusion/batch.h"
 #include "CL/clshim_ext.h"
 #include "interpose/entry.h"
@@ -38,6 +39,7 @@ static void init_modules(void)
      * (modes combined, docs/modes.md); this one only forwards. */
     if (!cfg->disable && !real_defers()) {
         pc_init(&real_table);
+        profile_init();
         entry_enabled = 1;
     }
     log_msg(LOG_DEBUG, "clshim %s active%s", CLSHIM_VERSION, entry_enabled ? "" : " (disabled: pass-through)");

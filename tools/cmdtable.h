@@ -16,7 +16,7 @@
 #define CLSHIM_CMDTABLE_H
 
 #define CLSHIM_COMMANDS(C, O)                                                                       \
-    C("run", "[--mode MODE] [--stats] [--log LEVEL] [--wait] [--] CMD [ARGS...]",                   \
+    C("run", "[--mode MODE] [--stats] [--log LEVEL] [--wait] [--profile] [--json FILE] [--trace FILE] [--] CMD [ARGS...]", \
       "Run CMD through the shim. Its output and exit status are CMD's own. An existing "            \
       "LD_PRELOAD, LD_LIBRARY_PATH and OPENCL_LAYERS are kept.")                                    \
     O("--mode MODE",                                                                                \
@@ -33,6 +33,16 @@
     O("--wait",                                                                                     \
       "After CMD, wait until the capture helper has stored its binaries (as `clshim cache "         \
       "wait`); CMD's exit status is kept.")                                                         \
+    O("--profile",                                                                                  \
+      "Time every kernel launch on the device (queues get profiling on; every query still "        \
+      "answers as CMD made its queues), count fused launches and record builds; after CMD, print "  \
+      "to standard error a table of kernels (launches, device time total, mean, min, max), of "    \
+      "fused sequences (launches, launches replaced, measured gain) and of builds (hits, misses, "  \
+      "times). CMD's exit status is kept (docs/profile.md).")                                       \
+    O("--json FILE", "With --profile (implied): the same as one JSON object in FILE.")              \
+    O("--trace FILE",                                                                               \
+      "With --profile (implied): the launches and builds as a Chrome trace in FILE (open it in "   \
+      "Perfetto or chrome://tracing).")                                                             \
     C("doctor", "[--] CMD [ARGS...]",                                                               \
       "Run CMD once per mode (preload, loader, layer), report which modes reach clshim and the "    \
       "cache hits and misses of each, and print the `clshim run` line to use.")                     \
@@ -41,6 +51,11 @@
       "plan of the kernel sequences that clshim fused, grouped by the recurring run each is part "  \
       "of, with what of that run fused, why the rest did not, and the expected gain as the "        \
       "program issues the sequence (docs/fusion.md).")                                              \
+    C("profile report", "DIR [--json] [--trace FILE]",                                              \
+      "The tables of `clshim run --profile` from the profiles the processes of a run wrote to DIR " \
+      "(CLSHIM_PROFILE=DIR).")                                                                      \
+    O("--json", "One JSON object instead of the tables.")                                          \
+    O("--trace FILE", "Also write the launches and builds as a Chrome trace in FILE.")              \
     C("config", "[--docs]",                                                                         \
       "Print every knob's effective value and where it came from (default, config file or "         \
       "environment).")                                                                              \

@@ -7,6 +7,7 @@
 int config_cmd_main(int argc, char **argv);
 int cache_cmd_main(int argc, char **argv);
 int cache_warm_main(const char *dir, int argc, char **argv); /* tools/warm_cmd.c: `clshim cache warm` */
+int profile_cmd_main(int argc, char **argv);   /* tools/profile_cmd.c: `clshim run --profile`'s report */
 int fuse_cmd_main(int argc, char **argv); /* tools/fuse_cmd.c */
 int ptx_cmd_main(int argc, char **argv);  /* tools/ptx_cmd.c */
 
