@@ -51,6 +51,10 @@
 extern char **environ;
 
 #define WARM_MAX_DEVICES 64
+/* A build's CPU budget: no application waits, so a generous one (a
+ * driver's start alone is seconds of CPU on NVIDIA's); it only stops a
+ * runaway. */
+#define WARM_BUDGET_FLOOR_NS 60000000000ull
 #define WARM_POLL_NS 10000000L
 
 /* Why a program was not warmed, in the order the summary names them. */
@@ -253,9 +257,12 @@ static int inputs_changed(const struct entry *e, const struct pipeline_flight *f
     out[0] = 0;
     for (size_t i = 0; i < keydiff_count(d); i++) {
         const struct keydiff_item *it = keydiff_item(d, i);
-        /* A place a header could be found, absent in both: not an input. */
+        /* The device's and the driver's own (its identity, its variables,
+         * the names its source directory holds: another driver has none or
+         * others), and places a header could be found, absent in both: not
+         * the program's inputs. */
         if (it->field == KEYDIFF_DEVICE || it->field == KEYDIFF_DRIVER || it->field == KEYDIFF_DRIVER_ENV ||
-            it->field == KEYDIFF_HEADER_PLACE)
+            it->field == KEYDIFF_DRIVER_DIR || it->field == KEYDIFF_HEADER_PLACE)
             continue;
         if (shown == 3) {
             more++;
@@ -412,6 +419,12 @@ static int add_job(struct warm *w, struct job *j)
 
 /* ---- building -------------------------------------------------------------------- */
 
+static uint64_t warm_budget_ns(uint64_t compile_ns)
+{
+    uint64_t b = 4 * capture_budget_ns(compile_ns, CAPTURE_FIRST_USE_MAX * compile_ns);
+    return b > WARM_BUDGET_FLOOR_NS ? b : WARM_BUDGET_FLOOR_NS;
+}
+
 static int start(struct warm *w, struct job *j)
 {
     struct key_buf snap = {0}, req = {0};
@@ -420,13 +433,14 @@ static int start(struct warm *w, struct job *j)
     struct fields x = {0};
     (void)key_fields(j->f.key, j->f.key_len, take_field, &x);
     options = x.options;
-    /* The child's budget: a capture's, with the driver's deferred code
-     * generation (every kernel, at the read) at its most. */
+    /* The child arms its budget from the request's costs
+     * (capture_budget_ns()): costs that give warm's. */
+    uint64_t budget = warm_budget_ns(j->compile_ns), unit = budget / (2 * (1 + CAPTURE_FIRST_USE_MAX));
     struct capture_request rq = {.identity = j->t->info->identity, .device = j->t->info->name,
                                  .kind = j->f.kind, .options = options ? options : "",
                                  .source = x.input, .source_len = x.input_len, .key = j->f.key,
-                                 .key_len = j->f.key_len, .compile_ns = j->compile_ns,
-                                 .first_use_ns = CAPTURE_FIRST_USE_MAX * j->compile_ns, .log = "",
+                                 .key_len = j->f.key_len, .compile_ns = unit,
+                                 .first_use_ns = CAPTURE_FIRST_USE_MAX * unit, .log = "",
                                  .cwd = j->f.snap && j->f.snap->cwd ? j->f.snap->cwd : w->cwd,
                                  .snapshot = snap.data, .snapshot_len = snap.len,
                                  .parts = j->parts.data, .parts_len = j->parts.len};
@@ -445,7 +459,6 @@ static int start(struct warm *w, struct job *j)
         off_t size = lseek(fd, 0, SEEK_END);
         if (size > 0 && (req.data = malloc((size_t)size)) && pread(fd, req.data, (size_t)size, 0) == size) {
             req.len = (size_t)size;
-            uint64_t budget = capture_budget_ns(rq.compile_ns, rq.first_use_ns);
             rc = capture_child_start(&j->child, req.data, req.len, budget, why, sizeof why);
         } else {
             snprintf(why, sizeof why, "the build request cannot be read back");
@@ -478,7 +491,8 @@ static void finish(struct warm *w, struct job *j)
         int input = lost == CAPTURE_LOST_INPUTS, cost = lost == CAPTURE_LOST_COST;
         j->state = input || cost || lost == CAPTURE_LOST_BUILD ? JOB_SKIPPED : JOB_FAILED;
         j->skip = input ? SKIP_INPUTS : cost ? SKIP_COST : SKIP_BUILD;
-        snprintf(j->why, sizeof j->why, "%.590s", why);
+        if (cost) snprintf(j->why, sizeof j->why, "its build ran past its CPU budget of %.0f s", j->child.budget_ns / 1e9);
+        else snprintf(j->why, sizeof j->why, "%.590s", why);
         return;
     }
     j->f.device = j->t->info->name;
