@@ -26,9 +26,14 @@ DEST=${2:?usage: bench/gpu-pack.sh BUILD DEST}
 source "$(dirname "$0")/../tests/compat/pack.sh"
 rm -rf "$DEST" && mkdir -p "$DEST/bench" "$DEST/examples"
 cp "$BUILD/libclshim.so" "$BUILD/clshim-tool" "$DEST/"
-cp "$BUILD/bench/bench_ttfr" "$BUILD/tests/progs/elwise_progs" "$DEST/bench/"
+cp "$BUILD/bench/bench_ttfr" "$BUILD/bench/bench_short" "$BUILD/tests/progs/elwise_progs" "$DEST/bench/"
 cp "$BUILD/examples/pipeline" "$DEST/examples/"
 pack_libs "$DEST" $PACK_SHIM_LIBS
+# libclshim-llvm.so and the LLVM it links (compressed: the carry limit),
+# so that SPIR-V translation and route (a) are on there; run.sh --gpu
+# unpacks it. Source programs still need clang to fuse, which the machine
+# lacks: their fused programs come primed (below).
+pack_llvm "$BUILD" "$DEST" 19
 PRIMED=$(mktemp -d)
 for cus in 132 114; do
     CLSHIM_CACHE_DIR=$PRIMED/cache POCL_CACHE_DIR=$PRIMED/pocl CLSHIM_FUSE_ROUTE=source CLSHIM_FUSION=auto \

@@ -264,6 +264,18 @@ class Report:
                               table(["way", "ms", "vs plain"], against(rows, "plain", lambda r, p: "%.2fx" % (p.med / r.med)
                                                                        if r.variant != "warm-cmd" else "")) + "\n")
 
+    def short(self):
+        rows = self.of("short_runs")
+        if rows:
+            body = []
+            plain = {r.case: r for r in rows if r.variant == "plain"}
+            for r in rows:
+                p = plain.get(r.case)
+                body.append([r.keys.get("chains", "?"), r.variant, cell(r), "%.2fx" % (p.med / r.med) if p else ""])
+            self.parts.append("### Automatic fusion at every run length\n\nbench_short's 4-kernel chain, time per chain "
+                              "(`bench/short_runs.sh`), us; ratio plain / way:\n\n" +
+                              table(["chains", "way", "us", "vs plain"], body) + "\n")
+
     def il(self):
         rows = self.of("il")
         if rows:
@@ -379,7 +391,7 @@ class Report:
                  m.get("versions", "?"), m.get("load_before", "?"), m.get("load_after", "?"),
                  " **Quick run: fewer repetitions and sizes; a check, not figures to quote.**"
                  if m.get("quick") == "1" else "")]
-        for section in (self.ttfr, self.ci, self.clients, self.warm, self.tuner, self.remote, self.il, self.passthrough,
+        for section in (self.ttfr, self.ci, self.clients, self.warm, self.short, self.tuner, self.remote, self.il, self.passthrough,
                         self.fusion, self.store):
             section()
         return "\n".join(head + self.parts)

@@ -16,6 +16,8 @@
 #                                  100 variants built and run once each:
 #                                  whole-process time cold, clshim cold, clshim warm
 #   clients.sh                     real clients (PyOpenCL, the demo app) cold and warm
+#   short_runs.sh                  automatic fusion at 30, 300, 3,000 chains: plain,
+#                                  auto (empty and warm cache), the plan
 #   warm_ttfr.sh                   time to first result after a driver change (PoCL
 #                                  pthread -> basic), without and with `cache warm`
 #   bench_il                       SPIR-V time to first result
@@ -126,12 +128,14 @@ if [ "$GPU" = 1 ]; then
     bench bench_ttfr "${SHIM[@]}" --program mixed --ci 8 --reps 5
     run clients "$ROOT/bench/clients.sh" "$BUILD" --quick
     run elwise_join "$ROOT/bench/elwise_join.sh" "$BUILD" --gpu
+    run short_runs "$ROOT/bench/short_runs.sh" "$BUILD" --reps 5
 elif [ -n "$QUICK" ]; then
     bench bench_ttfr "${SHIM[@]}" --program small --reps 2
     bench bench_ttfr "${SHIM[@]}" --program mixed --reps 3
     bench bench_ttfr "${SHIM[@]}" --program small --ci 4 --reps 1
     run clients "$ROOT/bench/clients.sh" "$BUILD" --quick
     run warm_ttfr "$ROOT/bench/warm_ttfr.sh" "$BUILD" --quick
+    run short_runs "$ROOT/bench/short_runs.sh" "$BUILD" --quick
     bench bench_il "${SHIM[@]}" --quick
     bench bench_passthrough "${SHIM[@]}" --quick
     bench bench_fusion --k 4 --n 65536
@@ -144,6 +148,7 @@ else
     [ "$TUNER" = 1 ] && bench bench_tuner "${SHIM[@]}" --reps 5 # ~6 min alone: opt-in
     run clients "$ROOT/bench/clients.sh" "$BUILD"
     run warm_ttfr "$ROOT/bench/warm_ttfr.sh" "$BUILD"
+    run short_runs "$ROOT/bench/short_runs.sh" "$BUILD" --reps 5
     bench bench_il "${SHIM[@]}"
     bench bench_passthrough "${SHIM[@]}"
     bench bench_fusion
