@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -213,6 +214,34 @@ const char *clang_name(void)
 {
     const char *clang = config_get()->clang;
     return clang && *clang ? clang : "clang-15";
+}
+
+/* Whether name (a path, or a word looked up in PATH as posix_spawnp would)
+ * is an executable file. */
+static int executable(const char *name)
+{
+    if (strchr(name, '/')) return access(name, X_OK) == 0;
+    const char *path = getenv("PATH");
+    if (!path || !*path) path = "/bin:/usr/bin";
+    for (const char *p = path; *p;) {
+        size_t n = strcspn(p, ":");
+        char full[4096];
+        if (n && (size_t)snprintf(full, sizeof full, "%.*s/%s", (int)n, p, name) < sizeof full && access(full, X_OK) == 0)
+            return 1;
+        p += n;
+        if (*p == ':') p++;
+    }
+    return 0;
+}
+
+static int clang_found = -1;
+static void find_clang(void) { clang_found = executable(clang_name()); }
+
+int clang_available(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, find_clang);
+    return clang_found;
 }
 
 int clang_run(const char *const *args, const char *input, size_t len, char **out, size_t *out_len, char *err,

@@ -20,6 +20,10 @@
 /* The clang to run: CLSHIM_CLANG, or "clang-15". Never NULL. */
 const char *clang_name(void);
 
+/* Whether clang_name() names an executable (looked up in PATH once per
+ * process): where it does not, nothing that needs it is worth starting. */
+int clang_available(void);
+
 /* Runs clang with `args` (NULL-terminated, after clang's name) and `input`
  * (`len` bytes) on its standard input. Returns 0 with *out (malloc'd,
  * NUL-terminated, free()) holding its standard output and *out_len its

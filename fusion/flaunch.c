@@ -54,6 +54,7 @@
 
 #include "cache/device.h"
 #include "cache/key.h"
+#include "common/clang.h"
 #include "common/config.h"
 #include "program/origin.h"
 #include "common/error.h"
@@ -856,6 +857,16 @@ static int make(void *arg, void **bitcode, size_t *bitcode_size, void **meta, si
     size_t pkey_len = 0;
     int rc = make_cached(m, names, &pkey, &pkey_len, bitcode, bitcode_size, meta, meta_size);
     if (rc != MAKE_BUILD) return rc;
+    /* A kernel built from source is compiled to IR by clang: without it,
+     * refused before LLVM is loaded (tens of ms of the application's,
+     * for nothing, on a GPU machine without clang). */
+    for (uint32_t i = 0; i < m->q->nheld; i++)
+        if (!m->q->held[i].rec->from_il && !clang_available()) {
+            free(pkey);
+            m->permanent = 1;
+            return snprintf(m->why, m->why_len, "%s is not installed (CLSHIM_CLANG): fusing kernels built from "
+                            "source needs it", clang_name()), -1;
+        }
     uint64_t t0 = now_ns();
     const struct clshim_llvm_api *api = llvm_api();
     if (!api) {

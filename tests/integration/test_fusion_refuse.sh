@@ -72,4 +72,17 @@ grep -q "refused: libclshim-llvm.so cannot be loaded; submitted unfused, not tri
 summary nollvm | grep -q "0 fused launches replaced 0 kernel launches; 2 held kernels submitted unfused; 1 fusions refused" ||
     fail "nollvm: retried: $(summary nollvm)"
 ok "no libclshim-llvm.so: refused once in 8 occurrences, never retried"
+
+# No clang (a GPU machine): kernels built from source cannot be fused, and
+# LLVM is not even loaded for them (its load is tens of ms of the app's).
+BS=$CLSHIM_BUILD/bench/bench_short
+fresh_pocl; run_plain noclang-ref "$BS" --chains 8 --n 4096
+fresh_pocl; run_shim noclang env CLSHIM_FUSION=auto CLSHIM_CLANG=/nonexistent/clang \
+    CLSHIM_LLVM_LIB=/nonexistent/libclshim-llvm.so "$BS" --chains 8 --n 4096
+[ "$(sed -n 's/.*hash=//p' "$TMP/noclang.out")" = "$(sed -n 's/.*hash=//p' "$TMP/noclang-ref.out")" ] ||
+    fail "no clang: the chain's results differ from the plain run's"
+grep -q "fusion of s0+s1+s2+s3 (plan auto) refused: /nonexistent/clang is not installed (CLSHIM_CLANG): fusing kernels built from source needs it; submitted unfused, not tried again in this process" \
+    "$TMP/noclang.err" || fail "noclang: no refusal line: $(grep fusion "$TMP/noclang.err")"
+grep -q "cannot load /nonexistent/libclshim-llvm.so" "$TMP/noclang.err" && fail "noclang: LLVM was loaded for nothing"
+ok "no clang: a source chain refused once, before LLVM is loaded"
 finish
