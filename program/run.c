@@ -206,9 +206,12 @@ static void store_built(struct run *r, cl_program built, cl_int err, const struc
 static void owe_refresh(struct run *r)
 {
     struct pc_program *rec = r->rec;
-    /* Only the helper can: a program made from a binary reads back as that binary here. */
+    /* Only the helper can: a program made from a binary reads back as that
+     * binary here. Nor where the entry cannot be replaced: a read-only
+     * cache, or one that trusts keys and seals nothing (cache/store.h). */
+    const struct clshim_config *cfg = config_get();
     if (!rec || !(r->kind->store & RUN_CAPTURE) || rec->kind != KEY_SOURCE || rec->translated || !capture_late(rec) ||
-        !config_get()->capture_process)
+        !cfg->capture_process || store_is_readonly(pipeline_store()) || (*cfg->trust && !*cfg->sign_key))
         return;
     for (size_t i = 0; i < r->n; i++) {
         struct pipeline_flight *f = &r->fl[i];

@@ -126,4 +126,25 @@ same_output ref-k r-k "a runner with an empty cache: same results"
 [ "$(count 'miss ' "$TMP/r-k.err")" = 0 ] && [ "$(count 'hit .*(remote)' "$TMP/r-k.err")" = 1 ] ||
     fail "runner: expected one remote hit, no miss: $(grep 'hit \|miss ' "$TMP/r-k.err")"
 ok "warm --push: a runner with an empty cache hits the warmed program on the remote tier"
+
+# Sealed end to end: a signing builder warms (CLSHIM_SIGN_KEY); a reader
+# that trusts only that key (CLSHIM_TRUST, no key of its own) hits the
+# warmed entry and does not try to replace it (it could not: one line lost
+# at every run); the signer's run replaces it, sealed.
+"$CLSHIM" cache keygen "$TMP/ci-1" >/dev/null || fail "keygen"
+export CLSHIM_CACHE_DIR=$TMP/cache-sealed
+fresh_pocl; run_shim s-p env POCL_DEVICES=pthread CLSHIM_SIGN_KEY="$TMP/ci-1" "$SF" k.cl --options -Iinc
+"$CLSHIM" cache wait >/dev/null 2>&1 || fail "sealed: cache wait after the pthread run"
+fresh_pocl
+CLSHIM_SIGN_KEY=$TMP/ci-1 "$CLSHIM" cache warm 2>"$TMP/s-warm.err" || fail "sealed: warm: $(cat "$TMP/s-warm.err")"
+grep -q "1 warmed" "$TMP/s-warm.err" || fail "sealed: warm: $(cat "$TMP/s-warm.err")"
+fresh_pocl; run_shim s-reader env CLSHIM_TRUST="$TMP/ci-1.pub" "$SF" k.cl --options -Iinc
+same_output ref-k s-reader "sealed: a trusting reader's results as plain"
+[ "$(count "hit .* on 'basic" "$TMP/s-reader.err")" = 1 ] && [ "$(count 'miss ' "$TMP/s-reader.err")" = 0 ] ||
+    fail "sealed: the trusting reader did not hit the warmed entry: $(grep 'hit \|miss ' "$TMP/s-reader.err")"
+grep -q "built before any run" "$TMP/s-reader.err" && fail "sealed: a reader that cannot seal tried to replace the entry"
+"$CLSHIM" cache wait >"$TMP/s-wait.out" 2>&1 || fail "sealed: a capture was lost: $(cat "$TMP/s-wait.out")"
+"$CLSHIM" cache verify --trust "$TMP/ci-1.pub" | grep -q "0 bad or not sealed by a trusted key" ||
+    fail "sealed: verify --trust: $("$CLSHIM" cache verify --trust "$TMP/ci-1.pub")"
+ok "sealed: a signing builder warms, a reader trusting its key hits and replaces nothing, every entry sealed"
 finish
