@@ -17,19 +17,19 @@ if [ "${1:-}" = --pack ]; then
     BUILD=$(cd "$BUILD" && pwd)
     HERE=$(cd "$(dirname "$0")" && pwd)
     source "$HERE/pack.sh"
-    rm -rf "$DEST" && mkdir -p "$DEST/bench" "$DEST/work/inc"
+    rm -rf "$DEST" && mkdir -p "$DEST/bench" "$DEST/app/inc"
     DEST=$(cd "$DEST" && pwd)
     cp "$BUILD/libclshim.so" "$BUILD/clshim-tool" "$BUILD/clshim" "$DEST/"
     cp "$BUILD/tests/progs/srcfile" "$BUILD/tests/progs/compilelink" "$BUILD/tests/progs/profile_app" "$DEST/"
     cp "$BUILD/bench/bench_ttfr" "$BUILD/bench/bench_short" "$DEST/bench/"
     cp "$HERE/../../bench/short_runs.sh" "$DEST/bench/"
     cp "$0" "$DEST/nvidia_warm.sh"
-    printf '#include "params.h"\n__kernel void k(__global float *y) { size_t i = get_global_id(0); y[i] = V * (float)(i %% 7); }\n' >"$DEST/work/k.cl"
-    echo '#define V 3.0f' >"$DEST/work/inc/params.h"
-    # The cache, filled on PoCL here (in the work directory: the header's
+    printf '#include "params.h"\n__kernel void k(__global float *y) { size_t i = get_global_id(0); y[i] = V * (float)(i %% 7); }\n' >"$DEST/app/k.cl"
+    echo '#define V 3.0f' >"$DEST/app/inc/params.h"
+    # The cache, filled on PoCL here (in the app directory: the header's
     # path is keyed as the program names it).
     T=$(mktemp -d)
-    (cd "$DEST/work" && export CLSHIM_CACHE_DIR=$DEST/pocl-cache POCL_CACHE_DIR=$T/p XDG_CACHE_HOME=$T &&
+    (cd "$DEST/app" && export CLSHIM_CACHE_DIR=$DEST/pocl-cache POCL_CACHE_DIR=$T/p XDG_CACHE_HOME=$T &&
         LD_PRELOAD=$BUILD/libclshim.so "$BUILD/tests/progs/srcfile" k.cl --options -Iinc >/dev/null &&
         LD_PRELOAD=$BUILD/libclshim.so "$BUILD/tests/progs/compilelink" >/dev/null &&
         LD_PRELOAD=$BUILD/libclshim.so "$BUILD/bench/bench_ttfr" --child source --file "$T/x" --program mixed >/dev/null &&
@@ -60,8 +60,8 @@ check() { if [ "$1" = 0 ]; then echo "ok - $2"; else echo "FAIL - $2"; fails=$((
 
 # 1. cache warm: PoCL's entries for NVIDIA.
 cp -a "$C/pocl-cache" "$W/cache"
-cp -a "$C/work" "$W/work"
-cd "$W/work"
+cp -a "$C/app" "$W/app"
+cd "$W/app"
 export CLSHIM_CACHE_DIR=$W/cache CUDA_CACHE_DISABLE=1
 "$B/clshim" cache list >"$OUT/list-before.txt" 2>&1
 t0=$(date +%s%N)
