@@ -753,8 +753,10 @@ static int wait_for_other_builder(store *st, struct pipeline_flight *f, struct s
     unsigned sleep_us = 5000;
     for (int said = 0;; said = 1) {
         int rc = store_claim_build(st, f->hash, wait_ms ? wait_ms : 1);
-        /* The holder (a capture helper) then takes this key next, at normal priority. */
-        if (rc == CLSHIM_EBUSY && !said) (void)store_want_build(st, f->hash);
+        /* The holder (a capture helper) then takes this key next, at normal
+         * priority. Marked at every look: a claim written anew (another
+         * builder's after this one's expired) comes without the mark. */
+        if (rc == CLSHIM_EBUSY) (void)store_want_build(st, f->hash);
         if (rc == CLSHIM_EBUSY && !said && log_enabled(LOG_INFO)) {
             char prefix[17];
             key_prefix(f->hash, prefix);

@@ -986,14 +986,17 @@ static int claim_fn(store *s, MDB_txn *txn, void *arg)
             return mdb_del(txn, s->db_building, &k, NULL);
         return 0;
     }
-    if (rc == 0 && claim_live(s, &v, c->stale_ms) &&
-        !(c->from_pid && v.mv_size >= CLAIM_LEN && store_get64(v.mv_data) == c->from_pid))
-        return CLSHIM_EBUSY;
-    unsigned char buf[CLAIM_LEN];
+    int taken = rc == 0 && c->from_pid && v.mv_size >= CLAIM_LEN && store_get64(v.mv_data) == c->from_pid;
+    if (rc == 0 && claim_live(s, &v, c->stale_ms) && !taken) return CLSHIM_EBUSY;
+    /* A claim taken over keeps its waited-for mark: the waiter marked the
+     * application's claim, and now waits for the helper's. */
+    unsigned char buf[CLAIM_WANTED_LEN];
     store_put64(buf, (uint64_t)getpid());
     store_put64(buf + 8, now_ms());
     memcpy(buf + 16, s->boot_id, 36);
-    MDB_val nv = {sizeof buf, buf};
+    int keep_mark = taken && v.mv_size == CLAIM_WANTED_LEN;
+    if (keep_mark) memcpy(buf + CLAIM_LEN, (const unsigned char *)v.mv_data + CLAIM_LEN, 8);
+    MDB_val nv = {keep_mark ? CLAIM_WANTED_LEN : CLAIM_LEN, buf};
     return mdb_put(txn, s->db_building, &k, &nv, 0);
 }
 

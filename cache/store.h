@@ -231,10 +231,12 @@ int store_claim_build(store *s, struct cache_hash hash, uint64_t stale_ms);
 int store_release_build(store *s, struct cache_hash hash);
 /* store_claim_build() that also takes over a live claim of process `from`:
  * the capture helper takes the application's claim of a key it captures,
- * so processes wait for the capture, not for the application. */
+ * so processes wait for the capture, not for the application; a waited-for
+ * mark on the application's claim stays. */
 int store_take_claim(store *s, struct cache_hash hash, pid_t from, uint64_t stale_ms);
 /* Demand for a claimed key: a process that waits for another's claim says
- * so once (store_want_build(); a no-op when the claim is gone or marked),
+ * so at each look (store_want_build(); a no-op when the claim is gone or
+ * marked),
  * and the holder asks store_build_wanted(): 1 when its own claim of `hash`
  * has been waited for. The capture helper captures such keys first and at
  * normal priority, so a run started right after a cold one hits however

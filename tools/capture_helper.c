@@ -71,7 +71,6 @@ struct request {
     int again;      /* the application built it again: captured without waiting */
     int claimed;    /* the helper holds the key's claim (taken from the application) */
     int wanted;     /* another process waits for it (store_build_wanted): captured first, at normal priority */
-    double claim_until; /* now_s() after which the claim goes, if not yet captured */
 };
 
 static void journal(const char *fmt, const char *a, const char *b, const char *c);
@@ -194,10 +193,6 @@ static void *reader(void *arg)
                 rq->hash = key_hash(cr.key, cr.key_len);
                 rq->again = cr.again;
                 if (!rq->again) take_claim(rq, app);
-                /* Waiters wait for a capture as for a build (cache/pipeline.c:
-                 * CLAIM_GRACE_BUILDS times its compile, a second at least). */
-                double grace = 3 * cr.compile_ns / 1e9;
-                rq->claim_until = now_s() + (grace > 1 ? grace : 1);
             }
         }
         pthread_mutex_lock(&lock);
@@ -497,8 +492,9 @@ static uint64_t child_cpu_ns(pid_t pid)
  * A capture nobody waits for runs at nice 19 while the application lives:
  * beside it, it must not slow it (a tuner's cold run stayed 1.36x plain with
  * the helper's session at normal priority). Once the application has
- * exited, or another process waits for the key (store_build_wanted), the
- * capture is on somebody's way: it runs at normal priority. At nice 19
+ * exited, or another process waits for the key or for one queued behind it
+ * (store_build_wanted), the capture is on somebody's way: it runs at normal
+ * priority. At nice 19
  * beside four busy loops a capture got about 1.5% of a core, and the run
  * started right after a cold one compiled the program again itself.
  * Where the kernel groups processes by session (sched_autogroup_enabled:
@@ -633,6 +629,8 @@ int capture_child_answer(struct capture_child *c, void **bin, size_t *size, uint
  * -1 with *why (the child's message in msg). Urgent (see "priority"): at
  * normal priority from the start; otherwise it becomes so when the
  * application exits or another process waits for the key meanwhile. */
+static int queue_wanted(void);
+
 static int capture_in_child(const void *req, size_t req_len, const struct capture_request *rq, int urgent,
                             void **bin, size_t *size, uint64_t *read_ns, enum capture_lost *why, char *msg,
                             size_t msg_len)
@@ -645,7 +643,10 @@ static int capture_in_child(const void *req, size_t req_len, const struct captur
     set_urgency(c.pid, urgent);
     unsigned looks = 0;
     while (!capture_child_done(&c)) {
-        if (!urgent && ++looks % URGENCY_LOOKS == 0 && (app_gone() || store_build_wanted(pipeline_store(), hash)))
+        /* In somebody's way: the application is gone, or a process waits
+         * for this key or for one queued behind it. */
+        if (!urgent && ++looks % URGENCY_LOOKS == 0 &&
+            (app_gone() || store_build_wanted(pipeline_store(), hash) || queue_wanted()))
             set_urgency(c.pid, urgent = 1);
         nanosleep(&(struct timespec){0, WATCH_PERIOD_MS * 1000000L}, NULL);
     }
@@ -768,18 +769,19 @@ static int mark_wanted(void)
     return any;
 }
 
-/* Claims of requests that waited past their grace go (lock held): a
- * process that wants such a key compiles it rather than wait longer. A
- * waited-for request is exempt: it is captured next, at normal priority,
- * so its waiter waits for one capture under way and its own at most. */
-static void release_stale_claims(void)
+/* A queued request's claim lives until it is captured (or the helper
+ * exits): whoever waits for the key marks it wanted, and it is then
+ * captured next at normal priority, so a waiter waits for the capture under
+ * way and its own at most (CLSHIM_BUILD_WAIT_MS bounds it still). A claim
+ * that expired on a clock instead let the run started right after a cold
+ * one compile what sat in the queue while the application was busy:
+ * test_capture_exact 5b beside twelve busy loops, 3 of 5 runs missed. */
+static int queue_wanted(void)
 {
-    double now = now_s();
-    for (struct request *r = first; r; r = r->next)
-        if (r->claimed && !r->wanted && now > r->claim_until) {
-            store_release_build(pipeline_store(), r->hash);
-            r->claimed = 0;
-        }
+    pthread_mutex_lock(&lock);
+    int any = mark_wanted();
+    pthread_mutex_unlock(&lock);
+    return any;
 }
 
 /* Waits until a request may be captured (or the application exited and
@@ -791,7 +793,6 @@ static enum turn wait_turn(struct busy_watch *w, unsigned defer_max, double besi
         pthread_mutex_lock(&lock);
         while (!first && !ended) pthread_cond_wait(&arrived, &lock);
         int wanted = mark_wanted();
-        release_stale_claims();
         int gone = ended;
         double oldest = first ? first->came_at : 0;
         int again = first && first->again;

@@ -389,6 +389,26 @@ static void build_claims_say_when_waited_for(void **state)
     assert_int_equal(store_claim_build(s, other, 60000), CLSHIM_OK);
     assert_false(store_build_wanted(s, other));
     assert_int_equal(store_release_build(s, other), CLSHIM_OK);
+    /* Taken over from a live holder (the capture helper takes the
+     * application's claim), the claim keeps the mark its waiter made. */
+    struct cache_hash h3 = key_hash_of(9);
+    pid_t holder;
+    int release_fd = child_claim_and_wait(fx, h3, &holder);
+    assert_int_equal(child_want(fx, h3), CLSHIM_OK);
+    assert_int_equal(store_take_claim(s, h3, holder, 60000), CLSHIM_OK);
+    assert_true(store_build_wanted(s, h3));
+    close(release_fd);
+    int status;
+    waitpid(holder, &status, 0);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    assert_int_equal(store_release_build(s, h3), CLSHIM_OK);
+    /* Taken from a holder nobody waited for: no mark. */
+    release_fd = child_claim_and_wait(fx, h3, &holder);
+    assert_int_equal(store_take_claim(s, h3, holder, 60000), CLSHIM_OK);
+    assert_false(store_build_wanted(s, h3));
+    close(release_fd);
+    waitpid(holder, &status, 0);
+    assert_int_equal(store_release_build(s, h3), CLSHIM_OK);
     store_close(s);
 }
 
