@@ -812,7 +812,7 @@ static void lookup_persistent(store *st, struct pipeline_flight *f, unsigned fla
     int from_remote = 0;
     int rc = tier_get(st, f->hash, f->key, f->key_len, !!(flags & PIPELINE_FLEET_CLAIM), &sr, &arena,
                       &from_remote);
-    if (rc == CLSHIM_ENOTFOUND)
+    if (rc == CLSHIM_ENOTFOUND && !(flags & PIPELINE_NO_CLAIM))
         rc = wait_for_other_builder(st, f, &sr, &arena) == 0 ? CLSHIM_OK : CLSHIM_ENOTFOUND;
     if (log_enabled(LOG_DEBUG)) {
         char prefix[17];
@@ -833,7 +833,8 @@ static void lookup_persistent(store *st, struct pipeline_flight *f, unsigned fla
         key_prefix(f->hash, prefix);
         log_msg(LOG_WARN, "cache entry %s is %s; rebuilding it", prefix, clshim_strerror(rc));
     }
-    if (!f->claimed) store_claim_build(st, f->hash, config_get()->build_wait_ms), f->claimed = 1;
+    if (!f->claimed && !(flags & PIPELINE_NO_CLAIM))
+        store_claim_build(st, f->hash, config_get()->build_wait_ms), f->claimed = 1;
 }
 
 enum pipeline_result pipeline_begin(struct pipeline_flight *f, size_t n, unsigned flags)

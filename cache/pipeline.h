@@ -141,6 +141,8 @@ void pipeline_key_finish(struct pipeline_flight *f, size_t n, const void *handle
 /* The flags of pipeline_begin(). */
 #define PIPELINE_SHARE_FAILURE 1u /* a failed build is shared (builds; not compile, link, derived) */
 #define PIPELINE_FLEET_CLAIM 2u   /* take part in the remote tier's single flight (builds) */
+#define PIPELINE_NO_CLAIM 4u      /* a look only: a miss neither waits for another process's claim
+                                   * nor takes one (a derived program the capture helper makes) */
 
 enum pipeline_result pipeline_begin(struct pipeline_flight *f, size_t n, unsigned flags);
 

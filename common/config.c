@@ -137,6 +137,7 @@ static const struct {
 } choices[] = {
     {"CAPTURE", {"auto", "build", "release", NULL}, "auto, build or release"},
     {"FUSION", {"off", "auto", NULL}, "off or auto"},
+    {"FUSION_BUILD", {"helper", "app", NULL}, "helper or app"},
     {"FUSE_ROUTE", {"auto", "ir", "source", "ptx", NULL}, "auto, ir, source or ptx"},
     {"DRIVER_CACHES", {"auto", "0", "1", NULL}, "auto, 0 or 1"},
     {"CI_CONTEXT", {"auto", "trusted", "untrusted", NULL}, "auto, trusted or untrusted"},

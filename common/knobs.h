@@ -243,6 +243,15 @@
       "back to back, where the analysis proves them equivalent without a "     \
       "barrier (docs/fusion.md, \"Automatic fusion\"); off: only plans and "   \
       "the extension API fuse.")                                               \
+    X(FUSION_BUILD, STRING, fusion_build, "helper", "0.2",                     \
+      "Where automatic fusion makes a fused program the cache does not "      \
+      "hold: helper (the capture helper process, at nice 19 while the "       \
+      "application runs, where one serves: PoCL with its kernel cache on, "   \
+      "CLSHIM_CAPTURE_PROCESS=1; the occurrences before it is ready run "      \
+      "unfused, and the application never waits for it) or app (on the "      \
+      "application's thread, at the sequence's first fused occurrence). "     \
+      "Plans, the extension API and other drivers make it in the "            \
+      "application.")                                                          \
     X(FUSION_HOLD_MS, UINT, fusion_hold_ms, "50", "0.2",                       \
       "The longest a queue holds kernels of a fusion sequence while the "     \
       "application enqueues nothing more on it: after 1 to 2 times this "      \

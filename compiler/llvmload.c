@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/config.h"
 #include "common/log.h"
@@ -27,13 +28,18 @@ static int default_path(char *buf, size_t len)
 {
     Dl_info info;
     if (!dladdr((void *)default_path, &info) || !info.dli_fname) return -1;
-    const char *slash = strrchr(info.dli_fname, '/');
-    int n;
-    if (slash)
-        n = snprintf(buf, len, "%.*s/libclshim-llvm.so", (int)(slash - info.dli_fname),
-                     info.dli_fname);
-    else
-        n = snprintf(buf, len, "./libclshim-llvm.so"); /* a program run by bare name */
+    const char *name = info.dli_fname;
+    char exe[4096];
+    if (!strchr(name, '/')) {
+        /* The executable itself, run by bare name (the capture helper's
+         * `clshim-tool capture-one`): where it is. */
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        if (n <= 0) return -1;
+        exe[n] = 0;
+        name = exe;
+    }
+    const char *slash = strrchr(name, '/');
+    int n = snprintf(buf, len, "%.*s/libclshim-llvm.so", (int)(slash - name), name);
     return n > 0 && (size_t)n < len ? 0 : -1;
 }
 

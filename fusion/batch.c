@@ -177,6 +177,7 @@ static void do_init(void)
             } else {
                 fb()->plan = plan;
                 fb()->automatic = automatic;
+                fb()->build_by_helper = strcmp(cfg->fusion_build, "app") != 0;
                 fb()->test_slowdown_us = (unsigned)cfg->fusion_test_slowdown_us;
                 armed = (plan->nseqs ? FUSION_ARMED_PLAN : 0) | (automatic ? FUSION_ARMED_AUTO : 0);
                 if (plan->nseqs)

@@ -43,6 +43,8 @@ struct fb_module {
     uint32_t plan_cap;           /* sequences plan has room for (backoff, fq.cand) */
     uint32_t plan_user;          /* the user's plan sequences: the plan's first ones (learned ones follow) */
     int automatic;               /* CLSHIM_FUSION=auto: sequences are learned (fauto.c) */
+    int build_by_helper;         /* CLSHIM_FUSION_BUILD=helper: their fused programs are made by the
+                                    capture helper where it serves (flaunch.c, fjob.c) */
     int reporting;               /* CLSHIM_FUSION_REPORT is on (fauto.c) */
     int held_total;              /* kernels held on all queues (atomic) */
     int tracked_events;          /* live struct fev records (atomic) */
@@ -560,9 +562,11 @@ enum {
     FB_REFUSED_KEY = 1,  /* the fused program's key (the kernels, ranges, argument classes and
                             options): the ranges, the analysis or the build said no; remembered
                             by key here and in the cache, so it is never made again */
-    FB_REFUSED_ALWAYS = 2 /* the kernels or the machine, whatever the key: printf, image
+    FB_REFUSED_ALWAYS = 2, /* the kernels or the machine, whatever the key: printf, image
                             arguments, no libclshim-llvm.so, route (b) with kernels of different
                             programs or from IL; the sequence is not tried again in this process */
+    FB_DEFERRED = 3       /* not refused: the fused program is being made by the capture helper
+                            (fusion/fjob.h); the occurrence runs unfused */
 };
 
 /* Fuses and launches q's held kernels (under q->lock: its caller,
@@ -589,6 +593,34 @@ int fb_fuse_held(struct fq *q, int flags, const char *internal_args, int seq, st
  * record with the same argument count (args_gen) and the same ND-range —
  * so every check that let it be held then holds now. Under q->lock (not
  * asserted: every replayed kernel passes here). */
+/* The capture helper's side of a fused program made off the application's
+ * thread (fusion/fjob.h, fjob.c): fjob_encode() writes the job for q's held
+ * kernels (their programs' inputs, ND-ranges, argument classes, each
+ * argument's kind and size, a buffer's size, a value's bytes): 0, or -1
+ * where it cannot (a buffer argument the argument info does not name, a
+ * program no longer known, memory). In the helper's process, on a q
+ * decoded from a job, fb_make_job() is make() with the job's origins
+ * (1: *program is OpenCL C, 0: SPIR bitcode, else refused with why,
+ * *by_key and *permanent as memo_build records them), fb_meta_shape() the
+ * fused kernel's name, ND-range and parameter mapping from its metadata
+ * (pk, pi: malloc'd), fb_refused_by() the name refusals are recorded by. */
+struct key_buf;
+struct pc_origin;
+struct fb_shape {
+    char name[32];
+    uint32_t dim;
+    size_t gws[3], lws[3], off[3];
+    uint32_t nparams;
+    uint32_t *pk, *pi; /* fused parameter -> (held kernel, its argument) */
+};
+int fjob_encode(const struct fq *q, int flags, const uint32_t *cls, const unsigned char *key, size_t key_len,
+                struct key_buf *out);
+int fb_make_job(const struct fq *q, int flags, const struct pc_origin *origins, const uint32_t *cls,
+                const unsigned char *key, size_t key_len, const char *options, void **program, size_t *size,
+                void **meta, size_t *meta_size, int *by_key, int *permanent, char *why, size_t why_len);
+int fb_meta_shape(const struct fq *q, const void *meta, size_t meta_size, struct fb_shape *out);
+const char *fb_refused_by(void);
+
 #define FB_NO_REPEAT (-2)
 int fb_repeat_seq(const struct fq *q, int mem_gen);
 int fb_repeat_same(const struct fq *q, const struct held *h);

@@ -385,6 +385,7 @@ static int hold(struct fq *q, struct held *h, struct fk_kernel *r, cl_kernel k, 
 #define BACKOFF_LASTING 1024u
 #define BACKOFF_TRANSIENT 16u
 #define BACKOFF_NEVER FB_BACKOFF_NEVER
+#define DEFERRED_SKIP 3u /* occurrences not held while the capture helper makes the fused program */
 
 /* Whether sequence s sits out this occurrence (counting it). */
 int fb_backoff_skips(uint32_t s)
@@ -503,6 +504,13 @@ void fb_fuse_or_submit(struct fq *q, int flags, const char *internal_args, int s
         if (log_enabled(LOG_INFO)) /* no call with its variable arguments for nothing */
             fb_log_kind("fused %s into one launch (%u parameters for %u arguments)", names, (unsigned)nparams,
                         (unsigned)nargs);
+        return;
+    }
+    if (lasting == FB_DEFERRED) {
+        /* Made off this thread: unfused, and not held for its next few
+         * occurrences (each one held costs the wait for its end). */
+        if (seq >= 0) fb_backoff_skip((uint32_t)seq, DEFERRED_SKIP);
+        fb_submit_held(q, p);
         return;
     }
     STAT_ADD(fb()->stat_refused, 1);

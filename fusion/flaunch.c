@@ -424,6 +424,8 @@ struct make_ctx {
     int by_key;      /* set by make(): the analysis refused the request (any process would) */
     int permanent;   /* set by make(): refused whatever the request (FB_REFUSED_ALWAYS) */
     const char *options; /* the fused program's build options (route (a) lowers by them) */
+    const struct pc_origin *given; /* the held kernels' origins, from a job (fjob.c); NULL: asked of
+                                    * the program layer (pc_kernel_origin) */
 };
 
 /* The held kernels' names joined by '+' (log lines, the test mode's files). */
@@ -600,10 +602,10 @@ static void inputs_free(struct make_inputs *in, const struct clshim_llvm_api *ap
 static int input_of(struct make_ctx *m, const struct clshim_llvm_api *api, struct make_inputs *in, uint32_t i)
 {
     const struct held *h = &m->q->held[i];
-    struct pc_origin *origin = &in->origins[i];
-    if (pc_kernel_origin(h->k, origin) != 0)
+    const struct pc_origin *origin = m->given ? &m->given[i] : &in->origins[i];
+    if (!m->given && pc_kernel_origin(h->k, &in->origins[i]) != 0)
         return snprintf(m->why, m->why_len, "the program of '%s' is no longer known", h->rec->name), -1;
-    in->norigins = i + 1;
+    if (!m->given) in->norigins = i + 1;
     const void *input = origin->input;
     size_t len = origin->input_len;
     const char *options = origin->options;
@@ -974,16 +976,32 @@ static void memo_drop(struct fb_memo *e)
     free(e);
 }
 
+/* What memo_build starts from when the capture helper had the job
+ * (memo_by_helper): the program it made (prog, with its metadata, both
+ * taken over), or none (lost: why not). NULL: the program is made here. */
+struct memo_from {
+    cl_program prog;
+    void *meta;
+    size_t meta_size;
+    const char *lost;
+};
+
 /* Builds the entry for `key` (success or remembered failure); NULL on OOM. */
 static struct fb_memo *memo_build(const struct fq *q, int flags, const char *internal_args, const uint32_t *cls,
-                                  struct bytes *key, const char *options)
+                                  const struct bytes *key, const char *options, const struct memo_from *from)
 {
     struct fb_memo *e = calloc(1, sizeof *e);
-    if (!e) return NULL;
+    if (!e) {
+        if (from && from->prog) fb()->real->clReleaseProgram(from->prog);
+        if (from) free(from->meta);
+        return NULL;
+    }
     pthread_mutex_init(&e->lock, NULL);
     e->ctx = q->ctx;
     e->dev = q->dev;
     if (!(e->key = malloc(key->len ? key->len : 1))) {
+        if (from && from->prog) fb()->real->clReleaseProgram(from->prog);
+        if (from) free(from->meta);
         pthread_mutex_destroy(&e->lock);
         free(e);
         return NULL;
@@ -991,21 +1009,34 @@ static struct fb_memo *memo_build(const struct fq *q, int flags, const char *int
     memcpy(e->key, key->p, key->len);
     e->key_len = key->len;
     char why[600] = "";
-    struct make_ctx mc = {q, flags, internal_args, cls, e->key, e->key_len, why, sizeof why, 0, 0, 0, options};
+    struct make_ctx mc = {q, flags, internal_args, cls, e->key, e->key_len, why, sizeof why, 0, 0, 0, options, NULL};
     void *meta = NULL;
     size_t meta_size = 0;
     cl_int err = CL_SUCCESS;
     char *remembered = NULL;
-    if (pc_derived_refusal_get(q->dev, options, e->key, e->key_len, REFUSED_BY, &remembered, &mc.permanent) == 0) {
-        /* Refused by an earlier process on this driver: not made again. */
+    if (from && from->prog) {
+        e->prog = from->prog;
+        meta = from->meta;
+        meta_size = from->meta_size;
+    }
+    if (e->prog) {
+        /* made by the capture helper: its metadata is read below */
+    } else if (pc_derived_refusal_get(q->dev, options, e->key, e->key_len, REFUSED_BY, &remembered,
+                                      &mc.permanent) == 0) {
+        /* Refused by an earlier process on this driver (or the helper): not made again. */
         snprintf(why, sizeof why, "%s (remembered from an earlier run)", remembered);
         free(remembered);
+    } else if (from) {
+        snprintf(why, sizeof why, "%s", from->lost ? from->lost : "the capture helper made no fused program");
     } else if (!(e->prog = pc_build_derived(q->ctx, q->dev, options, e->key, e->key_len, make, &mc, &meta,
                                             &meta_size, &err))) {
         int failed = !why[0]; /* made, and the driver's build failed */
         if (failed) snprintf(why, sizeof why, "building the fused program failed (error %d)", err);
         if ((failed && err == CL_BUILD_PROGRAM_FAILURE) || (!failed && mc.by_key)) /* any process would fail so */
             pc_derived_refusal_put(q->dev, options, e->key, e->key_len, REFUSED_BY, why, mc.permanent);
+    }
+    if (!e->prog) {
+        /* why says it */
     } else if (read_meta(e, q, meta, meta_size) != 0) {
         snprintf(why, sizeof why, "the fused program's metadata is invalid");
     } else if (!(e->kernel = fb()->real->clCreateKernel(e->prog, e->name, &err)) || err != CL_SUCCESS) {
@@ -1013,7 +1044,7 @@ static struct fb_memo *memo_build(const struct fq *q, int flags, const char *int
         e->kernel = NULL;
     }
     free(meta);
-    if (!why[0]) {
+    if (!why[0] && !from) {
         /* Have the driver produce the binary now: clshim stores it at exit
          * (pc_build_derived), and on PoCL producing it compiles, which can
          * crash once LLVM's static destructors have run at exit. */
@@ -1043,6 +1074,152 @@ static struct fb_memo *memo_build(const struct fq *q, int flags, const char *int
     }
     return e;
 }
+
+/* ---- made by the capture helper (fusion/fjob.h) ------------------------------------------ */
+
+/* Keys handed to the capture helper and not answered yet, by context and
+ * device (under memo_lock). A few per process: one per learned sequence. */
+struct fb_handed {
+    struct fb_handed *next;
+    cl_context ctx;
+    cl_device_id dev;
+    unsigned char *key;
+    size_t key_len;
+};
+static struct fb_handed *handed;
+
+static struct fb_handed **handed_at(const struct fq *q, const struct bytes *key)
+{
+    struct fb_handed **at = &handed;
+    while (*at && !((*at)->ctx == q->ctx && (*at)->dev == q->dev && (*at)->key_len == key->len &&
+                    !memcmp((*at)->key, key->p, key->len)))
+        at = &(*at)->next;
+    return at;
+}
+
+static int handed_has(const struct fq *q, const struct bytes *key)
+{
+    pthread_mutex_lock(&memo_lock);
+    int has = *handed_at(q, key) != NULL;
+    pthread_mutex_unlock(&memo_lock);
+    return has;
+}
+
+static void handed_note(const struct fq *q, const struct bytes *key, int present)
+{
+    pthread_mutex_lock(&memo_lock);
+    struct fb_handed **at = handed_at(q, key), *h = *at;
+    if (present && !h) {
+        unsigned char *k = (h = calloc(1, sizeof *h)) ? malloc(key->len ? key->len : 1) : NULL;
+        if (k) { /* else not noted: the next request hands it again, harmless */
+            memcpy(k, key->p, key->len);
+            *h = (struct fb_handed){handed, q->ctx, q->dev, k, key->len};
+            handed = h;
+        } else {
+            free(h);
+        }
+    } else if (!present && h) {
+        *at = h->next;
+        free(h->key);
+        free(h);
+    }
+    pthread_mutex_unlock(&memo_lock);
+}
+
+/* Whether a fused program the cache lacks is made by the capture helper:
+ * automatic fusion (CLSHIM_FUSION_BUILD=helper), the IR route or route
+ * (b) without the options whose programs depend on more than the job holds
+ * (the extension API's and a plan's internal, const, force-barrier, and
+ * route (a), NVIDIA's, where no helper runs). */
+static int by_helper(const struct fq *q, int flags)
+{
+    return fb()->automatic && fb()->build_by_helper && !q->ext &&
+           !(flags & (FB_FORCE_BARRIER | FB_INTERNAL | FB_CONST | FB_PTX));
+}
+
+/* The fused program for `key` from the capture helper: handed over at the
+ * first request, then looked for at each one until it is there
+ * (PC_HELPER_PENDING meanwhile: nothing to launch, the held kernels run
+ * unfused). Its entry in *out once answered: the program, or the helper's
+ * refusal remembered in the cache, or "made none" (memo_build). Where no
+ * helper serves (PC_HELPER_NONE, also when the job cannot be written: a
+ * buffer argument the argument info does not name), *out stays NULL and
+ * the caller makes the program itself. */
+static int memo_by_helper(const struct fq *q, int flags, const uint32_t *cls, const struct bytes *key,
+                          const char *options, struct fb_memo **out)
+{
+    int sent = handed_has(q, key);
+    char *remembered = NULL;
+    int permanent;
+    if (!sent && pc_derived_refusal_get(q->dev, options, key->p, key->len, REFUSED_BY, &remembered, &permanent) == 0) {
+        free(remembered);
+        return PC_HELPER_NONE; /* memo_build finds it */
+    }
+    struct key_buf job = {0};
+    if (!sent && (fjob_encode(q, flags, cls, key->p, key->len, &job) != 0 || job.oom)) {
+        key_free(&job);
+        return PC_HELPER_NONE;
+    }
+    struct memo_from from = {0};
+    enum pc_helper_state st;
+    from.prog = pc_derived_by_helper(q->ctx, q->dev, options, key->p, key->len, sent ? NULL : job.data, job.len,
+                                     &from.meta, &from.meta_size, &st);
+    key_free(&job);
+    if (!from.prog && st == PC_HELPER_PENDING) {
+        if (!sent) {
+            handed_note(q, key, 1);
+            if (log_enabled(LOG_INFO)) {
+                char names[512];
+                seq_label(q, names, sizeof names);
+                log_msg(LOG_INFO, "fusion: the fused kernel for %s is made by the capture helper; its occurrences "
+                                  "run unfused until it is ready", names);
+            }
+        }
+        return PC_HELPER_PENDING;
+    }
+    if (sent) handed_note(q, key, 0);
+    if (!from.prog && st == PC_HELPER_NONE) return PC_HELPER_NONE;
+    if (!from.prog) from.lost = "the capture helper made no fused program (`clshim cache wait` says why)";
+    *out = memo_build(q, flags, NULL, cls, key, options, &from);
+    return st;
+}
+
+/* The capture helper's side (fjob.c): what make() makes of a job. */
+int fb_make_job(const struct fq *q, int flags, const struct pc_origin *origins, const uint32_t *cls,
+                const unsigned char *key, size_t key_len, const char *options, void **program, size_t *size,
+                void **meta, size_t *meta_size, int *by_key, int *permanent, char *why, size_t why_len)
+{
+    struct make_ctx mc = {q, flags, NULL, cls, key, key_len, why, why_len, 0, 0, 0, options, origins};
+    why[0] = 0;
+    int rc = make(&mc, program, size, meta, meta_size);
+    *by_key = mc.by_key;
+    *permanent = mc.permanent;
+    return rc;
+}
+
+int fb_meta_shape(const struct fq *q, const void *meta, size_t meta_size, struct fb_shape *out)
+{
+    struct fb_memo e;
+    memset(&e, 0, sizeof e);
+    memset(out, 0, sizeof *out);
+    int rc = read_meta(&e, q, meta, meta_size);
+    if (rc == 0) {
+        memcpy(out->name, e.name, sizeof out->name);
+        out->dim = e.dim;
+        memcpy(out->gws, e.gws, sizeof e.gws);
+        memcpy(out->lws, e.lws, sizeof e.lws);
+        memcpy(out->off, e.off, sizeof e.off);
+        out->nparams = e.nparams;
+        out->pk = e.pk, out->pi = e.pi;
+        e.pk = e.pi = NULL;
+    }
+    free(e.pk);
+    free(e.pi);
+    free(e.is_buf);
+    return rc;
+}
+
+const char *fb_refused_by(void) { return REFUSED_BY; }
 
 /* ---- the fused kernel's arguments ------------------------------------------------------ */
 
@@ -1333,8 +1510,16 @@ static struct fb_memo *fused_program(struct fq *q, int flags, const char *intern
         key.len = base_len;
         e = q->last && memo_matches(q->last, q, &key) ? q->last : memo_find(q, &key);
     }
-    if (!e && (!(options = flags & FB_SOURCE ? source_options(q) : shared_options(q)) ||
-               !(e = memo_build(q, flags, internal_args, cls, &key, options)))) {
+    if (!e && !(options = flags & FB_SOURCE ? source_options(q) : shared_options(q))) {
+        snprintf(why, why_len, "out of memory");
+        goto out;
+    }
+    if (!e && by_helper(q, flags) && memo_by_helper(q, flags, cls, &key, options, &e) == PC_HELPER_PENDING) {
+        snprintf(why, why_len, "its fused program is being made by the capture helper");
+        *lasting = FB_DEFERRED;
+        goto out;
+    }
+    if (!e && !(e = memo_build(q, flags, internal_args, cls, &key, options, NULL))) {
         snprintf(why, why_len, "out of memory");
         goto out;
     }

@@ -9,6 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "program/capture_proc.h"
 
 /* The device-independent half of a derived program (origin.h). */
 static int derived_any_key(struct key_buf *k, const void *key, size_t key_len)
@@ -40,16 +43,22 @@ void pc_derived_put(const void *key, size_t key_len, const void *value, size_t s
 }
 
 /* A refused derived program (origin.h): its key on that device. */
+static int refusal_key(struct key_buf *k, const char *identity, const char *options, const void *key, size_t key_len,
+                       const char *by)
+{
+    if (!config_get()->cache || !identity) return -1;
+    key_begin(k, KEY_FUSION, options);
+    key_add_text(k, "device", identity);
+    key_add_text(k, "refused-by", by);
+    key_add_blob(k, "derived-refused", key, key_len);
+    return 0;
+}
+
 static int derived_refusal_key(struct key_buf *k, cl_device_id dev, const char *options, const void *key,
                                size_t key_len, const char *by)
 {
     const struct device_info *info = config_get()->cache ? device_info(pc_real, dev) : NULL;
-    if (!info) return -1;
-    key_begin(k, KEY_FUSION, options);
-    key_add_text(k, "device", info->identity);
-    key_add_text(k, "refused-by", by);
-    key_add_blob(k, "derived-refused", key, key_len);
-    return 0;
+    return refusal_key(k, info ? info->identity : NULL, options, key, key_len, by);
 }
 
 int pc_derived_refusal_get(cl_device_id dev, const char *options, const void *key, size_t key_len, const char *by,
@@ -75,21 +84,32 @@ int pc_derived_refusal_get(cl_device_id dev, const char *options, const void *ke
     return 0;
 }
 
+static void refusal_put(struct key_buf *k, const char *device, const char *reason, int permanent)
+{
+    size_t len = strlen(reason);
+    unsigned char *v = len ? malloc(len + 1) : NULL;
+    if (v) {
+        v[0] = permanent ? 1 : 0;
+        memcpy(v + 1, reason, len);
+        pipeline_record_put(k, v, len + 1, KEY_FUSION, device, 0);
+    }
+    key_free(k);
+    free(v);
+}
+
 void pc_derived_refusal_put(cl_device_id dev, const char *options, const void *key, size_t key_len, const char *by,
                             const char *reason, int permanent)
 {
     struct key_buf k;
-    size_t len = strlen(reason);
-    unsigned char *v = len ? malloc(len + 1) : NULL;
-    if (!v || derived_refusal_key(&k, dev, options, key, key_len, by) != 0) {
-        free(v);
-        return;
-    }
-    v[0] = permanent ? 1 : 0;
-    memcpy(v + 1, reason, len);
-    pipeline_record_put(&k, v, len + 1, KEY_FUSION, device_info(pc_real, dev)->name, 0);
-    key_free(&k);
-    free(v);
+    if (derived_refusal_key(&k, dev, options, key, key_len, by) == 0)
+        refusal_put(&k, device_info(pc_real, dev)->name, reason, permanent);
+}
+
+void pc_derived_refusal_put_for(const char *identity, const char *device, const char *options, const void *key,
+                                size_t key_len, const char *by, const char *reason, int permanent)
+{
+    struct key_buf k;
+    if (refusal_key(&k, identity, options, key, key_len, by) == 0) refusal_put(&k, device, reason, permanent);
 }
 
 /* A derived program's cached value: the caller's metadata, then the binary
@@ -257,5 +277,87 @@ cl_program pc_build_derived(cl_context ctx, cl_device_id dev, const char *option
     free(j.m);
     pipeline_flight_free(&fl);
     if (errcode_ret) *errcode_ret = p ? CL_SUCCESS : err;
+    return p;
+}
+
+/* ---- made by the capture helper (origin.h) ------------------------------------------------ */
+
+/* A miss of a look: nothing is made here (the helper makes it). */
+static cl_program derived_not_here(struct run *r, cl_int *err)
+{
+    r->nothing_built = 1;
+    *err = CL_BUILD_PROGRAM_FAILURE;
+    return NULL;
+}
+
+static const struct run_kind derived_look_kind = {
+    .no_program = CL_SUCCESS,
+    .begin_flags = PIPELINE_NO_CLAIM,
+    .from_hits = derived_hit,
+    .driver = derived_not_here,
+};
+
+/* Whether the capture helper can make derived programs for `info`: as for
+ * a late capture (late_capture.c hand_to_helper), a driver whose own code
+ * cache the helper's process shares, and a writable persistent cache. */
+static int helper_serves(const struct device_info *info)
+{
+    const struct clshim_config *cfg = config_get();
+    return info && info->shared_codegen_cache && cfg->cache && cfg->capture_process && !cfg->cache_readonly &&
+           !stands_aside(info) && pipeline_store();
+}
+
+/* Hands the job over: 0, or -1 when the helper cannot take it. */
+static int hand_job(const struct device_info *info, const char *options, const struct key_buf *k, const void *job,
+                    size_t job_len)
+{
+    char *cwd = getcwd(NULL, 0); /* a kernel's relative -I directories are the application's */
+    struct capture_request rq = {.identity = info->identity, .device = info->name, .kind = KEY_FUSION,
+                                 .options = options, .source = "", .key = k->data, .key_len = k->len,
+                                 .log = "", .cwd = cwd ? cwd : "/", .snapshot = "", .parts = job,
+                                 .parts_len = job_len};
+    int rc = capture_proc_send(&rq);
+    free(cwd);
+    if (rc < 0) return -1;
+    if (rc == 0) pipeline_count_handed();
+    return 0;
+}
+
+cl_program pc_derived_by_helper(cl_context ctx, cl_device_id dev, const char *options, const void *key,
+                                size_t key_len, const void *job, size_t job_len, void **meta, size_t *meta_size,
+                                enum pc_helper_state *state)
+{
+    *meta = NULL;
+    *meta_size = 0;
+    *state = PC_HELPER_NONE;
+    const struct device_info *info = device_info(pc_real, dev);
+    if (!helper_serves(info)) return NULL;
+    struct key_buf k;
+    if (derived_key(&k, info, options, key, key_len, NULL) != 0) return NULL;
+    capture_proc_poll(keep_reply_in_memory); /* its answers to the in-process tier */
+    uint64_t compile_ns, first_use_ns;
+    int hurried;
+    if (capture_proc_owed(k.data, k.len, &compile_ns, &first_use_ns, &hurried)) {
+        key_free(&k);
+        *state = PC_HELPER_PENDING;
+        return NULL;
+    }
+    need_exit_handler();
+    struct pipeline_flight fl = {.device = info->name, .kind = KEY_FUSION};
+    struct pc_dev want = {.dev = dev};
+    struct derived_job j = {.dev = dev, .meta = meta, .meta_size = meta_size, .hash = key_hash(k.data, k.len)};
+    struct key_buf sent = {0};
+    if (job) key_append(&sent, k.data, k.len); /* the flight takes k */
+    int cached = pipeline_key(&fl, &k, NULL, NULL, NULL, 0, NULL) == 0;
+    struct run r = {.kind = &derived_look_kind, .fl = &fl, .devs = &want, .n = 1, .cached = cached, .ctx = ctx,
+                    .devlist = &dev, .options = options, .arg = &j};
+    cl_int err = CL_OUT_OF_HOST_MEMORY;
+    cl_program p = cached ? run_pipeline(&r, &err) : NULL;
+    pipeline_flight_free(&fl);
+    if (!p && cached)
+        *state = !job ? PC_HELPER_LOST
+                 : !sent.oom && hand_job(info, options, &sent, job, job_len) == 0 ? PC_HELPER_PENDING
+                                                                                   : PC_HELPER_NONE;
+    key_free(&sent);
     return p;
 }

@@ -67,6 +67,27 @@ cl_program pc_build_derived(cl_context ctx, cl_device_id dev, const char *option
 int pc_derived_get(const void *key, size_t key_len, void **value, size_t *size);
 void pc_derived_put(const void *key, size_t key_len, const void *value, size_t size, uint64_t make_ns);
 
+/* Automatic fusion's fused programs made off the application's thread
+ * (fusion/fjob.h): the capture helper (program/capture_proc.h) makes the
+ * program from a job, builds it, runs it once and stores it under the key
+ * pc_build_derived() uses; the application switches to it once it is
+ * there. pc_derived_by_helper() returns the program when the cache holds
+ * it (a hit as pc_build_derived()'s: *meta, the caller owns a reference);
+ * else NULL and *state says why. `job` (job_len bytes) is handed over when
+ * the key is neither stored nor with the helper; NULL: only look (the
+ * caller handed it before). It never waits for another process, never
+ * claims the key (the helper does) and never compiles. */
+enum pc_helper_state {
+    PC_HELPER_NONE,    /* no helper here (a driver whose code cache no other process shares,
+                        * CLSHIM_CAPTURE_PROCESS=0, no writable cache, the helper gone):
+                        * the caller makes it itself */
+    PC_HELPER_PENDING, /* with the helper (handed now or before), not answered yet */
+    PC_HELPER_LOST     /* answered without storing (refused, failed: its line says why) */
+};
+cl_program pc_derived_by_helper(cl_context ctx, cl_device_id dev, const char *options, const void *key,
+                                size_t key_len, const void *job, size_t job_len, void **meta, size_t *meta_size,
+                                enum pc_helper_state *state);
+
 /* Derived programs that cannot be made or built for a key on a device
  * (a fusion the analysis refuses, a fused program the driver fails to
  * build): remembered in the cache under the caller's key material, the
@@ -80,6 +101,10 @@ int pc_derived_refusal_get(cl_device_id dev, const char *options, const void *ke
                            char **reason, int *permanent);
 void pc_derived_refusal_put(cl_device_id dev, const char *options, const void *key, size_t key_len, const char *by,
                             const char *reason, int permanent);
+/* pc_derived_refusal_put() where the device is known by its identity
+ * (device_info()->identity) only: the capture helper's process. */
+void pc_derived_refusal_put_for(const char *identity, const char *device, const char *options, const void *key,
+                                size_t key_len, const char *by, const char *reason, int permanent);
 
 /* Late capture (PoCL). A program built here whose binary is stored after
  * use is "pending" until its handle is released or the first

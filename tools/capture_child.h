@@ -36,6 +36,10 @@ int capture_child_start(struct capture_child *c, const void *req, size_t len, ui
 /* Looks once, without waiting: 1 when the child ended (reaped), 0 while it
  * runs (killed when past its budget; a later look reaps it). */
 int capture_child_done(struct capture_child *c);
+/* A fused program the fusion's analysis refused (fusion/fjob.h): the
+ * capture's answer, not a loss (capture_child_answer()'s *why). */
+#define CAPTURE_REFUSED CAPTURE_LOST_COUNT
+
 /* A done child's answer: 0 with *bin (malloc'd), *size and the CPU time of
  * the read, or -1 with *why and msg. Closes the child's files either way. */
 int capture_child_answer(struct capture_child *c, void **bin, size_t *size, uint64_t *read_ns,

@@ -50,6 +50,8 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "compiler/llvmload.h"
+#include "fusion/fjob.h"
 #include "program/capture_proc.h"
 #include "cache/store.h"
 #include "tools/capture_child.h"
@@ -71,6 +73,7 @@ struct request {
     int again;      /* the application built it again: captured without waiting */
     int claimed;    /* the helper holds the key's claim (taken from the application) */
     int wanted;     /* another process waits for it (store_build_wanted): captured first, at normal priority */
+    int fused;      /* a fused program the application would switch to (fusion/fjob.h): made at once */
 };
 
 static void journal(const char *fmt, const char *a, const char *b, const char *c);
@@ -192,6 +195,7 @@ static void *reader(void *arg)
             if (capture_proc_decode(rq->bytes, rq->len, &cr) == 0) {
                 rq->hash = key_hash(cr.key, cr.key_len);
                 rq->again = cr.again;
+                rq->fused = cr.kind == KEY_FUSION;
                 if (!rq->again) take_claim(rq, app);
             }
         }
@@ -400,6 +404,95 @@ static cl_int link_parts(struct known_device *k, const struct capture_request *r
     return err;
 }
 
+/* The fused program's first launch, over zero-filled buffers of the
+ * application's sizes with its scalar values (fusion/fjob.h): the driver
+ * generates the code of that launch now (PoCL does at a kernel's first
+ * enqueue), and the binary read after it holds that code. Best effort: a
+ * launch that fails leaves a binary without it (the application's first
+ * launch then generates it). */
+static void launch_once(struct known_device *k, cl_program prog, const struct fjob_made *m)
+{
+    cl_int err;
+    cl_command_queue q = api.clCreateCommandQueue(k->ctx, k->dev, 0, &err);
+    cl_kernel kern = q ? api.clCreateKernel(prog, m->name, &err) : NULL;
+    cl_mem *bufs = calloc(m->nparams ? m->nparams : 1, sizeof *bufs);
+    err = kern && bufs ? CL_SUCCESS : CL_OUT_OF_HOST_MEMORY;
+    static const unsigned char zero = 0;
+    for (uint32_t p = 0; p < m->nparams && err == CL_SUCCESS; p++) {
+        const struct fjob_arg *a = &m->params[p];
+        if (a->kind == FJOB_LOCAL) {
+            err = api.clSetKernelArg(kern, p, a->size, NULL);
+        } else if (a->kind == FJOB_VALUE) {
+            err = api.clSetKernelArg(kern, p, a->size, a->value);
+        } else {
+            if (a->size && (bufs[p] = api.clCreateBuffer(k->ctx, CL_MEM_READ_WRITE, a->size, NULL, &err)))
+                err = api.clEnqueueFillBuffer(q, bufs[p], &zero, 1, 0, a->size, 0, NULL, NULL);
+            if (err == CL_SUCCESS) err = api.clSetKernelArg(kern, p, sizeof(cl_mem), a->size ? &bufs[p] : NULL);
+        }
+    }
+    int has_lws = m->lws[0] || m->lws[1] || m->lws[2], has_off = m->off[0] || m->off[1] || m->off[2];
+    if (err == CL_SUCCESS)
+        err = api.clEnqueueNDRangeKernel(q, kern, m->dim, has_off ? m->off : NULL, m->gws, has_lws ? m->lws : NULL,
+                                         0, NULL, NULL);
+    if (q) api.clFinish(q);
+    if (err != CL_SUCCESS)
+        log_msg(LOG_DEBUG, "capture helper: the fused kernel's first launch failed (error %d)", (int)err);
+    for (uint32_t p = 0; bufs && p < m->nparams; p++)
+        if (bufs[p]) api.clReleaseMemObject(bufs[p]);
+    free(bufs);
+    if (kern) api.clReleaseKernel(kern);
+    if (q) api.clReleaseCommandQueue(q);
+}
+
+/* A fused program (fusion/fjob.h): made from the job, built, launched once,
+ * read; the answer is the value a derived program is stored as (the u64
+ * metadata length, the metadata, the binary: program/derived.c). */
+static int capture_fused(struct known_device *k, const struct capture_request *rq)
+{
+    (void)llvm_api(); /* found beside this program, before a relative path would mean another place */
+    if (chdir(rq->cwd) != 0) /* a kernel's relative -I directories are the application's */
+        return fail_with(CAPTURE_LOST_INPUTS, "cannot enter the application's directory %s", rq->cwd);
+    struct fjob_made m;
+    char why[1400];
+    int made = fjob_make(rq->parts, rq->parts_len, rq->identity, rq->device, rq->options, &m, why, sizeof why);
+    if (made == FJOB_REFUSED) return fail_with(CAPTURE_REFUSED, "%s", why);
+    if (made != 0) return fail_with(CAPTURE_LOST_BUILD, "the fused program was not made: %s", why);
+    cl_int err = CL_SUCCESS;
+    cl_program prog;
+    if (m.is_source) {
+        const char *text = m.program;
+        prog = api.clCreateProgramWithSource(k->ctx, 1, &text, &m.program_size, &err);
+    } else {
+        const unsigned char *bc = m.program;
+        prog = api.clCreateProgramWithBinary(k->ctx, 1, &k->dev, &m.program_size, &bc, NULL, &err);
+    }
+    if (prog) err = api.clBuildProgram(prog, 1, &k->dev, rq->options, NULL, NULL);
+    if (!prog || err != CL_SUCCESS) {
+        if (err == CL_BUILD_PROGRAM_FAILURE) fjob_note_build_failed(&m, rq->identity, rq->device, rq->options, err);
+        char code[16];
+        snprintf(code, sizeof code, "%d", err);
+        return fail_with(CAPTURE_LOST_BUILD, "building the fused program failed here (error %s)", code);
+    }
+    launch_once(k, prog, &m);
+    struct pipeline_clock clk;
+    pipeline_clock_start(&clk);
+    size_t size = 0;
+    unsigned char *value = NULL;
+    if (api.clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) != CL_SUCCESS || !size ||
+        !(value = malloc(8 + m.meta_size + size)))
+        return fail_with(CAPTURE_LOST_READ, "%s", "cannot read the binary");
+    unsigned char *bin = value + 8 + m.meta_size;
+    if (api.clGetProgramInfo(prog, CL_PROGRAM_BINARIES, sizeof bin, &bin, NULL) != CL_SUCCESS)
+        return fail_with(CAPTURE_LOST_READ, "%s", "cannot read the binary");
+    pipeline_clock_stop(&clk);
+    uint64_t ml = m.meta_size;
+    memcpy(value, &ml, 8);
+    memcpy(value + 8, m.meta, m.meta_size);
+    int rc = answer(0, clk.cpu_ns, value, 8 + m.meta_size + size);
+    fflush(NULL);
+    _exit(rc); /* the driver's teardown is not the capture's */
+}
+
 int capture_one_main(int argc, char **argv)
 {
     (void)argv;
@@ -421,6 +514,7 @@ int capture_one_main(int argc, char **argv)
     clapi_from_loader(&api);
     struct known_device *k = find_device(rq.identity);
     if (!k) return fail_with(CAPTURE_LOST_DEVICE, "no device '%s' here", rq.device);
+    if (rq.kind == KEY_FUSION) return capture_fused(k, &rq);
     struct key_snapshot *snap = snapshot_decode(rq.snapshot, rq.snapshot_len);
     if (!snap) return fail_with(CAPTURE_LOST_REQUEST, "%s", "the request's snapshot cannot be read");
     if (chdir(rq.cwd) != 0) /* relative -I directories are the application's */
@@ -608,7 +702,7 @@ int capture_child_answer(struct capture_child *c, void **bin, size_t *size, uint
     } else {
         data[a.size] = 0;
         if (a.status) {
-            *why = a.status - 1 < CAPTURE_LOST_COUNT ? (enum capture_lost)(a.status - 1) : CAPTURE_LOST_BUILD;
+            *why = a.status - 1 <= CAPTURE_REFUSED ? (enum capture_lost)(a.status - 1) : CAPTURE_LOST_BUILD;
             snprintf(msg, msg_len, "%s", data);
         } else {
             *bin = data, data = NULL;
@@ -678,10 +772,14 @@ static void capture_one(const void *req, size_t req_len, const struct capture_re
         store_record_free(arena);
         return;
     }
-    struct key_snapshot *snap = snapshot_decode(rq->snapshot, rq->snapshot_len);
+    int fused = rq->kind == KEY_FUSION; /* made from its job: no file is read (fusion/fjob.h) */
+    struct key_snapshot *snap = fused ? NULL : snapshot_decode(rq->snapshot, rq->snapshot_len);
     char why[3100] = "";
     int stored = 0;
-    if (!snap) {
+    int inputs_ok = fused;
+    if (fused) {
+        /* no snapshot: below */
+    } else if (!snap) {
         not_stored(CAPTURE_LOST_REQUEST, prefix, "%s", "the request's snapshot cannot be read");
     } else if (snapshot_matches_key(snap, rq->key, rq->key_len, why, sizeof why) != 0) {
         not_stored(CAPTURE_LOST_INPUTS, prefix, "the snapshot is not what the key names (%s)", why);
@@ -689,6 +787,11 @@ static void capture_one(const void *req, size_t req_len, const struct capture_re
         /* The source is built as it is: it must be the key's (a program
          * keyed in a neutral form sends that form, cache/quirks.h). */
         not_stored(CAPTURE_LOST_INPUTS, prefix, "%s", "the request's source is not the input the key names");
+    } else {
+        inputs_ok = 1;
+    }
+    if (!inputs_ok) {
+        /* said */
     } else if (!st) {
         not_stored(CAPTURE_LOST_STORE, prefix, "%s", "no cache to store into");
     } else {
@@ -696,13 +799,18 @@ static void capture_one(const void *req, size_t req_len, const struct capture_re
         size_t size;
         uint64_t read_ns;
         enum capture_lost lost;
-        if (capture_in_child(req, req_len, rq, urgent, &bin, &size, &read_ns, &lost, why, sizeof why) != 0) {
+        if (capture_in_child(req, req_len, rq, urgent, &bin, &size, &read_ns, &lost, why, sizeof why) != 0 &&
+            lost == CAPTURE_REFUSED) {
+            /* An answer: the application finds the refusal in the cache. */
+            log_msg(LOG_INFO, "capture helper: fusion %s refused: %s", prefix, why);
+            journal("refused %s %.900s%s", prefix, why, "");
+        } else if (!bin) {
             not_stored(lost, prefix, "%s", why);
             if (lost == CAPTURE_LOST_COST) pipeline_note_over_cost(rq->key, rq->key_len, budget_ns(rq), why);
         } else {
             struct pipeline_flight f = {.device = rq->device, .kind = (enum key_kind)rq->kind,
                                         .key = (char *)rq->key, .key_len = rq->key_len, .hash = hash,
-                                        .compile_ns = rq->compile_ns, .names_files = 1, .exact = 1};
+                                        .compile_ns = rq->compile_ns, .names_files = !fused, .exact = 1};
             stored = pipeline_store_late(&f, bin, size, rq->log, read_ns);
             /* A refresh (capture_proc.h): the entry has the code of a run now. */
             if (stored && rq->refresh) pipeline_note_provisional(rq->key, rq->key_len, 0);
@@ -743,12 +851,24 @@ static void watch_start(struct busy_watch *w)
 
 enum turn { TURN_NOW, TURN_IDLE, TURN_BESIDE, TURN_EXITED };
 
+/* The first queued request (lock held) that another process waits for
+ * (by = 0), or that is a fused program (by = 1): *prev is the one before it. */
+static struct request **queued_first(int by, struct request **prev)
+{
+    struct request **at = &first;
+    *prev = NULL;
+    while (*at && !(by ? (*at)->fused : (*at)->wanted)) *prev = *at, at = &(*at)->next;
+    return at;
+}
+
 /* Off the queue (lock held): the first request another process waits for,
- * else the oldest. */
+ * else the first fused program (the application switches to it when it
+ * is there), else the oldest. */
 static struct request *take_next(void)
 {
-    struct request **at = &first, *prev = NULL;
-    while (*at && !(*at)->wanted) prev = *at, at = &(*at)->next;
+    struct request *prev;
+    struct request **at = queued_first(0, &prev);
+    if (!*at) at = queued_first(1, &prev);
     if (!*at) at = &first, prev = NULL;
     struct request *rq = *at;
     if (!rq) return NULL;
@@ -796,9 +916,11 @@ static enum turn wait_turn(struct busy_watch *w, unsigned defer_max, double besi
         int gone = ended;
         double oldest = first ? first->came_at : 0;
         int again = first && first->again;
+        struct request *prev;
+        int fused = *queued_first(1, &prev) != NULL; /* made at once, at nice 19: the application gains */
         pthread_mutex_unlock(&lock);
         if (gone) return TURN_EXITED;
-        if (!w->pid || !defer_max || again || wanted) return TURN_NOW;
+        if (!w->pid || !defer_max || again || wanted || fused) return TURN_NOW;
         if (!busy_watch_busy(w)) return TURN_IDLE;
         double now = now_s();
         if (now - oldest >= defer_max && now >= beside_after) return TURN_BESIDE;
@@ -887,7 +1009,7 @@ static void serve(void)
         }
         double t0 = now_s();
         struct capture_request cr;
-        if (capture_proc_decode(rq->bytes, rq->len, &cr) == 0 && cr.kind == KEY_SOURCE) {
+        if (capture_proc_decode(rq->bytes, rq->len, &cr) == 0 && (cr.kind == KEY_SOURCE || cr.kind == KEY_FUSION)) {
             capture_one(rq->bytes, rq->len, &cr, turn == TURN_EXITED || rq->wanted || app_gone());
         } else {
             not_stored(CAPTURE_LOST_REQUEST, "-", "%s", "a malformed request was dropped");

@@ -11,7 +11,7 @@ cd "$CLSHIM_ROOT"
 # room           may use (rooms, or single headers; !header: not that one)
 EDGES='
 interpose        program fusion compiler cache common
-tools            program/capture_proc.h fusion/plan.h fusion/frontend.h fusion/fuse_source.h compiler cache common
+tools            program/capture_proc.h fusion/plan.h fusion/frontend.h fusion/fuse_source.h fusion/fjob.h compiler cache common
 program          compiler cache common !cache/memtier.h
 fusion           program/origin.h compiler cache common
 compiler         common

@@ -1,7 +1,9 @@
 /* fusion_auto — kernel chains for automatic fusion (CLSHIM_FUSION=auto).
  * Plain OpenCL: it knows nothing of clshim, so a run under the shim must
  * print exactly what a plain run prints (results as exact bit patterns).
- *   fusion_auto --mode M [--iterations N] [--n N]
+ *   fusion_auto --mode M [--iterations N] [--n N] [--loaded LIB]
+ * --loaded LIB: at exit, "loaded LIB: yes" or "no" on standard error, as
+ * this process's memory maps say (whether clshim loaded a library here).
  * Every iteration sets the arguments, enqueues its kernels back to back and
  * ends with clFinish; after the last one every buffer is printed.
  * Modes:
@@ -122,15 +124,17 @@ static void run(cl_kernel k, cl_mem in, cl_mem out, float a, size_t n) { run_ev(
 
 int main(int argc, char **argv)
 {
+    const char *loaded = NULL;
     const char *mode = "chain4";
     int iters = 6;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--mode") && i + 1 < argc) mode = argv[++i];
         else if (!strcmp(argv[i], "--iterations") && i + 1 < argc) iters = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--n") && i + 1 < argc) n_elems = (size_t)atol(argv[++i]);
+        else if (!strcmp(argv[i], "--loaded") && i + 1 < argc) loaded = argv[++i];
         else {
             fprintf(stderr, "usage: fusion_auto --mode chain4|stencil|alias|unalias|sync|waitmid|pairs|steps|expr|exprblocks|events|windows|broken|recreate "
-                            "[--iterations N] [--n N]\n");
+                            "[--iterations N] [--n N] [--loaded LIB]\n");
             return 2;
         }
     }
@@ -240,5 +244,13 @@ int main(int argc, char **argv)
     report(t3, n, "t3");
     report(out, n, "out");
     if (parent) report(parent, 2 * n, "parent");
+    if (loaded) {
+        FILE *maps = fopen("/proc/self/maps", "r");
+        char line[4096];
+        int found = 0;
+        while (maps && fgets(line, sizeof line, maps)) found |= strstr(line, loaded) != NULL;
+        if (maps) fclose(maps);
+        fprintf(stderr, "loaded %s: %s\n", loaded, found ? "yes" : "no");
+    }
     return 0;
 }
