@@ -426,6 +426,7 @@ struct make_ctx {
     const char *options; /* the fused program's build options (route (a) lowers by them) */
     const struct pc_origin *given; /* the held kernels' origins, from a job (fjob.c); NULL: asked of
                                     * the program layer (pc_kernel_origin) */
+    int quiet;           /* make_cached logs nothing (cannot_make_here's look) */
 };
 
 /* The held kernels' names joined by '+' (log lines, the test mode's files). */
@@ -543,7 +544,8 @@ static int make_cached(struct make_ctx *m, const char *names, unsigned char **pk
     const struct fq *q = m->q;
     uint32_t n = q->nheld;
     if ((m->flags & FB_SOURCE) && derived_from_cache(m->key, m->key_len, bitcode, bitcode_size, meta, meta_size)) {
-        log_msg(LOG_INFO, "fusion: the generated OpenCL C for %s..%s (%u kernels) comes from the cache",
+        if (!m->quiet)
+            log_msg(LOG_INFO, "fusion: the generated OpenCL C for %s..%s (%u kernels) comes from the cache",
                 q->held[0].rec->name, q->held[n - 1].rec->name, (unsigned)n);
         return 1;
     }
@@ -555,7 +557,8 @@ static int make_cached(struct make_ctx *m, const char *names, unsigned char **pk
     if (!derived_from_cache(*pkey, *pkey_len, bitcode, bitcode_size, meta, meta_size)) return MAKE_BUILD;
     free(*pkey);
     *pkey = NULL;
-    log_msg(LOG_INFO, "fusion: the PTX (route (a)) for %s..%s (%u kernels) comes from the cache",
+    if (!m->quiet)
+        log_msg(LOG_INFO, "fusion: the PTX (route (a)) for %s..%s (%u kernels) comes from the cache",
             q->held[0].rec->name, q->held[n - 1].rec->name, (unsigned)n);
     if (*bitcode_size && fr_test_refusal(names, *bitcode, *bitcode_size - 1, m->why, m->why_len)) {
         free(*bitcode);
@@ -850,6 +853,46 @@ static int make_built(struct make_ctx *m, const struct clshim_llvm_api *api, con
     return rc;
 }
 
+/* Whether a held kernel was built from source (clang compiles it to IR). */
+static int needs_clang(const struct fq *q)
+{
+    for (uint32_t i = 0; i < q->nheld; i++)
+        if (!q->held[i].rec->from_il) return 1;
+    return 0;
+}
+
+static int no_clang(struct make_ctx *m)
+{
+    m->permanent = 1;
+    return snprintf(m->why, m->why_len, "%s is not installed (CLSHIM_CLANG): fusing kernels built from source "
+                    "needs it", clang_name()), -1;
+}
+
+/* Whether make() would refuse for want of clang: a kernel built from
+ * source, no clang, and no device-independent half in the cache to build
+ * from. Then no build is started nor a claim written (two write
+ * transactions per process for nothing, on a GPU machine without clang);
+ * the cache may still hold the program for the device. 1 with m->why. */
+static int cannot_make_here(struct make_ctx *m)
+{
+    if (!needs_clang(m->q) || clang_available()) return 0;
+    char names[512];
+    seq_label(m->q, names, sizeof names);
+    unsigned char *pkey = NULL;
+    size_t pkey_len = 0, bc_size = 0, meta_size = 0;
+    void *bc = NULL, *meta = NULL;
+    m->quiet = 1;
+    int rc = make_cached(m, names, &pkey, &pkey_len, &bc, &bc_size, &meta, &meta_size);
+    m->quiet = 0;
+    free(pkey);
+    free(bc);
+    free(meta);
+    m->why[0] = 0;
+    if (rc != MAKE_BUILD) return 0; /* served by the cache, or refused otherwise: make() says it */
+    no_clang(m);
+    return 1;
+}
+
 static int make(void *arg, void **bitcode, size_t *bitcode_size, void **meta, size_t *meta_size)
 {
     struct make_ctx *m = arg;
@@ -862,13 +905,10 @@ static int make(void *arg, void **bitcode, size_t *bitcode_size, void **meta, si
     /* A kernel built from source is compiled to IR by clang: without it,
      * refused before LLVM is loaded (tens of ms of the application's,
      * for nothing, on a GPU machine without clang). */
-    for (uint32_t i = 0; i < m->q->nheld; i++)
-        if (!m->q->held[i].rec->from_il && !clang_available()) {
-            free(pkey);
-            m->permanent = 1;
-            return snprintf(m->why, m->why_len, "%s is not installed (CLSHIM_CLANG): fusing kernels built from "
-                            "source needs it", clang_name()), -1;
-        }
+    if (needs_clang(m->q) && !clang_available()) {
+        free(pkey);
+        return no_clang(m);
+    }
     uint64_t t0 = now_ns();
     const struct clshim_llvm_api *api = llvm_api();
     if (!api) {
@@ -1009,7 +1049,7 @@ static struct fb_memo *memo_build(const struct fq *q, int flags, const char *int
     memcpy(e->key, key->p, key->len);
     e->key_len = key->len;
     char why[600] = "";
-    struct make_ctx mc = {q, flags, internal_args, cls, e->key, e->key_len, why, sizeof why, 0, 0, 0, options, NULL};
+    struct make_ctx mc = {q, flags, internal_args, cls, e->key, e->key_len, why, sizeof why, 0, 0, 0, options, NULL, 0};
     void *meta = NULL;
     size_t meta_size = 0;
     cl_int err = CL_SUCCESS;
@@ -1028,6 +1068,12 @@ static struct fb_memo *memo_build(const struct fq *q, int flags, const char *int
         free(remembered);
     } else if (from) {
         snprintf(why, sizeof why, "%s", from->lost ? from->lost : "the capture helper made no fused program");
+    } else if (cannot_make_here(&mc)) {
+        /* why says it, unless the cache has the program for this device */
+        if ((e->prog = pc_derived_lookup(q->ctx, q->dev, options, e->key, e->key_len, &meta, &meta_size))) {
+            why[0] = 0;
+            mc.permanent = 0;
+        }
     } else if (!(e->prog = pc_build_derived(q->ctx, q->dev, options, e->key, e->key_len, make, &mc, &meta,
                                             &meta_size, &err))) {
         int failed = !why[0]; /* made, and the driver's build failed */
@@ -1189,7 +1235,7 @@ int fb_make_job(const struct fq *q, int flags, const struct pc_origin *origins, 
                 const unsigned char *key, size_t key_len, const char *options, void **program, size_t *size,
                 void **meta, size_t *meta_size, int *by_key, int *permanent, char *why, size_t why_len)
 {
-    struct make_ctx mc = {q, flags, NULL, cls, key, key_len, why, why_len, 0, 0, 0, options, origins};
+    struct make_ctx mc = {q, flags, NULL, cls, key, key_len, why, why_len, 0, 0, 0, options, origins, 0};
     why[0] = 0;
     int rc = make(&mc, program, size, meta, meta_size);
     *by_key = mc.by_key;
@@ -1514,7 +1560,7 @@ static struct fb_memo *fused_program(struct fq *q, int flags, const char *intern
         snprintf(why, why_len, "out of memory");
         goto out;
     }
-    if (!e && by_helper(q, flags) && memo_by_helper(q, flags, cls, &key, options, &e) == PC_HELPER_PENDING) {
+    if (!e && by_helper(q, flags) && !(needs_clang(q) && !clang_available()) && memo_by_helper(q, flags, cls, &key, options, &e) == PC_HELPER_PENDING) {
         snprintf(why, why_len, "its fused program is being made by the capture helper");
         *lasting = FB_DEFERRED;
         goto out;

@@ -323,6 +323,37 @@ static int hand_job(const struct device_info *info, const char *options, const s
     return 0;
 }
 
+/* A look (derived_look_kind) under k, which it takes: the program, or NULL
+ * with *cached 1 when the key could be looked up. */
+static cl_program derived_look(cl_context ctx, cl_device_id dev, const struct device_info *info, const char *options,
+                               struct key_buf *k, void **meta, size_t *meta_size, int *cached)
+{
+    need_exit_handler();
+    struct pipeline_flight fl = {.device = info->name, .kind = KEY_FUSION};
+    struct pc_dev want = {.dev = dev};
+    struct derived_job j = {.dev = dev, .meta = meta, .meta_size = meta_size, .hash = key_hash(k->data, k->len)};
+    *cached = pipeline_key(&fl, k, NULL, NULL, NULL, 0, NULL) == 0;
+    struct run r = {.kind = &derived_look_kind, .fl = &fl, .devs = &want, .n = 1, .cached = *cached, .ctx = ctx,
+                    .devlist = &dev, .options = options, .arg = &j};
+    cl_int err = CL_OUT_OF_HOST_MEMORY;
+    cl_program p = *cached ? run_pipeline(&r, &err) : NULL;
+    pipeline_flight_free(&fl);
+    return p;
+}
+
+cl_program pc_derived_lookup(cl_context ctx, cl_device_id dev, const char *options, const void *key, size_t key_len,
+                             void **meta, size_t *meta_size)
+{
+    *meta = NULL;
+    *meta_size = 0;
+    const struct device_info *info = device_info(pc_real, dev);
+    struct key_buf k;
+    int cached;
+    if (!config_get()->cache || stands_aside(info) || derived_key(&k, info, options, key, key_len, NULL) != 0)
+        return NULL;
+    return derived_look(ctx, dev, info, options, &k, meta, meta_size, &cached);
+}
+
 cl_program pc_derived_by_helper(cl_context ctx, cl_device_id dev, const char *options, const void *key,
                                 size_t key_len, const void *job, size_t job_len, void **meta, size_t *meta_size,
                                 enum pc_helper_state *state)
@@ -336,24 +367,15 @@ cl_program pc_derived_by_helper(cl_context ctx, cl_device_id dev, const char *op
     if (derived_key(&k, info, options, key, key_len, NULL) != 0) return NULL;
     capture_proc_poll(keep_reply_in_memory); /* its answers to the in-process tier */
     uint64_t compile_ns, first_use_ns;
-    int hurried;
+    int hurried, cached;
     if (capture_proc_owed(k.data, k.len, &compile_ns, &first_use_ns, &hurried)) {
         key_free(&k);
         *state = PC_HELPER_PENDING;
         return NULL;
     }
-    need_exit_handler();
-    struct pipeline_flight fl = {.device = info->name, .kind = KEY_FUSION};
-    struct pc_dev want = {.dev = dev};
-    struct derived_job j = {.dev = dev, .meta = meta, .meta_size = meta_size, .hash = key_hash(k.data, k.len)};
     struct key_buf sent = {0};
-    if (job) key_append(&sent, k.data, k.len); /* the flight takes k */
-    int cached = pipeline_key(&fl, &k, NULL, NULL, NULL, 0, NULL) == 0;
-    struct run r = {.kind = &derived_look_kind, .fl = &fl, .devs = &want, .n = 1, .cached = cached, .ctx = ctx,
-                    .devlist = &dev, .options = options, .arg = &j};
-    cl_int err = CL_OUT_OF_HOST_MEMORY;
-    cl_program p = cached ? run_pipeline(&r, &err) : NULL;
-    pipeline_flight_free(&fl);
+    if (job) key_append(&sent, k.data, k.len); /* the look takes k */
+    cl_program p = derived_look(ctx, dev, info, options, &k, meta, meta_size, &cached);
     if (!p && cached)
         *state = !job ? PC_HELPER_LOST
                  : !sent.oom && hand_job(info, options, &sent, job, job_len) == 0 ? PC_HELPER_PENDING

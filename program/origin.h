@@ -84,6 +84,11 @@ enum pc_helper_state {
     PC_HELPER_PENDING, /* with the helper (handed now or before), not answered yet */
     PC_HELPER_LOST     /* answered without storing (refused, failed: its line says why) */
 };
+/* The derived program when the cache holds it (as pc_build_derived()'s
+ * hit), else NULL: a look that neither makes, claims nor waits (a program
+ * that cannot be made here, kept from the cache all the same). */
+cl_program pc_derived_lookup(cl_context ctx, cl_device_id dev, const char *options, const void *key, size_t key_len,
+                             void **meta, size_t *meta_size);
 cl_program pc_derived_by_helper(cl_context ctx, cl_device_id dev, const char *options, const void *key,
                                 size_t key_len, const void *job, size_t job_len, void **meta, size_t *meta_size,
                                 enum pc_helper_state *state);
