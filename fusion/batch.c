@@ -444,7 +444,9 @@ int fb_submit_idle(struct fq *q, uint32_t holds, unsigned period_ms)
     return idle;
 }
 
-void fb_cancel(struct fq *q, const char *why)
+void fb_cancel(struct fq *q, const char *why) { fb_cancel_held(q, why, 0); }
+
+void fb_cancel_held(struct fq *q, const char *why, int broken)
 {
     struct fb_pending p = {0};
     fq_lock(q);
@@ -454,6 +456,7 @@ void fb_cancel(struct fq *q, const char *why)
             fb_names_of(q, names, sizeof names);
             fb_log_kind("fusion: held %s submitted unfused: %s", names, why);
         }
+        if (broken) fb_backoff_broken(q);
         fb_submit_held(q, &p);
     }
     if (q->ext) log_msg(LOG_INFO, "fusion: fusion mode cancelled on a queue: %s", why);
@@ -555,7 +558,11 @@ static void cancel_where(int (*match)(const struct held *, const void *), const 
         fq_lock(q);
         for (uint32_t i = 0; i < q->nheld && !hit; i++) hit = match(&q->held[i], what);
         pthread_mutex_unlock(&q->lock);
-        if (hit) fb_cancel(q, why);
+        /* The application ends what it started holding (a library that
+         * releases each kernel right after its enqueue: CLBlast, 4,300
+         * times a run): a learned sequence backs off as when another
+         * kernel breaks it (fb_backoff_broken). */
+        if (hit) fb_cancel_held(q, why, 1);
     }
 }
 

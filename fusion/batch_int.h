@@ -425,6 +425,9 @@ void fb_done_waits(cl_uint n, const cl_event *wl, cl_event *waits, cl_event *buf
 void fb_held_clear(struct held *h);
 /* Cancels fusion on q: lock, submit, unlock, run pending. */
 void fb_cancel(struct fq *q, const char *why);
+/* fb_cancel(); `broken`: the application itself ended what the queue held
+ * (a release), so the learned candidates back off (fb_backoff_broken). */
+void fb_cancel_held(struct fq *q, const char *why, int broken);
 /* Fuses q's held kernels (plan sequence seq, -1 for the extension API,
  * with the FB_* flags and internal= list of its fusion) or, failing that,
  * submits them; *out as fb_fuse_held's out_event. Under q->lock. */

@@ -209,6 +209,16 @@ auto_vs_plain recreate --mode recreate --iterations 6
 [ "$(fused k1+k2+k3 recreate)" = 4 ] || fail "recreate: expected 4 fused launches, got $(fused k1+k2+k3 recreate)"
 ok "recreate: kernels recreated every iteration are learned and fused"
 
+# A library that releases each kernel right after its enqueue (CLBlast):
+# the learned k1+k2 is held and ended by the release at each occurrence;
+# it backs off like a broken sequence (1, 2, 4, ... occurrences), so of 38
+# occurrences after learning at most 8 are held (38 without the back-off).
+auto_vs_plain release --mode release --iterations 40
+held_released=$(occurrences "submitted unfused: release of a held kernel" "$TMP/release.err")
+[ "$held_released" -ge 1 ] && [ "$held_released" -le 8 ] ||
+    fail "release: $held_released holds ended by a release (expected 1 to 8)"
+ok "release: kernels released right after their enqueue: $held_released of 38 occurrences held, results as plain"
+
 # 6. Learning is per queue and repeats of a sequence are not learned twice;
 #    a sequence the user's plan already names is not learned again.
 fresh_pocl; run_shim planned env CLSHIM_FUSION=auto CLSHIM_FUSE="k1+k2+k3+k4" "$FA" --mode chain4 --iterations 6

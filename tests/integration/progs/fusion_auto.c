@@ -42,6 +42,8 @@
  *   recreate k1 k2 k3 from kernel objects created for the iteration and
  *            released after its clFinish (the driver may hand the next
  *            ones the same handles)
+ *   release  k1 k2 from kernel objects created for the iteration, each
+ *            released right after its enqueue (as CLBlast does)
  */
 #define CL_USE_DEPRECATED_OPENCL_1_2_APIS
 #include <stdint.h>
@@ -133,7 +135,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--n") && i + 1 < argc) n_elems = (size_t)atol(argv[++i]);
         else if (!strcmp(argv[i], "--loaded") && i + 1 < argc) loaded = argv[++i];
         else {
-            fprintf(stderr, "usage: fusion_auto --mode chain4|stencil|alias|unalias|sync|waitmid|pairs|steps|expr|exprblocks|events|windows|broken|recreate "
+            fprintf(stderr, "usage: fusion_auto --mode chain4|stencil|alias|unalias|sync|waitmid|pairs|steps|expr|exprblocks|events|windows|broken|recreate|release "
                             "[--iterations N] [--n N] [--loaded LIB]\n");
             return 2;
         }
@@ -185,6 +187,13 @@ int main(int argc, char **argv)
             CHECK(clFinish(q));
             run(k3, t2, t3, a, n);
             run(k4, t3, out, a, n);
+        } else if (!strcmp(mode, "release")) {
+            cl_kernel f1 = kernel("k1");
+            run(f1, in, t1, a, n);
+            CHECK(clReleaseKernel(f1));
+            cl_kernel f2 = kernel("k2");
+            run(f2, t1, t2, a, n);
+            CHECK(clReleaseKernel(f2));
         } else if (!strcmp(mode, "recreate")) {
             cl_kernel f1 = kernel("k1"), f2 = kernel("k2"), f3 = kernel("k3");
             run(f1, in, t1, a, n);
