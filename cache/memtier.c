@@ -244,11 +244,6 @@ void *memtier_object_retain(memtier_entry *e, const void *tag, int (*retain)(voi
     return o;
 }
 
-void *memtier_any_object_retain(memtier_entry *e, int (*retain)(void *object))
-{
-    return memtier_object_retain(e, NULL, retain);
-}
-
 void memtier_detach(struct cache_hash key, void *object)
 {
     pthread_mutex_lock(&lock);
@@ -328,8 +323,23 @@ void memtier_release(memtier_entry *e)
 
 const void *memtier_binary(const memtier_entry *e, size_t *size)
 {
+    /* Under the lock: memtier_refill() gives an entry without bytes its
+     * binary and size while other pinners look. */
+    pthread_mutex_lock(&lock);
+    const void *b = e->binary;
     *size = e->size;
-    return e->binary;
+    pthread_mutex_unlock(&lock);
+    return b;
+}
+
+const void *memtier_serve(memtier_entry *e, size_t *size, int (*retain)(void *object), void **object)
+{
+    pthread_mutex_lock(&lock);
+    const void *b = e->binary;
+    *size = b ? e->size : 0;
+    *object = !b && e->object && retain(e->object) == 0 ? e->object : NULL;
+    pthread_mutex_unlock(&lock);
+    return b;
 }
 
 const char *memtier_build_log(const memtier_entry *e) { return e->build_log ? e->build_log : ""; }

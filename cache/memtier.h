@@ -49,6 +49,14 @@ void memtier_release(memtier_entry *e);
 /* The filled data; valid while the entry is pinned. The binary is NULL
  * when only an object is attached. */
 const void *memtier_binary(const memtier_entry *e, size_t *size);
+/* What a pinned hit serves, looked at once under the tier's lock: its
+ * binary (valid while pinned; *object NULL), else the attached object
+ * retained through `retain` (*object; the caller owns the reference), else
+ * NULL with *object NULL. One look, not the binary and then the object:
+ * between those two another thread can give the entry its bytes and the
+ * object's owner detach it (it keeps the bytes first, so the entry stays
+ * servable), and the caller would find neither. */
+const void *memtier_serve(memtier_entry *e, size_t *size, int (*retain)(void *object), void **object);
 const char *memtier_build_log(const memtier_entry *e);
 uint64_t memtier_compile_ns(const memtier_entry *e);
 
@@ -70,7 +78,6 @@ void memtier_attach(memtier_entry *e, void *object, const void *tag, void (*rele
  * NULL — also when `retain` fails (returns nonzero). The caller owns the
  * reference it gets. */
 void *memtier_object_retain(memtier_entry *e, const void *tag, int (*retain)(void *object));
-void *memtier_any_object_retain(memtier_entry *e, int (*retain)(void *object));
 
 /* Detaches `object` from the entry of `key`, if still attached, and
  * releases it. The owner of the object calls this before its own lifetime

@@ -1039,9 +1039,11 @@ int pipeline_attach(struct pipeline_flight *f, void *object, const void *tag, vo
 
 void pipeline_detach(const struct pipeline_flight *f, void *object) { memtier_detach(f->hash, object); }
 
-void *pipeline_attached_retain(struct pipeline_flight *f, int (*retain)(void *object))
+const void *pipeline_serve(struct pipeline_flight *f, size_t *size, int (*retain)(void *object), void **object)
 {
-    return f->entry ? memtier_any_object_retain(f->entry, retain) : NULL;
+    *size = 0;
+    *object = NULL;
+    return f->entry ? memtier_serve(f->entry, size, retain, object) : NULL;
 }
 
 void pipeline_refill(struct pipeline_flight *f, const void *binary, size_t size)

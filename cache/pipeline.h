@@ -147,8 +147,8 @@ void pipeline_key_finish(struct pipeline_flight *f, size_t n, const void *handle
 enum pipeline_result pipeline_begin(struct pipeline_flight *f, size_t n, unsigned flags);
 
 /* A hit flight's binary (valid until pipeline_end()); NULL when the tier
- * holds only an attached object (memtier_any_object_retain() on f->entry
- * then gives it, and memtier_refill() keeps its bytes). */
+ * holds only an attached object (pipeline_serve() then gives it, and
+ * pipeline_refill() keeps its bytes). */
 const void *pipeline_binary(const struct pipeline_flight *f, size_t *size);
 const char *pipeline_build_log(const struct pipeline_flight *f);
 /* PIPELINE_FAILED: the shared failure's error code (0 for a flight whose
@@ -201,11 +201,12 @@ int pipeline_attach(struct pipeline_flight *f, void *object, const void *tag, vo
 /* The owner of an object lent with pipeline_attach() takes it back (and
  * the tier releases it) before the object's own lifetime ends. */
 void pipeline_detach(const struct pipeline_flight *f, void *object);
-/* A pinned hit flight that holds only an attached object (pipeline_binary()
- * NULL): that object, retained through `retain` (the caller owns the
- * reference); NULL when there is none. pipeline_refill() then gives the
- * entry the bytes the caller read from it. */
-void *pipeline_attached_retain(struct pipeline_flight *f, int (*retain)(void *object));
+/* What a pinned hit flight serves, in one look (cache/memtier.h
+ * memtier_serve()): its binary as pipeline_binary() gives it, else the
+ * attached object retained through `retain` (*object; the caller owns the
+ * reference), else NULL with *object NULL. pipeline_refill() then gives the
+ * entry the bytes the caller read from the object. */
+const void *pipeline_serve(struct pipeline_flight *f, size_t *size, int (*retain)(void *object), void **object);
 void pipeline_refill(struct pipeline_flight *f, const void *binary, size_t size);
 
 /* The in-process tier outside a flight. keep_bytes: the bytes of a program

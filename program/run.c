@@ -24,13 +24,16 @@ static int retain_program_object(void *program)
 }
 
 /* The binary of a hit entry; read from the attached program of another
- * context when only that is there. NULL when none can be had. */
+ * context when only that is there. NULL when none can be had. Bytes or
+ * program in one look (pipeline_serve()): looked at one after the other,
+ * the program's owner could keep its bytes and detach it in between, and
+ * a servable entry would read as neither (a false "driver rejected"). */
 static const unsigned char *entry_binary(struct pipeline_flight *f, cl_device_id dev, size_t *size)
 {
-    const unsigned char *bin = pipeline_binary(f, size);
-    if (bin) return bin;
-    cl_program other = pipeline_attached_retain(f, retain_program_object);
-    if (!other) return NULL;
+    void *object;
+    const unsigned char *bin = pipeline_serve(f, size, retain_program_object, &object);
+    if (bin || !object) return bin;
+    cl_program other = object;
     struct pc_dev want = {.dev = dev};
     void *b = NULL;
     size_t n = 0;

@@ -167,12 +167,95 @@ static void attached_objects(void **state)
     memtier_abandon(w);
 }
 
+/* A hit entry filled with its builder's object only, whose readers race
+ * its owner: a reader that finds the object refills the entry from it (as
+ * program/run.c entry_binary does), the owner keeps the bytes and then
+ * detaches the object (program/late_capture.c capture, record.c
+ * free_devs). Every reader must be served bytes or the object, never
+ * neither: one look under the lock (memtier_serve). Looked at in two steps,
+ * the bytes first and the object after, a reader between a refill and the
+ * detach found neither, and the test_load reliability test saw "the driver
+ * rejected a cached binary (error -42)" for an entry that had its bytes. */
+#define SERVE_READERS 3
+static struct cache_hash serve_key;
+static int serve_obj, served_neither;
+
+static void *serve_reader(void *arg)
+{
+    (void)arg;
+    memtier_entry *e;
+    if (memtier_acquire(serve_key, 1, &e) != MEMTIER_HIT) return NULL;
+    size_t n;
+    void *o;
+    const void *b = memtier_serve(e, &n, retain_obj, &o);
+    if (!b && o) {
+        memtier_refill(e, "bytes", 5); /* read from the object */
+        b = memtier_binary(e, &n);
+    }
+    if (!b || n != 5 || memcmp(b, "bytes", 5) != 0) __atomic_add_fetch(&served_neither, 1, __ATOMIC_RELAXED);
+    memtier_release(e);
+    return NULL;
+}
+
+static void *serve_owner(void *arg)
+{
+    (void)arg;
+    memtier_entry *e;
+    size_t n;
+    if (memtier_acquire(serve_key, 0, &e) == MEMTIER_HIT) { /* pipeline_keep_bytes */
+        if (!memtier_binary(e, &n)) memtier_refill(e, "bytes", 5);
+        memtier_release(e);
+    }
+    memtier_detach(serve_key, &serve_obj);
+    return NULL;
+}
+
+static void serve_bytes_or_object(void **state)
+{
+    (void)state;
+    memtier_clear();
+    served_neither = 0;
+    for (uint64_t round = 0; round < 8000; round++) {
+        serve_key = H(1000 + round);
+        memtier_entry *e;
+        assert_int_equal(memtier_acquire(serve_key, 1, &e), MEMTIER_FILL);
+        memtier_attach(e, &serve_obj, NULL, release_obj);
+        memtier_fill(e, NULL, 0, "", 0);
+        pthread_t t[SERVE_READERS + 1];
+        for (int i = 0; i < SERVE_READERS; i++) pthread_create(&t[i], NULL, serve_reader, NULL);
+        pthread_create(&t[SERVE_READERS], NULL, serve_owner, NULL);
+        memtier_release(e);
+        for (int i = 0; i <= SERVE_READERS; i++) pthread_join(t[i], NULL);
+    }
+    assert_int_equal(served_neither, 0);
+    /* One look: bytes when there are bytes, the object when only it is there. */
+    memtier_entry *e, *w;
+    size_t n;
+    void *o;
+    assert_int_equal(memtier_acquire(H(900), 1, &e), MEMTIER_FILL);
+    memtier_attach(e, &serve_obj, NULL, release_obj);
+    memtier_fill(e, NULL, 0, "", 0);
+    assert_int_equal(memtier_acquire(H(900), 1, &w), MEMTIER_HIT);
+    assert_null(memtier_serve(w, &n, retain_obj, &o));
+    assert_ptr_equal(o, &serve_obj);
+    assert_int_equal(n, 0);
+    assert_int_equal(memtier_refill(w, "bytes", 5), 0);
+    memtier_detach(H(900), &serve_obj);
+    assert_memory_equal(memtier_serve(e, &n, retain_obj, &o), "bytes", 5);
+    assert_null(o);
+    assert_int_equal(n, 5);
+    memtier_release(w);
+    memtier_release(e);
+    memtier_clear();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(single_flight),           cmocka_unit_test(failure_reaches_waiters),
         cmocka_unit_test(busy_without_wait),       cmocka_unit_test(lru_limit_spares_pinned),
         cmocka_unit_test(keep_off_holds_nothing),  cmocka_unit_test(attached_objects),
+        cmocka_unit_test(serve_bytes_or_object),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
