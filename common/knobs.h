@@ -245,10 +245,11 @@
       "the extension API fuse.")                                               \
     X(FUSION_BUILD, STRING, fusion_build, "helper", "0.2",                     \
       "Where automatic fusion makes a fused program the cache does not "      \
-      "hold: helper (the capture helper process, at nice 19 while the "       \
-      "application runs, where one serves: PoCL with its kernel cache on, "   \
-      "CLSHIM_CAPTURE_PROCESS=1; the occurrences before it is ready run "      \
-      "unfused, and the application never waits for it) or app (on the "      \
+      "hold: helper (the capture helper process, where one serves: PoCL "     \
+      "with its kernel cache on, CLSHIM_CAPTURE_PROCESS=1; made when the "     \
+      "application is idle or has exited, as captures are; the occurrences "  \
+      "before it is ready run unfused, and the application never waits for "  \
+      "it) or app (on the "                                                    \
       "application's thread, at the sequence's first fused occurrence). "     \
       "Plans, the extension API and other drivers make it in the "            \
       "application.")                                                          \

@@ -9,8 +9,10 @@
  * pc_derived_by_helper) and runs the sequence's occurrences unfused until
  * the helper has stored the program under the key a build in the
  * application would have used; the next occurrence after its answer loads
- * it from the in-process tier and is fused. The application never waits
- * for it: a run that ends first ran unfused, and the next run hits.
+ * it from the in-process tier and is fused. The helper makes it when it
+ * captures (the application idle or gone: tools/capture_helper.c), first
+ * among its requests. The application never waits for it: a run that
+ * ends first ran unfused, and the next run hits.
  *
  * The job holds all make() needs (flaunch.c): per held kernel its
  * program's input as the application built it (source or IL, options,
