@@ -241,7 +241,9 @@ static void skip(struct job *j, enum warm_skip why, const char *fmt, const char 
 {
     j->state = JOB_SKIPPED;
     j->skip = why;
-    snprintf(j->why, sizeof j->why, fmt, detail);
+    char d[400]; /* a detail cut so that every format's words fit in j->why */
+    snprintf(d, sizeof d, "%s", detail);
+    snprintf(j->why, sizeof j->why, fmt, d);
 }
 
 /* Whether what the new key names differs from the old beyond the device
