@@ -23,6 +23,38 @@ static int derived_any_key(struct key_buf *k, const void *key, size_t key_len)
     return 0;
 }
 
+/* The marker of pc_derived_any(): written once per process that stores a
+ * derived program or half (best effort, as every record). */
+static void present_key(struct key_buf *k)
+{
+    key_begin(k, KEY_FUSION, "");
+    key_add_text(k, "device", "any");
+    key_add_text(k, "derived-present", "1");
+}
+
+static void note_present(void)
+{
+    static int noted;
+    if (__atomic_exchange_n(&noted, 1, __ATOMIC_RELAXED) || !config_get()->cache) return;
+    struct key_buf k;
+    present_key(&k);
+    pipeline_record_put(&k, "1", 1, KEY_FUSION, "any device", 0);
+    key_free(&k);
+}
+
+int pc_derived_any(void)
+{
+    if (!config_get()->cache) return 0;
+    struct key_buf k;
+    void *v = NULL;
+    size_t n = 0;
+    present_key(&k);
+    int rc = pipeline_record_get(&k, &v, &n);
+    key_free(&k);
+    free(v);
+    return rc == 0;
+}
+
 int pc_derived_get(const void *key, size_t key_len, void **value, size_t *size)
 {
     struct key_buf k;
@@ -40,6 +72,7 @@ void pc_derived_put(const void *key, size_t key_len, const void *value, size_t s
     if (derived_any_key(&k, key, key_len) != 0) return;
     pipeline_record_put(&k, value, size, KEY_FUSION, "any device", make_ns);
     key_free(&k);
+    note_present();
 }
 
 /* A refused derived program (origin.h): its key on that device. */
@@ -218,6 +251,7 @@ static cl_program derived_finish(struct run *r, cl_program p, cl_int *err)
 static void *derived_stored(struct run *r, const void *bin, size_t size, size_t *total)
 {
     const struct derived_job *j = r->arg;
+    note_present();
     return derived_value(j->m, j->m_size, bin, size, total);
 }
 

@@ -93,6 +93,12 @@ cl_program pc_derived_by_helper(cl_context ctx, cl_device_id dev, const char *op
                                 size_t key_len, const void *job, size_t job_len, void **meta, size_t *meta_size,
                                 enum pc_helper_state *state);
 
+/* Whether the cache holds any derived program's device-independent half
+ * or device binary (a marker record each store of one writes): where no
+ * compiler can make one (no clang), automatic fusion of kernels built from
+ * source then has nothing to build from. 0 also with the cache off. */
+int pc_derived_any(void);
+
 /* Derived programs that cannot be made or built for a key on a device
  * (a fusion the analysis refuses, a fused program the driver fails to
  * build): remembered in the cache under the caller's key material, the

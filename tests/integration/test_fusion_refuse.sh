@@ -76,13 +76,29 @@ ok "no libclshim-llvm.so: refused once in 8 occurrences, never retried"
 # No clang (a GPU machine): kernels built from source cannot be fused, and
 # LLVM is not even loaded for them (its load is tens of ms of the app's).
 BS=$CLSHIM_BUILD/bench/bench_short
+NOCLANG=(CLSHIM_CLANG=/nonexistent/clang CLSHIM_LLVM_LIB=/nonexistent/libclshim-llvm.so)
+same_hash() { [ "$(sed -n 's/.*hash=//p' "$TMP/$1.out")" = "$(sed -n 's/.*hash=//p' "$TMP/$2.out")" ] || fail "$3"; }
 fresh_pocl; run_plain noclang-ref "$BS" --chains 8 --n 4096
-fresh_pocl; run_shim noclang env CLSHIM_FUSION=auto CLSHIM_CLANG=/nonexistent/clang \
-    CLSHIM_LLVM_LIB=/nonexistent/libclshim-llvm.so "$BS" --chains 8 --n 4096
-[ "$(sed -n 's/.*hash=//p' "$TMP/noclang.out")" = "$(sed -n 's/.*hash=//p' "$TMP/noclang-ref.out")" ] ||
-    fail "no clang: the chain's results differ from the plain run's"
-grep -q "fusion of s0+s1+s2+s3 (plan auto) refused: /nonexistent/clang is not installed (CLSHIM_CLANG): fusing kernels built from source needs it; submitted unfused, not tried again in this process" \
-    "$TMP/noclang.err" || fail "noclang: no refusal line: $(grep fusion "$TMP/noclang.err")"
+# An empty cache: nothing can be made nor found, so the chain is not even
+# learned (no hold, no attempt: 9 us a chain on the H200 at 30 chains).
+fresh_pocl; run_shim noclang env CLSHIM_FUSION=auto "${NOCLANG[@]}" "$BS" --chains 8 --n 4096
+same_hash noclang noclang-ref "no clang: the chain's results differ from the plain run's"
+grep -q "fusion: auto: runs of kernels built from source are not learned: /nonexistent/clang is not installed (CLSHIM_CLANG) and the cache holds no fused program made elsewhere" \
+    "$TMP/noclang.err" || fail "noclang: no line says why nothing is learned: $(grep fusion "$TMP/noclang.err")"
+grep -q "auto: learned" "$TMP/noclang.err" && fail "noclang: learned a chain it cannot fuse"
+grep -q "fusion summary: 0 fused launches replaced 0 kernel launches; 0 held kernels submitted unfused" "$TMP/noclang.err" ||
+    fail "noclang: kernels were held: $(grep 'fusion summary' "$TMP/noclang.err")"
 grep -q "cannot load /nonexistent/libclshim-llvm.so" "$TMP/noclang.err" && fail "noclang: LLVM was loaded for nothing"
-ok "no clang: a source chain refused once, before LLVM is loaded"
+ok "no clang, an empty cache: a source chain is not learned, nothing held, LLVM not loaded"
+# A cache that holds the fused program (made where clang is, as an
+# imported cache brings it): learned and fused from the cache, no clang.
+export CLSHIM_CACHE_DIR=$TMP/made-elsewhere
+fresh_pocl; run_shim made env CLSHIM_FUSION=auto "$BS" --chains 8 --n 4096
+grep -q "into one launch" "$TMP/made.err" || fail "with clang: nothing fused"
+fresh_pocl; run_shim noclang-cached env CLSHIM_FUSION=auto "${NOCLANG[@]}" "$BS" --chains 8 --n 4096
+same_hash noclang-cached noclang-ref "no clang, fused program cached: the results differ from the plain run's"
+grep -q "hit derived program" "$TMP/noclang-cached.err" || fail "no clang, fused program cached: no hit"
+grep -q "fused s0+s1+s2+s3 into one launch" "$TMP/noclang-cached.err" || fail "no clang, fused program cached: not fused"
+grep -q "cannot load /nonexistent/libclshim-llvm.so" "$TMP/noclang-cached.err" && fail "noclang-cached: LLVM was loaded"
+ok "no clang, the fused program in the cache: learned and fused from it"
 finish
