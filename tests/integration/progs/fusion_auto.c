@@ -43,7 +43,8 @@
  *            released after its clFinish (the driver may hand the next
  *            ones the same handles)
  *   release  k1 k2 from kernel objects created for the iteration, each
- *            released right after its enqueue (as CLBlast does)
+ *            released right after its enqueue (as CLBlast does), both
+ *            behind a user event set after the releases
  */
 #define CL_USE_DEPRECATED_OPENCL_1_2_APIS
 #include <stdint.h>
@@ -188,12 +189,22 @@ int main(int argc, char **argv)
             run(k3, t2, t3, a, n);
             run(k4, t3, out, a, n);
         } else if (!strcmp(mode, "release")) {
+            /* Both wait for a user event until both are released, so the
+             * driver still has them at each release (as a library's
+             * kernels on a busy device), however fast this device is. */
+            cl_event gate = clCreateUserEvent(ctx, &err);
+            CHECK(err);
             cl_kernel f1 = kernel("k1");
-            run(f1, in, t1, a, n);
+            cl_event wait = gate;
+            CHECK(clRetainEvent(gate));
+            run_after(f1, in, t1, a, n, &wait);
             CHECK(clReleaseKernel(f1));
             cl_kernel f2 = kernel("k2");
-            run(f2, t1, t2, a, n);
+            run_after(f2, t1, t2, a, n, &wait);
             CHECK(clReleaseKernel(f2));
+            CHECK(clSetUserEventStatus(gate, CL_COMPLETE));
+            CHECK(clReleaseEvent(gate));
+            CHECK(clReleaseEvent(wait));
         } else if (!strcmp(mode, "recreate")) {
             cl_kernel f1 = kernel("k1"), f2 = kernel("k2"), f3 = kernel("k3");
             run(f1, in, t1, a, n);
