@@ -83,6 +83,8 @@ struct fb_backoff {
     uint32_t skip;       /* FB_BACKOFF_NEVER: never held again (a lasting refusal, a retired learned sequence) */
     uint32_t refusals;
     uint32_t fused;      /* it fused at least once */
+    uint32_t polls;      /* looks for the capture helper's fused program so far (enqueue.c) */
+    uint64_t poll_at_us; /* 0, or while the helper makes it: not held before this time (fs_now_ms, us) */
     struct fs_speed speed;
 };
 #define FB_BACKOFF_NEVER UINT32_MAX

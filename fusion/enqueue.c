@@ -385,7 +385,18 @@ static int hold(struct fq *q, struct held *h, struct fk_kernel *r, cl_kernel k, 
 #define BACKOFF_LASTING 1024u
 #define BACKOFF_TRANSIENT 16u
 #define BACKOFF_NEVER FB_BACKOFF_NEVER
-#define DEFERRED_SKIP 3u /* occurrences not held while the capture helper makes the fused program */
+/* While the capture helper makes a sequence's fused program, its
+ * occurrences run unheld: only a held occurrence can look whether the
+ * program is ready (its key names the ranges and arguments of every
+ * kernel), and each one held costs the application the wait for its end.
+ * The helper makes it when the application is idle or gone, so a look is
+ * rare: one after DEFERRED_POLL_FIRST_US, then at doubling intervals up to
+ * DEFERRED_POLL_MAX_US. A run that ends first ran unfused; the next one
+ * finds the program in the cache. */
+#define DEFERRED_POLL_FIRST_US 100000u
+#define DEFERRED_POLL_MAX_US 3200000u
+
+static uint64_t now_us(void) { return (uint64_t)(fs_now_ms() * 1e3); }
 
 /* Whether sequence s sits out this occurrence (counting it). */
 int fb_backoff_skips(uint32_t s)
@@ -394,7 +405,27 @@ int fb_backoff_skips(uint32_t s)
     while (left && left != BACKOFF_NEVER &&
            !__atomic_compare_exchange_n(&fb()->backoff[s].skip, &left, left - 1, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
         continue;
-    return left != 0;
+    if (left) return 1;
+    uint64_t poll_at = __atomic_load_n(&fb()->backoff[s].poll_at_us, __ATOMIC_RELAXED);
+    return poll_at && now_us() < poll_at;
+}
+
+/* Sequence s's fused program is being made by the capture helper: its
+ * occurrences are not held until the next look (DEFERRED_POLL_*). */
+static void backoff_deferred(uint32_t s)
+{
+    uint32_t polls = __atomic_add_fetch(&fb()->backoff[s].polls, 1, __ATOMIC_RELAXED);
+    uint64_t wait = DEFERRED_POLL_FIRST_US;
+    for (uint32_t i = 1; i < polls && wait < DEFERRED_POLL_MAX_US; i++) wait *= 2;
+    if (wait > DEFERRED_POLL_MAX_US) wait = DEFERRED_POLL_MAX_US;
+    __atomic_store_n(&fb()->backoff[s].poll_at_us, now_us() + wait, __ATOMIC_RELAXED);
+}
+
+/* The look found an answer (a program, or a refusal): back-off by count alone. */
+static void backoff_answered(uint32_t s)
+{
+    if (__atomic_load_n(&fb()->backoff[s].poll_at_us, __ATOMIC_RELAXED))
+        __atomic_store_n(&fb()->backoff[s].poll_at_us, 0, __ATOMIC_RELAXED);
 }
 
 /* Sequence s was refused (`lasting`: FB_REFUSED_*): the occurrences it now
@@ -443,6 +474,7 @@ void fb_backoff_broken(const struct fq *q)
 
 static void backoff_fused(uint32_t s)
 {
+    backoff_answered(s);
     if (__atomic_load_n(&fb()->backoff[s].refusals, __ATOMIC_RELAXED))
         __atomic_store_n(&fb()->backoff[s].refusals, 0, __ATOMIC_RELAXED);
     if (!__atomic_load_n(&fb()->backoff[s].fused, __ATOMIC_RELAXED)) { /* once: a window search goes on after it */
@@ -507,15 +539,15 @@ void fb_fuse_or_submit(struct fq *q, int flags, const char *internal_args, int s
         return;
     }
     if (lasting == FB_DEFERRED) {
-        /* Made off this thread: unfused, and not held for its next few
-         * occurrences (each one held costs the wait for its end). */
-        if (seq >= 0) fb_backoff_skip((uint32_t)seq, DEFERRED_SKIP);
+        /* Made off this thread: unfused, and not held until the next look. */
+        if (seq >= 0) backoff_deferred((uint32_t)seq);
         fb_submit_held(q, p);
         return;
     }
     STAT_ADD(fb()->stat_refused, 1);
     if (timed) fa_fused(q, seq, NULL, why);
     if (seq >= 0) {
+        backoff_answered((uint32_t)seq);
         uint32_t skip = backoff_refused((uint32_t)seq, lasting);
         int windowed = fb()->automatic && lasting != FB_REFUSED_ONCE && fa_refused((uint32_t)seq);
         fb_log_kind("fusion of %s (plan %s) refused: %s; submitted unfused, %s", names, fb()->plan->seqs[seq].where, why,

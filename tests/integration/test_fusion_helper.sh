@@ -48,6 +48,20 @@ grep -q "Using a cached WG function: .*/clshim_fused/" "$TMP/warm.err" ||
     { grep -i "WG function\|clshim_fused" "$TMP/warm.err" | head -5 >&2; fail "warm: PoCL compiled the fused kernel's first launch"; }
 ok "warm: the helper's program hits, 6 of 6 occurrences fused from the third, its first launch's code from the binary"
 
+# 1b. While the helper makes it, occurrences run unheld: each held one
+# costs the application the wait for its end, and only a look (at doubling
+# intervals from 100 ms) is held. 200 iterations: the old rule (every
+# fourth occurrence held) held about 50.
+rm -rf "$CLSHIM_CACHE_DIR"; mkdir -p "$CLSHIM_CACHE_DIR"
+run_ref ref200 "$FA" --mode chain4 --iterations 200
+fresh_pocl; CLSHIM_STATS=1 run_shim pend helper "$FA" --mode chain4 --iterations 200
+same_output ref200 pend "pending: as without clshim"
+held=$(sed -n 's/.*fusion summary: .* launches; \([0-9]*\) held kernels submitted unfused.*/\1/p' "$TMP/pend.err")
+[ -n "$held" ] || fail "pending: no fusion summary"
+[ "$held" -le 80 ] || fail "pending: $held kernels held and submitted unfused while the helper made the program (at most 80)"
+ok "while the helper makes the fused program, $held of 800 kernels were held (a look at doubling intervals)"
+"$TOOL" cache wait --timeout 120 >/dev/null 2>&1 || true
+
 # 2. stencil: refused by the analysis in the helper; remembered.
 rm -rf "$CLSHIM_CACHE_DIR"; mkdir -p "$CLSHIM_CACHE_DIR"
 run_ref ref_stencil "$FA" --mode stencil --iterations 8
