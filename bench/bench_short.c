@@ -3,7 +3,7 @@
  * never slower, whatever the run length). bench/short_runs.sh runs it
  * plainly and under CLSHIM_FUSION=auto, interleaved.
  *
- *   bench_short [--chains C] [--n FLOATS] [--sync chain|end]
+ *   bench_short [--chains C] [--n FLOATS] [--sync chain|end] [--events] [--broken]
  *
  * The program (the chain s0..s3 of tests/compat/data/chain4.cl) is built
  * and its kernels made before the timed span; the span is every chain:
@@ -11,6 +11,12 @@
  * with --sync end one clFinish after the last. It prints
  *   result per_chain_us=... total_ms=... hash=...
  * (hash: FNV-1a of the last buffer: runs are compared by it).
+ * --events: every launch asks for an event (released at once), as
+ * PyOpenCL's do. --broken: a chain is s0 then s2 then s3, so that a plan
+ * naming s0+s1 holds every s0 and submits it unfused when s2 arrives: the
+ * cost of a hold, against the same run with fusion off. --read-binary
+ * reads the built program's binary, --from-binary also builds a new
+ * program from it and runs that (what a cache hit does), before the span.
  */
 #include "bench/bench_util.h"
 
@@ -26,13 +32,17 @@ int main(int argc, char **argv)
 {
     long chains = 30;
     size_t n = 1u << 20;
-    int sync_each = 1;
+    int sync_each = 1, events = 0, broken = 0, binary = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--chains") && i + 1 < argc) chains = atol(argv[++i]);
         else if (!strcmp(argv[i], "--n") && i + 1 < argc) n = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--sync") && i + 1 < argc) sync_each = strcmp(argv[++i], "end") != 0;
+        else if (!strcmp(argv[i], "--events")) events = 1;
+        else if (!strcmp(argv[i], "--broken")) broken = 1;
+        else if (!strcmp(argv[i], "--read-binary")) binary = 1;
+        else if (!strcmp(argv[i], "--from-binary")) binary = 2;
         else {
-            fprintf(stderr, "usage: bench_short [--chains C] [--n FLOATS] [--sync chain|end]\n");
+            fprintf(stderr, "usage: bench_short [--chains C] [--n FLOATS] [--sync chain|end] [--events] [--broken] [--read-binary|--from-binary]\n");
             return 2;
         }
     }
@@ -45,9 +55,27 @@ int main(int argc, char **argv)
     cl_program prog = clCreateProgramWithSource(ctx, 1, &src, NULL, &err);
     BCHECK(err);
     BCHECK(clBuildProgram(prog, 1, &dev, "", NULL, NULL));
+    if (binary) {
+        /* What a cache hit does: the driver's binary read back and loaded
+         * (1: read only; 2: a new program from it, built, used below). */
+        size_t size = 0;
+        BCHECK(clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL));
+        unsigned char *bin = malloc(size ? size : 1);
+        if (!bin) return 2;
+        BCHECK(clGetProgramInfo(prog, CL_PROGRAM_BINARIES, sizeof bin, &bin, NULL));
+        if (binary == 2) {
+            const unsigned char *cbin = bin;
+            cl_int st = CL_SUCCESS;
+            clReleaseProgram(prog);
+            prog = clCreateProgramWithBinary(ctx, 1, &dev, &size, &cbin, &st, &err);
+            BCHECK(err);
+            BCHECK(clBuildProgram(prog, 1, &dev, "", NULL, NULL));
+        }
+        free(bin);
+    }
     cl_kernel k[4];
     for (int s = 0; s < 4; s++) {
-        char name[8];
+        char name[16];
         snprintf(name, sizeof name, "s%d", s);
         k[s] = clCreateKernel(prog, name, &err);
         BCHECK(err);
@@ -67,14 +95,41 @@ int main(int argc, char **argv)
         BCHECK(clSetKernelArg(k[s], 2, sizeof(float), &coef[s][0]));
         BCHECK(clSetKernelArg(k[s], 3, sizeof(float), &coef[s][1]));
     }
+    if (broken) BCHECK(clSetKernelArg(k[2], 0, sizeof(cl_mem), &b[1])); /* s2 reads what s0 wrote */
     BCHECK(clFinish(q));
+    double *at = calloc((size_t)chains + 1, sizeof *at); /* the end of each chain, for the split below */
+    if (!at) return 2;
     double t0 = bu_now_ns();
     for (long c = 0; c < chains; c++) {
-        for (int s = 0; s < 4; s++) BCHECK(clEnqueueNDRangeKernel(q, k[s], 1, NULL, &n, NULL, 0, NULL, NULL));
+        for (int s = 0; s < 4; s++) {
+            if (broken && s == 1) continue;
+            cl_event e = NULL;
+            BCHECK(clEnqueueNDRangeKernel(q, k[s], 1, NULL, &n, NULL, 0, NULL, events ? &e : NULL));
+            if (e) clReleaseEvent(e);
+        }
         if (sync_each) BCHECK(clFinish(q));
+        at[c] = bu_now_ns();
     }
     BCHECK(clFinish(q));
     double total = bu_now_ns() - t0;
+    if (sync_each && chains >= 3) {
+        /* Where the time goes: the first chain (the driver's first
+         * launches, a shim's first look at each kernel), the second, and
+         * the median of the rest (the steady cost of a chain). */
+        size_t m = (size_t)chains - 2;
+        double *rest = malloc(m * sizeof *rest);
+        if (!rest) return 2;
+        for (size_t i = 0; i < m; i++) rest[i] = at[i + 2] - at[i + 1];
+        for (size_t i = 1; i < m; i++) /* insertion sort: at most a few thousand */
+            for (size_t j = i; j > 0 && rest[j - 1] > rest[j]; j--) {
+                double t = rest[j];
+                rest[j] = rest[j - 1], rest[j - 1] = t;
+            }
+        printf("split first_us=%.2f second_us=%.2f rest_median_us=%.2f\n", (at[0] - t0) / 1e3, (at[1] - at[0]) / 1e3,
+               rest[m / 2] / 1e3);
+        free(rest);
+    }
+    free(at);
     BCHECK(clEnqueueReadBuffer(q, b[4], CL_TRUE, 0, n * sizeof *host, host, 0, NULL, NULL));
     uint64_t h = 1469598103934665603ull;
     const unsigned char *p = (const unsigned char *)host;

@@ -36,7 +36,7 @@ pack_libs "$DEST" $PACK_SHIM_LIBS
 pack_llvm "$BUILD" "$DEST" 19
 PRIMED=$(mktemp -d)
 for cus in 132 114; do
-    CLSHIM_CACHE_DIR=$PRIMED/cache POCL_CACHE_DIR=$PRIMED/pocl CLSHIM_FUSE_ROUTE=source CLSHIM_FUSION=auto \
+    CLSHIM_CACHE_DIR=$PRIMED/cache POCL_CACHE_DIR=$PRIMED/pocl CLSHIM_FUSE_ROUTE=source CLSHIM_FUSION=auto CLSHIM_FUSION_BUILD=app \
         CLSHIM_LOG=info LD_PRELOAD=$BUILD/libclshim.so nice "$BUILD/tests/progs/elwise_progs" --n 1048576 \
         --cus $cus --iterations 4 >/dev/null 2>"$PRIMED/log"
     grep -q "fused elwise_kernel+elwise_kernel+elwise_kernel" "$PRIMED/log" ||
@@ -50,7 +50,7 @@ if [ -n "${PYOPENCL_SITE:-}" ]; then
     for mode in arrays three; do
         for n in 65536 1048576; do
             CUS=132 PYTHONPATH=$PYOPENCL_SITE CLSHIM_CACHE_DIR=$PRIMED/cache XDG_CACHE_HOME=$PRIMED/xdg \
-                POCL_CACHE_DIR=$PRIMED/pocl CLSHIM_FUSE_ROUTE=source CLSHIM_FUSION=auto CLSHIM_LOG=info \
+                POCL_CACHE_DIR=$PRIMED/pocl CLSHIM_FUSE_ROUTE=source CLSHIM_FUSION=auto CLSHIM_FUSION_BUILD=app CLSHIM_LOG=info \
                 LD_PRELOAD=$BUILD/libclshim.so MODE=$mode N=$n WARM=30 BLOCKS=1 STEPS=2 PYTHONWARNINGS=ignore \
                 nice /usr/bin/python3 "$(dirname "$0")/pyopencl_prime.py" >/dev/null 2>"$PRIMED/log"
             grep -q "miss derived program" "$PRIMED/log" ||

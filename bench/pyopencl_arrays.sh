@@ -46,8 +46,10 @@ median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] 
 # compiles as a first run does); appends "time hash" to $TMP/WAY-MODE-N
 one() {
     # a directory of its own: a capture helper of the previous process may still write into its own
-    local pocl; pocl=$(mktemp -d "$TMP/pocl.XXXXXX")
-    POCL_CACHE_DIR=$pocl CLSHIM_FUSION=$1 MODE=$2 N=$3 ${PIN:-} "$PY" "$ROOT/bench/pyopencl_arrays.py" >>"$TMP/$1-$2-$3"
+    local pocl pre=$LD_PRELOAD; pocl=$(mktemp -d "$TMP/pocl.XXXXXX")
+    [ "$1" != none ] || pre=
+    LD_PRELOAD=$pre POCL_CACHE_DIR=$pocl CLSHIM_FUSION=$1 MODE=$2 N=$3 ${PIN:-} "$PY" "$ROOT/bench/pyopencl_arrays.py" \
+        >>"$TMP/$1-$2-$3"
 }
 learning() {
     export MODE=three N=65536 WARM=0 STEPS=10 TOTAL=1
@@ -80,16 +82,31 @@ if [ "${3:-}" = learning ]; then
     echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
     exit 0
 fi
-echo "| program | N | plain (us per step) | auto (us per step) | plain/auto | results |"
-echo "|---|---|---|---|---|---|"
+# NOSHIM=1: a third way, no clshim at all (the "plain" of the other two is
+# clshim with CLSHIM_FUSION=off), and auto's speed-up against it.
+ways="off auto"
+[ "${NOSHIM:-0}" = 1 ] && ways="none off auto"
+if [ "${NOSHIM:-0}" = 1 ]; then
+    echo "| program | N | no clshim (us per step) | plain (us per step) | auto (us per step) | plain/auto | none/auto | results |"
+    echo "|---|---|---|---|---|---|---|---|"
+else
+    echo "| program | N | plain (us per step) | auto (us per step) | plain/auto | results |"
+    echo "|---|---|---|---|---|---|"
+fi
 for mode in ${MODES:-arrays three refused}; do
     for n in ${SIZES:-65536 1048576 8388608}; do
-        for _ in $(seq "$ROUNDS"); do one off "$mode" "$n"; one auto "$mode" "$n"; done
+        for _ in $(seq "$ROUNDS"); do for way in $ways; do one "$way" "$mode" "$n"; done; done
         p=$(cut -d' ' -f1 "$TMP/off-$mode-$n" | median)
         a=$(cut -d' ' -f1 "$TMP/auto-$mode-$n" | median)
-        same=$([ "$(cut -d' ' -f2 "$TMP/off-$mode-$n" "$TMP/auto-$mode-$n" | sort -u | wc -l)" = 1 ] && echo identical || echo DIFFER)
-        awk -v m="$mode" -v n="$n" -v p="$p" -v a="$a" -v s="$same" \
-            'BEGIN { printf "| %s | %d | %.1f | %.1f | %.2f | %s |\n", m, n, p, a, p / a, s }'
+        same=$([ "$(for way in $ways; do cut -d' ' -f2 "$TMP/$way-$mode-$n"; done | sort -u | wc -l)" = 1 ] && echo identical || echo DIFFER)
+        if [ "${NOSHIM:-0}" = 1 ]; then
+            z=$(cut -d' ' -f1 "$TMP/none-$mode-$n" | median)
+            awk -v m="$mode" -v n="$n" -v z="$z" -v p="$p" -v a="$a" -v s="$same" \
+                'BEGIN { printf "| %s | %d | %.1f | %.1f | %.1f | %.2f | %.2f | %s |\n", m, n, z, p, a, p / a, z / a, s }'
+        else
+            awk -v m="$mode" -v n="$n" -v p="$p" -v a="$a" -v s="$same" \
+                'BEGIN { printf "| %s | %d | %.1f | %.1f | %.2f | %s |\n", m, n, p, a, p / a, s }'
+        fi
     done
 done
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
