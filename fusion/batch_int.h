@@ -536,6 +536,9 @@ void fa_repeat(struct fq *q);
  * or _ALWAYS). When it never fused, it is retired (never held again) and
  * its next window is learned instead (docs/fusion.md, "Automatic fusion"):
  * 1 then, 0 when nothing changed. Caller holds a queue lock. */
+/* Whether kernels built from source can be fused in this process (clang, or
+ * fused programs made elsewhere in the cache): decided once, logged when not. */
+int fa_sources_fusable(void);
 int fa_refused(uint32_t seq);
 /* Learned sequence `seq` fused for the first time: when it is a window of
  * a longer run, the kernels of the run after it are learned as the next

@@ -567,7 +567,7 @@ static int learn_locked(const char *const *names, uint32_t n, uint32_t root, uin
  * clang). Decided once. Where neither, learning such a run would only buy
  * holds and a refused attempt: on the H200, 9 us per chain of a 30-chain
  * run (0.89x plain; the shim with fusion off 0.98x). */
-static int sources_fusable(void)
+int fa_sources_fusable(void)
 {
     static int known = -1;
     int v = __atomic_load_n(&known, __ATOMIC_RELAXED);
@@ -580,12 +580,12 @@ static int sources_fusable(void)
 }
 
 /* Learns the first n kernels of a run as a recurring sequence (not one of
- * kernels built from source that cannot be fused here: sources_fusable;
+ * kernels built from source that cannot be fused here: fa_sources_fusable;
  * the report still learns it, to say why). */
 static void learn_run(struct fk_kernel *const *run, uint32_t n, const char *how)
 {
     for (uint32_t i = 0; i < n && !fb()->reporting; i++)
-        if (!run[i]->from_il && !sources_fusable()) return;
+        if (!run[i]->from_il && !fa_sources_fusable()) return;
     const char *names[FA_RUN_MAX] = {0};
     for (uint32_t i = 0; i < n; i++) names[i] = run[i]->name;
     pthread_mutex_lock(&learn_lock);
