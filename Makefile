@@ -94,9 +94,12 @@ $(CORE_A): $(CORE_OBJ)
 # DT_NEEDED on libOpenCL.so.1 is deliberate: apps that load OpenCL with
 # RTLD_LOCAL (PyOpenCL) leave it out of global scope, and dlsym(RTLD_NEXT)
 # then finds nothing unless the shim itself depends on it.
+# -z nodelete (both libraries): an application's dlclose never unmaps
+# clshim while its worker threads and exit handlers may still run (under
+# TSan, whose atexit ignores the library, a dlopen_app run crashed at exit).
 $(LIB): $(SHIM_OBJ) $(CORE_OBJ) interpose/exports.map
 	$(CC) -shared -o $@ $(SHIM_OBJ) $(CORE_OBJ) $(LDFLAGS_C) -Wl,--version-script=interpose/exports.map \
-	  -Wl,-z,now -Wl,--no-as-needed -lOpenCL -Wl,--as-needed $(CORE_LIBS)
+	  -Wl,-z,now -Wl,-z,nodelete -Wl,--no-as-needed -lOpenCL -Wl,--as-needed $(CORE_LIBS)
 
 # Loader mode (docs/modes.md): the same objects as libclshim.so plus generated
 # forwarders for every other function of the real ICD loader, as a
@@ -113,7 +116,7 @@ $(LOADER_DIR)/forward.o: $(LOADER_DIR)/forward.c interpose/real.h
 
 $(LOADER_LIB): $(SHIM_OBJ) $(CORE_OBJ) $(LOADER_DIR)/forward.o $(LOADER_DIR)/libOpenCL.map $(LLVMLIB)
 	$(CC) -shared -o $@ -Wl,-soname,libOpenCL.so.1 $(SHIM_OBJ) $(CORE_OBJ) $(LOADER_DIR)/forward.o \
-	  $(LDFLAGS_C) -Wl,--version-script=$(LOADER_DIR)/libOpenCL.map -Wl,-z,now $(CORE_LIBS)
+	  $(LDFLAGS_C) -Wl,--version-script=$(LOADER_DIR)/libOpenCL.map -Wl,-z,now -Wl,-z,nodelete $(CORE_LIBS)
 	ln -sf libOpenCL.so.1 $(LOADER_DIR)/libOpenCL.so
 	ln -sf ../libclshim-llvm.so $(LOADER_DIR)/libclshim-llvm.so
 
