@@ -148,12 +148,16 @@ static void at_exit(void)
     if (!cfg->stats && !log_enabled(LOG_INFO)) return;
     log_kinds_summary();
     if (!log_enabled(LOG_INFO)) log_set_level(LOG_INFO); /* CLSHIM_STATS below level info */
+    char unwatched[96] = "";
+    if (fb()->automatic) /* automatic fusion's second fast path (fusion_enqueue_kernel) */
+        snprintf(unwatched, sizeof unwatched, "; %llu runs not watched (every sequence of their kernels refused for good)",
+                 (unsigned long long)fb()->stat_unwatched);
     log_msg(LOG_INFO,
             "fusion summary: %llu fused launches replaced %llu kernel launches; %llu held kernels submitted "
-            "unfused; %llu fusions refused; %llu replays",
+            "unfused; %llu fusions refused; %llu replays%s",
             (unsigned long long)fb()->stat_fused, (unsigned long long)fb()->stat_replaced,
             (unsigned long long)fb()->stat_unfused, (unsigned long long)fb()->stat_refused,
-            (unsigned long long)fb()->stat_replays);
+            (unsigned long long)fb()->stat_replays, unwatched);
 }
 
 static void do_init(void)
@@ -428,6 +432,7 @@ int fb_submit_idle(struct fq *q, uint32_t holds, unsigned period_ms)
     int idle = 0;
     if (pthread_mutex_trylock(&q->lock) != 0) return 0; /* someone works on the queue (fusing it): not idle */
     __atomic_store_n(&q->steady, NULL, __ATOMIC_RELAXED); /* as fq_lock */
+    __atomic_store_n(&q->quiet, 0, __ATOMIC_RELAXED);
     if (q->nheld && !q->ext && q->holds == holds) { /* nothing held since the timer looked */
         idle = 1;
         if (log_enabled(LOG_INFO)) {

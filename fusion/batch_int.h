@@ -47,12 +47,14 @@ struct fb_module {
                                     capture helper where it serves (flaunch.c, fjob.c) */
     int reporting;               /* CLSHIM_FUSION_REPORT is on (fauto.c) */
     int held_total;              /* kernels held on all queues (atomic) */
+    uint32_t retirements;        /* times a sequence was retired or brought back (atomic; fk_quiet) */
     int tracked_events;          /* live struct fev records (atomic) */
     int mem_gen;                 /* bumped by every buffer release while armed (atomic) */
     int arm_gen;                 /* the arming generation kernel records decide tracking in (fkernel.c) */
     int sampling;                /* sequences being measured (atomic): the clock is read at first holds only then */
     uint64_t stat_fused, stat_replaced, stat_unfused, stat_refused; /* atomic */
     uint64_t stat_replays;       /* fused launches whose kernels were each held as a replay (atomic) */
+    uint64_t stat_unwatched;     /* runs a quiet kernel's enqueue left unwatched (atomic; fa_skipped) */
     unsigned test_slowdown_us;   /* CLSHIM_FUSION_TEST_SLOWDOWN_US: tests of the never-slower rule */
 };
 /* The module's state; the same address at every call. */
@@ -95,6 +97,14 @@ void fb_backoff_skip(uint32_t s, uint32_t n);
  * while other threads match against the plan: an entry is complete before
  * the count that covers it is published, and entries never move. */
 static inline uint32_t fb_plan_nseqs(void) { return __atomic_load_n(&fb()->plan->nseqs, __ATOMIC_ACQUIRE); }
+/* What a kernel's quietness was decided against (fk_kernel.quiet_key): the
+ * plan's size and its retirements so far. */
+static inline uint64_t fb_quiet_key(void)
+{
+    return (uint64_t)(fb_plan_nseqs() + 1) << 32 | __atomic_load_n(&fb()->retirements, __ATOMIC_ACQUIRE);
+}
+/* A sequence was retired (its back-off set to FB_BACKOFF_NEVER) or brought back. */
+static inline void fb_retired(void) { __atomic_add_fetch(&fb()->retirements, 1, __ATOMIC_RELEASE); }
 
 /* ---- kernels (fkernel.c) ---- */
 
@@ -155,6 +165,9 @@ struct fk_kernel {
     cl_uint nheap;        /* arguments whose value is on the heap (size > 16) */
     uint32_t starts_none; /* 1 + the plan's sequence count when none of them started with this kernel
                              (atomic: plan_start on any queue) */
+    uint64_t quiet_key;   /* fb_quiet_key() when quiet was last decided (atomic; auto_forwarded) */
+    int quiet;            /* automatic fusion: sequences with this kernel were learned and every one
+                             was retired (refused for good): its enqueues may skip the learner */
     cl_device_id wg_dev;  /* CL_KERNEL_WORK_GROUP_SIZE cached for this device */
     size_t wg_max;
 };
@@ -330,6 +343,9 @@ struct fq {
     struct fk_kernel *steady; /* automatic fusion: an enqueue of this kernel here would change nothing but
                                  be forwarded (fusion_enqueue_kernel's fast path). Set at the end of an
                                  enqueue, cleared whenever q->lock is taken (fq_lock); read without it */
+    int quiet;            /* automatic fusion: an enqueue of a quiet kernel (fk_kernel.quiet_at) here
+                             would only be forwarded and extend the run (the second fast path);
+                             set and cleared as steady */
     uint32_t holds;       /* kernels held here so far (written under lock, read atomically by the idle timer) */
     uint32_t idle_seen;   /* the idle timer's own (fidle.c): holds at its last tick ... */
     int idle_valid;       /* ... while work was held */
@@ -343,6 +359,7 @@ static inline void fq_lock(struct fq *q)
 {
     pthread_mutex_lock(&q->lock);
     __atomic_store_n(&q->steady, NULL, __ATOMIC_RELAXED);
+    __atomic_store_n(&q->quiet, 0, __ATOMIC_RELAXED);
 }
 
 /* Every queue record ever made, newest first (lock-free; never freed). */
@@ -547,6 +564,9 @@ void fa_first_fused(uint32_t seq);
 /* Kernel run[0] of q's run, its only kernel, came again (the steady fast
  * path, without q->lock): counted, appended when another kernel comes. */
 void fa_again(struct fq *q);
+/* A quiet kernel went past q's run unseen (the second fast path, no lock):
+ * the run is not learned from; it starts afresh at the next kernel seen. */
+void fa_skipped(struct fq *q);
 /* Whether q's run is kernel r alone (under q->lock, asserted). */
 int fa_run_is(const struct fq *q, const struct fk_kernel *r);
 /* Whether q has a run in progress (no lock; a hint to skip fa_break). */

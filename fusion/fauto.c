@@ -105,6 +105,8 @@ struct fa_watch {
     uint32_t alone; /* times run[0], the run's only kernel, came again and was not appended yet
                        (atomic: fa_again counts them without the lock; run_append appends them
                        once another kernel comes, so a period such as k1 k1 k2 is kept) */
+    uint32_t skipped; /* a quiet kernel went past unseen (atomic: fa_skipped, without the lock):
+                         the run has a hole; it is dropped, not learned from */
     uint64_t period_hash; /* of the names of the last period found here (fa_repeat) */
     struct fa_rep rep[FA_REPEATS]; /* the last repeats of the run's first kernel (report) */
     uint32_t next_rep;
@@ -302,6 +304,23 @@ static struct fa_watch *watch_of(struct fq *q)
     return w;
 }
 
+static void repeats_clear(struct fa_watch *w);
+
+/* A run with a hole (fa_skipped) is dropped: the kernel seen next starts
+ * one afresh. Under q->lock. 1 when it was. */
+static int drop_skipped(struct fa_watch *w)
+{
+    if (!__atomic_load_n(&w->skipped, __ATOMIC_RELAXED)) return 0;
+    __atomic_store_n(&w->skipped, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&w->n, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&w->alone, 0, __ATOMIC_RELAXED);
+    w->overflow = 0;
+    if (w->last) fb()->real->clReleaseEvent(w->last);
+    w->last = NULL;
+    if (fb()->reporting) repeats_clear(w);
+    return 1;
+}
+
 
 void fa_fused(struct fq *q, int seq, cl_event launch, const char *why)
 {
@@ -414,6 +433,7 @@ static void run_append(struct fq *q, struct fk_kernel *r, cl_uint dim, const siz
 {
     struct fa_watch *w = watch_of(q);
     if (!w) return;
+    drop_skipped(w);
     if (w->n == 1 && w->run[0] == r && !fb()->reporting) { /* the same run (fa_before_kernel): counted only */
         fa_again(q);
         return;
@@ -446,6 +466,14 @@ void fa_again(struct fq *q)
     struct fa_watch *w = q->watch;
     if (w && __atomic_load_n(&w->alone, __ATOMIC_RELAXED) < FA_RUN_MAX) __atomic_add_fetch(&w->alone, 1, __ATOMIC_RELAXED);
 }
+
+void fa_skipped(struct fq *q)
+{
+    struct fa_watch *w = __atomic_load_n(&q->watch, __ATOMIC_ACQUIRE);
+    if (w && !__atomic_load_n(&w->skipped, __ATOMIC_RELAXED) && !__atomic_exchange_n(&w->skipped, 1, __ATOMIC_RELAXED))
+        STAT_ADD(fb()->stat_unwatched, 1);
+}
+
 
 void fa_note(struct fq *q, struct fk_kernel *r, cl_uint dim, const size_t *gws) { run_append(q, r, dim, gws, 0); }
 
@@ -605,6 +633,7 @@ int fa_refused(uint32_t seq)
     snprintf(how, sizeof how, "a window of %s, which was refused", refused);
     /* Retired before a window is published: a window may be its prefix. */
     uint32_t skip = __atomic_exchange_n(&fb()->backoff[seq].skip, FB_BACKOFF_NEVER, __ATOMIC_RELAXED);
+    fb_retired();
     int learned = -1;
     /* The next windows, longest first from the left, until one can be
      * learned. */
@@ -619,7 +648,10 @@ int fa_refused(uint32_t seq)
         learned = learn_locked((const char *const *)root->names + start, n, o.root, start, how);
     }
     /* Without a successor it stays as it was, backing off. */
-    if (learned < 0) __atomic_store_n(&fb()->backoff[seq].skip, skip, __ATOMIC_RELAXED);
+    if (learned < 0) {
+        __atomic_store_n(&fb()->backoff[seq].skip, skip, __ATOMIC_RELAXED);
+        fb_retired(); /* brought back: kernels decided quiet meanwhile are decided again */
+    }
     pthread_mutex_unlock(&learn_lock);
     return learned >= 0;
 }
@@ -704,6 +736,7 @@ void fa_repeat(struct fq *q)
 {
     if (!CLSHIM_ASSERT_HELD(&q->lock)) return; /* the run is not watched: nothing is learned from it */
     struct fa_watch *w = q->watch;
+    if (drop_skipped(w)) return; /* no period in a run with a hole */
     uint32_t need = fb()->reporting ? 3 : 2, n = w->n, m = n / need;
     if (w->overflow) { /* no period within FA_RUN_MAX kernels: start afresh here */
         fa_break(q);
@@ -760,7 +793,8 @@ void fa_break(struct fq *q)
     struct fa_watch *w = q->watch;
     if (!w || !w->n) return;
     uint32_t n = w->n;
-    int usable = n >= 2 && !w->overflow;
+    int usable = n >= 2 && !w->overflow && !__atomic_load_n(&w->skipped, __ATOMIC_RELAXED);
+    __atomic_store_n(&w->skipped, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&w->n, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&w->alone, 0, __ATOMIC_RELAXED);
     w->overflow = 0;

@@ -101,4 +101,19 @@ grep -q "hit derived program" "$TMP/noclang-cached.err" || fail "no clang, fused
 grep -q "fused s0+s1+s2+s3 into one launch" "$TMP/noclang-cached.err" || fail "no clang, fused program cached: not fused"
 grep -q "cannot load /nonexistent/libclshim-llvm.so" "$TMP/noclang-cached.err" && fail "noclang-cached: LLVM was loaded"
 ok "no clang, the fused program in the cache: learned and fused from it"
+# The same cache, another chain (s0 s2 s3): learned, refused for good (no
+# clang, nothing cached for it), never held again; its kernels are then
+# quiet, and their launches skip the learner (fusion_enqueue_kernel's
+# second fast path): each chain's run from its second kernel on.
+fresh_pocl; run_plain broken-ref "$BS" --chains 40 --n 4096 --broken
+fresh_pocl; CLSHIM_STATS=1 run_shim broken env CLSHIM_FUSION=auto "${NOCLANG[@]}" "$BS" --chains 40 --n 4096 --broken
+same_hash broken broken-ref "no clang, a chain refused for good: the results differ from the plain run's"
+grep -q "fusion of s0+s2+s3 (plan auto) refused: .*not tried again in this process" "$TMP/broken.err" ||
+    fail "broken: s0+s2+s3 was not refused for good: $(grep 'fusion' "$TMP/broken.err" | head -3)"
+summary=$(grep "fusion summary" "$TMP/broken.err")
+held=$(echo "$summary" | sed -n 's/.*; \([0-9]*\) held kernels submitted unfused.*/\1/p')
+unwatched=$(echo "$summary" | sed -n 's/.*; \([0-9]*\) runs not watched.*/\1/p')
+[ -n "$held" ] && [ "$held" -le 3 ] || fail "broken: $held kernels held after the refusal ($summary)"
+[ -n "$unwatched" ] && [ "$unwatched" -ge 30 ] || fail "broken: $unwatched of 40 runs skipped the learner ($summary)"
+ok "a chain refused for good: held once ($held kernels), then $unwatched of 40 runs past the learner, results as plain"
 finish
