@@ -280,6 +280,7 @@ struct fk_kernel *fk_get(cl_kernel k, int arm_gen)
 
 void fk_forget(cl_kernel k)
 {
+    pthread_once(&kernels_once, kernels_init); /* another thread may be making the map (TSan saw it) */
     if (!kernels) return;
     struct fk_kernel *r = objmap_remove(kernels, k);
     if (!r) return;
