@@ -62,6 +62,7 @@
  * linearised indices are refused though often safe; distinct arg classes are
  * trusted not to alias.
  */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,6 +84,8 @@
 
 enum { CC_SPIR_FUNC = 75, CC_SPIR_KERNEL = 76 };
 enum { CLK_GLOBAL_MEM_FENCE = 2 };
+
+static pthread_mutex_t fuse_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static const char *const md_kinds[] = {"kernel_arg_access_qual", "kernel_arg_type",
                                        "kernel_arg_base_type", "kernel_arg_type_qual",
@@ -1031,7 +1034,14 @@ int fuse_kernels(const struct fuse_request *req, struct fuse_result *result)
     f->ctx = LLVMContextCreate();
     glue_context_typed_pointers(f->ctx);
     LLVMContextSetDiagnosticHandler(f->ctx, on_diagnostic, f);
+    /* One fusion at a time per process: LLVM makes process-wide state
+     * lazily in its pass pipeline (TimerGroup's lock) and publishes it in
+     * ways TSan cannot see from this uninstrumented library; two threads
+     * fusing at once were reported as a race in make check-sanitize.
+     * Fusions are rare; serialising them costs nothing measurable. */
+    pthread_mutex_lock(&fuse_lock);
     int rc = fuse_run(f);
+    pthread_mutex_unlock(&fuse_lock);
 
     const struct fuse_kernel *k0 = req->kernels;
     if (rc == 0) {
