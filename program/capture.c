@@ -43,6 +43,17 @@ static void wait_until_idle(void)
 {
     (void)CLSHIM_ASSERT_HELD(&lock);
     if (!defer_max_s) return;
+    /* The first look is one period after the submit (the watch counts the
+     * application busy until its first window anyway): reading every
+     * thread's schedstat at once ran beside the application's first
+     * chain of kernels. A run that ends first has its captures made at
+     * exit. */
+    while (count && !exiting && !stopping && busy_now_s() - queued_at[head] < BUSY_PERIOD_S) {
+        double at = queued_at[head] + BUSY_PERIOD_S;
+        struct timespec until = {(time_t)at, (long)((at - (double)(time_t)at) * 1e9)};
+        pthread_cond_timedwait(&changed, &lock, &until);
+    }
+    if (!count || exiting || stopping) return;
     struct busy_watch w;
     if (busy_watch_start(&w, getpid(), (pid_t)syscall(SYS_gettid)) != 0) return;
     int said = 0;
@@ -124,6 +135,14 @@ static void pin_library(void)
     void *self = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE);
     if (!self) log_msg(LOG_INFO, "cannot pin %s in memory (%s)", info.dli_fname, dlerror());
     /* The reference dlopen took is kept: the library is never unloaded. */
+}
+
+void capture_prepare(void)
+{
+    pthread_once(&pinned, pin_library);
+    pthread_mutex_lock(&lock);
+    if (!stopping) (void)start_worker();
+    pthread_mutex_unlock(&lock);
 }
 
 int capture_submit(void *item)

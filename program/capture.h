@@ -58,6 +58,12 @@ struct capture_ops {
 /* Sets the functions (once, before any submit). */
 void capture_init(const struct capture_ops *ops);
 
+/* Starts the worker (and pins the library) ahead of the first submit:
+ * called where a capture becomes owed (a build), so that the submit at the
+ * application's first synchronisation, inside its first kernels' time,
+ * only queues. */
+void capture_prepare(void);
+
 /* 0 when queued (or already queued), -1 when the caller must capture
  * itself (no worker thread, queue full, exiting). */
 int capture_submit(void *item);

@@ -19,6 +19,7 @@
 #include "cache/snapshot.h"
 
 static int hand_to_helper(struct pc_program *rec);
+static int capture_wanted(const struct pc_program *rec);
 
 int pc_pending_captures;
 static struct pc_program **pending;
@@ -46,6 +47,7 @@ void add_pending(struct pc_program *rec)
     }
     __atomic_store_n(&pc_pending_captures, npending > 0, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&pc_pending_lock);
+    if (config_get()->capture_background) capture_prepare();
 }
 
 /* The child of fork() forgets the parent's pending captures (it never
@@ -114,7 +116,7 @@ static int queue_capture_locked(struct pc_program *rec)
     (void)CLSHIM_ASSERT_HELD(&pc_pending_lock);
     if (rec->queued) return 0;
     pthread_mutex_lock(&rec->lock);
-    int handed = hand_to_helper(rec) == 0;
+    int handed = !capture_wanted(rec) || hand_to_helper(rec) == 0; /* nothing owed: nothing to queue */
     pthread_mutex_unlock(&rec->lock);
     if (handed) {
         remove_pending_locked(rec);
