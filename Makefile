@@ -41,7 +41,8 @@ FUZZ_SRC   := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 CORE_OBJ := $(call obj,$(CORE_SRC))
 SHIM_OBJ := $(call obj,$(SHIM_SRC))
-LLVM_OBJ := $(call obj,$(LLVM_C)) $(patsubst %.cpp,$(BUILD)/obj/%.o,$(LLVM_CXX))
+# The module runs its isolated steps as child processes with common/spawn.c.
+LLVM_OBJ := $(call obj,$(LLVM_C)) $(patsubst %.cpp,$(BUILD)/obj/%.o,$(LLVM_CXX)) $(BUILD)/obj/common/spawn.o
 TOOL_OBJ := $(call obj,$(TOOL_SRC))
 
 LIB      := $(BUILD)/libclshim.so
@@ -169,7 +170,8 @@ $(BUILD)/tests/rel/%: tests/reliability/progs/%.c $(CORE_A)
 fuzz:
 	$(MAKE) BUILD=$(FUZZ_BUILD) CC=$(FUZZ_CC) CXX=$(FUZZ_CXX) SAN=address,undefined OPT=-O1 \
 	  EXTRA_CFLAGS=-fsanitize=fuzzer-no-link fuzz-targets
-fuzz-targets: $(FUZZERS) $(LLVMLIB)
+# The translator's steps run in clshim-tool llvm-child beside the module.
+fuzz-targets: $(FUZZERS) $(LLVMLIB) $(TOOL)
 $(BUILD)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz.h $(CORE_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_C) -fsanitize=fuzzer -o $@ $< $(CORE_A) $(LDFLAGS_C) -lOpenCL $(CORE_LIBS)

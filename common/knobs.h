@@ -172,9 +172,11 @@
       "never waits for that code generation. 0: captured in the application " \
       "(the background thread, CLSHIM_CAPTURE_BACKGROUND).")                   \
     X(CAPTURE_HELPER, PATH, capture_helper, "", "0.1",                         \
-      "The clshim-tool the capture helper runs; empty: the one next to the "  \
-      "library (the installed layout and build/). When it cannot be started, "\
-      "captures stay in the application (one line).")                          \
+      "The clshim-tool that clshim starts: as the capture helper, and for "   \
+      "SPIR-V translation and PTX lowering (`clshim-tool llvm-child`); "       \
+      "empty: the one next to the library (the installed layout and build/). "\
+      "When the helper cannot be started, captures stay in the application "  \
+      "(one line); without it, a translation fails with that reason.")         \
     X(CAPTURE_HELPER_BUDGET, UINT, capture_helper_budget, "300", "0.1",        \
       "CPU seconds the capture helper goes on storing after the application "  \
       "exited (wall time at most ten times that, for a helper starved on a "   \

@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CLSHIM_LLVM_API_VERSION 8
+#define CLSHIM_LLVM_API_VERSION 9
 
 /* A specialization constant: SpecId and its value's bytes (1, 2, 4 or 8). */
 struct llvm_spec_const {
@@ -29,9 +29,10 @@ struct llvm_spec_const {
     uint64_t value; /* the low `size` bytes, little endian */
 };
 
-/* Bounds on one translation. The translator runs in a forked child (it
- * asserts, loops or grows without bound on some corrupted modules); past
- * either bound the child is killed and the module rejected. */
+/* Bounds on one translation. The translator runs in a child process,
+ * `clshim-tool llvm-child` (it asserts, loops or grows without bound on some
+ * corrupted modules); past either bound the child is killed and the module
+ * rejected. PTX lowering (route (a)) runs there too. */
 struct llvm_limits {
     uint32_t translate_timeout_ms; /* wall clock; 0: no bound */
     uint64_t translate_max_memory; /* bytes the child may allocate; 0: no bound */
@@ -180,6 +181,16 @@ struct clshim_llvm_api {
     /* Sets the bounds of every later translation (call once, after loading;
      * until then: 60 s, no memory bound). */
     void (*set_limits)(const struct llvm_limits *limits);
+
+    /* The clshim-tool the child steps run (NULL: the one beside the module,
+     * or one level up) and the environment it gets (NULL: environ); both
+     * copied. Call after loading, before the first translation. */
+    void (*set_helper)(const char *tool, char *const *env);
+
+    /* Serves one child step in this process: reads the request on stdin,
+     * writes the reply on stdout, and ends the process. Only `clshim-tool
+     * llvm-child MODULE` calls it. */
+    int (*child_main)(void);
 
     /* Checks a SPIR-V module (magic, version, the translator can read it) and
      * translates it to SPIR 1.2 bitcode for spir64 with OpenCL 1.2 builtin

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/childenv.h"
 #include "common/config.h"
 #include "common/log.h"
 
@@ -79,6 +80,11 @@ static void llvm_load(void)
             .translate_max_memory = cfg->translate_max_memory,
         };
         api->set_limits(&limits);
+        /* The translator's child: the knob's clshim-tool, else the module's
+         * neighbour, started without clshim in its environment. */
+        char **env = child_environ();
+        api->set_helper(cfg->capture_helper, env);
+        free_environ(env);
         __atomic_store_n(&llvm_table, api, __ATOMIC_RELEASE);
         __atomic_store_n(&llvm_loaded, 1, __ATOMIC_RELEASE);
         return;

@@ -25,6 +25,7 @@
 #include "cache/key.h"
 #include "common/check.h"
 #include "common/childenv.h"
+#include "common/spawn.h"
 #include "common/config.h"
 #include "common/log.h"
 
@@ -345,13 +346,7 @@ static int start_helper(void)
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, sv[1], 0);
     posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    posix_spawnattr_init(&attr);
-    sigset_t none, def;
-    sigemptyset(&none);
-    sigfillset(&def);
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setsigdefault(&attr, &def);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    spawn_attr_init(&attr);
     char *argv[] = {path, "capture-helper", NULL};
     char **envp = child_environ();
     pid_t pid;

@@ -37,6 +37,7 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "--version")) return printf("clshim %s\n", CLSHIM_VERSION) < 0;
     if (!strcmp(argv[1], "capture-helper")) return capture_helper_main(argc - 1, argv + 1);
     if (!strcmp(argv[1], "capture-one")) return capture_one_main(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "llvm-child")) return llvm_child_main(argc - 1, argv + 1);
     if (!strcmp(argv[1], "profile")) return profile_cmd_main(argc - 1, argv + 1);
     return help_unknown("clshim", "", argv[1]);
 }

@@ -32,5 +32,6 @@ int ptx_print(const struct clshim_llvm_api *api, const void *bc, size_t size, co
               const char *tag);
 int capture_helper_main(int argc, char **argv); /* tools/capture_helper.c: started by the shim */
 int capture_one_main(int argc, char **argv);    /* tools/capture_helper.c: one capture, started by the helper */
+int llvm_child_main(int argc, char **argv);     /* tools/llvm_child.c: an isolated LLVM step, started by clshim */
 
 #endif

@@ -33,9 +33,13 @@ int glue_spirv_to_bitcode(const void *spirv, size_t size, const struct llvm_spec
 int glue_bitcode_to_spirv(const void *bitcode, size_t size, void **spirv, size_t *spirv_size,
                           char *err, size_t err_len);
 
-/* Bounds of the translator's child process (llvm_limits in llvm_api.h):
+/* Bounds of an isolated step's child process (llvm_limits in llvm_api.h):
  * wall-clock timeout (0: none) and bytes it may allocate (0: no bound). */
 void glue_set_translate_limits(uint32_t timeout_ms, uint64_t max_memory);
+
+/* The clshim-tool an isolated step runs (NULL: the one beside this module)
+ * and its environment (NULL: environ); both copied (isolate.c). */
+void glue_set_helper(const char *tool, char *const *env);
 
 /* Makes a fresh context use typed pointers (LLVM 15 defaults to opaque ones,
  * and would upgrade typed bitcode on reading; the translator's writer and
@@ -52,15 +56,35 @@ int kinfo_kernel(const void *bitcode, size_t size, const char *name, struct kern
 int kinfo_text(const void *bitcode, size_t size, char **text, char *err, size_t err_len);
 
 /* Route (a), SPIR -> PTX (ptx.c); see llvm_api.h. Runs in this process:
- * api.c runs it in a child through glue_isolated. */
+ * api.c runs it in a child through glue_isolated (GLUE_TO_PTX). */
 int ptx_from_spir(const struct ptx_request *req, struct ptx_result *result);
 
-/* Runs work(arg, ...) in a forked child with the translator's bounds and
- * protections (spirv_glue.cpp: a crash, an LLVM fatal error, a hang or
- * runaway memory there is an error here, `what` naming the step in the
- * reason); its output buffer comes back malloc'd in *out. */
-int glue_isolated(int (*work)(void *arg, void **out, size_t *out_size, char *err, size_t err_len), void *arg,
+/* The steps that run in a child process (isolate.c). */
+enum glue_work {
+    GLUE_TO_BITCODE = 1, /* head: llvm_spec_const[], body: SPIR-V */
+    GLUE_TO_SPIRV = 2,   /* head: empty, body: SPIR bitcode */
+    GLUE_TO_PTX = 3,     /* head and body: api.c's request */
+};
+
+/* Runs step `work` on `head` and `body` in `clshim-tool llvm-child` with the
+ * bounds of glue_set_translate_limits: a crash, an LLVM fatal error, a hang
+ * or runaway memory there is CLSHIM_EINVAL here, `what` naming the step in
+ * the reason. The step's output comes back malloc'd in *out. */
+int glue_isolated(uint32_t work, const void *head, size_t head_len, const void *body, size_t body_len,
                   const char *what, void **out, size_t *out_size, char *err, size_t err_len);
+
+/* The child's side: reads a request on stdin, runs it, writes the reply on
+ * stdout and ends the process (clshim-tool llvm-child; nothing else). */
+int glue_child_main(void);
+
+/* Runs one step in this process (the child): spirv_glue.cpp, where every
+ * C++ exception becomes an error. */
+int glue_child_work(uint32_t work, const void *head, size_t head_len, const void *body, size_t body_len, void **out,
+                    size_t *out_size, char *err, size_t err_len);
+
+/* GLUE_TO_PTX's work (api.c). */
+int ptx_child_work(const void *head, size_t head_len, const void *body, size_t body_len, void **out,
+                   size_t *out_size, char *err, size_t err_len);
 
 /* Route (a)'s built-ins (ptx_builtins.c), per floating-point mode: */
 #define PTX_MODE_PLAIN 1u /* no math options */

@@ -1,7 +1,8 @@
 /* fuzz_spirv_translate — SPIR-V handed to the translator path: what
  * clCreateProgramWithIL + clBuildProgram do on a device without IL support
  * (spirv_scan, then libclshim-llvm's spirv_to_spir, which runs the Khronos
- * translator in a forked child because it asserts on bad input).
+ * translator in a child process, clshim-tool llvm-child, because it
+ * asserts on bad input).
  *
  * The translator itself is not instrumented (it is the distribution's
  * libLLVMSPIRVLib), so libFuzzer mutates blindly from the seed modules; run

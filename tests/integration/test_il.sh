@@ -24,6 +24,11 @@ same_output src cold.cmp "IL program: same results as the OpenCL C version (loca
 grep -q "CL_PROGRAM_IL returns the module: yes" "$TMP/cold.out" || fail "CL_PROGRAM_IL does not return the original IL"
 [ "$(count 'translated SPIR-V' "$TMP/cold.err")" = 1 ] || fail "cold IL run: expected one translation"
 ok "CL_PROGRAM_IL returns the original module; one translation"
+# The translator runs in an exec'd clshim-tool, not in a fork() of the
+# application (a fork copies locks other threads hold, and runs the
+# application's atfork handlers).
+grep -q "ilprog: forks during the build: 0" "$TMP/cold.err" || fail "the translation forked the application's process"
+ok "the translation forks nothing: the application's atfork handlers never run"
 
 fresh_pocl; run_shim warm "$IL" --il "$TMP/features.spv"
 same_output cold warm "IL program, warm: same results"

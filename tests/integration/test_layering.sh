@@ -15,7 +15,7 @@ tools            program/capture_proc.h fusion/plan.h fusion/frontend.h fusion/f
 program          compiler cache common !cache/memtier.h
 fusion           program/origin.h compiler cache common
 compiler         common
-compiler/llvm    compiler/llvm_api.h compiler/fuse_ranges.h common/error.h
+compiler/llvm    compiler/llvm_api.h compiler/fuse_ranges.h common/error.h common/spawn.h
 cache            common
 common
 '

@@ -9,6 +9,8 @@
  *   --khr: create through clCreateProgramWithILKHR */
 #include "common.h"
 
+#include <pthread.h>
+
 typedef cl_program(CL_API_CALL *create_il_fn)(cl_context, const void *, size_t, cl_int *);
 static int use_khr;
 static cl_platform_id platform;
@@ -129,9 +131,15 @@ static int llvm_loaded(void)
 
 static void note_exit(void) { fprintf(stderr, "ilprog: atexit handler ran\n"); }
 
+/* fork()s in this process (an atfork handler runs in the parent at each):
+ * a translation must not run the application's fork handlers. */
+static int forks_seen;
+static void count_fork(void) { __atomic_add_fetch(&forks_seen, 1, __ATOMIC_RELAXED); }
+
 int main(int argc, char **argv)
 {
     atexit(note_exit); /* must run once, in this process only */
+    pthread_atfork(count_fork, NULL, NULL);
     const char *mode = NULL, *path = NULL, *spec_value = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--khr")) use_khr = 1;
@@ -180,7 +188,9 @@ int main(int argc, char **argv)
     /* Left in stdout's buffer across the build: a translator child must not
      * write it out a second time. */
     printf("program created\n");
+    int forks_before = __atomic_load_n(&forks_seen, __ATOMIC_RELAXED);
     err = clBuildProgram(prog, 1, &dev, "", NULL, NULL);
+    fprintf(stderr, "ilprog: forks during the build: %d\n", __atomic_load_n(&forks_seen, __ATOMIC_RELAXED) - forks_before);
     if (err != CL_SUCCESS) {
         char *log = build_log(prog, dev);
         printf("build failed: %d\n%s\n", err, log);
