@@ -34,8 +34,8 @@ awk '/^    run\)/ { on = 1 } on && /^        \[ \$# -gt 0 \]/ { on = 0 }
     sort -u >"$TMP/run-opts"
 [ "$(wc -l <"$TMP/run-opts")" -ge 4 ] || fail "found too few run options in scripts/clshim"
 while read -r o; do has "run $o" "clshim run"; done <"$TMP/run-opts"
-# clshim-tool's commands (capture-helper and capture-one are the shim's own, not a user's).
-awk '/^int main/, 0' "$ROOT/tools/clshim-tool.c" | grep -o 'strcmp(argv\[1\], "[^"]*")' | sed 's/.*"\(.*\)")/\1/' | grep -v '^capture-helper$' | grep -v '^capture-one$' |
+# clshim-tool's commands (capture-helper, capture-one and llvm-child are the shim's own, not a user's).
+awk '/^int main/, 0' "$ROOT/tools/clshim-tool.c" | grep -o 'strcmp(argv\[1\], "[^"]*")' | sed 's/.*"\(.*\)")/\1/' | grep -v '^capture-helper$' | grep -v '^capture-one$' | grep -v '^llvm-child$' |
     while read -r c; do has "$c" clshim-tool; done
 # `clshim cache`'s subcommands.
 grep -o 'strcmp(cmd, "[^"]*")' "$ROOT/tools/cache_cmd.c" | sed 's/.*"\(.*\)")/\1/' | grep -v '^-' |
