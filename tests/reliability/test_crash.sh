@@ -21,8 +21,10 @@ compaction_hits=0
 for ((i = 1; i <= KILLS; i++)); do
     "$REL/rel_writer" run "$D" "$i" $((2 << 20)) >"$TMP/w.out" 2>"$TMP/w.err" &
     pid=$!
-    # Wait until it has opened the cache, then kill it 0-250 ms later.
-    for _ in $(seq 1000); do [ -s "$TMP/w.out" ] && break; sleep 0.01; done
+    # Wait until it has opened the cache (up to 60 s while it lives: after a
+    # kill, recovery on a machine this busy took more than 10 s once), then
+    # kill it 0-250 ms later.
+    for _ in $(seq 6000); do [ -s "$TMP/w.out" ] && break; kill -0 "$pid" 2>/dev/null || break; sleep 0.01; done
     [ -s "$TMP/w.out" ] || { cat "$TMP/w.err" >&2; fail "kill $i: the writer did not start"; }
     sleep "0.$(printf %03d $((RANDOM % 250)))"
     kill -KILL $pid
