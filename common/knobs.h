@@ -255,6 +255,13 @@
       "application's thread, at the sequence's first fused occurrence). "     \
       "Plans, the extension API and other drivers make it in the "            \
       "application.")                                                          \
+    X(FUSION_HISTORY, BOOL, fusion_history, "1", "0.2",                       \
+      "With CLSHIM_FUSION=auto: 1 keeps in the cache, per fused program and "  \
+      "device, how often its sequence occurred in the last run, what loading " \
+      "it cost and what a fused occurrence saved, and loads a cached fused "   \
+      "program only where the run is expected to go on long enough for it "   \
+      "to pay (docs/fusion.md, \"Never slower\"); 0 loads it at the "         \
+      "sequence's first fused occurrence, whatever the run's length.")        \
     X(FUSION_HOLD_MS, UINT, fusion_hold_ms, "50", "0.2",                       \
       "The longest a queue holds kernels of a fusion sequence while the "     \
       "application enqueues nothing more on it: after 1 to 2 times this "      \
@@ -269,6 +276,11 @@
       "sleeps this many microseconds, so that a test can make fusion slower "  \
       "than the unfused kernels on purpose and check that automatic fusion "   \
       "then runs them unfused (docs/fusion.md, \"Never slower\"). 0: off.")     \
+    X(FUSION_TEST_LOAD_US, UINT, fusion_test_load_us, "0", "0.2",             \
+      "For tests only: a fused program's load is recorded in the run-length "  \
+      "history (CLSHIM_FUSION_HISTORY) as taking this many microseconds "      \
+      "instead of the time measured, so that a test can make loading cost "    \
+      "more than a short run gains. 0: off.")                                  \
     X(FUSION_REPORT, PATH, fusion_report, "", "0.1",                           \
       "With CLSHIM_FUSION=auto: at exit, append to this file one line per "    \
       "kernel sequence that recurred or was learned (names, the run it is a "  \

@@ -182,6 +182,8 @@ static void do_init(void)
                 fb()->plan = plan;
                 fb()->automatic = automatic;
                 fb()->build_by_helper = strcmp(cfg->fusion_build, "app") != 0;
+                fb()->history = cfg->fusion_history;
+                fb()->test_load_us = (unsigned)cfg->fusion_test_load_us;
                 fb()->test_slowdown_us = (unsigned)cfg->fusion_test_slowdown_us;
                 armed = (plan->nseqs ? FUSION_ARMED_PLAN : 0) | (automatic ? FUSION_ARMED_AUTO : 0);
                 if (plan->nseqs)

@@ -43,6 +43,8 @@ struct fb_module {
     uint32_t plan_cap;           /* sequences plan has room for (backoff, fq.cand) */
     uint32_t plan_user;          /* the user's plan sequences: the plan's first ones (learned ones follow) */
     int automatic;               /* CLSHIM_FUSION=auto: sequences are learned (fauto.c) */
+    int history;                 /* CLSHIM_FUSION_HISTORY: loads decided by earlier runs (flaunch.c) */
+    unsigned test_load_us;       /* CLSHIM_FUSION_TEST_LOAD_US: the load recorded, for tests (flaunch.c) */
     int build_by_helper;         /* CLSHIM_FUSION_BUILD=helper: their fused programs are made by the
                                     capture helper where it serves (flaunch.c, fjob.c) */
     int reporting;               /* CLSHIM_FUSION_REPORT is on (fauto.c) */
@@ -87,6 +89,7 @@ struct fb_backoff {
     uint32_t fused;      /* it fused at least once */
     uint32_t polls;      /* looks for the capture helper's fused program so far (enqueue.c) */
     uint64_t poll_at_us; /* 0, or while the helper makes it: not held before this time (fs_now_ms, us) */
+    uint32_t occurrences; /* seen in this run, fused or not (flaunch.c, history) */
     struct fs_speed speed;
 };
 #define FB_BACKOFF_NEVER UINT32_MAX
@@ -505,6 +508,9 @@ uint32_t fs_follow(struct fq *q, const char *name);
 /* The medians of the last measurement of s, when there was one, or of
  * the one in progress when it has most of its occurrences (1). */
 int fs_measured(uint32_t s, double *fused_ms, double *unfused_ms);
+/* An earlier run measured learned sequence s faster fused (fhistory.c):
+ * its first measurement in this run comes later. */
+void fs_known_faster(uint32_t s);
 
 /* ---- automatic fusion (fauto.c) ---- */
 
@@ -593,8 +599,10 @@ enum {
     FB_REFUSED_ALWAYS = 2, /* the kernels or the machine, whatever the key: printf, image
                             arguments, no libclshim-llvm.so, route (b) with kernels of different
                             programs or from IL; the sequence is not tried again in this process */
-    FB_DEFERRED = 3       /* not refused: the fused program is being made by the capture helper
+    FB_DEFERRED = 3,      /* not refused: the fused program is being made by the capture helper
                             (fusion/fjob.h); the occurrence runs unfused */
+    FB_NOT_YET = 4        /* not refused: loading the cached fused program would not pay in this
+                            run yet (flaunch.c, history); the sequence sits out a back-off set */
 };
 
 /* Fuses and launches q's held kernels (under q->lock: its caller,

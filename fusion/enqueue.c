@@ -433,9 +433,13 @@ int fb_backoff_skips(uint32_t s)
     while (left && left != BACKOFF_NEVER &&
            !__atomic_compare_exchange_n(&fb()->backoff[s].skip, &left, left - 1, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
         continue;
-    if (left) return 1;
-    uint64_t poll_at = __atomic_load_n(&fb()->backoff[s].poll_at_us, __ATOMIC_RELAXED);
-    return poll_at && now_us() < poll_at;
+    if (!left) {
+        uint64_t poll_at = __atomic_load_n(&fb()->backoff[s].poll_at_us, __ATOMIC_RELAXED);
+        if (!poll_at || now_us() >= poll_at) return 0;
+    }
+    if (left != BACKOFF_NEVER) /* sat out, still one of the run's (flaunch.c, history) */
+        __atomic_add_fetch(&fb()->backoff[s].occurrences, 1, __ATOMIC_RELAXED);
+    return 1;
 }
 
 /* Sequence s's fused program is being made by the capture helper: its
@@ -532,6 +536,7 @@ void fb_fuse_or_submit(struct fq *q, int flags, const char *internal_args, int s
     /* One measurement follows an occurrence on a queue at a time: windows
      * of one run complete one after the other, and a second one's
      * fs_follow_next would end the first's. */
+    if (seq >= 0) __atomic_add_fetch(&fb()->backoff[seq].occurrences, 1, __ATOMIC_RELAXED);
     int way = seq >= 0 && (!q->fs_follow || q->fs_follow == (uint32_t)seq + 1) ? fs_way((uint32_t)seq, &tk) : FS_FUSE;
     if (way == FS_UNFUSED) { /* never slower: measured slower fused */
         fb_submit_held(q, p);
@@ -565,6 +570,10 @@ void fb_fuse_or_submit(struct fq *q, int flags, const char *internal_args, int s
         if (log_enabled(LOG_INFO)) /* no call with its variable arguments for nothing */
             fb_log_kind("fused %s into one launch (%u parameters for %u arguments)", names, (unsigned)nparams,
                         (unsigned)nargs);
+        return;
+    }
+    if (lasting == FB_NOT_YET) { /* its back-off is set: not held until it may pay */
+        fb_submit_held(q, p);
         return;
     }
     if (lasting == FB_DEFERRED) {

@@ -62,6 +62,7 @@
 #include "common/profile.h"
 #include "fusion/batch.h"
 #include "fusion/batch_int.h"
+#include "fusion/fhistory.h"
 #include "fusion/froute.h"
 #include "fusion/frontend.h"
 #include "compiler/fuse_ranges.h"
@@ -102,6 +103,7 @@ struct fb_memo {
     uint64_t set_serial;            /* holds, at this serial of it (args_known); NULL: none known */
     uint32_t dim;
     size_t gws[3], lws[3], off[3];
+    int made_here;         /* made (compiled) by this process, not loaded from the cache */
     struct fb_memo *next;
 };
 
@@ -427,6 +429,7 @@ struct make_ctx {
     const struct pc_origin *given; /* the held kernels' origins, from a job (fjob.c); NULL: asked of
                                     * the program layer (pc_kernel_origin) */
     int quiet;           /* make_cached logs nothing (cannot_make_here's look) */
+    int made;            /* set by make(): the program was made, not loaded (history) */
 };
 
 /* The held kernels' names joined by '+' (log lines, the test mode's files). */
@@ -897,6 +900,7 @@ static int make(void *arg, void **bitcode, size_t *bitcode_size, void **meta, si
 {
     struct make_ctx *m = arg;
     char names[512];
+    m->made = 1;
     seq_label(m->q, names, sizeof names);
     unsigned char *pkey = NULL;
     size_t pkey_len = 0;
@@ -1049,7 +1053,7 @@ static struct fb_memo *memo_build(const struct fq *q, int flags, const char *int
     memcpy(e->key, key->p, key->len);
     e->key_len = key->len;
     char why[600] = "";
-    struct make_ctx mc = {q, flags, internal_args, cls, e->key, e->key_len, why, sizeof why, 0, 0, 0, options, NULL, 0};
+    struct make_ctx mc = {q, flags, internal_args, cls, e->key, e->key_len, why, sizeof why, 0, 0, 0, options, NULL, 0, 0};
     void *meta = NULL;
     size_t meta_size = 0;
     cl_int err = CL_SUCCESS;
@@ -1100,6 +1104,7 @@ static struct fb_memo *memo_build(const struct fq *q, int flags, const char *int
     if (why[0]) e->reason = strdup(why);
     e->ptx_refused = mc.ptx_refused;
     e->permanent = mc.permanent;
+    e->made_here = mc.made;
     if (why[0] && !e->reason) {
         memo_drop(e);
         return NULL;
@@ -1235,7 +1240,7 @@ int fb_make_job(const struct fq *q, int flags, const struct pc_origin *origins, 
                 const unsigned char *key, size_t key_len, const char *options, void **program, size_t *size,
                 void **meta, size_t *meta_size, int *by_key, int *permanent, char *why, size_t why_len)
 {
-    struct make_ctx mc = {q, flags, NULL, cls, key, key_len, why, why_len, 0, 0, 0, options, origins, 0};
+    struct make_ctx mc = {q, flags, NULL, cls, key, key_len, why, why_len, 0, 0, 0, options, origins, 0, 0};
     why[0] = 0;
     int rc = make(&mc, program, size, meta, meta_size);
     *by_key = mc.by_key;
@@ -1507,14 +1512,22 @@ static int ranges_refused(const struct fq *q, int flags, char *why, size_t why_l
     return fuse_ranges_check(ks, q->nheld, !(flags & FB_SOURCE), &r, why, why_len);
 }
 
+/* What a fused program's first load in this process took (fusion/fhistory.h). */
+struct fb_load {
+    struct fh_entry *hist;   /* NULL: not timed */
+    double t0;               /* ms, before the load */
+    struct fb_memo *e;       /* the entry loaded */
+};
+
 /* The fused program for q's held kernels: a repeat of the last launch, else
  * through classes and key material (memo, cache, build). NULL with `why`,
  * *lasting set to FB_REFUSED_KEY when the request is refused by its key
  * (its ranges, the memo's or the cache's refusal), FB_REFUSED_ALWAYS for
  * a cause no other request of these kernels escapes, and *ptx_refused when
  * route (a) refused it. */
-static struct fb_memo *fused_program(struct fq *q, int flags, const char *internal_args, int gen, int *repeat,
-                                     int *lasting, int *ptx_refused, char *why, size_t why_len)
+static struct fb_memo *fused_program(struct fq *q, int flags, const char *internal_args, int gen, int seq,
+                                     int *repeat, int *lasting, int *ptx_refused, struct fb_load *ld, char *why,
+                                     size_t why_len)
 {
     struct fb_memo *e = repeat_match(q, flags, internal_args, gen);
     *repeat = e != NULL;
@@ -1560,6 +1573,11 @@ static struct fb_memo *fused_program(struct fq *q, int flags, const char *intern
         snprintf(why, why_len, "out of memory");
         goto out;
     }
+    if (!e && fh_defers(q, seq, key.p, key.len, options, &ld->hist, why, why_len)) {
+        *lasting = FB_NOT_YET;
+        goto out;
+    }
+    if (!e && ld->hist) ld->t0 = fs_now_ms();
     if (!e && by_helper(q, flags) && !(needs_clang(q) && !clang_available()) && memo_by_helper(q, flags, cls, &key, options, &e) == PC_HELPER_PENDING) {
         snprintf(why, why_len, "its fused program is being made by the capture helper");
         *lasting = FB_DEFERRED;
@@ -1569,6 +1587,7 @@ static struct fb_memo *fused_program(struct fq *q, int flags, const char *intern
         snprintf(why, why_len, "out of memory");
         goto out;
     }
+    if (e && ld->t0 && !e->made_here) ld->e = e; /* loaded: timed to the end of its launch */
     if (e && e->reason) {
         snprintf(why, why_len, "%s", e->reason);
         *lasting = e->permanent ? FB_REFUSED_ALWAYS : FB_REFUSED_KEY;
@@ -1598,11 +1617,14 @@ int fb_fuse_held(struct fq *q, int flags, const char *internal_args, int seq, st
     if (!(flags & FB_INTERNAL)) internal_args = NULL;
     int gen = __atomic_load_n(&fb()->mem_gen, __ATOMIC_ACQUIRE), repeat = 0, ptx_refused = 0;
     int asked = flags; /* a launch repeating this one finds the program by these flags */
-    struct fb_memo *e = fused_program(q, flags, internal_args, gen, &repeat, lasting, &ptx_refused, why, why_len);
+    struct fb_load ld = {NULL, 0, NULL};
+    struct fb_memo *e =
+        fused_program(q, flags, internal_args, gen, seq, &repeat, lasting, &ptx_refused, &ld, why, why_len);
     if (!e && ptx_refused && fr_fallback(q, flags, why)) {
         flags = (flags & ~(FB_PTX | FB_CONST)) | FB_SOURCE;
         *lasting = FB_REFUSED_ONCE;
-        e = fused_program(q, flags, internal_args, gen, &repeat, lasting, &ptx_refused, why, why_len);
+        ld = (struct fb_load){NULL, 0, NULL};
+        e = fused_program(q, flags, internal_args, gen, seq, &repeat, lasting, &ptx_refused, &ld, why, why_len);
         repeat = 0;
     }
     if (!e) return -1;
@@ -1615,6 +1637,8 @@ int fb_fuse_held(struct fq *q, int flags, const char *internal_args, int seq, st
         snprintf(why, why_len, "enqueueing the fused kernel failed (error %d)", err);
         return -1;
     }
+    if (ld.e == e) /* the load and the first launch, as the application's thread paid them */
+        fh_loaded(ld.hist, (fs_now_ms() - ld.t0) * 1e3);
     if (!repeat) repeat_save(q, asked, internal_args, gen, seq, e);
     if (__atomic_load_n(&profile_active, __ATOMIC_RELAXED)) profile_fused_launch(q, rev);
     /* Launched: every held command's work is in rev. */

@@ -31,6 +31,11 @@
  *     verdict stays, from FS_PERIOD_MIN to FS_PERIOD_MAX;
  *   - a plan's sequence is the user's word: it stays fused, measured once,
  *     and one line says when it measured slower.
+ * Where an earlier run measured a learned sequence faster fused (the
+ * run-length history, fhistory.h), this run's first measurement comes
+ * after FS_PERIOD_KNOWN fused occurrences instead of FS_START: the 6
+ * unfused occurrences of each early measurement cost a 300-chain run on
+ * PoCL a tenth of what fusing gains.
  * Cost outside a measurement: one atomic load and add per completed
  * sequence, and a load per first held kernel (the clock is read only while
  * some sequence is measured). Inside one, a callback per occurrence.
@@ -46,6 +51,7 @@
 
 #define FS_PERIOD_MIN 64    /* occurrences between measurements, doubled while the verdict stays */
 #define FS_PERIOD_MAX 4096
+#define FS_PERIOD_KNOWN 1024 /* before the first measurement, where an earlier run measured it faster fused */
 #define FS_WAIT_MAX 256     /* occurrences a measurement's callbacks may take before it is given up */
 
 enum { FS_COUNT = 0, FS_AGAIN, FS_SAMPLE, FS_WAIT, FS_DONE };
@@ -121,6 +127,17 @@ static void decide(uint32_t s, struct fs_speed *f)
                        "next %u occurrences", names, fm, um, (unsigned)f->period);
     fb_backoff_skip(s, f->period);
     f->state = FS_AGAIN;
+}
+
+void fs_known_faster(uint32_t s)
+{
+    struct fs_speed *f = &fb()->backoff[s].speed;
+    pthread_mutex_lock(&fs_lock);
+    if (f->state == FS_COUNT && !f->period && !f->measured) {
+        f->slower = 0; /* the verdict this run's first measurement may confirm (the period doubles) */
+        __atomic_store_n(&f->period, FS_PERIOD_KNOWN, __ATOMIC_RELAXED);
+    }
+    pthread_mutex_unlock(&fs_lock);
 }
 
 int fs_way_slow(uint32_t s, struct fs_ticket *t)

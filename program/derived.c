@@ -145,6 +145,65 @@ void pc_derived_refusal_put_for(const char *identity, const char *device, const 
     if (refusal_key(&k, identity, options, key, key_len, by) == 0) refusal_put(&k, device, reason, permanent);
 }
 
+/* ---- history (origin.h) ---- */
+
+#define HISTORY_MAGIC 0x31747368u /* "hst1" */
+#define HISTORY_SIZE 24           /* the magic, then the five fields, each u32 little-endian */
+
+static int history_key(struct key_buf *k, cl_device_id dev, const char *options, const void *key, size_t key_len)
+{
+    const struct device_info *info = config_get()->cache ? device_info(pc_real, dev) : NULL;
+    if (!info || !info->identity) return -1;
+    key_begin(k, KEY_FUSION, options);
+    key_add_text(k, "device", info->identity);
+    key_add_blob(k, "derived-history", key, key_len);
+    return 0;
+}
+
+static void put_le32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint32_t get_le32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+int pc_derived_history_get(cl_device_id dev, const char *options, const void *key, size_t key_len,
+                           struct pc_derived_history *h)
+{
+    struct key_buf k;
+    void *v = NULL;
+    size_t n = 0;
+    if (history_key(&k, dev, options, key, key_len) != 0) return -1;
+    int rc = pipeline_record_get(&k, &v, &n);
+    key_free(&k);
+    const unsigned char *p = v;
+    if (rc == 0 && (n != HISTORY_SIZE || get_le32(p) != HISTORY_MAGIC)) rc = -1; /* another version's, or damaged */
+    if (rc == 0)
+        *h = (struct pc_derived_history){get_le32(p + 4), get_le32(p + 8), get_le32(p + 12), get_le32(p + 16),
+                                         (int32_t)get_le32(p + 20)};
+    free(v);
+    return rc;
+}
+
+void pc_derived_history_put(cl_device_id dev, const char *options, const void *key, size_t key_len,
+                            const struct pc_derived_history *h)
+{
+    struct key_buf k;
+    unsigned char v[HISTORY_SIZE];
+    if (history_key(&k, dev, options, key, key_len) != 0) return;
+    put_le32(v, HISTORY_MAGIC);
+    put_le32(v + 4, h->runs);
+    put_le32(v + 8, h->occurrences);
+    put_le32(v + 12, h->load_us);
+    put_le32(v + 16, h->loads);
+    put_le32(v + 20, (uint32_t)h->gain_ns);
+    pipeline_record_put(&k, v, sizeof v, KEY_FUSION, device_info(pc_real, dev)->name, 0);
+    key_free(&k);
+}
+
 /* A derived program's cached value: the caller's metadata, then the binary
  * (8-byte metadata length first). */
 static void *derived_value(const void *meta, size_t meta_size, const void *bin, size_t size, size_t *total)

@@ -112,9 +112,19 @@ static void append_counters(const char *path)
     if (fd >= 0) close(fd);
 }
 
+static void (*_Atomic before_cache_exit)(void);
+
+void pc_before_cache_exit(void (*fn)(void))
+{
+    atomic_store_explicit(&before_cache_exit, fn, memory_order_release);
+    need_exit_handler(); /* registered at the first build already: a derived program is built after one */
+}
+
 static void at_exit(void)
 {
     if (atomic_load_explicit(&idle_child, memory_order_relaxed)) return; /* a forked child that built nothing: the parent reports */
+    void (*before)(void) = atomic_load_explicit(&before_cache_exit, memory_order_acquire);
+    if (before) before();
     capture_owed_at_exit(config_get()->capture_exit_budget); /* nothing left when owed_at_exit ran */
     /* Captures still queued for the worker: within the exit budget. */
     size_t dropped = capture_exit(config_get()->capture_exit_budget); /* says so itself */

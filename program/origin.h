@@ -117,6 +117,30 @@ void pc_derived_refusal_put(cl_device_id dev, const char *options, const void *k
 void pc_derived_refusal_put_for(const char *identity, const char *device, const char *options, const void *key,
                                 size_t key_len, const char *by, const char *reason, int permanent);
 
+/* What earlier runs saw of a derived program on a device: automatic
+ * fusion's prediction of whether loading it pays in this run
+ * (fusion/flaunch.c, "history"). Kept under the caller's key material,
+ * the options and the device's identity, as a refusal is; written at exit
+ * by the run that used the key. Only a prediction: any value (another
+ * run's, a remote tier's) changes when a sequence fuses, never what it
+ * computes. get: 0 with *h, or -1 (none, malformed, cache off). put: best
+ * effort. */
+struct pc_derived_history {
+    uint32_t runs;        /* runs that wrote it (saturates) */
+    uint32_t occurrences; /* the last run's occurrences of the sequence */
+    uint32_t load_us;     /* loading the program on the application's thread, the last time measured */
+    uint32_t loads;       /* runs that measured a load (saturates) */
+    int32_t gain_ns;      /* one fused occurrence against one unfused; 0: never measured */
+};
+int pc_derived_history_get(cl_device_id dev, const char *options, const void *key, size_t key_len,
+                           struct pc_derived_history *h);
+void pc_derived_history_put(cl_device_id dev, const char *options, const void *key, size_t key_len,
+                            const struct pc_derived_history *h);
+
+/* fn runs at exit before the cache closes (once; a later call replaces it):
+ * for records a run writes when it knows its totals. */
+void pc_before_cache_exit(void (*fn)(void));
+
 /* Late capture (PoCL). A program built here whose binary is stored after
  * use is "pending" until its handle is released or the first
  * synchronisation after one of its kernels ran (clFinish, clWaitForEvents,
