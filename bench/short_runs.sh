@@ -9,8 +9,9 @@
 #   plain      no shim;
 #   auto-cold  LD_PRELOAD, CLSHIM_FUSION=auto, an empty clshim cache: the
 #              fused program is made during the run;
-#   auto-warm  the same with the cache a previous auto run filled (the
-#              fused program is a hit);
+#   auto-warm  the same with the cache earlier auto runs filled (the
+#              fused program is a hit; the history says how long the
+#              last run of this length was);
 #   plan       LD_PRELOAD, CLSHIM_FUSE=s0+s1+s2+s3, the cache warm: what
 #              fusing from the first chain gives.
 # Every run has an empty driver cache of its own (POCL_CACHE_DIR and
@@ -69,8 +70,14 @@ echo "  each run a fresh process with an empty driver cache"
 printf '  %7s %-10s %10s %10s %10s %9s\n' chains way median min max vs-plain
 for c in $CHAINS; do
     warm=$R/warm-$c
-    # The warm cache: one auto run long enough to make the fused program.
+    # The warm cache: one auto run long enough to make the fused program,
+    # then two runs of this length, as a user's earlier runs of the same
+    # program: they load it and leave the run-length history
+    # (CLSHIM_FUSION_HISTORY) what a later run of this length decides by.
     run prime-$c 300 LD_PRELOAD="$SHIM" CLSHIM_FUSION=auto CLSHIM_CACHE_DIR="$warm" >/dev/null || failed=1
+    for p in 1 2; do
+        run prime-$c-$p "$c" LD_PRELOAD="$SHIM" CLSHIM_FUSION=auto CLSHIM_CACHE_DIR="$warm" >/dev/null || failed=1
+    done
     declare -A v=()
     want=""
     for ((i = 0; i < REPS; i++)); do
