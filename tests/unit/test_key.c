@@ -27,6 +27,43 @@ static struct cache_hash key_of(const char *src, const char *opts, int *rc)
 
 static int same(struct cache_hash a, struct cache_hash b) { return a.lo == b.lo && a.hi == b.hi; }
 
+/* A text field's bytes exactly: newlines and backslashes escaped wherever
+ * they fall (first, last, in a row), everything else as it is, so that a
+ * value cannot forge a field boundary and keys stay what they were. */
+static void text_fields_escape_exactly(void **state)
+{
+    (void)state;
+    static const struct { const char *value, *bytes; } cases[] = {
+        {"", "f=\n"},
+        {"plain", "f=plain\n"},
+        {"\n", "f=\\n\n"},
+        {"a\nb", "f=a\\nb\n"},
+        {"\\", "f=\\\\\n"},
+        {"\\n", "f=\\\\n\n"},
+        {"x\n\n\\y\\", "f=x\\n\\n\\\\y\\\\\n"},
+        {"\ntail", "f=\\ntail\n"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct key_buf k;
+        memset(&k, 0, sizeof k);
+        key_add_text(&k, "f", cases[i].value);
+        assert_int_equal(k.len, strlen(cases[i].bytes));
+        assert_memory_equal(k.data, cases[i].bytes, k.len);
+        key_free(&k);
+    }
+    /* A value of kilobytes (a device's identity) is appended whole. */
+    char big[5000];
+    for (size_t i = 0; i < sizeof big - 1; i++) big[i] = i % 97 == 96 ? '\n' : (char)('a' + i % 26);
+    big[sizeof big - 1] = 0;
+    struct key_buf k;
+    memset(&k, 0, sizeof k);
+    key_add_text(&k, "identity", big);
+    size_t newlines = 0;
+    for (size_t i = 0; big[i]; i++) newlines += big[i] == '\n';
+    assert_int_equal(k.len, strlen("identity=") + strlen(big) + newlines + 1);
+    key_free(&k);
+}
+
 /* the same inputs give the same hash; options are whitespace-normalised */
 static void deterministic_and_normalised(void **state)
 {
@@ -347,6 +384,7 @@ static void driver_dir_keyed_by_name(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(text_fields_escape_exactly),
         cmocka_unit_test(deterministic_and_normalised),
         cmocka_unit_test(inputs_change_the_key),
         cmocka_unit_test(headers_are_part_of_the_key),
