@@ -190,6 +190,7 @@ static void do_init(void)
                     log_msg(LOG_INFO, "fusion plan: %u sequence%s", (unsigned)plan->nseqs,
                             plan->nseqs == 1 ? "" : "s");
                 if (automatic) log_msg(LOG_INFO, "fusion: automatic (CLSHIM_FUSION=auto)");
+                fi_start_early();
             }
         } else {
             plan_free(plan);

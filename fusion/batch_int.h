@@ -422,6 +422,11 @@ void fm_end_ext(struct fq *q);
 /* After a kernel was held on a queue that held nothing (no lock held):
  * makes sure the timer ticks. Costs one load while it does. */
 void fi_kick(void);
+/* When fusion arms (a plan, or automatic fusion): the timer thread starts
+ * now, so that its start does not fall on the enqueue that holds the
+ * first kernel, in the application's loop; it finds nothing held and
+ * sleeps. */
+void fi_start_early(void);
 /* At exit, before held work is submitted: the timer stops and never calls
  * the driver again. */
 void fi_stop(void);
