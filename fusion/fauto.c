@@ -69,6 +69,7 @@
 #include "common/log.h"
 #include "fusion/batch.h"
 #include "fusion/batch_int.h"
+#include "fusion/fhistory.h"
 #include "program/origin.h"
 
 #define FA_MAX_LEARNED 256 /* learned sequences per process */
@@ -610,15 +611,16 @@ int fa_sources_fusable(void)
 /* Learns the first n kernels of a run as a recurring sequence (not one of
  * kernels built from source that cannot be fused here: fa_sources_fusable;
  * the report still learns it, to say why). */
-static void learn_run(struct fk_kernel *const *run, uint32_t n, const char *how)
+static void learn_run(const struct fq *q, struct fk_kernel *const *run, uint32_t n, const char *how)
 {
     for (uint32_t i = 0; i < n && !fb()->reporting; i++)
         if (!run[i]->from_il && !fa_sources_fusable()) return;
     const char *names[FA_RUN_MAX] = {0};
     for (uint32_t i = 0; i < n; i++) names[i] = run[i]->name;
     pthread_mutex_lock(&learn_lock);
-    learn_locked(names, n, FA_NEW, 0, how);
+    int seq = learn_locked(names, n, FA_NEW, 0, how);
     pthread_mutex_unlock(&learn_lock);
+    if (seq >= 0) fh_learned(q, (uint32_t)seq, run, n); /* whether its program pays in this run: before it is held */
 }
 
 int fa_refused(uint32_t seq)
@@ -754,7 +756,7 @@ void fa_repeat(struct fq *q)
     /* A loop whose step is learned (and held) finds it again every `need`
      * steps: the plan is searched once per queue and step. */
     uint64_t h = names_hash(w->run, m);
-    if (h != w->period_hash) learn_run(w->run, m, "the period of a run enqueued without syncs");
+    if (h != w->period_hash) learn_run(q, w->run, m, "the period of a run enqueued without syncs");
     w->period_hash = h;
     if (fb()->reporting) {
         if (!w->held) {
@@ -811,7 +813,7 @@ void fa_break(struct fq *q)
         if (s->count && s->hash == h && s->n == n) {
             /* With the report on, a third occurrence is run unfused first:
              * the first launches of a kernel compile it on some drivers. */
-            if (++s->count == (fb()->reporting ? 3u : 2u)) learn_run(w->run, n, "ran twice back to back");
+            if (++s->count == (fb()->reporting ? 3u : 2u)) learn_run(q, w->run, n, "ran twice back to back");
             if (fb()->reporting) { /* runs seen once are not reported: the first is counted with the second */
                 char names[1024];
                 run_names(w->run, n, names, sizeof names);

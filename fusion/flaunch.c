@@ -1573,7 +1573,7 @@ static struct fb_memo *fused_program(struct fq *q, int flags, const char *intern
         snprintf(why, why_len, "out of memory");
         goto out;
     }
-    if (!e && fh_defers(q, seq, key.p, key.len, options, &ld->hist, why, why_len)) {
+    if (!e && fh_defers(q, seq, &ld->hist, why, why_len)) {
         *lasting = FB_NOT_YET;
         goto out;
     }

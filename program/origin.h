@@ -119,8 +119,8 @@ void pc_derived_refusal_put_for(const char *identity, const char *device, const 
 
 /* What earlier runs saw of a derived program on a device: automatic
  * fusion's prediction of whether loading it pays in this run
- * (fusion/flaunch.c, "history"). Kept under the caller's key material,
- * the options and the device's identity, as a refusal is; written at exit
+ * (fusion/fhistory.c). Kept under the caller's key material (its
+ * sequence's kernels), the options and the device's identity; written at exit
  * by the run that used the key. Only a prediction: any value (another
  * run's, a remote tier's) changes when a sequence fuses, never what it
  * computes. get: 0 with *h, or -1 (none, malformed, cache off). put: best

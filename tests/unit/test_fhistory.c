@@ -28,16 +28,20 @@ static void test_nothing_to_predict_by(void **state)
 static void test_nvidia_figures(void **state)
 {
     (void)state;
-    /* 30 chains last time, 1 seen: 29 left * 8 = 232 < 275: wait until 35 (35 * 8 = 280). */
-    assert_int_equal(fh_wait(30, 1, 275, 2, 8000), 34);
-    /* 300 last time: 299 * 8 well over 275: load now. */
+    _Static_assert(FH_MARGIN == 2, "the figures below are for a margin of 2");
+    /* 30 chains last time, 1 seen: 29 left * 8 = 232 < 2 * 275: wait until 69 (69 * 8 = 552). */
+    assert_int_equal(fh_wait(30, 1, 275, 2, 8000), 68);
+    /* 300 last time: 299 * 8 well over 2 * 275: load now. */
     assert_int_equal(fh_wait(300, 1, 275, 2, 8000), 0);
-    /* A run that outlasts its prediction: at 35 seen, 35 * 8 = 280 >= 275. */
-    assert_int_equal(fh_wait(30, 35, 275, 2, 8000), 0);
-    assert_int_equal(fh_wait(30, 34, 275, 2, 8000), 1);
-    /* The driver's JIT each run (16 ms): 3,000 chains pay, 300 do not. */
-    assert_int_equal(fh_wait(3000, 1, 16000, 2, 8000), 0);
-    assert_int_equal(fh_wait(300, 1, 16000, 2, 8000), 2000 - 1);
+    /* A run that outlasts its prediction: at 69 seen, 69 * 8 = 552 >= 550. */
+    assert_int_equal(fh_wait(30, 69, 275, 2, 8000), 0);
+    assert_int_equal(fh_wait(30, 68, 275, 2, 8000), 1);
+    /* Just under the margin: 28 left * 19.6 us = 549 < 550; 28 * 19.7 = 552 pays. */
+    assert_int_equal(fh_wait(30, 2, 275, 2, 19600), 29 - 2);
+    assert_int_equal(fh_wait(30, 2, 275, 2, 19700), 0);
+    /* The driver's JIT each run (16 ms): 5,000 chains pay, 3,000 do not. */
+    assert_int_equal(fh_wait(5000, 1, 16000, 2, 8000), 0);
+    assert_int_equal(fh_wait(3000, 1, 16000, 2, 8000), 4000 - 1);
 }
 
 static void test_huge_values_saturate(void **state)
@@ -77,11 +81,12 @@ static void test_against_model(void **state)
         uint32_t load = 1 + (uint32_t)(rand() % 50000);
         int32_t gain = 1 + rand() % 20000;
         uint64_t at = model_load_at(last, length, load, gain);
-        uint64_t pays_at = ((uint64_t)load * 1000 + (uint64_t)gain - 1) / (uint64_t)gain;
+        uint64_t cost = (uint64_t)load * 1000 * FH_MARGIN;
+        uint64_t pays_at = (cost + (uint64_t)gain - 1) / (uint64_t)gain;
         if (at) {
             uint64_t left = last > at ? last - at : 0;
             if (left < at) left = at;
-            assert_true(left * (uint64_t)gain >= (uint64_t)load * 1000); /* loaded only where predicted to pay */
+            assert_true(left * (uint64_t)gain >= cost); /* loaded only where predicted to pay, with the margin */
             assert_true(at <= pays_at); /* asked at the first occurrence, then where it pays */
         } else {
             assert_true(length < pays_at); /* never loaded: the run never proved long enough */
