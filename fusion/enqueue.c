@@ -409,10 +409,18 @@ static int hold(struct fq *q, struct held *h, struct fk_kernel *r, cl_kernel k, 
  * queue holds nothing. A refusal that no occurrence can escape
  * (FB_REFUSED_ALWAYS: printf, images, no LLVM, ...) ends it: the sequence
  * is never held again in this process (BACKOFF_NEVER, which nothing lowers).
- * A few words per sequence (struct fb_backoff). */
+ * So does, for a learned sequence with no window left to learn, the
+ * BACKOFF_RETIRE_ROW-th refusal in a row for its key: the application
+ * repeats what the analysis refuses (a stencil after the kernel whose
+ * output it reads), and a sequence that backs off still costs each enqueue
+ * of its kernels the lock, the match and the learner (PyOpenCL on an H100:
+ * about 1 us a step of two kernels, 4 %), which a retired one's kernels
+ * (quiet, enqueue.c) do not. A few words per sequence (struct fb_backoff). */
 #define BACKOFF_LASTING 1024u
 #define BACKOFF_TRANSIENT 16u
 #define BACKOFF_NEVER FB_BACKOFF_NEVER
+#define BACKOFF_RETIRE_ROW 3u
+_Static_assert(BACKOFF_RETIRE_ROW == 3, "the refusal line says 3 times");
 /* While the capture helper makes a sequence's fused program, its
  * occurrences run unheld: only a held occurrence can look whether the
  * program is ready (its key names the ranges and arguments of every
@@ -479,6 +487,22 @@ static uint32_t backoff_refused(uint32_t s, int lasting)
         if (cur == BACKOFF_NEVER) return cur; /* another thread's refusal ended it: it stays ended */
     while (!__atomic_compare_exchange_n(&fb()->backoff[s].skip, &cur, skip, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
     return skip;
+}
+
+/* After backoff_refused: whether learned sequence s, refused for its key
+ * BACKOFF_RETIRE_ROW times in a row (and left backing off: no window
+ * learned), is retired now. */
+static int backoff_retires(uint32_t s, int lasting)
+{
+    if (!fb()->automatic || s < fb()->plan_user || lasting != FB_REFUSED_KEY ||
+        __atomic_load_n(&fb()->backoff[s].refusals, __ATOMIC_RELAXED) < BACKOFF_RETIRE_ROW)
+        return 0;
+    uint32_t cur = __atomic_load_n(&fb()->backoff[s].skip, __ATOMIC_RELAXED);
+    while (cur != BACKOFF_NEVER &&
+           !__atomic_compare_exchange_n(&fb()->backoff[s].skip, &cur, BACKOFF_NEVER, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        continue;
+    fb_retired(); /* its kernels may now be quiet */
+    return 1;
 }
 
 void fb_backoff_skip(uint32_t s, uint32_t n)
@@ -588,8 +612,11 @@ void fb_fuse_or_submit(struct fq *q, int flags, const char *internal_args, int s
         backoff_answered((uint32_t)seq);
         uint32_t skip = backoff_refused((uint32_t)seq, lasting);
         int windowed = fb()->automatic && lasting != FB_REFUSED_ONCE && fa_refused((uint32_t)seq);
+        int row = !windowed && skip != BACKOFF_NEVER && backoff_retires((uint32_t)seq, lasting);
+        if (row) skip = BACKOFF_NEVER;
         fb_log_kind("fusion of %s (plan %s) refused: %s; submitted unfused, %s", names, fb()->plan->seqs[seq].where, why,
                     windowed ? "not tried again: a shorter window of it is learned instead"
+                    : row ? "not tried again in this process: refused for its key 3 times in a row"
                     : skip == BACKOFF_NEVER ? "not tried again in this process" : "tried again after a back-off");
         if (windowed) skip = BACKOFF_NEVER;
         if (skip != BACKOFF_NEVER)
