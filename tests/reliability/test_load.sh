@@ -14,6 +14,25 @@ SECS=12; [ "${CLSHIM_LONG:-0}" = 1 ] && SECS=180
 NPROC=8; SCALES=12
 for ((s = 1; s <= SCALES; s++)); do run_plain "ref$s" "$MK" --scale $s --threads 8; done
 export CLSHIM_CACHE_MAX_SIZE=300K
+# A run's deadline: a hang, not a slow machine (a sanitized build with 64
+# threads on two cores takes minutes); one that passes it has its threads'
+# stacks taken before it is killed, so that a deadlock shows where.
+DEADLINE=120; [ -n "${CLSHIM_SANITIZED:-}" ] && DEADLINE=900
+bounded() { # OUT ERR CMD...: CMD's exit code, 124 when killed at the deadline
+    local out=$1 err=$2 t=0 pid; shift 2
+    "$@" >"$out" 2>"$err" &
+    pid=$!
+    while kill -0 "$pid" 2>/dev/null; do
+        if [ $t -ge $DEADLINE ]; then
+            { echo "clshim-test: still running after $DEADLINE s; its threads:"
+              gdb -q -batch -ex "thread apply all bt 12" -p "$pid" 2>&1 | grep "^#\|^Thread" | head -300; } >>"$err"
+            kill -KILL "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+            return 124
+        fi
+        sleep 1; t=$((t + 1))
+    done
+    wait "$pid"
+}
 worker() { # id
     local id=$1 runs=0 end=$((SECONDS + SECS)) s
     RANDOM=$id
@@ -26,8 +45,10 @@ worker() { # id
             1) s=$((1 + (id + NPROC - 1) % SCALES)) ;;
             *) s=$((1 + RANDOM % SCALES)) ;;
         esac
-        if ! timeout 120 env LD_PRELOAD=$SHIM "$MK" --scale $s --threads 8 >"$TMP/w$id.out" 2>"$TMP/w$id.err"; then
-            echo "worker $id: scale $s failed or hung (rc $?)" >>"$TMP/errors"; cat "$TMP/w$id.err" >>"$TMP/errors"
+        local rc=0
+        bounded "$TMP/w$id.out" "$TMP/w$id.err" env LD_PRELOAD=$SHIM "$MK" --scale $s --threads 8 || rc=$?
+        if [ $rc != 0 ]; then
+            echo "worker $id: scale $s failed (rc $rc; 124: hung)" >>"$TMP/errors"; cat "$TMP/w$id.err" >>"$TMP/errors"
         elif ! cmp -s "$TMP/w$id.out" "$TMP/ref$s.out"; then
             echo "worker $id: scale $s: WRONG RESULTS" >>"$TMP/errors"
         fi
