@@ -81,25 +81,35 @@ grep -q "runs unfused for now" "$TMP/off.err" && fail "off: deferred with the hi
 ok "CLSHIM_FUSION_HISTORY=0: loaded and fused at once ($(fused off))"
 
 # 5. A run that outlasts its prediction loads once it has gone on long
-#    enough to pay: a load recorded as 50 chains' gain, a 6-chain run
-#    before (4 occurrences); a 400-chain run then waits until the 50th or
-#    so occurrence and fuses from there.
-x=$(awk -v g="$gain" 'BEGIN { printf "%d", g * 50 + 1 }')
-export CLSHIM_CACHE_DIR=$TMP/c2
-auto prime2 40
-auto m1 40 CLSHIM_FUSION_TEST_LOAD_US="$x"
-auto m2 40 CLSHIM_FUSION_TEST_LOAD_US="$x"
-auto m3 6 CLSHIM_FUSION_TEST_LOAD_US="$x"
-auto long 400
-read -r occ runs load loads gain2 <<<"$(history long)"
-[ "$occ $load" = "4 $x" ] || fail "long: read '$(history long)', expected 4 occurrences and a load of $x us"
-line=$(grep "runs unfused for now: its last run had 4 occurrences" "$TMP/long.err" || true)
-[ -n "$line" ] || fail "long: not deferred after a 4-occurrence run (gain now $gain2 us, load $x us)"
-w=$(sed -n 's/.*decided again after \([0-9]*\) more.*/\1/p' <<<"$line")
+#    enough to pay: a load recorded as 25 chains' gain (the gain must
+#    cover two loads: FH_MARGIN), a 6-chain run before (4 occurrences); a
+#    400-chain run then waits until the 50th or so occurrence and fuses
+#    from there. The gain the runs record is fspeed.c's measurement, which
+#    a loaded machine makes several times lower or higher than section
+#    3's (the wait then passes the 398 occurrences, or there is none): the
+#    case is then repeated in a fresh cache, with the load made from the
+#    gain these runs measured.
+g=$gain
+for try in 1 2 3; do
+    x=$(awk -v g="$g" 'BEGIN { printf "%d", g * 25 + 1 }')
+    export CLSHIM_CACHE_DIR=$TMP/c2-$try
+    auto prime2 40
+    auto m1 40 CLSHIM_FUSION_TEST_LOAD_US="$x"
+    auto m2 40 CLSHIM_FUSION_TEST_LOAD_US="$x"
+    auto m3 6 CLSHIM_FUSION_TEST_LOAD_US="$x"
+    auto long 400
+    read -r occ runs load loads gain2 <<<"$(history long)"
+    [ "$occ $load" = "4 $x" ] || fail "long: read '$(history long)', expected 4 occurrences and a load of $x us"
+    line=$(grep "runs unfused for now: its last run had 4 occurrences" "$TMP/long.err" || true)
+    w=$(sed -n 's/.*decided again after \([0-9]*\) more.*/\1/p' <<<"$line")
+    [ -n "$w" ] && [ "$w" -lt 390 ] && break
+    g=$gain2
+done
+[ -n "$line" ] || fail "long: not deferred after a 4-occurrence run in 3 tries (gain now $gain2 us, load $x us)"
 n=$(fused long)
 # 398 occurrences after learning: w sit out (decided when the sequence
 # was learned), the rest fuse but for the measurements' unfused halves.
 [ "$w" -lt 390 ] && [ "$n" -le $((398 - w)) ] && [ "$n" -ge $((398 - w - 60)) ] ||
-    fail "long: waited $w occurrences, fused $n of 398; expected $((338 - w))-$((398 - w)) fused"
+    fail "long: waited $w occurrences, fused $n of 398; expected a wait under 390, then $((338 - w))-$((398 - w)) fused"
 ok "a run that outlasts its prediction: unfused for $w occurrences, then loaded ($n fused of 398)"
 finish
