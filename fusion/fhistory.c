@@ -118,8 +118,9 @@ static struct fh_entry *entry_of(cl_device_id dev, uint32_t seq, const struct fk
     e->dev = dev;
     e->seq = seq;
     memcpy(e->id, id, sizeof id);
-    e->known = pc_derived_history_get(dev, "", id, sizeof id, &e->h) == 0; /* a read: outside the lock */
-    CLSHIM_ASSERT(!e->known || e->h.runs > 0); /* a record is written by a run */
+    /* A read, outside the lock. A record is written by a run (runs >= 1):
+     * one that says otherwise (a remote tier's, damaged) predicts nothing. */
+    e->known = pc_derived_history_get(dev, "", id, sizeof id, &e->h) == 0 && e->h.runs > 0;
     if (e->known && log_enabled(LOG_DEBUG)) {
         char names[512];
         fa_seq_names(&fb()->plan->seqs[seq], names, sizeof names);
@@ -153,6 +154,7 @@ static int decide(struct fh_entry *e, uint32_t seq, char *why, size_t why_len)
     if (!e || !e->known) return 0;
     uint64_t seen = __atomic_load_n(&fb()->backoff[seq].occurrences, __ATOMIC_RELAXED);
     uint32_t wait = fh_wait(e->h.occurrences, seen, e->h.load_us, e->h.loads, e->h.gain_ns);
+    CLSHIM_ASSERT(wait < FB_BACKOFF_NEVER); /* a deferral ends some day: never the retirement's mark */
     if (!wait) {
         if (e->h.gain_ns > 0) fs_known_faster(seq); /* loaded now: measured again later */
         return 0;
