@@ -150,7 +150,7 @@ static void at_exit(void)
     if (!log_enabled(LOG_INFO)) log_set_level(LOG_INFO); /* CLSHIM_STATS below level info */
     char unwatched[96] = "";
     if (fb()->automatic) /* automatic fusion's second fast path (fusion_enqueue_kernel) */
-        snprintf(unwatched, sizeof unwatched, "; %llu runs not watched (every sequence of their kernels refused for good)",
+        snprintf(unwatched, sizeof unwatched, "; %llu runs not watched (every sequence of their kernels refused for good or resting)",
                  (unsigned long long)fb()->stat_unwatched);
     log_msg(LOG_INFO,
             "fusion summary: %llu fused launches replaced %llu kernel launches; %llu held kernels submitted "
@@ -491,6 +491,21 @@ cl_int fusion_set_arg_svm(cl_kernel k, cl_uint index, const void *value)
 
 /* ---- other commands, releases -------------------------------------------------------------- */
 
+/* Ends q's run of kernels (a sync, another command). A queue quiet before
+ * (fq.quiet: nothing held, measured or passing) stays so: the end of a
+ * run changes none of that, and a loop that syncs every step would
+ * otherwise take the locked path at each step's first kernel, which, where
+ * it starts a resting sequence, sends the whole occurrence that way. */
+static void break_run(struct fq *q)
+{
+    int quiet = __atomic_load_n(&q->quiet, __ATOMIC_ACQUIRE);
+    fq_lock(q);
+    fa_break(q);
+    if (quiet && !q->nheld && !q->ext && !q->fs_follow && !q->passing && !fb()->reporting)
+        __atomic_store_n(&q->quiet, 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&q->lock);
+}
+
 /* A host wait is a sync of the queues whose commands it waits for, as
  * clFinish is: each such queue's run of kernels ends there, so what the
  * application enqueues after the wait is another run (a sequence learned
@@ -511,9 +526,7 @@ void fusion_host_wait(cl_uint n, const cl_event *list)
         if (!q && fb()->real->clGetEventInfo(list[i], CL_EVENT_COMMAND_QUEUE, sizeof cq, &cq, NULL) == CL_SUCCESS && cq)
             q = fq_get(cq, 0);
         if (!q || !fa_running(q)) continue;
-        fq_lock(q);
-        fa_break(q);
-        pthread_mutex_unlock(&q->lock);
+        break_run(q);
     }
 }
 
@@ -530,11 +543,8 @@ void fusion_before_command(cl_command_queue queue, cl_uint n, const cl_event *li
     }
     if (queue && fb()->automatic) { /* another command: the queue's run of kernels ends */
         struct fq *q = fq_get(queue, 0);
-        if (q && fa_running(q)) {
-            fq_lock(q);
-            fa_break(q);
-            pthread_mutex_unlock(&q->lock);
-        }
+        if (q && fa_running(q)) break_run(q);
+        else if (q) fa_end_unwatched(q); /* a run of quiet kernels only ends here too */
     }
     if (!n || !list || !__atomic_load_n(&fb()->tracked_events, __ATOMIC_ACQUIRE)) return;
     int any = 0;

@@ -49,7 +49,7 @@ struct fb_module {
                                     capture helper where it serves (flaunch.c, fjob.c) */
     int reporting;               /* CLSHIM_FUSION_REPORT is on (fauto.c) */
     int held_total;              /* kernels held on all queues (atomic) */
-    uint32_t retirements;        /* times a sequence was retired or brought back (atomic; fk_quiet) */
+    uint32_t retirements;        /* times a sequence was retired, brought back, or rested (atomic; fb_retired) */
     int tracked_events;          /* live struct fev records (atomic) */
     int mem_gen;                 /* bumped by every buffer release while armed (atomic) */
     int arm_gen;                 /* the arming generation kernel records decide tracking in (fkernel.c) */
@@ -95,18 +95,35 @@ struct fb_backoff {
 #define FB_BACKOFF_NEVER UINT32_MAX
 /* Sequence s sits out its next n occurrences unless it sits out all (enqueue.c). */
 void fb_backoff_skip(uint32_t s, uint32_t n);
+/* A sequence that sits out at least FB_REST_MIN more occurrences by count
+ * alone (no look at the capture helper's pace pending) rests: its kernels
+ * may be quiet, their enqueues forwarded without the queue lock while its
+ * first kernel's count its occurrences (the history's deferral of a short
+ * run: a 30-chain run on NVIDIA paid the lock, the match and the learner
+ * for every kernel it then sent unfused). */
+#define FB_REST_MIN 8u
+static inline int fb_rests(uint32_t s)
+{
+    uint32_t skip = __atomic_load_n(&fb()->backoff[s].skip, __ATOMIC_RELAXED);
+    return skip != FB_BACKOFF_NEVER && skip >= FB_REST_MIN && !__atomic_load_n(&fb()->backoff[s].poll_at_us, __ATOMIC_RELAXED);
+}
+/* The quiet enqueue of resting sequence s's first kernel (no lock): 1 when
+ * the occurrence it starts was counted and sits out; 0 when the rest ended
+ * (quietness is decided again: the enqueue takes the locked path). */
+int fb_rest_counts(uint32_t s);
 
 /* The plan's sequence count. Automatic fusion appends learned sequences
  * while other threads match against the plan: an entry is complete before
  * the count that covers it is published, and entries never move. */
 static inline uint32_t fb_plan_nseqs(void) { return __atomic_load_n(&fb()->plan->nseqs, __ATOMIC_ACQUIRE); }
 /* What a kernel's quietness was decided against (fk_kernel.quiet_key): the
- * plan's size and its retirements so far. */
+ * plan's size and its retirements and rests so far. */
 static inline uint64_t fb_quiet_key(void)
 {
     return (uint64_t)(fb_plan_nseqs() + 1) << 32 | __atomic_load_n(&fb()->retirements, __ATOMIC_ACQUIRE);
 }
-/* A sequence was retired (its back-off set to FB_BACKOFF_NEVER) or brought back. */
+/* A sequence was retired (its back-off set to FB_BACKOFF_NEVER), brought
+ * back, or began or ended a rest (fb_rests): quietness is decided again. */
 static inline void fb_retired(void) { __atomic_add_fetch(&fb()->retirements, 1, __ATOMIC_RELEASE); }
 
 /* ---- kernels (fkernel.c) ---- */
@@ -170,7 +187,10 @@ struct fk_kernel {
                              (atomic: plan_start on any queue) */
     uint64_t quiet_key;   /* fb_quiet_key() when quiet was last decided (atomic; auto_forwarded) */
     int quiet;            /* automatic fusion: sequences with this kernel were learned and every one
-                             was retired (refused for good): its enqueues may skip the learner */
+                             was retired (refused for good) or rests (fb_rests): its enqueues may
+                             skip the lock and the learner */
+    uint32_t rest_seq;    /* quiet: 1 + the resting sequence it starts, whose occurrences its
+                             enqueues count (fb_rest_counts); 0: none */
     cl_device_id wg_dev;  /* CL_KERNEL_WORK_GROUP_SIZE cached for this device */
     size_t wg_max;
 };
@@ -578,6 +598,10 @@ void fa_again(struct fq *q);
 /* A quiet kernel went past q's run unseen (the second fast path, no lock):
  * the run is not learned from; it starts afresh at the next kernel seen. */
 void fa_skipped(struct fq *q);
+/* q's run ends where nothing but quiet kernels came since the last end
+ * (no lock; fa_break ends the others): the next quiet one is another run
+ * not watched. */
+void fa_end_unwatched(struct fq *q);
 /* Whether q's run is kernel r alone (under q->lock, asserted). */
 int fa_run_is(const struct fq *q, const struct fk_kernel *r);
 /* Whether q has a run in progress (no lock; a hint to skip fa_break). */

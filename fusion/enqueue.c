@@ -238,19 +238,27 @@ static int auto_passed(struct fq *q, struct fk_kernel *r, cl_uint dim, const siz
     return FM_NOTED | (fb()->reporting ? FM_REPORT : 0);
 }
 
-/* Whether r is in some plan sequence and every one is retired: learned and
- * refused for good, so runs with r teach the learner nothing it can use. */
-static int quiet_now(const struct fk_kernel *r)
+/* Whether r is in some plan sequence and every one is retired (learned and
+ * refused for good) or rests (fb_rests), so runs with r teach the learner
+ * nothing it can use; *rest_seq: 1 + the resting sequence r starts, whose
+ * occurrences r's quiet enqueues count. Not quiet where r starts two
+ * resting sequences, or starts one it appears in again (PyOpenCL's
+ * elwise_kernel thrice: each enqueue would count an occurrence). */
+static int quiet_now(const struct fk_kernel *r, uint32_t *rest_seq)
 {
     int in_some = 0;
+    *rest_seq = 0;
     for (uint32_t s = fb()->plan_user, n = fb_plan_nseqs(); s < n; s++) {
         const struct plan_seq *seq = &fb()->plan->seqs[s];
-        for (uint32_t i = 0; i < seq->n; i++)
-            if (!strcmp(seq->names[i], r->name)) {
-                if (__atomic_load_n(&fb()->backoff[s].skip, __ATOMIC_RELAXED) != FB_BACKOFF_NEVER) return 0;
-                in_some = 1;
-                break;
-            }
+        uint32_t times = 0;
+        for (uint32_t i = 0; i < seq->n; i++) times += !strcmp(seq->names[i], r->name);
+        if (!times) continue;
+        in_some = 1;
+        if (__atomic_load_n(&fb()->backoff[s].skip, __ATOMIC_RELAXED) == FB_BACKOFF_NEVER) continue;
+        if (!fb_rests(s)) return 0;
+        if (strcmp(seq->names[0], r->name)) continue;
+        if (times > 1 || *rest_seq) return 0;
+        *rest_seq = s + 1;
     }
     for (uint32_t s = 0; s < fb()->plan_user; s++) /* a user's plan naming r: never quiet */
         for (uint32_t i = 0; i < fb()->plan->seqs[s].n; i++)
@@ -267,7 +275,9 @@ static void auto_forwarded(struct fq *q, struct fk_kernel *r, cl_event ev, uint3
     if (fb()->reporting || follow_done || q->nheld || q->ext || q->fs_follow) return;
     uint64_t key = fb_quiet_key();
     if (__atomic_load_n(&r->quiet_key, __ATOMIC_ACQUIRE) != key) {
-        __atomic_store_n(&r->quiet, quiet_now(r), __ATOMIC_RELAXED);
+        uint32_t rest_seq;
+        __atomic_store_n(&r->quiet, quiet_now(r, &rest_seq), __ATOMIC_RELAXED);
+        __atomic_store_n(&r->rest_seq, rest_seq, __ATOMIC_RELAXED);
         __atomic_store_n(&r->quiet_key, key, __ATOMIC_RELEASE);
     }
     if (fa_run_is(q, r) && __atomic_load_n(&r->starts_none, __ATOMIC_RELAXED) == fb_plan_nseqs() + 1)
@@ -486,6 +496,7 @@ static uint32_t backoff_refused(uint32_t s, int lasting)
     do
         if (cur == BACKOFF_NEVER) return cur; /* another thread's refusal ended it: it stays ended */
     while (!__atomic_compare_exchange_n(&fb()->backoff[s].skip, &cur, skip, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+    if (fb_rests(s)) fb_retired(); /* it rests: its kernels may now be quiet */
     return skip;
 }
 
@@ -511,6 +522,14 @@ void fb_backoff_skip(uint32_t s, uint32_t n)
     while (cur != BACKOFF_NEVER &&
            !__atomic_compare_exchange_n(&fb()->backoff[s].skip, &cur, n, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
         continue;
+    if (cur != BACKOFF_NEVER && fb_rests(s)) fb_retired(); /* it rests: its kernels may now be quiet */
+}
+
+int fb_rest_counts(uint32_t s)
+{
+    if (fb_backoff_skips(s)) return 1;
+    fb_retired(); /* the rest ended: its kernels are decided again, on the locked path */
+    return 0;
 }
 
 /* Automatic fusion: another kernel broke the held kernels off before they
@@ -749,17 +768,23 @@ cl_int fusion_enqueue_kernel(cl_command_queue queue, cl_kernel k, cl_uint dim, c
         return forward(q, r, k, dim, off, gws, lws, nw, wl, ev, 0);
     }
     /* A quiet kernel: every learned sequence with it was retired (refused
-     * for good: a stencil, no clang), so its enqueue would hold nothing and
-     * only extend the run the learner watches, which learns nothing new
-     * from it. Where the queue is as the last forwarded enqueue left it
-     * (fq.quiet: nothing held, measured or passing), it is forwarded
-     * without the lock, and the run is dropped (fa_skipped): a program
-     * whose sequences were all refused pays for the lock, the match and the
-     * learner no more (PoCL: about 880 instructions a launch before). */
+     * for good: a stencil, no clang) or rests (the history deferred it for a
+     * short run), so its enqueue would hold nothing and only extend the run
+     * the learner watches, which learns nothing new from it. Where the
+     * queue is as the last forwarded enqueue left it (fq.quiet: nothing
+     * held, measured or passing), it is forwarded without the lock, and the
+     * run is dropped (fa_skipped): a program whose sequences were all
+     * refused pays for the lock, the match and the learner no more (PoCL:
+     * about 880 instructions a launch before). A resting sequence's first
+     * kernel counts its occurrence here; the one after the rest takes the
+     * locked path. */
     if (r && !task && __atomic_load_n(&q->quiet, __ATOMIC_ACQUIRE) && gws && dim - 1u <= 2u &&
         __atomic_load_n(&r->quiet_key, __ATOMIC_ACQUIRE) == fb_quiet_key() && __atomic_load_n(&r->quiet, __ATOMIC_RELAXED)) {
-        fa_skipped(q);
-        return forward(q, r, k, dim, off, gws, lws, nw, wl, ev, 0);
+        uint32_t rest = __atomic_load_n(&r->rest_seq, __ATOMIC_RELAXED);
+        if (!rest || fb_rest_counts(rest - 1)) {
+            fa_skipped(q);
+            return forward(q, r, k, dim, off, gws, lws, nw, wl, ev, 0);
+        }
     }
     const struct enq e = {dim, off, gws, lws, nw, wl, ev, task};
     return enqueue_locked(q, r, k, &e);

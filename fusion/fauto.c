@@ -475,6 +475,12 @@ void fa_skipped(struct fq *q)
         STAT_ADD(fb()->stat_unwatched, 1);
 }
 
+void fa_end_unwatched(struct fq *q)
+{
+    struct fa_watch *w = __atomic_load_n(&q->watch, __ATOMIC_ACQUIRE);
+    if (w && !__atomic_load_n(&w->n, __ATOMIC_RELAXED) && __atomic_load_n(&w->skipped, __ATOMIC_RELAXED))
+        __atomic_store_n(&w->skipped, 0, __ATOMIC_RELAXED);
+}
 
 void fa_note(struct fq *q, struct fk_kernel *r, cl_uint dim, const size_t *gws) { run_append(q, r, dim, gws, 0); }
 

@@ -14,6 +14,7 @@ BS=$CLSHIM_BUILD/bench/bench_short
 TOOL=$CLSHIM_BUILD/clshim-tool
 hash_of() { sed -n 's/^result .*hash=//p' "$TMP/$1.out"; }
 fused() { sed -n 's/.*fusion summary: \([0-9]*\) fused launches.*/\1/p' "$TMP/$1.err"; }
+unwatched() { sed -n 's/.*replays; \([0-9]*\) runs not watched.*/\1/p' "$TMP/$1.err"; }
 # history TAG: "OCCURRENCES RUNS LOAD_US LOADS GAIN_US" as the run read them
 history() {
     sed -n 's/.*history of s0+s1+s2+s3: \([0-9]*\) occurrences in the last of \([0-9]*\) runs, load \([0-9]*\) us (\([0-9]*\) measured), gain \(-*[0-9.]*\) us.*/\1 \2 \3 \4 \5/p' \
@@ -67,7 +68,11 @@ grep -q "fusion: auto: s0+s1+s2+s3 runs unfused for now: its last run had 38 occ
 # Decided when the sequence was learned: no occurrence held, nor keyed.
 held=$(sed -n 's/.*launches; \([0-9]*\) held kernels submitted unfused.*/\1/p' "$TMP/short.err")
 [ "$held" = 0 ] || fail "short: $held kernels held and submitted unfused, expected none (decided at learning)"
-ok "a short run after a long one: the cached program not loaded, nothing held (0 fused launches; gain $gain us)"
+# The sequence rests (fb_rests): from its second occurrence sent unfused
+# on, each chain's kernels go to the driver without the queue lock and the
+# learner ("runs not watched"), the first kernel counting the occurrences.
+[ "$(unwatched short)" = 3 ] || fail "short: $(unwatched short) runs not watched, expected the 3 chains after the first sent unfused"
+ok "a short run after a long one: the cached program not loaded, nothing held (0 fused launches; gain $gain us; $(unwatched short) chains past the lock)"
 auto short2 6 $TL
 grep -q "runs unfused for now: its last run had 4 occurrences" "$TMP/short2.err" ||
     fail "short2: the record of the 6-chain run (4 occurrences) not read"
@@ -111,5 +116,11 @@ n=$(fused long)
 # was learned), the rest fuse but for the measurements' unfused halves.
 [ "$w" -lt 390 ] && [ "$n" -le $((398 - w)) ] && [ "$n" -ge $((398 - w - 60)) ] ||
     fail "long: waited $w occurrences, fused $n of 398; expected a wait under 390, then $((338 - w))-$((398 - w)) fused"
-ok "a run that outlasts its prediction: unfused for $w occurrences, then loaded ($n fused of 398)"
+# While it rests its chains pass without the lock (all but the first
+# sent unfused), and the rest ends where the wait does (the fused count
+# above): its occurrences counted on the way.
+if [ "$w" -ge 8 ]; then
+    [ "$(unwatched long)" -ge $((w - 1)) ] || fail "long: $(unwatched long) runs not watched during a wait of $w, expected $((w - 1))"
+fi
+ok "a run that outlasts its prediction: unfused for $w occurrences ($(unwatched long) past the lock), then loaded ($n fused of 398)"
 finish
