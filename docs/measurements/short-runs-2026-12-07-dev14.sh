@@ -1,0 +1,69 @@
+#!/bin/bash
+# device run 14 (lean: 30 chains first, summaries as it goes): a resting sequence's kernels past the lock (new) against 307403a (prev), NVIDIA;
+# each auto family has its own clshim cache (imported fused program), warmed by two 30-chain runs; default log level in timed runs.
+set -u
+C=$(cd "$(dirname "$0")" && pwd)
+OUT=${1:?}; mkdir -p "$OUT"
+T0=$(date +%s); el() { echo "== $1 at $(( $(date +%s) - T0 )) s" | tee -a $OUT/times.txt; }
+W=/tmp/w; rm -rf $W; mkdir -p $W/icd $W/home
+echo /usr/local/nvidia/lib64/libnvidia-opencl.so.1 > $W/icd/nv.icd
+export OCL_ICD_VENDORS=$W/icd LD_LIBRARY_PATH=$C/lib HOME=$W/home XDG_CACHE_HOME=$W/xdg
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/gpu.txt
+nproc; uptime; cat $C/REVISION
+S=$C/libclshim.so BS=$C/bench/bench_short
+one() { # file tag chains cudadir(- = fresh) env... -- args
+  local f=$1 tag=$2 c=$3 cu=$4; shift 4; local d
+  if [ "$cu" = - ]; then d=$(mktemp -d $W/d.XXXX); else d=$W/$cu; mkdir -p $d; fi
+  local args=(); while [ $# -gt 0 ] && [ "$1" != -- ]; do args+=("$1"); shift; done; shift
+  local t0 r t1; t0=$(date +%s%N)
+  r=$(env CUDA_CACHE_PATH=$d "${args[@]}" CLSHIM_STATS=1 $BS --chains $c "$@" 2>$W/e | tr '\n' ' ')
+  t1=$(date +%s%N)
+  echo "$c $tag $r wall_ms=$(( (t1 - t0) / 1000000 )) fl=$(grep -o '[0-9]* fused launches' $W/e | head -1 | cut -d' ' -f1)" >> $OUT/$f
+  echo "## $c $tag" >> $OUT/err.txt; grep -v "^clshim: *\(hits\|misses\|stored\|compile\|cache\)" $W/e | head -12 >> $OUT/err.txt
+  [ "$cu" = - ] && rm -rf $d
+}
+for x in dw prev pl; do mkdir -p $W/imp-$x; $C/clshim-tool cache --dir $W/imp-$x import $C/chain.export >/dev/null; done
+mkdir -p $W/warm-auto
+env CLSHIM_CACHE_DIR=$W/warm-auto LD_PRELOAD=$S CLSHIM_FUSION=auto CUDA_CACHE_PATH=$W/cu-aw $BS --chains 30 >/dev/null 2>&1
+one w.txt warmup 30 cu-plain --
+for k in 1 2; do
+one w.txt warmup-dw 30 cu-af LD_PRELOAD=$S CLSHIM_FUSION=auto CLSHIM_CACHE_DIR=$W/imp-dw CLSHIM_LOG=debug --
+one w.txt warmup-prev 30 cu-prev LD_PRELOAD=$C/libclshim-prev.so CLSHIM_FUSION=auto CLSHIM_CACHE_DIR=$W/imp-prev CLSHIM_LOG=debug --
+done
+one w.txt warmup-pl 30 cu-pl LD_PRELOAD=$S CLSHIM_FUSE=s0+s1+s2+s3 CLSHIM_CACHE_DIR=$W/imp-pl --
+el A
+summ() { python3 - $OUT/a.txt > $OUT/summary.txt <<'PY'
+import sys, statistics as st, collections
+d = collections.defaultdict(list)
+for fn in sys.argv[1:]:
+    for line in open(fn):
+        f = line.split()
+        kv = dict(x.split('=', 1) for x in f[2:] if '=' in x)
+        if 'per_chain_us' in kv: d[(int(f[0]), f[1])].append(kv)
+base = {}
+for (c, tag), rows in sorted(d.items()):
+    if tag in ('plain', 'plain-dw'): base[(c, tag)] = st.median(float(r['per_chain_us']) for r in rows)
+for (c, tag), rows in sorted(d.items()):
+    m = lambda k: st.median(float(r[k]) for r in rows if k in r)
+    pc = m('per_chain_us'); b = base.get((c, 'plain-dw' if tag.endswith('-dw') else 'plain'), pc)
+    print(f"{c:5} {tag:16} n={len(rows):2} per_chain={pc:7.2f} x_plain={b/pc:5.3f} min={min(float(r['per_chain_us']) for r in rows):7.2f} max={max(float(r['per_chain_us']) for r in rows):7.2f} first={m('first_us'):8.1f} second={m('second_us'):6.1f} rest={m('rest_median_us'):6.2f} wall_ms={m('wall_ms'):6.0f} fl={[r.get('fl','') for r in rows]} hashes={len(set(r['hash'] for r in rows))}")
+PY
+}
+for c in 30 300; do
+  n=11; [ $c -gt 30 ] && n=5
+  for i in $(seq $n); do
+    one a.txt plain-dw $c cu-plain --
+    one a.txt auto-fused-dw $c cu-af LD_PRELOAD=$S CLSHIM_FUSION=auto CLSHIM_CACHE_DIR=$W/imp-dw --
+    one a.txt auto-fused-prev-dw $c cu-prev LD_PRELOAD=$C/libclshim-prev.so CLSHIM_FUSION=auto CLSHIM_CACHE_DIR=$W/imp-prev --
+    one a.txt plan-dw $c cu-pl LD_PRELOAD=$S CLSHIM_FUSE=s0+s1+s2+s3 CLSHIM_CACHE_DIR=$W/imp-pl --
+    [ $c -gt 30 ] && one a.txt auto-warm-dw $c cu-aw LD_PRELOAD=$S CLSHIM_FUSION=auto CLSHIM_CACHE_DIR=$W/warm-auto --
+  done
+  summ; cat $OUT/summary.txt; el "chains $c"
+  [ $c = 30 ] && { python3 -m pip install -q --no-index --no-deps --target /tmp/pysite $C/whl/*.whl 2>&1 | tail -2
+    PYTHONPATH=/tmp/pysite PIN="taskset -c 3" NOSHIM=1 ARRAYS_EXPORT=$C/arrays.export COMPAT_PYTHON=python3 MODES="refused" SIZES="65536 1048576" PYTHONWARNINGS=ignore \
+    timeout 150 bash $C/bench/pyopencl_arrays.sh $C 7 > $OUT/py.txt 2>&1; tail -6 $OUT/py.txt; el py; }
+done
+# one debug run of each auto family at 30: what it decided
+one d.txt dbg-dw 30 cu-af LD_PRELOAD=$S CLSHIM_FUSION=auto CLSHIM_CACHE_DIR=$W/imp-dw CLSHIM_LOG=debug --
+grep -h "summary\|unfused for now\|history of" $W/e | tail -4
+el end
