@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 #include "cache/quirks.h"
 #include "common/objmap.h"
 
@@ -64,6 +67,11 @@ static struct device_info *make_info(const struct cl_api *real, cl_device_id dev
                      "driver.version=%s\ndevice.vendor_id=0x%x\ndevice.opencl_c=%s\ndevice.extensions=%s\n"
                      "device.address_bits=%u\ndevice.type=0x%llx\n%s",
                      pname, pver, dname, dver, drv, vendor, clc, ext, bits, (unsigned long long)type, envlen ? env : "");
+        if (info->identity) {
+            XXH128_canonical_t c;
+            XXH128_canonicalFromHash(&c, XXH3_128bits(info->identity, strlen(info->identity)));
+            memcpy(info->identity_digest, c.digest, sizeof info->identity_digest);
+        }
         snprintf(info->name, sizeof info->name, "%s", dname);
         info->has_native_il = il[0] != 0;
         info->has_spir = has_word(ext, "cl_khr_spir");

@@ -15,6 +15,8 @@
 
 struct device_info {
     char *identity;     /* "platform.name=...\n..." for the key */
+    unsigned char identity_digest[16]; /* XXH3-128 of identity (canonical): a record keyed by
+                                          the device that need not name it (the fusion history) */
     char name[256];     /* device name, for log lines and `cache list` */
     int has_native_il;  /* CL_DEVICE_IL_VERSION non-empty */
     int has_spir;       /* cl_khr_spir */

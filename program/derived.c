@@ -155,7 +155,9 @@ static int history_key(struct key_buf *k, cl_device_id dev, const char *options,
     const struct device_info *info = config_get()->cache ? device_info(pc_real, dev) : NULL;
     if (!info || !info->identity) return -1;
     key_begin(k, KEY_FUSION, options);
-    key_add_text(k, "device", info->identity);
+    /* The identity's digest, not its kilobytes: the record is read on the
+     * application's thread when a sequence is learned (program/origin.h). */
+    key_add_blob(k, "device-digest", info->identity_digest, sizeof info->identity_digest);
     key_add_blob(k, "derived-history", key, key_len);
     return 0;
 }
