@@ -17,6 +17,10 @@
  * cost of a hold, against the same run with fusion off. --read-binary
  * reads the built program's binary, --from-binary also builds a new
  * program from it and runs that (what a cache hit does), before the span.
+ * --pause-ms MS sleeps before the span (an application's other work: what
+ * a shim does beside it then is not in the span).
+ * With --sync chain it also prints the first chain in parts ("first_split
+ * l0_us=... l3_us=... finish_us=..."): each launch, then the clFinish.
  */
 #include "bench/bench_util.h"
 
@@ -33,6 +37,7 @@ int main(int argc, char **argv)
     long chains = 30;
     size_t n = 1u << 20;
     int sync_each = 1, events = 0, broken = 0, binary = 0;
+    long pause_ms = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--chains") && i + 1 < argc) chains = atol(argv[++i]);
         else if (!strcmp(argv[i], "--n") && i + 1 < argc) n = strtoull(argv[++i], NULL, 10);
@@ -41,8 +46,9 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--broken")) broken = 1;
         else if (!strcmp(argv[i], "--read-binary")) binary = 1;
         else if (!strcmp(argv[i], "--from-binary")) binary = 2;
+        else if (!strcmp(argv[i], "--pause-ms") && i + 1 < argc) pause_ms = atol(argv[++i]);
         else {
-            fprintf(stderr, "usage: bench_short [--chains C] [--n FLOATS] [--sync chain|end] [--events] [--broken] [--read-binary|--from-binary]\n");
+            fprintf(stderr, "usage: bench_short [--chains C] [--n FLOATS] [--sync chain|end] [--events] [--broken] [--read-binary|--from-binary] [--pause-ms MS]\n");
             return 2;
         }
     }
@@ -97,8 +103,10 @@ int main(int argc, char **argv)
     }
     if (broken) BCHECK(clSetKernelArg(k[2], 0, sizeof(cl_mem), &b[1])); /* s2 reads what s0 wrote */
     BCHECK(clFinish(q));
+    if (pause_ms > 0) nanosleep(&(struct timespec){pause_ms / 1000, pause_ms % 1000 * 1000000L}, NULL);
     double *at = calloc((size_t)chains + 1, sizeof *at); /* the end of each chain, for the split below */
     if (!at) return 2;
+    double first_at[5] = {0}; /* chain 0: after each launch, and after its clFinish */
     double t0 = bu_now_ns();
     for (long c = 0; c < chains; c++) {
         for (int s = 0; s < 4; s++) {
@@ -106,9 +114,11 @@ int main(int argc, char **argv)
             cl_event e = NULL;
             BCHECK(clEnqueueNDRangeKernel(q, k[s], 1, NULL, &n, NULL, 0, NULL, events ? &e : NULL));
             if (e) clReleaseEvent(e);
+            if (c == 0) first_at[s] = bu_now_ns();
         }
         if (sync_each) BCHECK(clFinish(q));
         at[c] = bu_now_ns();
+        if (c == 0) first_at[4] = at[c];
     }
     BCHECK(clFinish(q));
     double total = bu_now_ns() - t0;
@@ -127,6 +137,16 @@ int main(int argc, char **argv)
             }
         printf("split first_us=%.2f second_us=%.2f rest_median_us=%.2f\n", (at[0] - t0) / 1e3, (at[1] - at[0]) / 1e3,
                rest[m / 2] / 1e3);
+        /* The first chain's parts: each launch's host time, then its
+         * clFinish (where a driver's lazy first-launch work lands). */
+        double prev = t0;
+        printf("first_split");
+        for (int s = 0; s < 5; s++) {
+            if (first_at[s] == 0) continue; /* a launch --broken skips */
+            printf(" %s_us=%.2f", s < 4 ? (const char *[]){"l0", "l1", "l2", "l3"}[s] : "finish", (first_at[s] - prev) / 1e3);
+            prev = first_at[s];
+        }
+        printf("\n");
         free(rest);
     }
     free(at);
