@@ -149,10 +149,10 @@
       "CI_PROJECT_ID); trusted elsewhere (docs/security.md).")                 \
     X(CAPTURE, STRING, capture, "auto", "0.1",                                 \
       "When a built binary is stored: build (right after clBuildProgram), "    \
-      "release (at the first synchronisation after a kernel of it ran, or "    \
-      "when it is released, never at exit, so it "                            \
-      "holds what the driver compiled at first enqueue) or auto (release on "  \
-      "PoCL, build elsewhere).")                                               \
+      "release (after its first use: the first synchronisation after a "     \
+      "kernel of it ran, its release, or exit, so it holds what the driver "   \
+      "compiled at first enqueue, and the read is off the application's "     \
+      "way) or auto (release, on every driver).")                              \
     X(CAPTURE_BACKGROUND, BOOL, capture_background, "1", "0.1",               \
       "Read and store late-captured binaries on a background thread of "     \
       "the lowest priority (0: on the application's thread, at the "         \

@@ -272,6 +272,7 @@ static cl_int build_record(struct pc_program *rec, cl_uint ndev, const cl_device
     rec->handed_off = 0;
     rec->captured_here = 0;
     rec->built_cpu_ns = process_cpu_ns();
+    rec->synced_cpu_ns = 0;
     return err;
 }
 

@@ -18,6 +18,12 @@
  *    it, so `clshim cache wait` (the lock taken exclusively) waits for
  *    captures, never for the application. A full socket, no helper, or no
  *    lock returns -1: the caller captures in this process as before.
+ *  - Requests come from the capture worker (program/capture.h) when it
+ *    would have read the binary itself: the application idle, or
+ *    exiting, or CLSHIM_CAPTURE_DEFER_MAX after the synchronisation (the
+ *    helper's start is background work too: at the synchronisation it
+ *    cost a short run its first chain); without the worker, at the
+ *    synchronisation.
  *  - The helper is started at the first request: posix_spawn (no fork: no
  *    atfork handler of the application runs) of `clshim-tool
  *    capture-helper` (CLSHIM_CAPTURE_HELPER, or the one next to this
@@ -82,7 +88,8 @@ struct capture_request {
     size_t key_len;
     uint64_t compile_ns;    /* the build's CPU time in the application */
     uint64_t first_use_ns;  /* the code generation PoCL deferred to the first enqueue: the
-                             * process's CPU from the build to the hand-over, at most
+                             * process's CPU from the build to the synchronisation after
+                             * its first run (else to the hand-over), at most
                              * CAPTURE_FIRST_USE_MAX times compile_ns */
     const char *log;        /* the application's build log */
     const char *cwd;        /* the application's working directory at the build */
@@ -176,8 +183,9 @@ int capture_proc_decode(const void *buf, size_t len, struct capture_request *out
  * first enqueue (bench_ttfr: 0.5 s build and 0.8 s first run for 15
  * kernels; 0.56 s and 3.0 s for 63), which the capture's read does again
  * for every kernel; it runs on PoCL's threads, so it is taken as the
- * process's CPU from the build to the hand-over, at most
- * CAPTURE_FIRST_USE_MAX times the build's (the application computes too). */
+ * process's CPU from the build to the synchronisation after its first run
+ * (or to the hand-over), at most CAPTURE_FIRST_USE_MAX times the build's
+ * (the application computes too). */
 #define CAPTURE_COST_FACTOR 2
 #define CAPTURE_COST_FLOOR_NS 5000000000ull
 #define CAPTURE_FIRST_USE_MAX 10

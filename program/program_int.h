@@ -66,6 +66,7 @@ struct pc_program {
     int handed_off;         /* its captures went to the capture helper (rec->lock) */
     int captured_here;      /* built again before the helper answered: captured here (rec->lock) */
     uint64_t built_cpu_ns;  /* the process's CPU time when its build ended (rec->lock) */
+    uint64_t synced_cpu_ns; /* and at the synchronisation after its first run; 0: none yet (rec->lock) */
     cl_program handle;
     cl_context context;
     enum key_kind kind;     /* KEY_SOURCE or KEY_IL */

@@ -17,11 +17,13 @@
 #include <cmocka.h>
 
 #include "cache/memtier.h"
+#include "common/config.h"
 #include "program/program.h"
 
 #define INJECTED (-9999) /* no OpenCL error: only the fake returns it */
 
 static long calls, fail_at = -1, injected;
+static long binary_reads; /* CL_PROGRAM_BINARIES answered with the bytes */
 /* The next `short_left` calls of the fake function named `short_fn` fail
  * with `short_err` (a driver out of resources). */
 static const char *short_fn;
@@ -186,6 +188,7 @@ static cl_int f_program_info(cl_program prog, cl_program_info param, size_t size
     case CL_PROGRAM_BINARIES:
         if (value && size < sizeof(unsigned char *)) return CL_INVALID_VALUE;
         if (value && ((unsigned char **)value)[0] && bin_size) {
+            binary_reads++;
             memcpy(((unsigned char **)value)[0], BIN_MAGIC, 8);
             memcpy(((unsigned char **)value)[0] + 8, p->src, bin_size - 8);
         }
@@ -392,6 +395,44 @@ static void short_of(const char *fn, cl_int err, int times)
     short_calls = 0;
 }
 
+/* CLSHIM_CAPTURE for one test (the tests below count the in-memory tier's
+ * bytes right after a build: `build`); the default is restored after. */
+static const char *capture_policy(const char *policy)
+{
+    struct clshim_config *cfg = (struct clshim_config *)config_get();
+    const char *was = cfg->capture;
+    cfg->capture = policy;
+    return was;
+}
+
+/* with the default CLSHIM_CAPTURE=auto a program built by a driver other
+ * than PoCL is stored after its use too: its binary is never read inside
+ * clBuildProgram (on NVIDIA that read made the first launch 100 us
+ * slower), but at its release here (no synchronisation came), and the
+ * in-memory tier then holds it */
+static void other_drivers_store_after_use(void **state)
+{
+    (void)state;
+    init_once();
+    memtier_clear();
+    uint64_t pinned_bytes, pinned, bytes, entries;
+    memtier_usage(&pinned_bytes, &pinned);
+    static const char src[] = "__kernel void k(void) {} // stored after use";
+    const char *s = src;
+    cl_int err;
+    binary_reads = 0;
+    cl_program p = pc_create_with_source(CTX, 1, &s, NULL, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    assert_int_equal(pc_build(p, 1, &DEV, "", 0, NULL, NULL), CL_SUCCESS);
+    assert_int_equal(binary_reads, 0);
+    assert_int_equal(pc_release_program(p), CL_SUCCESS);
+    assert_int_equal(binary_reads, 1);
+    memtier_usage(&bytes, &entries);
+    assert_int_equal(entries, pinned + 1);
+    assert_int_equal(bytes, pinned_bytes + 8 + strlen(src));
+    assert_int_equal(live_programs, 0);
+}
+
 /* a build or a program creation the driver refuses for want of resources
  * while the in-memory tier holds entries no build uses: the tier is emptied
  * and the call made once more, which succeeds */
@@ -402,6 +443,7 @@ static void out_of_resources_empties_tier_and_retries(void **state)
     memtier_clear();
     static const char long_src[] = "__kernel void k(void) {} // a long source: its binary is the larger one";
     static const char short_src[] = "__kernel void k(void) {} // b";
+    const char *policy = capture_policy("build");
     /* Pinned entries (builds in flight) are never dropped; what the other
      * tests left pinned is counted here. */
     uint64_t pinned_bytes, pinned, bytes, entries;
@@ -434,6 +476,7 @@ static void out_of_resources_empties_tier_and_retries(void **state)
     assert_int_equal(pc_release_program(b), CL_SUCCESS);
     assert_int_equal(pc_release_program(c), CL_SUCCESS);
     assert_int_equal(live_programs, 0);
+    capture_policy(policy);
 }
 
 /* with nothing in the tier to drop, or when the retry fails too, the app
@@ -450,6 +493,7 @@ static void out_of_resources_retried_at_most_once(void **state)
     assert_int_equal(err, CL_OUT_OF_RESOURCES);
     assert_int_equal(short_calls, 1); /* nothing to drop: no retry */
 
+    const char *policy = capture_policy("build");
     cl_program a = built("__kernel void k(void) {} // e");
     short_of("f_build", CL_OUT_OF_RESOURCES, 2);
     cl_program b = pc_create_with_source(CTX, 1, &src, NULL, &err);
@@ -459,12 +503,14 @@ static void out_of_resources_retried_at_most_once(void **state)
     assert_int_equal(pc_release_program(a), CL_SUCCESS);
     assert_int_equal(pc_release_program(b), CL_SUCCESS);
     assert_int_equal(live_programs, 0);
+    capture_policy(policy);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(every_driver_call_can_fail),
+        cmocka_unit_test(other_drivers_store_after_use),
         cmocka_unit_test(out_of_resources_empties_tier_and_retries),
         cmocka_unit_test(out_of_resources_retried_at_most_once),
     };
