@@ -1,6 +1,7 @@
 #!/bin/bash
 # prev (01cdb79) against new: an empty clshim cache each run, 30 chains, PoCL, shuffled
-NEW=/work/main/build PREV=/tmp/prev/build; W=/tmp/fc/w3; rm -rf $W; mkdir -p $W/pc
+#   NEW=BUILD PREV=OLDBUILD [N=FLOATS] [REPS=R] short-runs-2026-12-07-pocl-capture.sh
+NEW=${NEW:?the build to measure} PREV=${PREV:?the build to compare with}; W=${TMPDIR:-/tmp}/clshim-fc3; rm -rf $W; mkdir -p $W/pc
 export XDG_CACHE_HOME=$W/xdg HOME=$W
 N=${N:-65536}
 one() { local tag=$1 B=$2; shift 2; echo "$tag $(env POCL_CACHE_DIR=$W/pc "$@" $NEW/bench/bench_short --chains 30 --n $N 2>/dev/null | tr '\n' ' ')" >> $W/a.txt; }
