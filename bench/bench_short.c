@@ -36,7 +36,7 @@ int main(int argc, char **argv)
 {
     long chains = 30;
     size_t n = 1u << 20;
-    int sync_each = 1, events = 0, broken = 0, binary = 0;
+    int sync_each = 1, events = 0, broken = 0, binary = 0, each = 0;
     long pause_ms = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--chains") && i + 1 < argc) chains = atol(argv[++i]);
@@ -47,8 +47,9 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--read-binary")) binary = 1;
         else if (!strcmp(argv[i], "--from-binary")) binary = 2;
         else if (!strcmp(argv[i], "--pause-ms") && i + 1 < argc) pause_ms = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--each")) each = 1;
         else {
-            fprintf(stderr, "usage: bench_short [--chains C] [--n FLOATS] [--sync chain|end] [--events] [--broken] [--read-binary|--from-binary] [--pause-ms MS]\n");
+            fprintf(stderr, "usage: bench_short [--chains C] [--n FLOATS] [--sync chain|end] [--events] [--broken] [--read-binary|--from-binary] [--pause-ms MS] [--each]\n");
             return 2;
         }
     }
@@ -147,6 +148,11 @@ int main(int argc, char **argv)
             prev = first_at[s];
         }
         printf("\n");
+        if (each) { /* every chain's time, in order: where a shim's one-off costs land */
+            printf("each_us");
+            for (long c = 0; c < chains; c++) printf(" %.1f", (at[c] - (c ? at[c - 1] : t0)) / 1e3);
+            printf("\n");
+        }
         free(rest);
     }
     free(at);
