@@ -371,7 +371,7 @@ static int start_helper(void)
         close(sv[0]);
         return -1;
     }
-    sock = sv[0];
+    __atomic_store_n(&sock, sv[0], __ATOMIC_RELEASE);
     return 0;
 }
 
@@ -398,10 +398,105 @@ static int request_lock(void)
     return -1;
 }
 
+/* ---- requests queued for the worker's turn (capture_proc_queue) ------------
+ * Starting the helper (posix_spawn, then the wait for its first process:
+ * milliseconds of a thread and of a second core) cost a 30-chain run of
+ * PoCL at 64 Ki floats 0.65x plain when the first fused program's job
+ * started it on the application's thread; on a thread of its own at once,
+ * beside the chains, about 0.8x. The helper makes nothing while the
+ * application is busy anyway, so such a request waits here, encoded, for
+ * the capture worker's turn (program/capture.h: the application idle, its
+ * exit, or CLSHIM_CAPTURE_DEFER_MAX later), when capture_proc_send_queued()
+ * starts the helper if needed and sends it. queue_lock guards the queue; it
+ * is taken inside `lock`, never the other way round. */
+#define QUEUED_MAX 64
+struct queued_request {
+    struct cache_hash hash;
+    int fd;
+    uint64_t compile_ns, first_use_ns;
+};
+static pthread_mutex_t queue_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct queued_request queued[QUEUED_MAX];
+static size_t nqueued;
+
+static int queued_find(struct cache_hash h)
+{
+    (void)CLSHIM_ASSERT_HELD(&queue_lock);
+    for (size_t i = 0; i < nqueued; i++)
+        if (same_hash(queued[i].hash, h)) return (int)i;
+    return -1;
+}
+
+int capture_proc_queue(const struct capture_request *rq)
+{
+    if (__atomic_load_n(&sock, __ATOMIC_ACQUIRE) >= 0 || __atomic_load_n(&gave_up, __ATOMIC_RELAXED))
+        return capture_proc_send(rq);
+    struct cache_hash hash = key_hash(rq->key, rq->key_len);
+    struct capture_request copy = *rq;
+    copy.again = 0;
+    int fd = capture_proc_encode(&copy), rc = -1;
+    pthread_mutex_lock(&queue_lock);
+    if (__atomic_load_n(&sock, __ATOMIC_ACQUIRE) >= 0 || __atomic_load_n(&gave_up, __ATOMIC_RELAXED)) {
+        /* a start drained the queue meanwhile: sent the usual way below */
+    } else if (fd >= 0 && queued_find(hash) >= 0) {
+        rc = 1;
+    } else if (fd >= 0 && nqueued < QUEUED_MAX) {
+        queued[nqueued++] = (struct queued_request){hash, fd, rq->compile_ns, rq->first_use_ns};
+        fd = -1;
+        rc = 0;
+    }
+    pthread_mutex_unlock(&queue_lock);
+    if (fd >= 0) close(fd);
+    return rc < 0 ? capture_proc_send(rq) : rc;
+}
+
+size_t capture_proc_send_queued(void)
+{
+    pthread_mutex_lock(&queue_lock);
+    size_t any = nqueued;
+    pthread_mutex_unlock(&queue_lock);
+    if (!any) return 0;
+    pthread_mutex_lock(&lock);
+    int up = !gave_up && (sock >= 0 || start_helper() == 0);
+    if (!up) __atomic_store_n(&gave_up, 1, __ATOMIC_RELAXED); /* a start that failed said so */
+    struct queued_request q[QUEUED_MAX];
+    pthread_mutex_lock(&queue_lock);
+    size_t n = nqueued;
+    memcpy(q, queued, n * sizeof *q);
+    nqueued = 0; /* sock or gave_up is set: nothing is queued from now on */
+    pthread_mutex_unlock(&queue_lock);
+    size_t sent = 0;
+    for (size_t i = 0; i < n; i++) {
+        int lockfd = up ? request_lock() : -1;
+        if (lockfd >= 0 && send_fds(sock, q[i].fd, lockfd) == 1) {
+            handed_add(q[i].hash, q[i].compile_ns, q[i].first_use_ns);
+            sent++;
+        }
+        close(q[i].fd);
+        if (lockfd >= 0) close(lockfd); /* the copy in flight keeps the lock */
+    }
+    pthread_mutex_unlock(&lock);
+    if (up && sent < n)
+        log_msg(LOG_WARN, "%zu request%s for the capture helper did not reach it (its socket is full, or no lock "
+                          "on %s): made by a later run", n - sent, n - sent == 1 ? "" : "s", CAPTURE_PROC_LOCK);
+    return sent;
+}
+
+int capture_proc_gave_up(void) { return __atomic_load_n(&gave_up, __ATOMIC_RELAXED); }
+
 int capture_proc_owed(const void *key, size_t key_len, uint64_t *compile_ns, uint64_t *first_use_ns,
                       int *hurried_already)
 {
     struct cache_hash hash = key_hash(key, key_len);
+    pthread_mutex_lock(&queue_lock);
+    int q = queued_find(hash);
+    if (q >= 0) {
+        *compile_ns = queued[q].compile_ns, *first_use_ns = queued[q].first_use_ns;
+        *hurried_already = 0;
+    }
+    pthread_mutex_unlock(&queue_lock);
+    if (q >= 0) return 1;
+    if (__atomic_load_n(&sock, __ATOMIC_ACQUIRE) < 0) return 0; /* no helper: nothing handed (a start holds `lock`) */
     pthread_mutex_lock(&lock);
     int at = sock >= 0 && !gave_up ? handed_find(hash) : -1;
     if (at >= 0) {
@@ -417,7 +512,7 @@ int capture_proc_send(const struct capture_request *rq)
     int rc = -1;
     pthread_mutex_lock(&lock);
     if (gave_up || (sock < 0 && start_helper() != 0)) {
-        gave_up = 1;
+        __atomic_store_n(&gave_up, 1, __ATOMIC_RELAXED);
         pthread_mutex_unlock(&lock);
         return -1;
     }
@@ -452,8 +547,8 @@ int capture_proc_send(const struct capture_request *rq)
             log_msg(LOG_WARN, "the capture helper is gone (%s): binaries are captured in this process",
                     strerror(errno));
             close(sock);
-            sock = -1;
-            gave_up = 1;
+            __atomic_store_n(&sock, -1, __ATOMIC_RELAXED);
+            __atomic_store_n(&gave_up, 1, __ATOMIC_RELAXED);
             rc = -1;
         }
         close(fd);
@@ -492,6 +587,9 @@ void capture_proc_after_fork_in_child(void)
     /* Single-threaded here. The parent's helper is the parent's: closing
      * this copy leaves its socket open in the parent. */
     lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    queue_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    for (size_t i = 0; i < nqueued; i++) close(queued[i].fd); /* the parent's: it sends them */
+    nqueued = 0;
     if (sock >= 0) close(sock);
     sock = -1;
     gave_up = 0;

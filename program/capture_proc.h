@@ -23,7 +23,9 @@
  *    exiting, or CLSHIM_CAPTURE_DEFER_MAX after the synchronisation (the
  *    helper's start is background work too: at the synchronisation it
  *    cost a short run its first chain); without the worker, at the
- *    synchronisation.
+ *    synchronisation. Automatic fusion's jobs (program/origin.h) are made
+ *    at the application's first look at a sequence: they wait here
+ *    (capture_proc_queue()) for the worker's turn the same way.
  *  - The helper is started at the first request: posix_spawn (no fork: no
  *    atfork handler of the application runs) of `clshim-tool
  *    capture-helper` (CLSHIM_CAPTURE_HELPER, or the one next to this
@@ -119,6 +121,22 @@ struct capture_request {
  * seconds of the application's CPU for kernels it never ran (PyOpenCL's
  * scan programs, built twice before use). -1: capture in this process. */
 int capture_proc_send(const struct capture_request *rq);
+/* capture_proc_send() for a request that may wait for the capture
+ * worker's turn (a fused program's job): while no helper runs yet it is
+ * queued here (encoded), and capture_proc_send_queued() starts the helper
+ * and sends it, so the application's thread never waits for a process to
+ * start nor has one start beside its busy threads. 0: queued or handed;
+ * 1: as capture_proc_send()'s (queued already); -1: make it in this
+ * process. A queued request counts as owed (capture_proc_owed()). */
+int capture_proc_queue(const struct capture_request *rq);
+/* Starts the helper where none runs and sends the queued requests (the
+ * worker's turn, or the exit handler after it): how many reached it; one
+ * line for those that did not (a helper that cannot start says so, and
+ * capture_proc_gave_up() is 1 from then on). At once when none is queued. */
+size_t capture_proc_send_queued(void);
+/* Whether no helper serves this process any more (it could not start, or
+ * is gone): requests return -1 from now on. */
+int capture_proc_gave_up(void);
 /* Whether a request for this key went to the helper and is not answered
  * yet (capture_proc_send() would return 1); then *compile_ns and
  * *first_use_ns are what that request's build and first use cost, and

@@ -399,7 +399,7 @@ static int helper_serves(const struct device_info *info)
 {
     const struct clshim_config *cfg = config_get();
     return info && info->shared_codegen_cache && cfg->cache && cfg->capture_process && !cfg->cache_readonly &&
-           !stands_aside(info) && pipeline_store();
+           !stands_aside(info) && !capture_proc_gave_up() && pipeline_store();
 }
 
 /* Hands the job over: 0, or -1 when the helper cannot take it. */
@@ -411,8 +411,13 @@ static int hand_job(const struct device_info *info, const char *options, const s
                                  .options = options, .source = "", .key = k->data, .key_len = k->len,
                                  .log = "", .cwd = cwd ? cwd : "/", .snapshot = "", .parts = job,
                                  .parts_len = job_len};
-    int rc = capture_proc_send(&rq);
+    /* With the capture worker, the helper's start and the job's hand-off
+     * wait for its turn (pc_hand_queued_later): a short run never has a
+     * process started beside it. */
+    int later = config_get()->capture_background;
+    int rc = later ? capture_proc_queue(&rq) : capture_proc_send(&rq);
     free(cwd);
+    if (rc == 0 && later) pc_hand_queued_later();
     if (rc < 0) return -1;
     if (rc == 0) pipeline_count_handed();
     return 0;

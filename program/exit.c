@@ -129,6 +129,7 @@ static void at_exit(void)
     /* Captures still queued for the worker: within the exit budget. */
     size_t dropped = capture_exit(config_get()->capture_exit_budget); /* says so itself */
     pipeline_count_capture_lost(CAPTURE_LOST_EXIT, dropped);
+    (void)capture_proc_send_queued(); /* jobs the worker did not send (dropped, or no worker): now */
     pipeline_exit();
     const struct clshim_config *cfg = config_get();
     if (cfg->stats_file && cfg->stats_file[0]) append_counters(cfg->stats_file);

@@ -87,8 +87,21 @@ void remove_pending(struct pc_program *rec)
  * outlives an app release; a record released by the app meanwhile
  * ("orphaned") is freed by the worker when its capture is done. */
 
+/* The worker's item that sends capture_proc's queued requests
+ * (capture_proc_queue()) at its turn, rather than a program record. */
+static char queued_requests_item;
+
+void pc_hand_queued_later(void)
+{
+    if (capture_submit(&queued_requests_item) != 0) (void)capture_proc_send_queued(); /* no worker: now */
+}
+
 void run_capture(void *item)
 {
+    if (item == &queued_requests_item) {
+        (void)capture_proc_send_queued();
+        return;
+    }
     struct pc_program *rec = item;
     pthread_mutex_lock(&rec->lock);
     capture(rec);
@@ -97,6 +110,7 @@ void run_capture(void *item)
 
 void capture_done(void *item)
 {
+    if (item == &queued_requests_item) return;
     struct pc_program *rec = item;
     cl_program handle = rec->handle; /* rec may be freed by the app once unqueued */
     pthread_mutex_lock(&pc_pending_lock);

@@ -150,6 +150,10 @@ void after_fork_in_child(void);
 void add_pending(struct pc_program *rec);
 void pending_captures_reset(void);
 void remove_pending(struct pc_program *rec);
+/* Has the capture worker send capture_proc's queued requests at its turn
+ * (the application idle, exiting, or CLSHIM_CAPTURE_DEFER_MAX later); at
+ * once where no worker takes it. */
+void pc_hand_queued_later(void);
 void run_capture(void *item);
 void capture_done(void *item);
 int capture_late(const struct pc_program *rec);

@@ -62,6 +62,41 @@ held=$(sed -n 's/.*fusion summary: .* launches; \([0-9]*\) held kernels submitte
 ok "while the helper makes the fused program, $held of 800 kernels were held (a look at doubling intervals)"
 "$TOOL" cache wait --timeout 120 >/dev/null 2>&1 || true
 
+# 1c. The job waits for the capture worker's turn, as a capture does
+# (program/capture_proc.h, capture_proc_queue): while the application is
+# busy no helper is started for it (started at once, its start cost a
+# 30-chain run at 64 Ki floats a third of its speed), so `clshim cache wait`
+# does not wait for the running application; its exit hands the job over,
+# `cache wait` then waits for the helper, and the next run fuses.
+rm -rf "$CLSHIM_CACHE_DIR"; mkdir -p "$CLSHIM_CACHE_DIR"
+BUSY=(--mode chain4 --iterations 6000 --n 1048576)
+run_ref refbusy "$FA" "${BUSY[@]}"
+fresh_pocl
+helper CLSHIM_CAPTURE_DEFER_MAX=600 LD_PRELOAD="$SHIM" "$FA" "${BUSY[@]}" >"$TMP/busy.out" 2>"$TMP/busy.err" &
+APP=$!
+for _ in $(seq 600); do
+    grep -q "fused kernel for k1+k2+k3+k4 is made by the capture helper" "$TMP/busy.err" && break
+    kill -0 $APP 2>/dev/null || break
+    sleep 0.1
+done
+grep -q "fused kernel for k1+k2+k3+k4 is made by the capture helper" "$TMP/busy.err" ||
+    { cat "$TMP/busy.err" >&2; fail "busy: the job was not queued for the helper"; }
+sleep 1
+kill -0 $APP 2>/dev/null || fail "busy: the app ended before the check"
+set +e; "$TOOL" cache wait --timeout 1 >"$TMP/busy.wait1" 2>&1; rc=$?; set -e
+[ $rc = 0 ] || { cat "$TMP/busy.wait1" >&2; fail "busy: cache wait waited ($rc): a helper took the job while the app was busy"; }
+kill -0 $APP 2>/dev/null || fail "busy: the app ended before the checks were done"
+set +e; wait $APP; rc=$?; set -e
+echo $rc >"$TMP/busy.rc"
+same_output refbusy busy "busy: every buffer bit for bit as without clshim"
+wait_stored busy "the job handed over at exit was not stored"
+grep -q "captures stored" "$TMP/busy.wait" || { cat "$TMP/busy.wait" >&2; fail "busy: cache wait says nothing stored"; }
+run_ref refbusy2 "$FA" --mode chain4 --iterations 8 --n 1048576 # the ranges are in the key
+fresh_pocl; run_shim busy2 helper "$FA" --mode chain4 --iterations 8 --n 1048576
+same_output refbusy2 busy2 "busy, next run: as without clshim"
+[ "$(fused k1+k2+k3+k4 busy2)" = 6 ] || fail "busy, next run: expected 6 fused launches, got $(fused k1+k2+k3+k4 busy2)"
+ok "a busy app starts no helper for its job (cache wait does not wait for it); its exit hands it over, the next run fuses 6 of 6"
+
 # 2. stencil: refused by the analysis in the helper; remembered.
 rm -rf "$CLSHIM_CACHE_DIR"; mkdir -p "$CLSHIM_CACHE_DIR"
 run_ref ref_stencil "$FA" --mode stencil --iterations 8
